@@ -1,0 +1,4 @@
+//! Analysis: pure functions from Records (or their raw samples) to results. No candle, no I/O.
+
+pub mod stats;
+pub mod timing;

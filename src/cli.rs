@@ -1,0 +1,243 @@
+//! Command-line interface: clap definitions, turned into validated Specs once.
+
+use crate::model::config::ModelConfig;
+use crate::model::cost;
+use crate::progress::Progress;
+use crate::record::Record;
+use crate::report::{self, Export};
+use crate::spec::{Dtype, Mode, Spec};
+use anyhow::{bail, Context};
+use clap::{Args, Parser, Subcommand};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+#[derive(Parser, Debug)]
+#[command(name = "memscope", version, about = "Benchmark and memory-profile transformer models: exact heap accounting, honest statistics")]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Run a model (train, infer or generate) and report time per phase and where memory goes
+    Bench(BenchArgs),
+    /// List the built-in model presets with exact parameter counts
+    Models(ModelsArgs),
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct ModelArgs {
+    /// Built-in preset (see `memscope models`)
+    #[arg(long, default_value = "gpt2-small", conflicts_with = "config")]
+    pub model: String,
+    /// Model config JSON: our schema (with `family`) or a Hugging Face config.json
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Load Hugging Face-named weights (a .safetensors file or a model.safetensors.index.json)
+    #[arg(long, value_name = "FILE")]
+    pub weights: Option<PathBuf>,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct WorkloadArgs {
+    #[arg(long, value_enum, default_value_t = Mode::Train)]
+    pub mode: Mode,
+    #[arg(long, default_value_t = 2)]
+    pub batch: usize,
+    /// Sequence length (train, infer)
+    #[arg(long, default_value_t = 128)]
+    pub seq: usize,
+    #[arg(long, value_enum, default_value_t = Dtype::F32)]
+    pub dtype: Dtype,
+    /// Unmeasured steps before the measured ones
+    #[arg(long, default_value_t = 2)]
+    pub warmup: usize,
+    /// Measured steps
+    #[arg(long, default_value_t = 10)]
+    pub steps: usize,
+    /// CPU threads (default: all cores)
+    #[arg(long)]
+    pub threads: Option<usize>,
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Micro-batches per optimizer step (train)
+    #[arg(long, default_value_t = 1)]
+    pub grad_accum: usize,
+    /// Prompt tokens prefilled before decoding (generate; default: --seq)
+    #[arg(long)]
+    pub prompt_len: Option<usize>,
+    /// Tokens decoded per measured step (generate)
+    #[arg(long, default_value_t = 32)]
+    pub new_tokens: usize,
+    /// AdamW learning rate (train)
+    #[arg(long, default_value_t = 1e-3)]
+    pub lr: f64,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct OutputArgs {
+    /// Write the Record as JSON
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+    /// Write one CSV row per run (units in column names)
+    #[arg(long, value_name = "FILE")]
+    pub csv: Option<PathBuf>,
+    /// Write the summary as Markdown tables
+    #[arg(long, value_name = "FILE")]
+    pub markdown: Option<PathBuf>,
+    /// No progress bar
+    #[arg(long, short)]
+    pub quiet: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct BenchArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    #[command(flatten)]
+    pub workload: WorkloadArgs,
+    #[command(flatten)]
+    pub output: OutputArgs,
+}
+
+#[derive(Args, Debug)]
+pub struct ModelsArgs {
+    /// Print JSON instead of a table
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub fn run() -> anyhow::Result<ExitCode> {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Bench(a) => bench(a),
+        Command::Models(a) => models(a),
+    }
+}
+
+/// Resolves --model / --config into a name and a validated config.
+pub fn resolve_model(m: &ModelArgs) -> anyhow::Result<(String, ModelConfig)> {
+    match &m.config {
+        Some(path) => {
+            let cfg = ModelConfig::from_file(path)?;
+            Ok((cfg.name.clone(), cfg))
+        }
+        None => {
+            let Some(cfg) = ModelConfig::preset(&m.model) else {
+                let names: Vec<String> = ModelConfig::presets().into_iter().map(|c| c.name).collect();
+                bail!("--model {}: no such preset; choose one of {} (or pass --config FILE)", m.model, names.join(", "));
+            };
+            Ok((m.model.clone(), cfg))
+        }
+    }
+}
+
+pub fn build_spec(m: &ModelArgs, w: &WorkloadArgs) -> anyhow::Result<Spec> {
+    let (name, config) = resolve_model(m)?;
+    let threads = w.threads.unwrap_or_else(|| std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1));
+    let spec = Spec {
+        model: name,
+        config,
+        config_path: m.config.clone(),
+        weights: m.weights.clone(),
+        mode: w.mode,
+        batch: w.batch,
+        seq: w.prompt_len.filter(|_| w.mode == Mode::Generate).unwrap_or(w.seq),
+        dtype: w.dtype,
+        threads,
+        seed: w.seed,
+        warmup: w.warmup,
+        steps: w.steps,
+        grad_accum: w.grad_accum,
+        prompt_len: w.prompt_len.unwrap_or(w.seq),
+        new_tokens: w.new_tokens,
+        lr: w.lr,
+    };
+    spec.validate()?;
+    Ok(spec)
+}
+
+/// Sets the CPU thread count for rayon and candle's matmuls. Call before any parallel work.
+pub fn set_threads(n: usize) {
+    // candle's gemm calls read RAYON_NUM_THREADS each time; rayon's pool reads it once.
+    std::env::set_var("RAYON_NUM_THREADS", n.to_string());
+    let _ = rayon::ThreadPoolBuilder::new().num_threads(n).build_global();
+}
+
+fn bench(a: BenchArgs) -> anyhow::Result<ExitCode> {
+    let spec = build_spec(&a.model, &a.workload)?;
+    set_threads(spec.threads);
+    check_outputs(&a.output)?;
+    let progress = Progress::start(spec.warmup + spec.steps, format!("{} {}", spec.model, spec.mode.name()), a.output.quiet);
+    let result = crate::bench::run(&spec, &progress.steps);
+    progress.finish();
+    let record = result?;
+    print!("{}", report::terminal::render(&record));
+    write_outputs(&a.output, std::slice::from_ref(&record))?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Fails before measuring when an output file cannot be created, so no run is wasted.
+fn check_outputs(o: &OutputArgs) -> anyhow::Result<()> {
+    for (flag, path) in [("--json", &o.json), ("--csv", &o.csv), ("--markdown", &o.markdown)] {
+        if let Some(p) = path {
+            let dir = p.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+            if !dir.is_dir() {
+                bail!("{flag} {}: directory {} does not exist", p.display(), dir.display());
+            }
+        }
+    }
+    Ok(())
+}
+
+pub fn write_outputs(o: &OutputArgs, records: &[Record]) -> anyhow::Result<()> {
+    let exports: [(&str, &Option<PathBuf>, &dyn Export); 3] = [
+        ("--json", &o.json, &report::json::Json),
+        ("--csv", &o.csv, &report::csv::Csv),
+        ("--markdown", &o.markdown, &report::markdown::Markdown),
+    ];
+    for (flag, path, export) in exports {
+        if let Some(p) = path {
+            let text = export.render(records)?;
+            write_atomic(p, &text).with_context(|| format!("{flag} {}", p.display()))?;
+        }
+    }
+    Ok(())
+}
+
+/// Writes to a temporary file beside `path`, then renames it into place.
+pub fn write_atomic(path: &Path, text: &str) -> anyhow::Result<()> {
+    let tmp = path.with_extension("memscope-tmp");
+    std::fs::write(&tmp, text)?;
+    std::fs::rename(&tmp, path)?;
+    Ok(())
+}
+
+fn models(a: ModelsArgs) -> anyhow::Result<ExitCode> {
+    let rows: Vec<report::models::ModelRow> = ModelConfig::presets()
+        .into_iter()
+        .map(|c| {
+            let params = cost::param_count(&c).unwrap_or(u64::MAX);
+            report::models::ModelRow {
+                family: c.family.to_string(),
+                n_layers: c.n_layers,
+                d_model: c.d_model,
+                n_heads: c.n_heads,
+                n_kv_heads: c.n_kv_heads,
+                d_ff: c.d_ff,
+                vocab_size: c.vocab_size,
+                max_seq_len: c.max_seq_len,
+                params,
+                f32_bytes: params.saturating_mul(4),
+                name: c.name,
+            }
+        })
+        .collect();
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&rows)?);
+    } else {
+        print!("{}", report::models::render_table(&rows));
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,13 @@
+//! memscope: benchmark and memory-profile transformer models (training and inference) on candle,
+//! with exact heap accounting. See ARCHITECTURE.md for the code map.
+
+pub mod analysis;
+pub mod bench;
+pub mod cli;
+pub mod environment;
+pub mod measure;
+pub mod model;
+pub mod progress;
+pub mod record;
+pub mod report;
+pub mod spec;

@@ -1,0 +1,20 @@
+//! memscope: parse arguments, dispatch, turn errors into exit codes.
+
+use memscope::measure::alloc::{set_counting, CountingAlloc};
+use std::process::ExitCode;
+
+#[global_allocator]
+static GLOBAL: CountingAlloc = CountingAlloc;
+
+fn main() -> ExitCode {
+    if std::env::var_os("MEMSCOPE_NO_COUNT").is_some_and(|v| v != "0") {
+        set_counting(false);
+    }
+    match memscope::cli::run() {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}

@@ -1,0 +1,10 @@
+//! Measurement: the only code that touches the clock and the allocator counters. It never prints
+//! and never summarises; it returns raw samples for `analysis` to summarise.
+
+pub mod alloc;
+pub mod clock;
+pub mod phases;
+pub mod procfs;
+pub mod workload;
+
+pub use workload::{measure, Measurement};

@@ -1,0 +1,106 @@
+//! Per-phase heap accounting: wraps one run of a phase, records its heap peak and what it
+//! retained, and keeps the run-wide peak across the per-phase peak windows.
+
+use crate::measure::alloc::{self, Phase, N_PHASES};
+use crate::record::PhaseMemory;
+use std::collections::BTreeMap;
+
+#[derive(Clone, Copy, Default)]
+struct Acc {
+    runs: u64,
+    peak: u64,
+    first_retained: i64,
+    last_retained: i64,
+    last_allocs: u64,
+    last_alloc_bytes: u64,
+}
+
+/// Accumulates phase figures without allocating (fixed array indexed by phase).
+pub struct PhaseTracker {
+    acc: [Acc; N_PHASES],
+    run_peak: u64,
+    recent_peak: u64,
+}
+
+impl Default for PhaseTracker {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl PhaseTracker {
+    pub fn new() -> Self {
+        let s = alloc::snapshot();
+        Self { acc: [Acc::default(); N_PHASES], run_peak: s.max_bytes, recent_peak: s.curr_bytes }
+    }
+
+    /// Runs `f` as one run of phase `p`. The heap peak window is reset at its start.
+    pub fn run<T>(&mut self, p: Phase, f: impl FnOnce() -> T) -> T {
+        let before = alloc::snapshot();
+        self.run_peak = self.run_peak.max(before.max_bytes);
+        self.recent_peak = self.recent_peak.max(before.max_bytes);
+        alloc::reset_peak();
+        let prev = alloc::set_phase(p);
+        let out = f();
+        alloc::set_phase(prev);
+        let after = alloc::snapshot();
+        let i = p as usize;
+        let retained = after.phase_curr[i] as i64 - before.phase_curr[i] as i64;
+        let a = &mut self.acc[i];
+        if a.runs == 0 {
+            a.first_retained = retained;
+        }
+        a.runs += 1;
+        a.peak = a.peak.max(after.max_bytes);
+        a.last_retained = retained;
+        a.last_allocs = after.phase_total_blocks[i] - before.phase_total_blocks[i];
+        a.last_alloc_bytes = after.phase_total_bytes[i] - before.phase_total_bytes[i];
+        self.run_peak = self.run_peak.max(after.max_bytes);
+        self.recent_peak = self.recent_peak.max(after.max_bytes);
+        out
+    }
+
+    /// Heap peak since the previous call (across phase windows), then starts a new window.
+    pub fn take_recent_peak(&mut self) -> u64 {
+        let now = alloc::snapshot();
+        let peak = self.recent_peak.max(now.max_bytes);
+        self.run_peak = self.run_peak.max(peak);
+        alloc::reset_peak();
+        self.recent_peak = now.curr_bytes;
+        peak
+    }
+
+    /// Heap peak over everything seen so far (all phase windows and the time between them).
+    pub fn run_peak(&self) -> u64 {
+        self.run_peak.max(alloc::snapshot().max_bytes)
+    }
+
+    pub fn peak_of(&self, p: Phase) -> u64 {
+        self.acc[p as usize].peak
+    }
+
+    pub fn retained_first(&self, p: Phase) -> i64 {
+        self.acc[p as usize].first_retained
+    }
+
+    /// Figures of every phase that ran at least once, by phase name.
+    pub fn to_record(&self) -> BTreeMap<String, PhaseMemory> {
+        Phase::ALL
+            .iter()
+            .filter(|p| self.acc[**p as usize].runs > 0)
+            .map(|p| {
+                let a = self.acc[*p as usize];
+                (
+                    p.name().to_string(),
+                    PhaseMemory {
+                        peak_bytes: a.peak,
+                        retained_bytes: a.first_retained,
+                        retained_bytes_last: a.last_retained,
+                        allocations_last: a.last_allocs,
+                        allocated_bytes_last: a.last_alloc_bytes,
+                    },
+                )
+            })
+            .collect()
+    }
+}

@@ -1,0 +1,175 @@
+//! BERT-style encoder: learned positions and token types, post-LayerNorm blocks with
+//! bidirectional attention and a GELU MLP, and a masked-LM head whose decoder is tied to the word
+//! embedding. Names follow Hugging Face's `BertForMaskedLM`.
+
+use crate::model::config::ModelConfig;
+use crate::model::ops::{attention, layer_norm, linear};
+use crate::model::store::{Init::*, ParamSpec, ParamStore};
+use candle_core::{Result, Tensor};
+
+pub fn param_specs(cfg: &ModelConfig) -> Vec<ParamSpec> {
+    let (c, f, v, t) = (cfg.d_model, cfg.d_ff, cfg.vocab_size, cfg.max_seq_len);
+    let std = 0.02;
+    let mut s = vec![
+        ParamSpec::new("bert.embeddings.word_embeddings.weight", &[v, c], Normal(std)),
+        ParamSpec::new("bert.embeddings.position_embeddings.weight", &[t, c], Normal(std)),
+    ];
+    if cfg.type_vocab_size > 0 {
+        s.push(ParamSpec::new(
+            "bert.embeddings.token_type_embeddings.weight",
+            &[cfg.type_vocab_size, c],
+            Normal(std),
+        ));
+    }
+    s.push(ParamSpec::new("bert.embeddings.LayerNorm.weight", &[c], Ones));
+    s.push(ParamSpec::new("bert.embeddings.LayerNorm.bias", &[c], Zeros));
+    for i in 0..cfg.n_layers {
+        let p = |n: &str| format!("bert.encoder.layer.{i}.{n}");
+        s.extend([
+            ParamSpec::new(p("attention.self.query.weight"), &[c, c], Normal(std)),
+            ParamSpec::new(p("attention.self.query.bias"), &[c], Zeros),
+            ParamSpec::new(p("attention.self.key.weight"), &[c, c], Normal(std)),
+            ParamSpec::new(p("attention.self.key.bias"), &[c], Zeros),
+            ParamSpec::new(p("attention.self.value.weight"), &[c, c], Normal(std)),
+            ParamSpec::new(p("attention.self.value.bias"), &[c], Zeros),
+            ParamSpec::new(p("attention.output.dense.weight"), &[c, c], Normal(std)),
+            ParamSpec::new(p("attention.output.dense.bias"), &[c], Zeros),
+            ParamSpec::new(p("attention.output.LayerNorm.weight"), &[c], Ones),
+            ParamSpec::new(p("attention.output.LayerNorm.bias"), &[c], Zeros),
+            ParamSpec::new(p("intermediate.dense.weight"), &[f, c], Normal(std)),
+            ParamSpec::new(p("intermediate.dense.bias"), &[f], Zeros),
+            ParamSpec::new(p("output.dense.weight"), &[c, f], Normal(std)),
+            ParamSpec::new(p("output.dense.bias"), &[c], Zeros),
+            ParamSpec::new(p("output.LayerNorm.weight"), &[c], Ones),
+            ParamSpec::new(p("output.LayerNorm.bias"), &[c], Zeros),
+        ]);
+    }
+    s.extend([
+        ParamSpec::new("cls.predictions.transform.dense.weight", &[c, c], Normal(std)),
+        ParamSpec::new("cls.predictions.transform.dense.bias", &[c], Zeros),
+        ParamSpec::new("cls.predictions.transform.LayerNorm.weight", &[c], Ones),
+        ParamSpec::new("cls.predictions.transform.LayerNorm.bias", &[c], Zeros),
+        ParamSpec::new("cls.predictions.bias", &[v], Zeros),
+    ]);
+    if !cfg.tie_embeddings {
+        s.push(ParamSpec::new("cls.predictions.decoder.weight", &[v, c], Normal(std)));
+    }
+    s
+}
+
+struct Dense {
+    w: Tensor, // (out, in)
+    b: Tensor, // (out)
+}
+
+struct Norm {
+    w: Tensor, // (C)
+    b: Tensor, // (C)
+}
+
+struct Layer {
+    q: Dense,
+    k: Dense,
+    v: Dense,
+    attn_out: Dense,
+    attn_norm: Norm,
+    inter: Dense,
+    out: Dense,
+    out_norm: Norm,
+}
+
+pub struct Bert {
+    cfg: ModelConfig,
+    word: Tensor,               // (V, C)
+    pos: Tensor,                // (T_max, C)
+    token_type: Option<Tensor>, // (types, C)
+    emb_norm: Norm,
+    layers: Vec<Layer>,
+    head_dense: Dense,
+    head_norm: Norm,
+    decoder: Tensor,      // (V, C): the word embedding when tied
+    decoder_bias: Tensor, // (V)
+}
+
+impl Bert {
+    pub fn load(cfg: &ModelConfig, st: &ParamStore) -> Result<Self> {
+        let dense = |p: &str| -> Result<Dense> {
+            Ok(Dense { w: st.get(&format!("{p}.weight"))?, b: st.get(&format!("{p}.bias"))? })
+        };
+        let norm = |p: &str| -> Result<Norm> {
+            Ok(Norm { w: st.get(&format!("{p}.weight"))?, b: st.get(&format!("{p}.bias"))? })
+        };
+        let layers = (0..cfg.n_layers)
+            .map(|i| {
+                let p = |n: &str| format!("bert.encoder.layer.{i}.{n}");
+                Ok(Layer {
+                    q: dense(&p("attention.self.query"))?,
+                    k: dense(&p("attention.self.key"))?,
+                    v: dense(&p("attention.self.value"))?,
+                    attn_out: dense(&p("attention.output.dense"))?,
+                    attn_norm: norm(&p("attention.output.LayerNorm"))?,
+                    inter: dense(&p("intermediate.dense"))?,
+                    out: dense(&p("output.dense"))?,
+                    out_norm: norm(&p("output.LayerNorm"))?,
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let word = st.get("bert.embeddings.word_embeddings.weight")?;
+        let token_type = if cfg.type_vocab_size > 0 {
+            Some(st.get("bert.embeddings.token_type_embeddings.weight")?)
+        } else {
+            None
+        };
+        let decoder = if cfg.tie_embeddings { word.clone() } else { st.get("cls.predictions.decoder.weight")? };
+        Ok(Self {
+            cfg: cfg.clone(),
+            pos: st.get("bert.embeddings.position_embeddings.weight")?,
+            word,
+            token_type,
+            emb_norm: norm("bert.embeddings.LayerNorm")?,
+            layers,
+            head_dense: dense("cls.predictions.transform.dense")?,
+            head_norm: norm("cls.predictions.transform.LayerNorm")?,
+            decoder,
+            decoder_bias: st.get("cls.predictions.bias")?,
+        })
+    }
+
+    /// ids (B, T) u32, every token of type 0 → masked-LM logits (B, T, V).
+    pub fn forward(&self, ids: &Tensor) -> Result<Tensor> {
+        let (b, t) = ids.dims2()?;
+        let (c, eps) = (self.cfg.d_model, self.cfg.norm_eps);
+        let pos = Tensor::arange(0u32, t as u32, ids.device())?; // (T)
+        let mut x = self.word.embedding(&ids.flatten_all()?)?.reshape((b, t, c))?; // (B, T, C)
+        x = x.broadcast_add(&self.pos.embedding(&pos)?)?; // (B, T, C)
+        if let Some(tt) = &self.token_type {
+            x = x.broadcast_add(&tt.get(0)?)?; // (B, T, C)
+        }
+        let mut x = layer_norm(&x, &self.emb_norm.w, &self.emb_norm.b, eps)?; // (B, T, C)
+        for layer in &self.layers {
+            x = self.layer(layer, &x)?;
+        }
+        let h = x.reshape((b * t, c))?; // (B*T, C)
+        let h = linear(&h, &self.head_dense.w, Some(&self.head_dense.b))?.gelu_erf()?; // (B*T, C)
+        let h = layer_norm(&h, &self.head_norm.w, &self.head_norm.b, eps)?; // (B*T, C)
+        let logits = linear(&h, &self.decoder, Some(&self.decoder_bias))?; // (B*T, V)
+        logits.reshape((b, t, self.cfg.vocab_size)) // (B, T, V)
+    }
+
+    fn layer(&self, l: &Layer, x: &Tensor) -> Result<Tensor> {
+        let (b, t, c) = x.dims3()?;
+        let (nh, hd, eps) = (self.cfg.n_heads, self.cfg.head_dim(), self.cfg.norm_eps);
+        let h = x.reshape((b * t, c))?; // (B*T, C)
+        let heads = |d: &Dense| -> Result<Tensor> {
+            linear(&h, &d.w, Some(&d.b))?.reshape((b, t, nh, hd))?.transpose(1, 2)?.contiguous() // (B, H, T, D)
+        };
+        let y = attention(&heads(&l.q)?, &heads(&l.k)?, &heads(&l.v)?, None)?; // (B, H, T, D)
+        let y = y.transpose(1, 2)?.reshape((b * t, c))?; // (B*T, C)
+        let y = linear(&y, &l.attn_out.w, Some(&l.attn_out.b))?.reshape((b, t, c))?; // (B, T, C)
+        let x = layer_norm(&(x + y)?, &l.attn_norm.w, &l.attn_norm.b, eps)?; // (B, T, C)
+        let h = x.reshape((b * t, c))?; // (B*T, C)
+        let h = linear(&h, &l.inter.w, Some(&l.inter.b))?.gelu_erf()?; // (B*T, F)
+        let h = linear(&h, &l.out.w, Some(&l.out.b))?.reshape((b, t, c))?; // (B, T, C)
+        layer_norm(&(x + h)?, &l.out_norm.w, &l.out_norm.b, eps) // (B, T, C)
+    }
+}

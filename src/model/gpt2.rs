@@ -1,0 +1,156 @@
+//! GPT-2: pre-LayerNorm decoder with learned positions, causal attention, a GELU(tanh) MLP and an
+//! LM head tied to the token embedding. Weight names and layouts follow the Hugging Face
+//! checkpoint (`h.{i}.attn.c_attn.weight` is a Conv1D: (in, out)).
+
+use crate::model::config::ModelConfig;
+use crate::model::kv_cache::KvCache;
+use crate::model::ops::{attention, causal_mask, conv1d, layer_norm};
+use crate::model::store::{Init::*, ParamSpec, ParamStore};
+use candle_core::{Result, Tensor};
+
+pub fn param_specs(cfg: &ModelConfig) -> Vec<ParamSpec> {
+    let (c, f, v, t) = (cfg.d_model, cfg.d_ff, cfg.vocab_size, cfg.max_seq_len);
+    let std = 0.02;
+    // Residual projections scaled by 1/sqrt(2L) (GPT-2 paper, nanoGPT).
+    let proj_std = 0.02 / ((2 * cfg.n_layers) as f32).sqrt();
+    let mut s = vec![
+        ParamSpec::new("wte.weight", &[v, c], Normal(std)),
+        ParamSpec::new("wpe.weight", &[t, c], Normal(0.01)),
+    ];
+    for i in 0..cfg.n_layers {
+        let p = |n: &str| format!("h.{i}.{n}");
+        s.extend([
+            ParamSpec::new(p("ln_1.weight"), &[c], Ones),
+            ParamSpec::new(p("ln_1.bias"), &[c], Zeros),
+            ParamSpec::new(p("attn.c_attn.weight"), &[c, 3 * c], Normal(std)),
+            ParamSpec::new(p("attn.c_attn.bias"), &[3 * c], Zeros),
+            ParamSpec::new(p("attn.c_proj.weight"), &[c, c], Normal(proj_std)),
+            ParamSpec::new(p("attn.c_proj.bias"), &[c], Zeros),
+            ParamSpec::new(p("ln_2.weight"), &[c], Ones),
+            ParamSpec::new(p("ln_2.bias"), &[c], Zeros),
+            ParamSpec::new(p("mlp.c_fc.weight"), &[c, f], Normal(std)),
+            ParamSpec::new(p("mlp.c_fc.bias"), &[f], Zeros),
+            ParamSpec::new(p("mlp.c_proj.weight"), &[f, c], Normal(proj_std)),
+            ParamSpec::new(p("mlp.c_proj.bias"), &[c], Zeros),
+        ]);
+    }
+    s.push(ParamSpec::new("ln_f.weight", &[c], Ones));
+    s.push(ParamSpec::new("ln_f.bias", &[c], Zeros));
+    if !cfg.tie_embeddings {
+        s.push(ParamSpec::new("lm_head.weight", &[v, c], Normal(std)));
+    }
+    s
+}
+
+struct Norm {
+    w: Tensor, // (C)
+    b: Tensor, // (C)
+}
+
+struct Block {
+    ln_1: Norm,
+    c_attn_w: Tensor, // (C, 3C)
+    c_attn_b: Tensor, // (3C)
+    c_proj_w: Tensor, // (C, C)
+    c_proj_b: Tensor, // (C)
+    ln_2: Norm,
+    fc_w: Tensor,   // (C, F)
+    fc_b: Tensor,   // (F)
+    proj_w: Tensor, // (F, C)
+    proj_b: Tensor, // (C)
+}
+
+pub struct Gpt2 {
+    cfg: ModelConfig,
+    wte: Tensor, // (V, C)
+    wpe: Tensor, // (T_max, C)
+    blocks: Vec<Block>,
+    ln_f: Norm,
+    lm_head: Tensor, // (V, C): the token embedding when tied
+}
+
+impl Gpt2 {
+    pub fn load(cfg: &ModelConfig, st: &ParamStore) -> Result<Self> {
+        let norm = |p: &str| -> Result<Norm> {
+            Ok(Norm { w: st.get(&format!("{p}.weight"))?, b: st.get(&format!("{p}.bias"))? })
+        };
+        let blocks = (0..cfg.n_layers)
+            .map(|i| {
+                let g = |n: &str| st.get(&format!("h.{i}.{n}"));
+                Ok(Block {
+                    ln_1: norm(&format!("h.{i}.ln_1"))?,
+                    c_attn_w: g("attn.c_attn.weight")?,
+                    c_attn_b: g("attn.c_attn.bias")?,
+                    c_proj_w: g("attn.c_proj.weight")?,
+                    c_proj_b: g("attn.c_proj.bias")?,
+                    ln_2: norm(&format!("h.{i}.ln_2"))?,
+                    fc_w: g("mlp.c_fc.weight")?,
+                    fc_b: g("mlp.c_fc.bias")?,
+                    proj_w: g("mlp.c_proj.weight")?,
+                    proj_b: g("mlp.c_proj.bias")?,
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let wte = st.get("wte.weight")?;
+        let lm_head = if cfg.tie_embeddings { wte.clone() } else { st.get("lm_head.weight")? };
+        Ok(Self {
+            cfg: cfg.clone(),
+            wpe: st.get("wpe.weight")?,
+            wte,
+            blocks,
+            ln_f: norm("ln_f")?,
+            lm_head,
+        })
+    }
+
+    /// ids (B, T) u32 → logits (B, T, V). With a cache, positions continue after the cached ones.
+    pub fn forward(&self, ids: &Tensor, mut cache: Option<&mut KvCache>) -> Result<Tensor> {
+        let (b, t) = ids.dims2()?;
+        let c = self.cfg.d_model;
+        let offset = cache.as_ref().map_or(0, |k| k.len());
+        let pos = Tensor::arange(offset as u32, (offset + t) as u32, ids.device())?; // (T)
+        let tok = self.wte.embedding(&ids.flatten_all()?)?.reshape((b, t, c))?; // (B, T, C)
+        let x = tok.broadcast_add(&self.wpe.embedding(&pos)?)?; // (B, T, C)
+        let mask = if t > 1 { Some(causal_mask(t, offset, x.dtype(), x.device())?) } else { None };
+        let mut x = x;
+        for (i, blk) in self.blocks.iter().enumerate() {
+            x = self.block(blk, &x, mask.as_ref(), cache.as_deref_mut().map(|k| (i, k)))?;
+        }
+        if let Some(k) = cache {
+            k.advance();
+        }
+        let x = layer_norm(&x, &self.ln_f.w, &self.ln_f.b, self.cfg.norm_eps)?; // (B, T, C)
+        let logits = x.reshape((b * t, c))?.matmul(&self.lm_head.t()?)?; // (B*T, V)
+        logits.reshape((b, t, self.cfg.vocab_size)) // (B, T, V)
+    }
+
+    fn block(
+        &self,
+        blk: &Block,
+        x: &Tensor,
+        mask: Option<&Tensor>,
+        cache: Option<(usize, &mut KvCache)>,
+    ) -> Result<Tensor> {
+        let (b, t, c) = x.dims3()?;
+        let (nh, hd) = (self.cfg.n_heads, self.cfg.head_dim());
+        let eps = self.cfg.norm_eps;
+        let h = layer_norm(x, &blk.ln_1.w, &blk.ln_1.b, eps)?.reshape((b * t, c))?; // (B*T, C)
+        let qkv = conv1d(&h, &blk.c_attn_w, &blk.c_attn_b)?; // (B*T, 3C)
+        let qkv = qkv.reshape((b, t, 3, nh, hd))?.permute((2, 0, 3, 1, 4))?; // (3, B, H, T, D)
+        let q = qkv.get(0)?.contiguous()?; // (B, H, T, D)
+        let k = qkv.get(1)?.contiguous()?; // (B, H, T, D)
+        let v = qkv.get(2)?.contiguous()?; // (B, H, T, D)
+        let (k, v) = match cache {
+            Some((layer, kv)) => kv.append(layer, &k, &v)?, // (B, H, S, D)
+            None => (k, v),
+        };
+        let y = attention(&q, &k, &v, mask)?; // (B, H, T, D)
+        let y = y.transpose(1, 2)?.reshape((b * t, c))?; // (B*T, C)
+        let y = conv1d(&y, &blk.c_proj_w, &blk.c_proj_b)?.reshape((b, t, c))?; // (B, T, C)
+        let x = (x + y)?; // (B, T, C)
+        let h = layer_norm(&x, &blk.ln_2.w, &blk.ln_2.b, eps)?.reshape((b * t, c))?; // (B*T, C)
+        let h = conv1d(&h, &blk.fc_w, &blk.fc_b)?.gelu()?; // (B*T, F)
+        let h = conv1d(&h, &blk.proj_w, &blk.proj_b)?.reshape((b, t, c))?; // (B, T, C)
+        x + h // (B, T, C)
+    }
+}

@@ -1,0 +1,175 @@
+//! LLaMA: RMSNorm, rotary position embeddings, grouped-query attention (n_kv_heads), a SwiGLU MLP
+//! (gate, up, down), no biases, untied LM head. Names follow Hugging Face's `LlamaForCausalLM`
+//! (`model.layers.{i}.self_attn.q_proj.weight`, PyTorch Linear layout (out, in)).
+
+use crate::model::config::ModelConfig;
+use crate::model::kv_cache::KvCache;
+use crate::model::ops::{attention, causal_mask, linear, rms_norm};
+use crate::model::store::{Init::*, ParamSpec, ParamStore};
+use candle_core::{DType, Device, Result, Tensor, D};
+
+pub fn param_specs(cfg: &ModelConfig) -> Vec<ParamSpec> {
+    let (c, f, v) = (cfg.d_model, cfg.d_ff, cfg.vocab_size);
+    let kv = cfg.n_kv_heads * cfg.head_dim();
+    let std = 0.02;
+    let proj_std = 0.02 / ((2 * cfg.n_layers) as f32).sqrt();
+    let mut s = vec![ParamSpec::new("model.embed_tokens.weight", &[v, c], Normal(std))];
+    for i in 0..cfg.n_layers {
+        let p = |n: &str| format!("model.layers.{i}.{n}");
+        s.extend([
+            ParamSpec::new(p("input_layernorm.weight"), &[c], Ones),
+            ParamSpec::new(p("self_attn.q_proj.weight"), &[c, c], Normal(std)),
+            ParamSpec::new(p("self_attn.k_proj.weight"), &[kv, c], Normal(std)),
+            ParamSpec::new(p("self_attn.v_proj.weight"), &[kv, c], Normal(std)),
+            ParamSpec::new(p("self_attn.o_proj.weight"), &[c, c], Normal(proj_std)),
+            ParamSpec::new(p("post_attention_layernorm.weight"), &[c], Ones),
+            ParamSpec::new(p("mlp.gate_proj.weight"), &[f, c], Normal(std)),
+            ParamSpec::new(p("mlp.up_proj.weight"), &[f, c], Normal(std)),
+            ParamSpec::new(p("mlp.down_proj.weight"), &[c, f], Normal(proj_std)),
+        ]);
+    }
+    s.push(ParamSpec::new("model.norm.weight", &[c], Ones));
+    if !cfg.tie_embeddings {
+        s.push(ParamSpec::new("lm_head.weight", &[v, c], Normal(std)));
+    }
+    s
+}
+
+struct Block {
+    attn_norm: Tensor, // (C)
+    q: Tensor,         // (C, C)
+    k: Tensor,         // (KV*D, C)
+    v: Tensor,         // (KV*D, C)
+    o: Tensor,         // (C, C)
+    mlp_norm: Tensor,  // (C)
+    gate: Tensor,      // (F, C)
+    up: Tensor,        // (F, C)
+    down: Tensor,      // (C, F)
+}
+
+pub struct Llama {
+    cfg: ModelConfig,
+    embed: Tensor, // (V, C)
+    blocks: Vec<Block>,
+    norm: Tensor,    // (C)
+    lm_head: Tensor, // (V, C)
+}
+
+impl Llama {
+    pub fn load(cfg: &ModelConfig, st: &ParamStore) -> Result<Self> {
+        let blocks = (0..cfg.n_layers)
+            .map(|i| {
+                let g = |n: &str| st.get(&format!("model.layers.{i}.{n}"));
+                Ok(Block {
+                    attn_norm: g("input_layernorm.weight")?,
+                    q: g("self_attn.q_proj.weight")?,
+                    k: g("self_attn.k_proj.weight")?,
+                    v: g("self_attn.v_proj.weight")?,
+                    o: g("self_attn.o_proj.weight")?,
+                    mlp_norm: g("post_attention_layernorm.weight")?,
+                    gate: g("mlp.gate_proj.weight")?,
+                    up: g("mlp.up_proj.weight")?,
+                    down: g("mlp.down_proj.weight")?,
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let embed = st.get("model.embed_tokens.weight")?;
+        let lm_head = if cfg.tie_embeddings { embed.clone() } else { st.get("lm_head.weight")? };
+        Ok(Self { cfg: cfg.clone(), embed, blocks, norm: st.get("model.norm.weight")?, lm_head })
+    }
+
+    /// ids (B, T) u32 → logits (B, T, V). With a cache, positions continue after the cached ones.
+    pub fn forward(&self, ids: &Tensor, mut cache: Option<&mut KvCache>) -> Result<Tensor> {
+        let (b, t) = ids.dims2()?;
+        let c = self.cfg.d_model;
+        let offset = cache.as_ref().map_or(0, |k| k.len());
+        let mut x = self.embed.embedding(&ids.flatten_all()?)?.reshape((b, t, c))?; // (B, T, C)
+        let (cos, sin) = rope_tables(&self.cfg, offset, t, x.dtype(), x.device())?; // (T, D)
+        let mask = if t > 1 { Some(causal_mask(t, offset, x.dtype(), x.device())?) } else { None };
+        for (i, blk) in self.blocks.iter().enumerate() {
+            x = self.block(blk, &x, &cos, &sin, mask.as_ref(), cache.as_deref_mut().map(|k| (i, k)))?;
+        }
+        if let Some(k) = cache {
+            k.advance();
+        }
+        let x = rms_norm(&x, &self.norm, self.cfg.norm_eps)?.reshape((b * t, c))?; // (B*T, C)
+        linear(&x, &self.lm_head, None)?.reshape((b, t, self.cfg.vocab_size)) // (B, T, V)
+    }
+
+    fn block(
+        &self,
+        blk: &Block,
+        x: &Tensor,
+        cos: &Tensor,
+        sin: &Tensor,
+        mask: Option<&Tensor>,
+        cache: Option<(usize, &mut KvCache)>,
+    ) -> Result<Tensor> {
+        let (b, t, c) = x.dims3()?;
+        let (nh, nkv, hd) = (self.cfg.n_heads, self.cfg.n_kv_heads, self.cfg.head_dim());
+        let eps = self.cfg.norm_eps;
+        let h = rms_norm(x, &blk.attn_norm, eps)?.reshape((b * t, c))?; // (B*T, C)
+        let q = linear(&h, &blk.q, None)?.reshape((b, t, nh, hd))?.transpose(1, 2)?; // (B, H, T, D)
+        let k = linear(&h, &blk.k, None)?.reshape((b, t, nkv, hd))?.transpose(1, 2)?; // (B, KV, T, D)
+        let v = linear(&h, &blk.v, None)?.reshape((b, t, nkv, hd))?.transpose(1, 2)?; // (B, KV, T, D)
+        let q = rope(&q.contiguous()?, cos, sin)?; // (B, H, T, D)
+        let k = rope(&k.contiguous()?, cos, sin)?; // (B, KV, T, D)
+        let v = v.contiguous()?; // (B, KV, T, D)
+        let (k, v) = match cache {
+            Some((layer, kv)) => kv.append(layer, &k, &v)?, // (B, KV, S, D)
+            None => (k, v),
+        };
+        let k = repeat_kv(&k, nh / nkv)?; // (B, H, S, D)
+        let v = repeat_kv(&v, nh / nkv)?; // (B, H, S, D)
+        let y = attention(&q, &k, &v, mask)?; // (B, H, T, D)
+        let y = y.transpose(1, 2)?.reshape((b * t, c))?; // (B*T, C)
+        let x = (x + linear(&y, &blk.o, None)?.reshape((b, t, c))?)?; // (B, T, C)
+        let h = rms_norm(&x, &blk.mlp_norm, eps)?.reshape((b * t, c))?; // (B*T, C)
+        let g = linear(&h, &blk.gate, None)?.silu()?; // (B*T, F)
+        let u = linear(&h, &blk.up, None)?; // (B*T, F)
+        let y = linear(&(g * u)?, &blk.down, None)?.reshape((b, t, c))?; // (B, T, C)
+        x + y // (B, T, C)
+    }
+}
+
+/// cos and sin of the rotary angles for positions offset..offset+t, duplicated over both halves
+/// of the head dim (Hugging Face's rotate-half convention) → (T, D) each.
+fn rope_tables(cfg: &ModelConfig, offset: usize, t: usize, dtype: DType, dev: &Device) -> Result<(Tensor, Tensor)> {
+    let hd = cfg.head_dim();
+    let half = hd / 2;
+    let mut cos = Vec::with_capacity(t * hd);
+    let mut sin = Vec::with_capacity(t * hd);
+    for pos in offset..offset + t {
+        for rep in 0..2 {
+            let _ = rep;
+            for i in 0..half {
+                let inv_freq = 1.0 / cfg.rope_theta.powf((2 * i) as f64 / hd as f64);
+                let a = pos as f64 * inv_freq;
+                cos.push(a.cos() as f32);
+                sin.push(a.sin() as f32);
+            }
+        }
+    }
+    Ok((
+        Tensor::from_vec(cos, (t, hd), dev)?.to_dtype(dtype)?,
+        Tensor::from_vec(sin, (t, hd), dev)?.to_dtype(dtype)?,
+    ))
+}
+
+/// x·cos + rotate_half(x)·sin, where rotate_half(x) = [-x₂, x₁]. x (B, H, T, D) → (B, H, T, D).
+fn rope(x: &Tensor, cos: &Tensor, sin: &Tensor) -> Result<Tensor> {
+    let half = x.dim(D::Minus1)? / 2;
+    let x1 = x.narrow(D::Minus1, 0, half)?; // (B, H, T, D/2)
+    let x2 = x.narrow(D::Minus1, half, half)?; // (B, H, T, D/2)
+    let rotated = Tensor::cat(&[&x2.neg()?, &x1], D::Minus1)?; // (B, H, T, D)
+    x.broadcast_mul(cos)? + rotated.broadcast_mul(sin)?
+}
+
+/// (B, KV, S, D) → (B, KV*rep, S, D), each kv head shared by `rep` query heads.
+fn repeat_kv(x: &Tensor, rep: usize) -> Result<Tensor> {
+    if rep == 1 {
+        return Ok(x.clone());
+    }
+    let (b, kv, s, d) = x.dims4()?;
+    x.unsqueeze(2)?.broadcast_as((b, kv, rep, s, d))?.reshape((b, kv * rep, s, d))
+}

@@ -1,0 +1,64 @@
+//! Transformer models on candle: configs and presets, the three families, parameters and
+//! checkpoints, and the analytic cost model.
+
+pub mod bert;
+pub mod config;
+pub mod cost;
+pub mod gpt2;
+pub mod kv_cache;
+pub mod llama;
+pub mod ops;
+pub mod store;
+pub mod weights;
+
+use crate::model::config::{Family, ModelConfig};
+use crate::model::kv_cache::KvCache;
+use crate::model::store::{ParamSpec, ParamStore};
+use candle_core::{DType, Device, Result, Tensor};
+
+/// A built model of any family.
+pub enum Model {
+    Gpt2(gpt2::Gpt2),
+    Llama(llama::Llama),
+    Bert(bert::Bert),
+}
+
+/// The parameters a config implies, with checkpoint names and shapes.
+pub fn param_specs(cfg: &ModelConfig) -> Vec<ParamSpec> {
+    match cfg.family {
+        Family::Gpt2 => gpt2::param_specs(cfg),
+        Family::Llama => llama::param_specs(cfg),
+        Family::Bert => bert::param_specs(cfg),
+    }
+}
+
+impl Model {
+    /// Builds the model from a store holding exactly `param_specs(cfg)`.
+    pub fn load(cfg: &ModelConfig, store: &ParamStore) -> Result<Self> {
+        let m = match cfg.family {
+            Family::Gpt2 => Model::Gpt2(gpt2::Gpt2::load(cfg, store)?),
+            Family::Llama => Model::Llama(llama::Llama::load(cfg, store)?),
+            Family::Bert => Model::Bert(bert::Bert::load(cfg, store)?),
+        };
+        let untaken = store.untaken();
+        if !untaken.is_empty() {
+            candle_core::bail!("internal: parameters created but not used by the model: {untaken:?}");
+        }
+        Ok(m)
+    }
+
+    /// ids (B, T) u32 → logits (B, T, V). `cache` is for decoders only.
+    pub fn forward(&self, ids: &Tensor, cache: Option<&mut KvCache>) -> Result<Tensor> {
+        match (self, cache) {
+            (Model::Gpt2(m), c) => m.forward(ids, c),
+            (Model::Llama(m), c) => m.forward(ids, c),
+            (Model::Bert(m), None) => m.forward(ids),
+            (Model::Bert(_), Some(_)) => candle_core::bail!("bert is an encoder: it has no KV cache"),
+        }
+    }
+
+    /// An empty KV cache for `batch` sequences of up to `max_len` positions.
+    pub fn new_cache(cfg: &ModelConfig, batch: usize, max_len: usize, dtype: DType) -> Result<KvCache> {
+        KvCache::new(cfg.n_layers, batch, cfg.n_kv_heads, max_len, cfg.head_dim(), dtype, &Device::Cpu)
+    }
+}

@@ -1,0 +1,198 @@
+//! The parameters of a model by checkpoint name: created from a seeded random initialisation or
+//! read from safetensors, as trainable `Var`s (train) or detached tensors (inference, so no
+//! autograd graph is recorded — DESIGN.md: 1953 MiB instead of 699 MiB otherwise).
+
+use crate::model::weights::WeightSet;
+use anyhow::{bail, Context};
+use candle_core::{DType, Device, Tensor, Var};
+use rand::SeedableRng;
+use rand_distr::{Distribution, Normal};
+use rayon::prelude::*;
+use std::cell::RefCell;
+use std::collections::{BTreeMap, BTreeSet};
+
+/// How a parameter is initialised when no checkpoint is given.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Init {
+    Normal(f32),
+    Ones,
+    Zeros,
+}
+
+/// One parameter: its checkpoint name, shape and initialisation.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ParamSpec {
+    pub name: String,
+    pub shape: Vec<usize>,
+    pub init: Init,
+}
+
+impl ParamSpec {
+    pub fn new(name: impl Into<String>, shape: &[usize], init: Init) -> Self {
+        Self { name: name.into(), shape: shape.to_vec(), init }
+    }
+
+    pub fn elem_count(&self) -> usize {
+        self.shape.iter().product()
+    }
+}
+
+/// Checkpoint name prefixes accepted in front of ours (`transformer.h.0…` for GPT2LMHeadModel).
+const PREFIXES: [&str; 3] = ["", "transformer.", "model."];
+
+/// Tensors a checkpoint may carry that are buffers, not parameters.
+fn is_buffer(name: &str) -> bool {
+    name.ends_with(".attn.bias")
+        || name.ends_with(".attn.masked_bias")
+        || name.ends_with("rotary_emb.inv_freq")
+        || name.ends_with("position_ids")
+        || name == "lm_head.weight" // tied heads are saved too; ours reads the embedding
+}
+
+pub struct ParamStore {
+    tensors: BTreeMap<String, Tensor>,
+    vars: Vec<Var>,
+    taken: RefCell<BTreeSet<String>>,
+}
+
+impl ParamStore {
+    /// Seeded random parameters: each tensor's stream depends only on the seed and its name.
+    pub fn random(specs: &[ParamSpec], seed: u64, dtype: DType, trainable: bool) -> anyhow::Result<Self> {
+        let data: Vec<(String, Vec<f32>)> = specs
+            .par_iter()
+            .map(|s| (s.name.clone(), init_values(s, seed)))
+            .collect();
+        let mut tensors = Vec::with_capacity(specs.len());
+        for ((name, values), spec) in data.into_iter().zip(specs) {
+            let t = Tensor::from_vec(values, spec.shape.as_slice(), &Device::Cpu)?.to_dtype(dtype)?;
+            tensors.push((name, t));
+        }
+        Self::build(tensors, trainable)
+    }
+
+    /// Parameters read from a checkpoint. Every spec must be present with its exact shape;
+    /// tensors the model does not use are returned as warnings.
+    pub fn from_weights(
+        specs: &[ParamSpec],
+        weights: &WeightSet,
+        dtype: DType,
+        trainable: bool,
+    ) -> anyhow::Result<(Self, Vec<String>)> {
+        let mut used = BTreeSet::new();
+        let mut tensors = Vec::with_capacity(specs.len());
+        for spec in specs {
+            let Some(found) = PREFIXES
+                .iter()
+                .map(|p| format!("{p}{}", spec.name))
+                .find(|n| weights.info(n).is_some())
+            else {
+                bail!(
+                    "--weights: tensor `{}` (shape {:?}) is missing from the checkpoint; it has {} tensors, e.g. {:?}",
+                    spec.name,
+                    spec.shape,
+                    weights.names().len(),
+                    weights.names().iter().take(3).collect::<Vec<_>>()
+                );
+            };
+            let raw = weights.read(&found)?;
+            if raw.shape != spec.shape {
+                bail!(
+                    "--weights: tensor `{found}` has shape {:?}, the model config needs {:?} (is --model/--config the checkpoint's architecture?)",
+                    raw.shape,
+                    spec.shape
+                );
+            }
+            let values = raw.to_f32_vec().with_context(|| format!("--weights: tensor `{found}`"))?;
+            let t = Tensor::from_vec(values, spec.shape.as_slice(), &Device::Cpu)?.to_dtype(dtype)?;
+            used.insert(found);
+            tensors.push((spec.name.clone(), t));
+        }
+        let unused: Vec<String> = weights
+            .names()
+            .into_iter()
+            .filter(|n| !used.contains(n) && !is_buffer(n))
+            .collect();
+        let mut warnings = Vec::new();
+        if !unused.is_empty() {
+            warnings.push(format!(
+                "--weights: {} tensor(s) in the checkpoint are not used by this model: {}",
+                unused.len(),
+                unused.iter().take(5).cloned().collect::<Vec<_>>().join(", ")
+            ));
+        }
+        Ok((Self::build(tensors, trainable)?, warnings))
+    }
+
+    fn build(tensors: Vec<(String, Tensor)>, trainable: bool) -> anyhow::Result<Self> {
+        let mut map = BTreeMap::new();
+        let mut vars = Vec::new();
+        for (name, t) in tensors {
+            let t = if trainable {
+                let v = Var::from_tensor(&t)?;
+                let t = v.as_tensor().clone();
+                vars.push(v);
+                t
+            } else {
+                t
+            };
+            map.insert(name, t);
+        }
+        Ok(Self { tensors: map, vars, taken: RefCell::new(BTreeSet::new()) })
+    }
+
+    /// The parameter called `name`; a model asking for a name its spec list lacks is a bug.
+    pub fn get(&self, name: &str) -> candle_core::Result<Tensor> {
+        let t = self
+            .tensors
+            .get(name)
+            .cloned()
+            .ok_or_else(|| candle_core::Error::Msg(format!("internal: no parameter named `{name}`")))?;
+        self.taken.borrow_mut().insert(name.to_string());
+        Ok(t)
+    }
+
+    /// Names created but never taken by the model (must be empty once a model is loaded).
+    pub fn untaken(&self) -> Vec<String> {
+        let taken = self.taken.borrow();
+        self.tensors.keys().filter(|k| !taken.contains(*k)).cloned().collect()
+    }
+
+    /// Trainable variables (empty for inference stores).
+    pub fn vars(&self) -> Vec<Var> {
+        self.vars.clone()
+    }
+
+    pub fn tensors(&self) -> impl Iterator<Item = (&String, &Tensor)> {
+        self.tensors.iter()
+    }
+
+    pub fn param_count(&self) -> u64 {
+        self.tensors.values().map(|t| t.elem_count() as u64).sum()
+    }
+
+    pub fn param_bytes(&self) -> u64 {
+        self.tensors
+            .values()
+            .map(|t| (t.elem_count() * t.dtype().size_in_bytes()) as u64)
+            .sum()
+    }
+}
+
+fn name_hash(name: &str) -> u64 {
+    // FNV-1a: stable across runs and platforms, unlike std's RandomState.
+    name.bytes().fold(0xcbf29ce484222325u64, |h, b| (h ^ b as u64).wrapping_mul(0x100000001b3))
+}
+
+fn init_values(spec: &ParamSpec, seed: u64) -> Vec<f32> {
+    let n = spec.elem_count();
+    match spec.init {
+        Init::Ones => vec![1.0; n],
+        Init::Zeros => vec![0.0; n],
+        Init::Normal(std) => {
+            let mut rng = rand::rngs::StdRng::seed_from_u64(seed ^ name_hash(&spec.name));
+            // std is a positive constant from the model code: Normal::new cannot fail.
+            let dist = Normal::new(0.0f32, std).expect("positive std");
+            (0..n).map(|_| dist.sample(&mut rng)).collect()
+        }
+    }
+}

@@ -1,0 +1,150 @@
+//! The Record: everything one benchmark run measured, as versioned JSON. It is the one data
+//! contract: analysis, reports, compare and diff read only Records. Schema: docs/record.md.
+
+use crate::spec::Spec;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+pub const SCHEMA_VERSION: u32 = 1;
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Record {
+    pub schema_version: u32,
+    pub spec: Spec,
+    pub model: ModelInfo,
+    /// Phase name → timing of that phase, one sample per measured step.
+    pub timing: BTreeMap<String, PhaseTiming>,
+    pub throughput: Throughput,
+    pub memory: MemoryRecord,
+    /// Train only: loss after each step (warm-up included).
+    pub loss: Vec<f64>,
+    pub warnings: Vec<String>,
+    pub environment: Environment,
+    /// Unix time the run started, seconds.
+    pub started_at: u64,
+    pub wall_seconds: f64,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ModelInfo {
+    pub name: String,
+    pub family: String,
+    /// Exact parameter count of the built model.
+    pub params: u64,
+    /// Exact bytes of the parameters in the run's dtype (params × dtype size).
+    pub param_bytes: u64,
+    pub n_layers: usize,
+    pub d_model: usize,
+    pub n_heads: usize,
+    pub vocab_size: usize,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PhaseTiming {
+    pub samples_ms: Vec<f64>,
+    pub n: usize,
+    pub mean_ms: f64,
+    /// Sample standard deviation; null with fewer than 2 samples.
+    pub std_ms: Option<f64>,
+    /// 100 × std / mean; null when std is null or the mean is 0.
+    pub cv_pct: Option<f64>,
+    pub median_ms: f64,
+    pub min_ms: f64,
+    pub max_ms: f64,
+    pub p90_ms: f64,
+    pub p99_ms: f64,
+    /// Median absolute deviation from the median (unscaled).
+    pub mad_ms: f64,
+    /// Indices of samples flagged as outliers by MAD (kept in every statistic).
+    pub outliers: Vec<usize>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Throughput {
+    /// Tokens per second over the median step (prompt + generated for generate).
+    pub tokens_per_s: Option<f64>,
+    /// Sequences per second over the median step.
+    pub samples_per_s: Option<f64>,
+    /// Generate only: decoded tokens per second (batch / median per-token latency).
+    pub decode_tokens_per_s: Option<f64>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct MemoryRecord {
+    /// False when counting was switched off (MEMSCOPE_NO_COUNT=1): heap figures are then 0.
+    pub counting: bool,
+    /// heap live retained by model load (parameters + their containers).
+    pub load_bytes: u64,
+    pub load_seconds: f64,
+    /// heap peak during load.
+    pub load_peak_bytes: u64,
+    /// Exact parameter bytes (params × dtype size).
+    pub param_bytes: u64,
+    /// heap peak over the whole run (load included).
+    pub heap_peak_bytes: u64,
+    /// heap live after the last step.
+    pub heap_live_end_bytes: u64,
+    /// RSS peak of this process (VmHWM from /proc/self/status).
+    pub rss_peak_bytes: Option<u64>,
+    /// RSS after the last step (/proc/self/statm).
+    pub rss_end_bytes: Option<u64>,
+    /// Generate only: bytes of the preallocated KV cache.
+    pub kv_cache_bytes: Option<u64>,
+    /// Phase name → heap figures of that phase.
+    pub phases: BTreeMap<String, PhaseMemory>,
+    /// One entry per step, warm-up included (flagged).
+    pub series: Vec<StepMemory>,
+    /// Train with --grad-accum > 1: one entry per micro-step.
+    pub micro_steps: Vec<MicroStepMemory>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct PhaseMemory {
+    /// heap peak while this phase ran (maximum over all its runs).
+    pub peak_bytes: u64,
+    /// heap bytes allocated during the phase's first run and still live at its end
+    /// (forward: saved activations; backward: gradients; first optimizer step: optimizer state).
+    pub retained_bytes: i64,
+    /// The same for the phase's last run (steady state).
+    pub retained_bytes_last: i64,
+    /// Allocations made during the phase's last run.
+    pub allocations_last: u64,
+    /// Bytes allocated during the phase's last run (live or freed).
+    pub allocated_bytes_last: u64,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct StepMemory {
+    pub step: u64,
+    pub warmup: bool,
+    /// heap live after the step.
+    pub heap_live_bytes: u64,
+    /// live allocations after the step.
+    pub live_allocations: u64,
+    /// heap peak during the step.
+    pub heap_peak_bytes: u64,
+    /// RSS after the step.
+    pub rss_bytes: Option<u64>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct MicroStepMemory {
+    pub step: u64,
+    pub micro_step: u64,
+    /// heap live after the micro-step's backward (gradients accumulated so far included).
+    pub heap_live_bytes: u64,
+    /// heap peak during the micro-step.
+    pub heap_peak_bytes: u64,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Environment {
+    pub cpu_model: String,
+    pub cores: usize,
+    pub threads: usize,
+    pub os: String,
+    pub memscope_version: String,
+    pub git_commit: String,
+    pub candle_version: String,
+    pub allocator: String,
+}

@@ -1,0 +1,16 @@
+//! JSON export: one Record as an object, several as an array.
+
+use crate::record::Record;
+use crate::report::Export;
+
+pub struct Json;
+
+impl Export for Json {
+    fn render(&self, records: &[Record]) -> anyhow::Result<String> {
+        let text = match records {
+            [one] => serde_json::to_string_pretty(one)?,
+            many => serde_json::to_string_pretty(many)?,
+        };
+        Ok(text + "\n")
+    }
+}

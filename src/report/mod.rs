@@ -1,0 +1,32 @@
+//! Reports: one file per format, each a pure function from Records to text. Reports never
+//! measure and never import candle.
+
+pub mod csv;
+pub mod json;
+pub mod markdown;
+pub mod models;
+pub mod summary;
+pub mod terminal;
+pub mod units;
+
+use crate::record::Record;
+
+/// Where a run's figures end up besides the terminal.
+pub trait Export {
+    /// The whole file for these records.
+    fn render(&self, records: &[Record]) -> anyhow::Result<String>;
+}
+
+/// Phase label and what its retained heap bytes mean.
+pub fn phase_meaning(phase: &str) -> &'static str {
+    match phase {
+        "load" => "parameters and model structure",
+        "forward" => "saved activations (alive at forward end)",
+        "backward" => "gradients",
+        "optimizer" => "optimizer state (first step)",
+        "prefill" => "prefill outputs",
+        "decode" => "decode outputs",
+        "other" => "KV cache (preallocated)",
+        _ => "",
+    }
+}

@@ -1,0 +1,169 @@
+//! The content of a run summary as plain tables (title, header, rows), shared by the terminal
+//! and Markdown renderers so both say exactly the same thing.
+
+use crate::record::Record;
+use crate::report::phase_meaning;
+use crate::report::units::{bytes, ms, rate, thousands};
+
+pub struct Table {
+    pub title: String,
+    pub header: Vec<String>,
+    pub rows: Vec<Vec<String>>,
+}
+
+fn row(cells: &[&str]) -> Vec<String> {
+    cells.iter().map(|s| s.to_string()).collect()
+}
+
+/// One line naming what ran: model, size, mode, shape, dtype, threads.
+pub fn headline(r: &Record) -> String {
+    let s = &r.spec;
+    let shape = match s.mode {
+        crate::spec::Mode::Generate => format!("batch {} · prompt {} + {} new tokens", s.batch, s.prompt_len, s.new_tokens),
+        _ if s.grad_accum > 1 => format!("batch {} × seq {} × {} micro-batches", s.batch, s.seq, s.grad_accum),
+        _ => format!("batch {} × seq {}", s.batch, s.seq),
+    };
+    format!(
+        "{} ({}, {} params) · {} · {} · {} · {} thread{} · {} warm-up + {} measured steps",
+        r.model.name,
+        r.model.family,
+        thousands(r.model.params),
+        s.mode.name(),
+        shape,
+        s.dtype.name(),
+        s.threads,
+        if s.threads == 1 { "" } else { "s" },
+        s.warmup,
+        s.steps
+    )
+}
+
+pub fn timing_table(r: &Record) -> Table {
+    let order = ["forward", "backward", "optimizer", "step", "prefill", "decode"];
+    let mut rows = Vec::new();
+    for name in order {
+        let Some(t) = r.timing.get(name) else { continue };
+        let label = if name == "decode" { "decode (per token)".to_string() } else { name.to_string() };
+        let spread = match t.std_ms {
+            Some(sd) => format!("{} ± {}", ms(t.mean_ms), ms(sd)),
+            None => format!("{} (1 sample)", ms(t.mean_ms)),
+        };
+        rows.push(vec![
+            label,
+            ms(t.median_ms),
+            spread,
+            t.cv_pct.map(|c| format!("{c:.1}%")).unwrap_or_else(|| "n/a".into()),
+            ms(t.min_ms),
+            ms(t.p90_ms),
+            ms(t.p99_ms),
+            ms(t.max_ms),
+            t.outliers.len().to_string(),
+        ]);
+    }
+    Table {
+        title: format!("Timing (ms over {} measured steps; outliers flagged by MAD, kept)", r.spec.steps),
+        header: row(&["phase", "median", "mean ± std", "CV", "min", "p90", "p99", "max", "outliers"]),
+        rows,
+    }
+}
+
+pub fn throughput_line(r: &Record) -> Option<String> {
+    let t = &r.throughput;
+    let mut parts = Vec::new();
+    if let Some(v) = t.tokens_per_s {
+        parts.push(format!("{} tokens/s", rate(v)));
+    }
+    if let Some(v) = t.samples_per_s {
+        parts.push(format!("{} sequences/s", rate(v)));
+    }
+    if let Some(v) = t.decode_tokens_per_s {
+        parts.push(format!("{} decoded tokens/s", rate(v)));
+    }
+    (!parts.is_empty()).then(|| format!("Throughput (median step): {}", parts.join(", ")))
+}
+
+pub fn memory_table(r: &Record) -> Table {
+    let m = &r.memory;
+    let mut rows = vec![
+        vec![
+            "parameters".into(),
+            bytes(m.param_bytes as f64),
+            format!("exact: {} params × {} B ({})", thousands(r.model.params), r.spec.dtype.size_bytes(), r.spec.dtype.name()),
+        ],
+        vec![
+            "model load".into(),
+            bytes(m.load_bytes as f64),
+            format!("heap live retained by load, in {:.2} s (heap peak during load {})", m.load_seconds, bytes(m.load_peak_bytes as f64)),
+        ],
+        vec!["heap peak".into(), bytes(m.heap_peak_bytes as f64), "counting allocator, whole run".into()],
+        vec!["heap live at end".into(), bytes(m.heap_live_end_bytes as f64), "counting allocator, after the last step".into()],
+    ];
+    if let Some(kv) = m.kv_cache_bytes {
+        rows.push(vec!["KV cache".into(), bytes(kv as f64), "exact: preallocated K and V buffers".into()]);
+    }
+    if let Some(v) = m.rss_peak_bytes {
+        rows.push(vec![
+            "RSS peak".into(),
+            bytes(v as f64),
+            "VmHWM from /proc: heap + code + allocator retention".into(),
+        ]);
+    }
+    if let Some(v) = m.rss_end_bytes {
+        rows.push(vec!["RSS at end".into(), bytes(v as f64), "/proc/self/statm".into()]);
+    }
+    if !m.counting {
+        rows.push(vec!["(counting off)".into(), "".into(), "heap figures are 0: MEMSCOPE_NO_COUNT was set".into()]);
+    }
+    Table { title: "Memory".into(), header: row(&["figure", "size", "what it measures"]), rows }
+}
+
+pub fn phase_memory_table(r: &Record) -> Table {
+    let order = ["load", "forward", "backward", "optimizer", "prefill", "decode", "other"];
+    let rows = order
+        .iter()
+        .filter_map(|p| {
+            let pm = r.memory.phases.get(*p)?;
+            Some(vec![
+                p.to_string(),
+                bytes(pm.peak_bytes as f64),
+                bytes(pm.retained_bytes as f64),
+                bytes(pm.retained_bytes_last as f64),
+                thousands(pm.allocations_last),
+                phase_meaning(p).to_string(),
+            ])
+        })
+        .collect();
+    Table {
+        title: "Heap by phase (peak while it ran; bytes it allocated still live at its end)".into(),
+        header: row(&["phase", "heap peak", "retained (1st run)", "retained (last run)", "allocations (last run)", "retained is"]),
+        rows,
+    }
+}
+
+pub fn micro_step_table(r: &Record) -> Option<Table> {
+    let micro = &r.memory.micro_steps;
+    let last_step = micro.last()?.step;
+    let rows = micro
+        .iter()
+        .filter(|m| m.step == last_step)
+        .map(|m| vec![m.micro_step.to_string(), bytes(m.heap_live_bytes as f64), bytes(m.heap_peak_bytes as f64)])
+        .collect();
+    Some(Table {
+        title: format!("Gradient accumulation, step {last_step} (heap after each micro-step's backward)"),
+        header: row(&["micro-step", "heap live", "heap peak"]),
+        rows,
+    })
+}
+
+pub fn loss_line(r: &Record) -> Option<String> {
+    let first = r.loss.first()?;
+    let last = r.loss.last()?;
+    Some(format!("Loss: {first:.4} at the first step → {last:.4} after {} steps (same batch every step)", r.loss.len()))
+}
+
+/// Every table of a run summary, in reading order.
+pub fn tables(r: &Record) -> Vec<Table> {
+    let mut t = vec![timing_table(r), memory_table(r), phase_memory_table(r)];
+    t.extend(micro_step_table(r));
+    t
+}

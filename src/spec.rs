@@ -1,0 +1,153 @@
+//! What to run: model, workload and sizes. Validated once; serialisable, so it is the only thing
+//! a worker process needs.
+
+use crate::model::config::{Family, ModelConfig};
+use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum Mode {
+    /// forward + cross-entropy + backward + AdamW step
+    Train,
+    /// forward only, no autograd graph
+    Infer,
+    /// prefill a prompt, then decode token by token with a KV cache
+    Generate,
+}
+
+impl Mode {
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::Train => "train",
+            Mode::Infer => "infer",
+            Mode::Generate => "generate",
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum Dtype {
+    F32,
+    Bf16,
+    F16,
+}
+
+impl Dtype {
+    pub fn name(self) -> &'static str {
+        match self {
+            Dtype::F32 => "f32",
+            Dtype::Bf16 => "bf16",
+            Dtype::F16 => "f16",
+        }
+    }
+
+    pub fn size_bytes(self) -> u64 {
+        match self {
+            Dtype::F32 => 4,
+            Dtype::Bf16 | Dtype::F16 => 2,
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Spec {
+    /// Preset name, or the config's name when `config_path` is set.
+    pub model: String,
+    /// The resolved architecture (a worker needs no file to rebuild it).
+    pub config: ModelConfig,
+    pub config_path: Option<PathBuf>,
+    pub weights: Option<PathBuf>,
+    pub mode: Mode,
+    pub batch: usize,
+    /// Sequence length for train and infer; the prompt length for generate.
+    pub seq: usize,
+    pub dtype: Dtype,
+    pub threads: usize,
+    pub seed: u64,
+    pub warmup: usize,
+    pub steps: usize,
+    pub grad_accum: usize,
+    /// Generate only: prompt tokens prefilled before decoding.
+    pub prompt_len: usize,
+    /// Generate only: tokens decoded per measured step.
+    pub new_tokens: usize,
+    pub lr: f64,
+}
+
+#[derive(Debug, thiserror::Error, PartialEq)]
+pub enum SpecError {
+    #[error("{flag} must be at least 1 (got 0)")]
+    Zero { flag: &'static str },
+    #[error("--seq {seq} exceeds the model's context of {max} positions (`max_seq_len` of {model}); use --seq {max} or less")]
+    SeqTooLong { seq: usize, max: usize, model: String },
+    #[error("--prompt-len {prompt} + --new-tokens {new} = {total} exceeds the model's context of {max} positions (`max_seq_len` of {model})")]
+    GenerateTooLong { prompt: usize, new: usize, total: usize, max: usize, model: String },
+    #[error("--mode generate needs a decoder (gpt2 or llama family); {model} is a bert encoder: use --mode train or infer")]
+    EncoderCannotGenerate { model: String },
+    #[error("--grad-accum {0} only applies to --mode train")]
+    GradAccumNotTrain(usize),
+    #[error("--lr must be a finite positive number (got {0})")]
+    BadLr(f64),
+}
+
+impl Spec {
+    pub fn validate(&self) -> Result<(), SpecError> {
+        let nonzero = [
+            ("--batch", self.batch),
+            ("--seq", self.seq),
+            ("--steps", self.steps),
+            ("--threads", self.threads),
+            ("--grad-accum", self.grad_accum),
+        ];
+        if let Some((flag, _)) = nonzero.iter().find(|(_, v)| *v == 0) {
+            return Err(SpecError::Zero { flag });
+        }
+        let max = self.config.max_seq_len;
+        match self.mode {
+            Mode::Generate => {
+                if self.config.family == Family::Bert {
+                    return Err(SpecError::EncoderCannotGenerate { model: self.model.clone() });
+                }
+                if self.prompt_len == 0 {
+                    return Err(SpecError::Zero { flag: "--prompt-len" });
+                }
+                if self.new_tokens == 0 {
+                    return Err(SpecError::Zero { flag: "--new-tokens" });
+                }
+                let total = self.prompt_len.saturating_add(self.new_tokens);
+                if total > max {
+                    return Err(SpecError::GenerateTooLong {
+                        prompt: self.prompt_len,
+                        new: self.new_tokens,
+                        total,
+                        max,
+                        model: self.model.clone(),
+                    });
+                }
+            }
+            Mode::Train | Mode::Infer => {
+                if self.seq > max {
+                    return Err(SpecError::SeqTooLong { seq: self.seq, max, model: self.model.clone() });
+                }
+            }
+        }
+        if self.grad_accum > 1 && self.mode != Mode::Train {
+            return Err(SpecError::GradAccumNotTrain(self.grad_accum));
+        }
+        if !(self.lr.is_finite() && self.lr > 0.0) {
+            return Err(SpecError::BadLr(self.lr));
+        }
+        Ok(())
+    }
+
+    /// Tokens processed by one measured step (prompt + decoded tokens for generate).
+    pub fn tokens_per_step(&self) -> u64 {
+        let per_seq = match self.mode {
+            Mode::Generate => self.prompt_len + self.new_tokens,
+            _ => self.seq * self.grad_accum,
+        };
+        (self.batch * per_seq) as u64
+    }
+}

@@ -9,12 +9,19 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 pub fn run(spec: &Spec, progress: &AtomicUsize) -> anyhow::Result<Record> {
     spec.validate()?;
-    let started_at = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
+    let started_at = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
     let wall = Instant::now();
     let m = measure(spec, progress)?;
     let (timing, mut warnings) = phase_timings(&m.samples_ms);
     warnings.extend(m.warnings);
-    let decoded = if spec.mode == Mode::Generate { spec.new_tokens as u64 } else { 0 };
+    let decoded = if spec.mode == Mode::Generate {
+        spec.new_tokens as u64
+    } else {
+        0
+    };
     let sequences = (spec.batch * spec.grad_accum) as u64;
     let throughput = throughput(&timing, spec.tokens_per_step(), sequences, decoded);
     Ok(Record {

@@ -12,7 +12,11 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 #[derive(Parser, Debug)]
-#[command(name = "memscope", version, about = "Benchmark and memory-profile transformer models: exact heap accounting, honest statistics")]
+#[command(
+    name = "memscope",
+    version,
+    about = "Benchmark and memory-profile transformer models: exact heap accounting, honest statistics"
+)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
@@ -125,8 +129,13 @@ pub fn resolve_model(m: &ModelArgs) -> anyhow::Result<(String, ModelConfig)> {
         }
         None => {
             let Some(cfg) = ModelConfig::preset(&m.model) else {
-                let names: Vec<String> = ModelConfig::presets().into_iter().map(|c| c.name).collect();
-                bail!("--model {}: no such preset; choose one of {} (or pass --config FILE)", m.model, names.join(", "));
+                let names: Vec<String> =
+                    ModelConfig::presets().into_iter().map(|c| c.name).collect();
+                bail!(
+                    "--model {}: no such preset; choose one of {} (or pass --config FILE)",
+                    m.model,
+                    names.join(", ")
+                );
             };
             Ok((m.model.clone(), cfg))
         }
@@ -135,7 +144,11 @@ pub fn resolve_model(m: &ModelArgs) -> anyhow::Result<(String, ModelConfig)> {
 
 pub fn build_spec(m: &ModelArgs, w: &WorkloadArgs) -> anyhow::Result<Spec> {
     let (name, config) = resolve_model(m)?;
-    let threads = w.threads.unwrap_or_else(|| std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1));
+    let threads = w.threads.unwrap_or_else(|| {
+        std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1)
+    });
     let spec = Spec {
         model: name,
         config,
@@ -143,7 +156,10 @@ pub fn build_spec(m: &ModelArgs, w: &WorkloadArgs) -> anyhow::Result<Spec> {
         weights: m.weights.clone(),
         mode: w.mode,
         batch: w.batch,
-        seq: w.prompt_len.filter(|_| w.mode == Mode::Generate).unwrap_or(w.seq),
+        seq: w
+            .prompt_len
+            .filter(|_| w.mode == Mode::Generate)
+            .unwrap_or(w.seq),
         dtype: w.dtype,
         threads,
         seed: w.seed,
@@ -162,14 +178,20 @@ pub fn build_spec(m: &ModelArgs, w: &WorkloadArgs) -> anyhow::Result<Spec> {
 pub fn set_threads(n: usize) {
     // candle's gemm calls read RAYON_NUM_THREADS each time; rayon's pool reads it once.
     std::env::set_var("RAYON_NUM_THREADS", n.to_string());
-    let _ = rayon::ThreadPoolBuilder::new().num_threads(n).build_global();
+    let _ = rayon::ThreadPoolBuilder::new()
+        .num_threads(n)
+        .build_global();
 }
 
 fn bench(a: BenchArgs) -> anyhow::Result<ExitCode> {
     let spec = build_spec(&a.model, &a.workload)?;
     set_threads(spec.threads);
     check_outputs(&a.output)?;
-    let progress = Progress::start(spec.warmup + spec.steps, format!("{} {}", spec.model, spec.mode.name()), a.output.quiet);
+    let progress = Progress::start(
+        spec.warmup + spec.steps,
+        format!("{} {}", spec.model, spec.mode.name()),
+        a.output.quiet,
+    );
     let result = crate::bench::run(&spec, &progress.steps);
     progress.finish();
     let record = result?;
@@ -180,11 +202,22 @@ fn bench(a: BenchArgs) -> anyhow::Result<ExitCode> {
 
 /// Fails before measuring when an output file cannot be created, so no run is wasted.
 fn check_outputs(o: &OutputArgs) -> anyhow::Result<()> {
-    for (flag, path) in [("--json", &o.json), ("--csv", &o.csv), ("--markdown", &o.markdown)] {
+    for (flag, path) in [
+        ("--json", &o.json),
+        ("--csv", &o.csv),
+        ("--markdown", &o.markdown),
+    ] {
         if let Some(p) = path {
-            let dir = p.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+            let dir = p
+                .parent()
+                .filter(|d| !d.as_os_str().is_empty())
+                .unwrap_or(Path::new("."));
             if !dir.is_dir() {
-                bail!("{flag} {}: directory {} does not exist", p.display(), dir.display());
+                bail!(
+                    "{flag} {}: directory {} does not exist",
+                    p.display(),
+                    dir.display()
+                );
             }
         }
     }

@@ -5,12 +5,18 @@ use crate::record::Environment;
 pub fn capture(threads: usize) -> Environment {
     Environment {
         cpu_model: cpu_model().unwrap_or_else(|| "unknown".into()),
-        cores: std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
+        cores: std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1),
         threads,
         os: os().unwrap_or_else(|| std::env::consts::OS.to_string()),
         memscope_version: env!("CARGO_PKG_VERSION").to_string(),
-        git_commit: option_env!("MEMSCOPE_GIT_COMMIT").unwrap_or("unknown").to_string(),
-        candle_version: option_env!("MEMSCOPE_CANDLE_VERSION").unwrap_or("unknown").to_string(),
+        git_commit: option_env!("MEMSCOPE_GIT_COMMIT")
+            .unwrap_or("unknown")
+            .to_string(),
+        candle_version: option_env!("MEMSCOPE_CANDLE_VERSION")
+            .unwrap_or("unknown")
+            .to_string(),
         allocator: "mimalloc (counted)".to_string(),
     }
 }

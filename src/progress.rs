@@ -36,7 +36,11 @@ impl Progress {
                 bar.finish_and_clear();
             })
         });
-        Self { steps, done, handle }
+        Self {
+            steps,
+            done,
+            handle,
+        }
     }
 
     pub fn finish(mut self) {

@@ -71,7 +71,7 @@ pub struct Throughput {
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct MemoryRecord {
-    /// False when counting was switched off (MEMSCOPE_NO_COUNT=1): heap figures are then 0.
+    /// False when counting was switched off (MEMSCOPE_NO_COUNT=1): heap figures are then not measured.
     pub counting: bool,
     /// heap live retained by model load (parameters + their containers).
     pub load_bytes: u64,

@@ -81,9 +81,19 @@ pub enum SpecError {
     #[error("{flag} must be at least 1 (got 0)")]
     Zero { flag: &'static str },
     #[error("--seq {seq} exceeds the model's context of {max} positions (`max_seq_len` of {model}); use --seq {max} or less")]
-    SeqTooLong { seq: usize, max: usize, model: String },
+    SeqTooLong {
+        seq: usize,
+        max: usize,
+        model: String,
+    },
     #[error("--prompt-len {prompt} + --new-tokens {new} = {total} exceeds the model's context of {max} positions (`max_seq_len` of {model})")]
-    GenerateTooLong { prompt: usize, new: usize, total: usize, max: usize, model: String },
+    GenerateTooLong {
+        prompt: usize,
+        new: usize,
+        total: usize,
+        max: usize,
+        model: String,
+    },
     #[error("--mode generate needs a decoder (gpt2 or llama family); {model} is a bert encoder: use --mode train or infer")]
     EncoderCannotGenerate { model: String },
     #[error("--grad-accum {0} only applies to --mode train")]
@@ -108,13 +118,19 @@ impl Spec {
         match self.mode {
             Mode::Generate => {
                 if self.config.family == Family::Bert {
-                    return Err(SpecError::EncoderCannotGenerate { model: self.model.clone() });
+                    return Err(SpecError::EncoderCannotGenerate {
+                        model: self.model.clone(),
+                    });
                 }
                 if self.prompt_len == 0 {
-                    return Err(SpecError::Zero { flag: "--prompt-len" });
+                    return Err(SpecError::Zero {
+                        flag: "--prompt-len",
+                    });
                 }
                 if self.new_tokens == 0 {
-                    return Err(SpecError::Zero { flag: "--new-tokens" });
+                    return Err(SpecError::Zero {
+                        flag: "--new-tokens",
+                    });
                 }
                 let total = self.prompt_len.saturating_add(self.new_tokens);
                 if total > max {
@@ -129,7 +145,11 @@ impl Spec {
             }
             Mode::Train | Mode::Infer => {
                 if self.seq > max {
-                    return Err(SpecError::SeqTooLong { seq: self.seq, max, model: self.model.clone() });
+                    return Err(SpecError::SeqTooLong {
+                        seq: self.seq,
+                        max,
+                        model: self.model.clone(),
+                    });
                 }
             }
         }

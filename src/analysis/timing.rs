@@ -6,7 +6,9 @@ use crate::record::{PhaseTiming, Throughput};
 use std::collections::BTreeMap;
 
 /// Summarises each phase; phases without samples are left out. Warnings name the phase.
-pub fn phase_timings(samples: &[(String, Vec<f64>)]) -> (BTreeMap<String, PhaseTiming>, Vec<String>) {
+pub fn phase_timings(
+    samples: &[(String, Vec<f64>)],
+) -> (BTreeMap<String, PhaseTiming>, Vec<String>) {
     let mut out = BTreeMap::new();
     let mut warnings = Vec::new();
     for (name, xs) in samples {
@@ -49,11 +51,17 @@ pub fn throughput(
         let decode = median("decode")?;
         Some(prefill + decode * decoded_per_seq as f64)
     });
-    let per_s = |count: u64| step_ms.filter(|ms| *ms > 0.0).map(|ms| count as f64 * 1e3 / ms);
+    let per_s = |count: u64| {
+        step_ms
+            .filter(|ms| *ms > 0.0)
+            .map(|ms| count as f64 * 1e3 / ms)
+    };
     Throughput {
         tokens_per_s: per_s(tokens),
         samples_per_s: per_s(sequences),
-        decode_tokens_per_s: median("decode").filter(|ms| *ms > 0.0).map(|ms| sequences as f64 * 1e3 / ms),
+        decode_tokens_per_s: median("decode")
+            .filter(|ms| *ms > 0.0)
+            .map(|ms| sequences as f64 * 1e3 / ms),
     }
 }
 
@@ -63,7 +71,10 @@ mod tests {
 
     #[test]
     fn summarises_each_phase_and_skips_empty_ones() {
-        let samples = vec![("step".to_string(), vec![10.0, 12.0, 11.0]), ("forward".to_string(), vec![])];
+        let samples = vec![
+            ("step".to_string(), vec![10.0, 12.0, 11.0]),
+            ("forward".to_string(), vec![]),
+        ];
         let (t, _) = phase_timings(&samples);
         assert_eq!(t.len(), 1);
         let s = &t["step"];

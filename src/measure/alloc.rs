@@ -215,7 +215,8 @@ unsafe impl GlobalAlloc for CountingAlloc {
         let phase = *ptr.sub(1);
         on_free(layout.size() as u64, phase);
         // `outer` succeeded when this block was allocated with the same layout.
-        let outer = Layout::from_size_align_unchecked(layout.size() + off, layout.align().max(HEADER));
+        let outer =
+            Layout::from_size_align_unchecked(layout.size() + off, layout.align().max(HEADER));
         MiMalloc.dealloc(ptr.sub(off), outer);
     }
 
@@ -225,7 +226,8 @@ unsafe impl GlobalAlloc for CountingAlloc {
         let Some(new_outer_size) = new_size.checked_add(off) else {
             return std::ptr::null_mut();
         };
-        let old_outer = Layout::from_size_align_unchecked(layout.size() + off, layout.align().max(HEADER));
+        let old_outer =
+            Layout::from_size_align_unchecked(layout.size() + off, layout.align().max(HEADER));
         let base = MiMalloc.realloc(ptr.sub(off), old_outer, new_outer_size);
         if base.is_null() {
             return base;

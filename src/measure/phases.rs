@@ -31,7 +31,11 @@ impl Default for PhaseTracker {
 impl PhaseTracker {
     pub fn new() -> Self {
         let s = alloc::snapshot();
-        Self { acc: [Acc::default(); N_PHASES], run_peak: s.max_bytes, recent_peak: s.curr_bytes }
+        Self {
+            acc: [Acc::default(); N_PHASES],
+            run_peak: s.max_bytes,
+            recent_peak: s.curr_bytes,
+        }
     }
 
     /// Runs `f` as one run of phase `p`. The heap peak window is reset at its start.

@@ -52,9 +52,13 @@ pub fn measure(spec: &Spec, progress: &AtomicUsize) -> anyhow::Result<Measuremen
     let loaded = tracker.run(Phase::Load, || -> anyhow::Result<_> {
         let specs = param_specs(cfg);
         let (store, warnings) = match &spec.weights {
-            None => (ParamStore::random(&specs, spec.seed, dtype, trainable)?, vec![]),
+            None => (
+                ParamStore::random(&specs, spec.seed, dtype, trainable)?,
+                vec![],
+            ),
             Some(path) => {
-                let ws = WeightSet::open(path).with_context(|| format!("--weights {}", path.display()))?;
+                let ws = WeightSet::open(path)
+                    .with_context(|| format!("--weights {}", path.display()))?;
                 ParamStore::from_weights(&specs, &ws, dtype, trainable)?
             }
         };
@@ -98,7 +102,8 @@ pub fn measure(spec: &Spec, progress: &AtomicUsize) -> anyhow::Result<Measuremen
     let mut rng = rand::rngs::StdRng::seed_from_u64(spec.seed);
     match spec.mode {
         Mode::Train => {
-            let (ids, targets) = random_batch(&mut rng, spec.batch, spec.seq, cfg.vocab_size, &dev)?;
+            let (ids, targets) =
+                random_batch(&mut rng, spec.batch, spec.seq, cfg.vocab_size, &dev)?;
             let vars = store.vars();
             let mut opt: Option<AdamW> = None;
             for step in 0..total_steps {
@@ -116,7 +121,9 @@ pub fn measure(spec: &Spec, progress: &AtomicUsize) -> anyhow::Result<Measuremen
             let (ids, _) = random_batch(&mut rng, spec.batch, spec.seq, cfg.vocab_size, &dev)?;
             drop(store); // inference keeps the model's detached tensors only
             for step in 0..total_steps {
-                let (logits, ms) = run.tracker.run(Phase::Forward, || time_ms(&dev, || model.forward(&ids, None)))?;
+                let (logits, ms) = run.tracker.run(Phase::Forward, || {
+                    time_ms(&dev, || model.forward(&ids, None))
+                })?;
                 drop(logits);
                 if step >= spec.warmup {
                     samples[0].1.push(ms);
@@ -126,12 +133,13 @@ pub fn measure(spec: &Spec, progress: &AtomicUsize) -> anyhow::Result<Measuremen
             }
         }
         Mode::Generate => {
-            let (prompt, _) = random_batch(&mut rng, spec.batch, spec.prompt_len, cfg.vocab_size, &dev)?;
+            let (prompt, _) =
+                random_batch(&mut rng, spec.batch, spec.prompt_len, cfg.vocab_size, &dev)?;
             drop(store);
             let max_len = spec.prompt_len + spec.new_tokens;
-            let mut cache = run
-                .tracker
-                .run(Phase::Other, || Model::new_cache(cfg, spec.batch, max_len, dtype))?;
+            let mut cache = run.tracker.run(Phase::Other, || {
+                Model::new_cache(cfg, spec.batch, max_len, dtype)
+            })?;
             kv_cache_bytes = Some(cache.bytes());
             for step in 0..total_steps {
                 cache.reset();
@@ -146,10 +154,18 @@ pub fn measure(spec: &Spec, progress: &AtomicUsize) -> anyhow::Result<Measuremen
         }
     }
 
-    let Run { series, micro, loss, leaked, .. } = run;
+    let Run {
+        series,
+        micro,
+        loss,
+        leaked,
+        ..
+    } = run;
     drop(leaked);
     if !alloc::is_active() {
-        warnings.push("the counting allocator is not installed in this binary: heap figures are 0".into());
+        warnings.push(
+            "the counting allocator is not installed in this binary: heap figures are 0".into(),
+        );
     }
     let memory = MemoryRecord {
         counting: alloc::is_active() && alloc::counting(),
@@ -166,7 +182,13 @@ pub fn measure(spec: &Spec, progress: &AtomicUsize) -> anyhow::Result<Measuremen
         series,
         micro_steps: micro,
     };
-    Ok(Measurement { model: info, samples_ms: samples, memory, loss, warnings })
+    Ok(Measurement {
+        model: info,
+        samples_ms: samples,
+        memory,
+        loss,
+        warnings,
+    })
 }
 
 /// Phase names in the order their samples are stored, per mode.
@@ -179,7 +201,10 @@ pub fn phase_names(mode: Mode) -> &'static [&'static str] {
 }
 
 fn leak_bytes() -> usize {
-    std::env::var(LEAK_ENV).ok().and_then(|v| v.parse().ok()).unwrap_or(0)
+    std::env::var(LEAK_ENV)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
 }
 
 /// Keeps the gradients of the parameters only, detached. candle leaves gradients for constant
@@ -206,7 +231,9 @@ fn random_batch(
     vocab: usize,
     dev: &Device,
 ) -> candle_core::Result<(Tensor, Tensor)> {
-    let tokens: Vec<u32> = (0..batch * (seq + 1)).map(|_| rng.random_range(0..vocab as u32)).collect();
+    let tokens: Vec<u32> = (0..batch * (seq + 1))
+        .map(|_| rng.random_range(0..vocab as u32))
+        .collect();
     let all = Tensor::from_vec(tokens, (batch, seq + 1), dev)?; // (B, T+1)
     let ids = all.narrow(1, 0, seq)?.contiguous()?; // (B, T)
     let targets = all.narrow(1, 1, seq)?.contiguous()?; // (B, T)
@@ -251,7 +278,8 @@ impl Run<'_> {
                 time_ms(dev, || {
                     let logits = model.forward(ids, None)?; // (B, T, V)
                     let v = logits.dim(D::Minus1)?;
-                    let loss = ops::cross_entropy(&logits.reshape((b * t, v))?, &targets.flatten_all()?)?;
+                    let loss =
+                        ops::cross_entropy(&logits.reshape((b * t, v))?, &targets.flatten_all()?)?;
                     if accum > 1 {
                         loss / accum as f64
                     } else {
@@ -291,7 +319,10 @@ impl Run<'_> {
                     Some(o) => o,
                     None => opt.insert(AdamW::new(
                         vars.to_vec(),
-                        ParamsAdamW { lr: self.spec.lr, ..ParamsAdamW::default() },
+                        ParamsAdamW {
+                            lr: self.spec.lr,
+                            ..ParamsAdamW::default()
+                        },
                     )?),
                 };
                 o.step(&grads)
@@ -338,7 +369,10 @@ impl Run<'_> {
         if self.leak > 0 {
             self.leaked.push(vec![1u8; self.leak]);
         }
-        let step_peak = self.tracker.take_recent_peak().max(std::mem::take(&mut self.step_peak));
+        let step_peak = self
+            .tracker
+            .take_recent_peak()
+            .max(std::mem::take(&mut self.step_peak));
         let now = alloc::snapshot();
         self.series.push(StepMemory {
             step: step as u64,

@@ -11,8 +11,16 @@ pub fn param_specs(cfg: &ModelConfig) -> Vec<ParamSpec> {
     let (c, f, v, t) = (cfg.d_model, cfg.d_ff, cfg.vocab_size, cfg.max_seq_len);
     let std = 0.02;
     let mut s = vec![
-        ParamSpec::new("bert.embeddings.word_embeddings.weight", &[v, c], Normal(std)),
-        ParamSpec::new("bert.embeddings.position_embeddings.weight", &[t, c], Normal(std)),
+        ParamSpec::new(
+            "bert.embeddings.word_embeddings.weight",
+            &[v, c],
+            Normal(std),
+        ),
+        ParamSpec::new(
+            "bert.embeddings.position_embeddings.weight",
+            &[t, c],
+            Normal(std),
+        ),
     ];
     if cfg.type_vocab_size > 0 {
         s.push(ParamSpec::new(
@@ -21,8 +29,16 @@ pub fn param_specs(cfg: &ModelConfig) -> Vec<ParamSpec> {
             Normal(std),
         ));
     }
-    s.push(ParamSpec::new("bert.embeddings.LayerNorm.weight", &[c], Ones));
-    s.push(ParamSpec::new("bert.embeddings.LayerNorm.bias", &[c], Zeros));
+    s.push(ParamSpec::new(
+        "bert.embeddings.LayerNorm.weight",
+        &[c],
+        Ones,
+    ));
+    s.push(ParamSpec::new(
+        "bert.embeddings.LayerNorm.bias",
+        &[c],
+        Zeros,
+    ));
     for i in 0..cfg.n_layers {
         let p = |n: &str| format!("bert.encoder.layer.{i}.{n}");
         s.extend([
@@ -45,14 +61,22 @@ pub fn param_specs(cfg: &ModelConfig) -> Vec<ParamSpec> {
         ]);
     }
     s.extend([
-        ParamSpec::new("cls.predictions.transform.dense.weight", &[c, c], Normal(std)),
+        ParamSpec::new(
+            "cls.predictions.transform.dense.weight",
+            &[c, c],
+            Normal(std),
+        ),
         ParamSpec::new("cls.predictions.transform.dense.bias", &[c], Zeros),
         ParamSpec::new("cls.predictions.transform.LayerNorm.weight", &[c], Ones),
         ParamSpec::new("cls.predictions.transform.LayerNorm.bias", &[c], Zeros),
         ParamSpec::new("cls.predictions.bias", &[v], Zeros),
     ]);
     if !cfg.tie_embeddings {
-        s.push(ParamSpec::new("cls.predictions.decoder.weight", &[v, c], Normal(std)));
+        s.push(ParamSpec::new(
+            "cls.predictions.decoder.weight",
+            &[v, c],
+            Normal(std),
+        ));
     }
     s
 }
@@ -94,10 +118,16 @@ pub struct Bert {
 impl Bert {
     pub fn load(cfg: &ModelConfig, st: &ParamStore) -> Result<Self> {
         let dense = |p: &str| -> Result<Dense> {
-            Ok(Dense { w: st.get(&format!("{p}.weight"))?, b: st.get(&format!("{p}.bias"))? })
+            Ok(Dense {
+                w: st.get(&format!("{p}.weight"))?,
+                b: st.get(&format!("{p}.bias"))?,
+            })
         };
         let norm = |p: &str| -> Result<Norm> {
-            Ok(Norm { w: st.get(&format!("{p}.weight"))?, b: st.get(&format!("{p}.bias"))? })
+            Ok(Norm {
+                w: st.get(&format!("{p}.weight"))?,
+                b: st.get(&format!("{p}.bias"))?,
+            })
         };
         let layers = (0..cfg.n_layers)
             .map(|i| {
@@ -120,7 +150,11 @@ impl Bert {
         } else {
             None
         };
-        let decoder = if cfg.tie_embeddings { word.clone() } else { st.get("cls.predictions.decoder.weight")? };
+        let decoder = if cfg.tie_embeddings {
+            word.clone()
+        } else {
+            st.get("cls.predictions.decoder.weight")?
+        };
         Ok(Self {
             cfg: cfg.clone(),
             pos: st.get("bert.embeddings.position_embeddings.weight")?,
@@ -140,7 +174,10 @@ impl Bert {
         let (b, t) = ids.dims2()?;
         let (c, eps) = (self.cfg.d_model, self.cfg.norm_eps);
         let pos = Tensor::arange(0u32, t as u32, ids.device())?; // (T)
-        let mut x = self.word.embedding(&ids.flatten_all()?)?.reshape((b, t, c))?; // (B, T, C)
+        let mut x = self
+            .word
+            .embedding(&ids.flatten_all()?)?
+            .reshape((b, t, c))?; // (B, T, C)
         x = x.broadcast_add(&self.pos.embedding(&pos)?)?; // (B, T, C)
         if let Some(tt) = &self.token_type {
             x = x.broadcast_add(&tt.get(0)?)?; // (B, T, C)
@@ -161,7 +198,10 @@ impl Bert {
         let (nh, hd, eps) = (self.cfg.n_heads, self.cfg.head_dim(), self.cfg.norm_eps);
         let h = x.reshape((b * t, c))?; // (B*T, C)
         let heads = |d: &Dense| -> Result<Tensor> {
-            linear(&h, &d.w, Some(&d.b))?.reshape((b, t, nh, hd))?.transpose(1, 2)?.contiguous() // (B, H, T, D)
+            linear(&h, &d.w, Some(&d.b))?
+                .reshape((b, t, nh, hd))?
+                .transpose(1, 2)?
+                .contiguous() // (B, H, T, D)
         };
         let y = attention(&heads(&l.q)?, &heads(&l.k)?, &heads(&l.v)?, None)?; // (B, H, T, D)
         let y = y.transpose(1, 2)?.reshape((b * t, c))?; // (B*T, C)

@@ -72,7 +72,10 @@ pub struct Gpt2 {
 impl Gpt2 {
     pub fn load(cfg: &ModelConfig, st: &ParamStore) -> Result<Self> {
         let norm = |p: &str| -> Result<Norm> {
-            Ok(Norm { w: st.get(&format!("{p}.weight"))?, b: st.get(&format!("{p}.bias"))? })
+            Ok(Norm {
+                w: st.get(&format!("{p}.weight"))?,
+                b: st.get(&format!("{p}.bias"))?,
+            })
         };
         let blocks = (0..cfg.n_layers)
             .map(|i| {
@@ -92,7 +95,11 @@ impl Gpt2 {
             })
             .collect::<Result<Vec<_>>>()?;
         let wte = st.get("wte.weight")?;
-        let lm_head = if cfg.tie_embeddings { wte.clone() } else { st.get("lm_head.weight")? };
+        let lm_head = if cfg.tie_embeddings {
+            wte.clone()
+        } else {
+            st.get("lm_head.weight")?
+        };
         Ok(Self {
             cfg: cfg.clone(),
             wpe: st.get("wpe.weight")?,
@@ -109,9 +116,16 @@ impl Gpt2 {
         let c = self.cfg.d_model;
         let offset = cache.as_ref().map_or(0, |k| k.len());
         let pos = Tensor::arange(offset as u32, (offset + t) as u32, ids.device())?; // (T)
-        let tok = self.wte.embedding(&ids.flatten_all()?)?.reshape((b, t, c))?; // (B, T, C)
+        let tok = self
+            .wte
+            .embedding(&ids.flatten_all()?)?
+            .reshape((b, t, c))?; // (B, T, C)
         let x = tok.broadcast_add(&self.wpe.embedding(&pos)?)?; // (B, T, C)
-        let mask = if t > 1 { Some(causal_mask(t, offset, x.dtype(), x.device())?) } else { None };
+        let mask = if t > 1 {
+            Some(causal_mask(t, offset, x.dtype(), x.device())?)
+        } else {
+            None
+        };
         let mut x = x;
         for (i, blk) in self.blocks.iter().enumerate() {
             x = self.block(blk, &x, mask.as_ref(), cache.as_deref_mut().map(|k| (i, k)))?;

@@ -33,7 +33,12 @@ impl KvCache {
                 })
             })
             .collect::<Result<Vec<_>>>()?;
-        Ok(Self { layers, len: 0, max_len, pending: 0 })
+        Ok(Self {
+            layers,
+            len: 0,
+            max_len,
+            pending: 0,
+        })
     }
 
     /// Positions already stored (the offset of the next token).
@@ -55,7 +60,9 @@ impl KvCache {
     pub fn bytes(&self) -> u64 {
         self.layers
             .iter()
-            .map(|l| (l.k.elem_count() + l.v.elem_count()) as u64 * l.k.dtype().size_in_bytes() as u64)
+            .map(|l| {
+                (l.k.elem_count() + l.v.elem_count()) as u64 * l.k.dtype().size_in_bytes() as u64
+            })
             .sum()
     }
 

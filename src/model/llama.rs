@@ -13,7 +13,11 @@ pub fn param_specs(cfg: &ModelConfig) -> Vec<ParamSpec> {
     let kv = cfg.n_kv_heads * cfg.head_dim();
     let std = 0.02;
     let proj_std = 0.02 / ((2 * cfg.n_layers) as f32).sqrt();
-    let mut s = vec![ParamSpec::new("model.embed_tokens.weight", &[v, c], Normal(std))];
+    let mut s = vec![ParamSpec::new(
+        "model.embed_tokens.weight",
+        &[v, c],
+        Normal(std),
+    )];
     for i in 0..cfg.n_layers {
         let p = |n: &str| format!("model.layers.{i}.{n}");
         s.extend([
@@ -74,8 +78,18 @@ impl Llama {
             })
             .collect::<Result<Vec<_>>>()?;
         let embed = st.get("model.embed_tokens.weight")?;
-        let lm_head = if cfg.tie_embeddings { embed.clone() } else { st.get("lm_head.weight")? };
-        Ok(Self { cfg: cfg.clone(), embed, blocks, norm: st.get("model.norm.weight")?, lm_head })
+        let lm_head = if cfg.tie_embeddings {
+            embed.clone()
+        } else {
+            st.get("lm_head.weight")?
+        };
+        Ok(Self {
+            cfg: cfg.clone(),
+            embed,
+            blocks,
+            norm: st.get("model.norm.weight")?,
+            lm_head,
+        })
     }
 
     /// ids (B, T) u32 → logits (B, T, V). With a cache, positions continue after the cached ones.
@@ -83,11 +97,25 @@ impl Llama {
         let (b, t) = ids.dims2()?;
         let c = self.cfg.d_model;
         let offset = cache.as_ref().map_or(0, |k| k.len());
-        let mut x = self.embed.embedding(&ids.flatten_all()?)?.reshape((b, t, c))?; // (B, T, C)
+        let mut x = self
+            .embed
+            .embedding(&ids.flatten_all()?)?
+            .reshape((b, t, c))?; // (B, T, C)
         let (cos, sin) = rope_tables(&self.cfg, offset, t, x.dtype(), x.device())?; // (T, D)
-        let mask = if t > 1 { Some(causal_mask(t, offset, x.dtype(), x.device())?) } else { None };
+        let mask = if t > 1 {
+            Some(causal_mask(t, offset, x.dtype(), x.device())?)
+        } else {
+            None
+        };
         for (i, blk) in self.blocks.iter().enumerate() {
-            x = self.block(blk, &x, &cos, &sin, mask.as_ref(), cache.as_deref_mut().map(|k| (i, k)))?;
+            x = self.block(
+                blk,
+                &x,
+                &cos,
+                &sin,
+                mask.as_ref(),
+                cache.as_deref_mut().map(|k| (i, k)),
+            )?;
         }
         if let Some(k) = cache {
             k.advance();
@@ -109,9 +137,15 @@ impl Llama {
         let (nh, nkv, hd) = (self.cfg.n_heads, self.cfg.n_kv_heads, self.cfg.head_dim());
         let eps = self.cfg.norm_eps;
         let h = rms_norm(x, &blk.attn_norm, eps)?.reshape((b * t, c))?; // (B*T, C)
-        let q = linear(&h, &blk.q, None)?.reshape((b, t, nh, hd))?.transpose(1, 2)?; // (B, H, T, D)
-        let k = linear(&h, &blk.k, None)?.reshape((b, t, nkv, hd))?.transpose(1, 2)?; // (B, KV, T, D)
-        let v = linear(&h, &blk.v, None)?.reshape((b, t, nkv, hd))?.transpose(1, 2)?; // (B, KV, T, D)
+        let q = linear(&h, &blk.q, None)?
+            .reshape((b, t, nh, hd))?
+            .transpose(1, 2)?; // (B, H, T, D)
+        let k = linear(&h, &blk.k, None)?
+            .reshape((b, t, nkv, hd))?
+            .transpose(1, 2)?; // (B, KV, T, D)
+        let v = linear(&h, &blk.v, None)?
+            .reshape((b, t, nkv, hd))?
+            .transpose(1, 2)?; // (B, KV, T, D)
         let q = rope(&q.contiguous()?, cos, sin)?; // (B, H, T, D)
         let k = rope(&k.contiguous()?, cos, sin)?; // (B, KV, T, D)
         let v = v.contiguous()?; // (B, KV, T, D)
@@ -134,7 +168,13 @@ impl Llama {
 
 /// cos and sin of the rotary angles for positions offset..offset+t, duplicated over both halves
 /// of the head dim (Hugging Face's rotate-half convention) → (T, D) each.
-fn rope_tables(cfg: &ModelConfig, offset: usize, t: usize, dtype: DType, dev: &Device) -> Result<(Tensor, Tensor)> {
+fn rope_tables(
+    cfg: &ModelConfig,
+    offset: usize,
+    t: usize,
+    dtype: DType,
+    dev: &Device,
+) -> Result<(Tensor, Tensor)> {
     let hd = cfg.head_dim();
     let half = hd / 2;
     let mut cos = Vec::with_capacity(t * hd);
@@ -171,5 +211,7 @@ fn repeat_kv(x: &Tensor, rep: usize) -> Result<Tensor> {
         return Ok(x.clone());
     }
     let (b, kv, s, d) = x.dims4()?;
-    x.unsqueeze(2)?.broadcast_as((b, kv, rep, s, d))?.reshape((b, kv * rep, s, d))
+    x.unsqueeze(2)?
+        .broadcast_as((b, kv, rep, s, d))?
+        .reshape((b, kv * rep, s, d))
 }

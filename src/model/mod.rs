@@ -42,7 +42,9 @@ impl Model {
         };
         let untaken = store.untaken();
         if !untaken.is_empty() {
-            candle_core::bail!("internal: parameters created but not used by the model: {untaken:?}");
+            candle_core::bail!(
+                "internal: parameters created but not used by the model: {untaken:?}"
+            );
         }
         Ok(m)
     }
@@ -53,12 +55,27 @@ impl Model {
             (Model::Gpt2(m), c) => m.forward(ids, c),
             (Model::Llama(m), c) => m.forward(ids, c),
             (Model::Bert(m), None) => m.forward(ids),
-            (Model::Bert(_), Some(_)) => candle_core::bail!("bert is an encoder: it has no KV cache"),
+            (Model::Bert(_), Some(_)) => {
+                candle_core::bail!("bert is an encoder: it has no KV cache")
+            }
         }
     }
 
     /// An empty KV cache for `batch` sequences of up to `max_len` positions.
-    pub fn new_cache(cfg: &ModelConfig, batch: usize, max_len: usize, dtype: DType) -> Result<KvCache> {
-        KvCache::new(cfg.n_layers, batch, cfg.n_kv_heads, max_len, cfg.head_dim(), dtype, &Device::Cpu)
+    pub fn new_cache(
+        cfg: &ModelConfig,
+        batch: usize,
+        max_len: usize,
+        dtype: DType,
+    ) -> Result<KvCache> {
+        KvCache::new(
+            cfg.n_layers,
+            batch,
+            cfg.n_kv_heads,
+            max_len,
+            cfg.head_dim(),
+            dtype,
+            &Device::Cpu,
+        )
     }
 }

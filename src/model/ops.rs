@@ -65,7 +65,15 @@ pub fn softmax_last(x: &Tensor) -> Result<Tensor> {
 pub fn causal_mask(t: usize, offset: usize, dtype: DType, device: &Device) -> Result<Tensor> {
     let s = offset + t;
     let data: Vec<f32> = (0..t)
-        .flat_map(|i| (0..s).map(move |j| if j > i + offset { f32::NEG_INFINITY } else { 0.0 }))
+        .flat_map(|i| {
+            (0..s).map(move |j| {
+                if j > i + offset {
+                    f32::NEG_INFINITY
+                } else {
+                    0.0
+                }
+            })
+        })
         .collect();
     Tensor::from_vec(data, (t, s), device)?.to_dtype(dtype) // (T, S)
 }
@@ -109,7 +117,10 @@ mod tests {
     fn cross_entropy_of_uniform_logits_is_ln_vocab() {
         let logits = Tensor::zeros((3, 10), DType::F32, &Device::Cpu).unwrap();
         let targets = Tensor::new(&[1u32, 5, 9], &Device::Cpu).unwrap();
-        let l = cross_entropy(&logits, &targets).unwrap().to_scalar::<f32>().unwrap();
+        let l = cross_entropy(&logits, &targets)
+            .unwrap()
+            .to_scalar::<f32>()
+            .unwrap();
         assert!((l - (10f32).ln()).abs() < 1e-6);
     }
 
@@ -117,7 +128,10 @@ mod tests {
     fn softmax_rows_sum_to_one_and_match_candle() {
         let x = Tensor::new(&[[1f32, 2.0, 3.0], [-1.0, 0.0, 10.0]], &Device::Cpu).unwrap();
         let ours: Vec<Vec<f32>> = softmax_last(&x).unwrap().to_vec2().unwrap();
-        let theirs: Vec<Vec<f32>> = candle_nn::ops::softmax_last_dim(&x).unwrap().to_vec2().unwrap();
+        let theirs: Vec<Vec<f32>> = candle_nn::ops::softmax_last_dim(&x)
+            .unwrap()
+            .to_vec2()
+            .unwrap();
         for (a, b) in ours.iter().flatten().zip(theirs.iter().flatten()) {
             assert!((a - b).abs() < 1e-6);
         }

@@ -29,7 +29,11 @@ pub struct ParamSpec {
 
 impl ParamSpec {
     pub fn new(name: impl Into<String>, shape: &[usize], init: Init) -> Self {
-        Self { name: name.into(), shape: shape.to_vec(), init }
+        Self {
+            name: name.into(),
+            shape: shape.to_vec(),
+            init,
+        }
     }
 
     pub fn elem_count(&self) -> usize {
@@ -57,14 +61,20 @@ pub struct ParamStore {
 
 impl ParamStore {
     /// Seeded random parameters: each tensor's stream depends only on the seed and its name.
-    pub fn random(specs: &[ParamSpec], seed: u64, dtype: DType, trainable: bool) -> anyhow::Result<Self> {
+    pub fn random(
+        specs: &[ParamSpec],
+        seed: u64,
+        dtype: DType,
+        trainable: bool,
+    ) -> anyhow::Result<Self> {
         let data: Vec<(String, Vec<f32>)> = specs
             .par_iter()
             .map(|s| (s.name.clone(), init_values(s, seed)))
             .collect();
         let mut tensors = Vec::with_capacity(specs.len());
         for ((name, values), spec) in data.into_iter().zip(specs) {
-            let t = Tensor::from_vec(values, spec.shape.as_slice(), &Device::Cpu)?.to_dtype(dtype)?;
+            let t =
+                Tensor::from_vec(values, spec.shape.as_slice(), &Device::Cpu)?.to_dtype(dtype)?;
             tensors.push((name, t));
         }
         Self::build(tensors, trainable)
@@ -102,8 +112,11 @@ impl ParamStore {
                     spec.shape
                 );
             }
-            let values = raw.to_f32_vec().with_context(|| format!("--weights: tensor `{found}`"))?;
-            let t = Tensor::from_vec(values, spec.shape.as_slice(), &Device::Cpu)?.to_dtype(dtype)?;
+            let values = raw
+                .to_f32_vec()
+                .with_context(|| format!("--weights: tensor `{found}`"))?;
+            let t =
+                Tensor::from_vec(values, spec.shape.as_slice(), &Device::Cpu)?.to_dtype(dtype)?;
             used.insert(found);
             tensors.push((spec.name.clone(), t));
         }
@@ -117,7 +130,12 @@ impl ParamStore {
             warnings.push(format!(
                 "--weights: {} tensor(s) in the checkpoint are not used by this model: {}",
                 unused.len(),
-                unused.iter().take(5).cloned().collect::<Vec<_>>().join(", ")
+                unused
+                    .iter()
+                    .take(5)
+                    .cloned()
+                    .collect::<Vec<_>>()
+                    .join(", ")
             ));
         }
         Ok((Self::build(tensors, trainable)?, warnings))
@@ -137,16 +155,18 @@ impl ParamStore {
             };
             map.insert(name, t);
         }
-        Ok(Self { tensors: map, vars, taken: RefCell::new(BTreeSet::new()) })
+        Ok(Self {
+            tensors: map,
+            vars,
+            taken: RefCell::new(BTreeSet::new()),
+        })
     }
 
     /// The parameter called `name`; a model asking for a name its spec list lacks is a bug.
     pub fn get(&self, name: &str) -> candle_core::Result<Tensor> {
-        let t = self
-            .tensors
-            .get(name)
-            .cloned()
-            .ok_or_else(|| candle_core::Error::Msg(format!("internal: no parameter named `{name}`")))?;
+        let t = self.tensors.get(name).cloned().ok_or_else(|| {
+            candle_core::Error::Msg(format!("internal: no parameter named `{name}`"))
+        })?;
         self.taken.borrow_mut().insert(name.to_string());
         Ok(t)
     }
@@ -154,7 +174,11 @@ impl ParamStore {
     /// Names created but never taken by the model (must be empty once a model is loaded).
     pub fn untaken(&self) -> Vec<String> {
         let taken = self.taken.borrow();
-        self.tensors.keys().filter(|k| !taken.contains(*k)).cloned().collect()
+        self.tensors
+            .keys()
+            .filter(|k| !taken.contains(*k))
+            .cloned()
+            .collect()
     }
 
     /// Trainable variables (empty for inference stores).
@@ -180,7 +204,9 @@ impl ParamStore {
 
 fn name_hash(name: &str) -> u64 {
     // FNV-1a: stable across runs and platforms, unlike std's RandomState.
-    name.bytes().fold(0xcbf29ce484222325u64, |h, b| (h ^ b as u64).wrapping_mul(0x100000001b3))
+    name.bytes().fold(0xcbf29ce484222325u64, |h, b| {
+        (h ^ b as u64).wrapping_mul(0x100000001b3)
+    })
 }
 
 fn init_values(spec: &ParamSpec, seed: u64) -> Vec<f32> {

@@ -5,20 +5,46 @@ use crate::report::Export;
 
 pub struct Csv;
 
-const PHASES: [&str; 6] = ["forward", "backward", "optimizer", "step", "prefill", "decode"];
+const PHASES: [&str; 6] = [
+    "forward",
+    "backward",
+    "optimizer",
+    "step",
+    "prefill",
+    "decode",
+];
 
 impl Export for Csv {
     fn render(&self, records: &[Record]) -> anyhow::Result<String> {
         let mut w = csv::Writer::from_writer(Vec::new());
         let mut header: Vec<String> = [
-            "model", "family", "mode", "batch", "seq", "dtype", "threads", "warmup", "steps", "grad_accum",
-            "params", "param_bytes",
+            "model",
+            "family",
+            "mode",
+            "batch",
+            "seq",
+            "dtype",
+            "threads",
+            "warmup",
+            "steps",
+            "grad_accum",
+            "params",
+            "param_bytes",
         ]
         .iter()
         .map(|s| s.to_string())
         .collect();
         for p in PHASES {
-            for stat in ["median_ms", "mean_ms", "std_ms", "cv_pct", "min_ms", "max_ms", "p90_ms", "p99_ms"] {
+            for stat in [
+                "median_ms",
+                "mean_ms",
+                "std_ms",
+                "cv_pct",
+                "min_ms",
+                "max_ms",
+                "p90_ms",
+                "p99_ms",
+            ] {
                 header.push(format!("{p}_{stat}"));
             }
         }
@@ -75,7 +101,12 @@ impl Export for Csv {
                 }
             }
             let m = &r.memory;
-            let retained = |p: &str| m.phases.get(p).map(|x| x.retained_bytes.to_string()).unwrap_or_default();
+            let retained = |p: &str| {
+                m.phases
+                    .get(p)
+                    .map(|x| x.retained_bytes.to_string())
+                    .unwrap_or_default()
+            };
             row.extend([
                 opt(r.throughput.tokens_per_s),
                 opt(r.throughput.samples_per_s),

@@ -8,13 +8,20 @@ pub struct Markdown;
 
 pub fn table(t: &Table) -> String {
     let esc = |s: &String| s.replace('|', "\\|");
-    let mut out = format!("**{}**\n\n| {} |\n|", t.title, t.header.iter().map(esc).collect::<Vec<_>>().join(" | "));
+    let mut out = format!(
+        "**{}**\n\n| {} |\n|",
+        t.title,
+        t.header.iter().map(esc).collect::<Vec<_>>().join(" | ")
+    );
     for i in 0..t.header.len() {
         out += if i == 0 { "---|" } else { "---:|" };
     }
     out.push('\n');
     for r in &t.rows {
-        out += &format!("| {} |\n", r.iter().map(esc).collect::<Vec<_>>().join(" | "));
+        out += &format!(
+            "| {} |\n",
+            r.iter().map(esc).collect::<Vec<_>>().join(" | ")
+        );
     }
     out
 }
@@ -30,7 +37,10 @@ impl Export for Markdown {
                     out.push('\n');
                 }
             }
-            for line in [summary::throughput_line(r), summary::loss_line(r)].into_iter().flatten() {
+            for line in [summary::throughput_line(r), summary::loss_line(r)]
+                .into_iter()
+                .flatten()
+            {
                 out += &format!("{line}\n\n");
             }
             for w in &r.warnings {

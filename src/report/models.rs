@@ -22,10 +22,20 @@ pub struct ModelRow {
 
 pub fn render_table(rows: &[ModelRow]) -> String {
     let mut t = comfy_table::Table::new();
-    t.load_preset(comfy_table::presets::UTF8_FULL_CONDENSED).set_header([
-        "preset", "family", "layers", "d_model", "heads", "kv heads", "d_ff", "vocab", "context", "params (exact)",
-        "f32 bytes",
-    ]);
+    t.load_preset(comfy_table::presets::UTF8_FULL_CONDENSED)
+        .set_header([
+            "preset",
+            "family",
+            "layers",
+            "d_model",
+            "heads",
+            "kv heads",
+            "d_ff",
+            "vocab",
+            "context",
+            "params (exact)",
+            "f32 bytes",
+        ]);
     for r in rows {
         t.add_row([
             r.name.clone(),

@@ -19,8 +19,14 @@ fn row(cells: &[&str]) -> Vec<String> {
 pub fn headline(r: &Record) -> String {
     let s = &r.spec;
     let shape = match s.mode {
-        crate::spec::Mode::Generate => format!("batch {} · prompt {} + {} new tokens", s.batch, s.prompt_len, s.new_tokens),
-        _ if s.grad_accum > 1 => format!("batch {} × seq {} × {} micro-batches", s.batch, s.seq, s.grad_accum),
+        crate::spec::Mode::Generate => format!(
+            "batch {} · prompt {} + {} new tokens",
+            s.batch, s.prompt_len, s.new_tokens
+        ),
+        _ if s.grad_accum > 1 => format!(
+            "batch {} × seq {} × {} micro-batches",
+            s.batch, s.seq, s.grad_accum
+        ),
         _ => format!("batch {} × seq {}", s.batch, s.seq),
     };
     format!(
@@ -39,11 +45,24 @@ pub fn headline(r: &Record) -> String {
 }
 
 pub fn timing_table(r: &Record) -> Table {
-    let order = ["forward", "backward", "optimizer", "step", "prefill", "decode"];
+    let order = [
+        "forward",
+        "backward",
+        "optimizer",
+        "step",
+        "prefill",
+        "decode",
+    ];
     let mut rows = Vec::new();
     for name in order {
-        let Some(t) = r.timing.get(name) else { continue };
-        let label = if name == "decode" { "decode (per token)".to_string() } else { name.to_string() };
+        let Some(t) = r.timing.get(name) else {
+            continue;
+        };
+        let label = if name == "decode" {
+            "decode (per token)".to_string()
+        } else {
+            name.to_string()
+        };
         let spread = match t.std_ms {
             Some(sd) => format!("{} ± {}", ms(t.mean_ms), ms(sd)),
             None => format!("{} (1 sample)", ms(t.mean_ms)),
@@ -52,7 +71,9 @@ pub fn timing_table(r: &Record) -> Table {
             label,
             ms(t.median_ms),
             spread,
-            t.cv_pct.map(|c| format!("{c:.1}%")).unwrap_or_else(|| "n/a".into()),
+            t.cv_pct
+                .map(|c| format!("{c:.1}%"))
+                .unwrap_or_else(|| "n/a".into()),
             ms(t.min_ms),
             ms(t.p90_ms),
             ms(t.p99_ms),
@@ -61,8 +82,21 @@ pub fn timing_table(r: &Record) -> Table {
         ]);
     }
     Table {
-        title: format!("Timing (ms over {} measured steps; outliers flagged by MAD, kept)", r.spec.steps),
-        header: row(&["phase", "median", "mean ± std", "CV", "min", "p90", "p99", "max", "outliers"]),
+        title: format!(
+            "Timing (ms over {} measured steps; outliers flagged by MAD, kept)",
+            r.spec.steps
+        ),
+        header: row(&[
+            "phase",
+            "median",
+            "mean ± std",
+            "CV",
+            "min",
+            "p90",
+            "p99",
+            "max",
+            "outliers",
+        ]),
         rows,
     }
 }
@@ -88,18 +122,39 @@ pub fn memory_table(r: &Record) -> Table {
         vec![
             "parameters".into(),
             bytes(m.param_bytes as f64),
-            format!("exact: {} params × {} B ({})", thousands(r.model.params), r.spec.dtype.size_bytes(), r.spec.dtype.name()),
+            format!(
+                "exact: {} params × {} B ({})",
+                thousands(r.model.params),
+                r.spec.dtype.size_bytes(),
+                r.spec.dtype.name()
+            ),
         ],
         vec![
             "model load".into(),
             bytes(m.load_bytes as f64),
-            format!("heap live retained by load, in {:.2} s (heap peak during load {})", m.load_seconds, bytes(m.load_peak_bytes as f64)),
+            format!(
+                "heap live retained by load, in {:.2} s (heap peak during load {})",
+                m.load_seconds,
+                bytes(m.load_peak_bytes as f64)
+            ),
         ],
-        vec!["heap peak".into(), bytes(m.heap_peak_bytes as f64), "counting allocator, whole run".into()],
-        vec!["heap live at end".into(), bytes(m.heap_live_end_bytes as f64), "counting allocator, after the last step".into()],
+        vec![
+            "heap peak".into(),
+            bytes(m.heap_peak_bytes as f64),
+            "counting allocator, whole run".into(),
+        ],
+        vec![
+            "heap live at end".into(),
+            bytes(m.heap_live_end_bytes as f64),
+            "counting allocator, after the last step".into(),
+        ],
     ];
     if let Some(kv) = m.kv_cache_bytes {
-        rows.push(vec!["KV cache".into(), bytes(kv as f64), "exact: preallocated K and V buffers".into()]);
+        rows.push(vec![
+            "KV cache".into(),
+            bytes(kv as f64),
+            "exact: preallocated K and V buffers".into(),
+        ]);
     }
     if let Some(v) = m.rss_peak_bytes {
         rows.push(vec![
@@ -109,16 +164,36 @@ pub fn memory_table(r: &Record) -> Table {
         ]);
     }
     if let Some(v) = m.rss_end_bytes {
-        rows.push(vec!["RSS at end".into(), bytes(v as f64), "/proc/self/statm".into()]);
+        rows.push(vec![
+            "RSS at end".into(),
+            bytes(v as f64),
+            "/proc/self/statm".into(),
+        ]);
     }
     if !m.counting {
-        rows.push(vec!["(counting off)".into(), "".into(), "heap figures are 0: MEMSCOPE_NO_COUNT was set".into()]);
+        rows.push(vec![
+            "(counting off)".into(),
+            "".into(),
+            "heap figures not measured: MEMSCOPE_NO_COUNT was set".into(),
+        ]);
     }
-    Table { title: "Memory".into(), header: row(&["figure", "size", "what it measures"]), rows }
+    Table {
+        title: "Memory".into(),
+        header: row(&["figure", "size", "what it measures"]),
+        rows,
+    }
 }
 
 pub fn phase_memory_table(r: &Record) -> Table {
-    let order = ["load", "forward", "backward", "optimizer", "prefill", "decode", "other"];
+    let order = [
+        "load",
+        "forward",
+        "backward",
+        "optimizer",
+        "prefill",
+        "decode",
+        "other",
+    ];
     let rows = order
         .iter()
         .filter_map(|p| {
@@ -135,7 +210,14 @@ pub fn phase_memory_table(r: &Record) -> Table {
         .collect();
     Table {
         title: "Heap by phase (peak while it ran; bytes it allocated still live at its end)".into(),
-        header: row(&["phase", "heap peak", "retained (1st run)", "retained (last run)", "allocations (last run)", "retained is"]),
+        header: row(&[
+            "phase",
+            "heap peak",
+            "retained (1st run)",
+            "retained (last run)",
+            "allocations (last run)",
+            "retained is",
+        ]),
         rows,
     }
 }
@@ -146,10 +228,18 @@ pub fn micro_step_table(r: &Record) -> Option<Table> {
     let rows = micro
         .iter()
         .filter(|m| m.step == last_step)
-        .map(|m| vec![m.micro_step.to_string(), bytes(m.heap_live_bytes as f64), bytes(m.heap_peak_bytes as f64)])
+        .map(|m| {
+            vec![
+                m.micro_step.to_string(),
+                bytes(m.heap_live_bytes as f64),
+                bytes(m.heap_peak_bytes as f64),
+            ]
+        })
         .collect();
     Some(Table {
-        title: format!("Gradient accumulation, step {last_step} (heap after each micro-step's backward)"),
+        title: format!(
+            "Gradient accumulation, step {last_step} (heap after each micro-step's backward)"
+        ),
         header: row(&["micro-step", "heap live", "heap peak"]),
         rows,
     })
@@ -158,7 +248,10 @@ pub fn micro_step_table(r: &Record) -> Option<Table> {
 pub fn loss_line(r: &Record) -> Option<String> {
     let first = r.loss.first()?;
     let last = r.loss.last()?;
-    Some(format!("Loss: {first:.4} at the first step → {last:.4} after {} steps (same batch every step)", r.loss.len()))
+    Some(format!(
+        "Loss: {first:.4} at the first step → {last:.4} after {} steps (same batch every step)",
+        r.loss.len()
+    ))
 }
 
 /// Every table of a run summary, in reading order.

@@ -1,0 +1,334 @@
+//! Model correctness on the tiny presets: exact sizes, gradients reach every parameter,
+//! inference keeps no graph, causality, KV-cache decoding, half precision, checkpoint loading.
+
+use candle_core::{DType, Device, IndexOp, Tensor};
+use memscope::model::config::ModelConfig;
+use memscope::model::store::ParamStore;
+use memscope::model::weights::{write_safetensors, WDtype, WeightSet};
+use memscope::model::{cost, ops, param_specs, Model};
+
+const TINY: [&str; 3] = ["tiny-gpt2", "tiny-llama", "tiny-bert"];
+const DECODERS: [&str; 2] = ["tiny-gpt2", "tiny-llama"];
+
+fn cfg(name: &str) -> ModelConfig {
+    ModelConfig::preset(name).unwrap()
+}
+
+fn build(name: &str, trainable: bool, dtype: DType) -> (ModelConfig, ParamStore, Model) {
+    let c = cfg(name);
+    let store = ParamStore::random(&param_specs(&c), 7, dtype, trainable).unwrap();
+    let model = Model::load(&c, &store).unwrap();
+    (c, store, model)
+}
+
+fn tokens(b: usize, t: usize, vocab: usize, salt: u32) -> Tensor {
+    let v: Vec<u32> = (0..(b * t) as u32)
+        .map(|i| (i * 7919 + salt * 104729) % vocab as u32)
+        .collect();
+    Tensor::from_vec(v, (b, t), &Device::Cpu).unwrap()
+}
+
+fn loss_of(model: &Model, ids: &Tensor, vocab: usize) -> Tensor {
+    let (b, t) = ids.dims2().unwrap();
+    let logits = model.forward(ids, None).unwrap();
+    // Targets unrelated to the inputs: with a tied embedding, predicting the input token itself
+    // is easy and would lower the initial loss below ln V.
+    let targets = ((ids.flatten_all().unwrap() * 3.0).unwrap() + 1.0).unwrap();
+    let targets = targets.to_dtype(DType::F32).unwrap();
+    let v: Vec<f32> = targets.to_vec1().unwrap();
+    let targets = Tensor::from_vec(
+        v.iter()
+            .map(|x| (*x as u32) % vocab as u32)
+            .collect::<Vec<_>>(),
+        b * t,
+        &Device::Cpu,
+    )
+    .unwrap();
+    ops::cross_entropy(&logits.reshape((b * t, vocab)).unwrap(), &targets).unwrap()
+}
+
+#[test]
+fn built_models_have_exactly_the_analytic_parameter_count() {
+    for name in TINY.iter().chain(&["gpt2-small", "cs336-small"]) {
+        let c = cfg(name);
+        let specs = param_specs(&c);
+        let from_specs: u64 = specs.iter().map(|s| s.elem_count() as u64).sum();
+        assert_eq!(Some(from_specs), cost::param_count(&c), "{name}");
+    }
+    // The built model holds exactly those tensors (tiny ones: building gpt2-small is slow here).
+    for name in TINY {
+        let (c, store, _) = build(name, false, DType::F32);
+        assert_eq!(Some(store.param_count()), cost::param_count(&c), "{name}");
+        assert_eq!(store.param_bytes(), store.param_count() * 4, "{name}");
+    }
+    assert_eq!(cost::param_count(&cfg("gpt2-small")), Some(124_439_808));
+    assert_eq!(cost::param_count(&cfg("cs336-small")), Some(128_625_408));
+    assert_eq!(cost::param_count(&cfg("cs336-medium")), Some(423_183_360));
+    assert_eq!(cost::param_count(&cfg("cs336-large")), Some(969_411_840));
+}
+
+#[test]
+fn every_parameter_of_every_family_gets_a_nonzero_gradient() {
+    for name in TINY {
+        let (c, store, model) = build(name, true, DType::F32);
+        let loss = loss_of(&model, &tokens(2, 16, c.vocab_size, 1), c.vocab_size);
+        let grads = loss.backward().unwrap();
+        for (pname, t) in store.tensors() {
+            let g = grads
+                .get(t)
+                .unwrap_or_else(|| panic!("{name}: no gradient for {pname}"));
+            let norm = g
+                .sqr()
+                .unwrap()
+                .sum_all()
+                .unwrap()
+                .to_scalar::<f32>()
+                .unwrap();
+            assert!(
+                norm > 0.0 && norm.is_finite(),
+                "{name}: zero gradient for {pname}"
+            );
+        }
+    }
+}
+
+#[test]
+fn inference_keeps_no_autograd_graph() {
+    for name in TINY {
+        let (c, store, model) = build(name, false, DType::F32);
+        assert!(store.vars().is_empty());
+        let logits = model.forward(&tokens(1, 8, c.vocab_size, 2), None).unwrap();
+        assert!(!logits.track_op(), "{name}: inference output records ops");
+    }
+}
+
+#[test]
+fn initial_loss_is_ln_vocab_and_training_lowers_it() {
+    use candle_nn::{AdamW, Optimizer, ParamsAdamW};
+    for name in TINY {
+        let (c, store, model) = build(name, true, DType::F32);
+        let ids = tokens(2, 32, c.vocab_size, 3);
+        let first = loss_of(&model, &ids, c.vocab_size)
+            .to_scalar::<f32>()
+            .unwrap();
+        let ln_v = (c.vocab_size as f32).ln();
+        assert!(
+            (first - ln_v).abs() < 0.1,
+            "{name}: initial loss {first} vs ln V {ln_v}"
+        );
+        let mut opt = AdamW::new(
+            store.vars(),
+            ParamsAdamW {
+                lr: 3e-3,
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        let mut last = first;
+        for _ in 0..5 {
+            let loss = loss_of(&model, &ids, c.vocab_size);
+            last = loss.to_scalar::<f32>().unwrap();
+            opt.backward_step(&loss).unwrap();
+        }
+        assert!(
+            last < first - 0.05,
+            "{name}: loss did not fall: {first} → {last}"
+        );
+    }
+}
+
+#[test]
+fn changing_a_future_token_leaves_earlier_logits_unchanged() {
+    for name in DECODERS {
+        let (c, _, model) = build(name, false, DType::F32);
+        let a = tokens(1, 12, c.vocab_size, 4);
+        let mut v: Vec<u32> = a.flatten_all().unwrap().to_vec1().unwrap();
+        v[9] = (v[9] + 1) % c.vocab_size as u32;
+        let b = Tensor::from_vec(v, (1, 12), &Device::Cpu).unwrap();
+        let la = model.forward(&a, None).unwrap().i((.., ..9, ..)).unwrap();
+        let lb = model.forward(&b, None).unwrap().i((.., ..9, ..)).unwrap();
+        let diff = (la - lb)
+            .unwrap()
+            .abs()
+            .unwrap()
+            .max_all()
+            .unwrap()
+            .to_scalar::<f32>()
+            .unwrap();
+        assert_eq!(diff, 0.0, "{name}: position < 9 saw token 9");
+    }
+    // The encoder is bidirectional: the same change must be visible earlier.
+    let (c, _, model) = build("tiny-bert", false, DType::F32);
+    let a = tokens(1, 12, c.vocab_size, 4);
+    let mut v: Vec<u32> = a.flatten_all().unwrap().to_vec1().unwrap();
+    v[9] = (v[9] + 1) % c.vocab_size as u32;
+    let b = Tensor::from_vec(v, (1, 12), &Device::Cpu).unwrap();
+    let diff = (model.forward(&a, None).unwrap().i((.., 0, ..)).unwrap()
+        - model.forward(&b, None).unwrap().i((.., 0, ..)).unwrap())
+    .unwrap()
+    .abs()
+    .unwrap()
+    .max_all()
+    .unwrap()
+    .to_scalar::<f32>()
+    .unwrap();
+    assert!(diff > 0.0, "bert: attention should be bidirectional");
+}
+
+#[test]
+fn kv_cache_decoding_matches_the_full_forward() {
+    for name in DECODERS {
+        let (c, _, model) = build(name, false, DType::F32);
+        let (b, prompt, new) = (2, 5, 6);
+        let ids = tokens(b, prompt + new, c.vocab_size, 5);
+        let full = model.forward(&ids, None).unwrap(); // (B, T, V)
+        let mut cache = Model::new_cache(&c, b, prompt + new, DType::F32).unwrap();
+        let mut outs = vec![model
+            .forward(&ids.narrow(1, 0, prompt).unwrap(), Some(&mut cache))
+            .unwrap()];
+        for t in prompt..prompt + new {
+            outs.push(
+                model
+                    .forward(&ids.narrow(1, t, 1).unwrap(), Some(&mut cache))
+                    .unwrap(),
+            );
+        }
+        assert_eq!(cache.len(), prompt + new);
+        let cached = Tensor::cat(&outs, 1).unwrap();
+        let diff = (full - cached)
+            .unwrap()
+            .abs()
+            .unwrap()
+            .max_all()
+            .unwrap()
+            .to_scalar::<f32>()
+            .unwrap();
+        assert!(diff < 1e-4, "{name}: cached decoding differs by {diff}");
+        // Exact KV cache size: 2 (K, V) × layers × B × kv heads × positions × head dim × 4 B.
+        let expect = 2 * c.n_layers * b * c.n_kv_heads * (prompt + new) * c.head_dim() * 4;
+        assert_eq!(cache.bytes(), expect as u64);
+        // Reset starts over at position 0 with the same result.
+        cache.reset();
+        let again = model
+            .forward(&ids.narrow(1, 0, prompt).unwrap(), Some(&mut cache))
+            .unwrap();
+        let d = (again - &outs[0])
+            .unwrap()
+            .abs()
+            .unwrap()
+            .max_all()
+            .unwrap()
+            .to_scalar::<f32>()
+            .unwrap();
+        assert_eq!(d, 0.0);
+    }
+}
+
+#[test]
+fn half_precision_forward_and_backward_run_and_stay_close_to_f32() {
+    for name in TINY {
+        let c = cfg(name);
+        let ids = tokens(2, 16, c.vocab_size, 6);
+        let (_, _, m32) = build(name, false, DType::F32);
+        let l32 = m32.forward(&ids, None).unwrap();
+        for dt in [DType::BF16, DType::F16] {
+            let (_, store, m) = build(name, true, dt);
+            assert_eq!(store.param_bytes(), store.param_count() * 2);
+            let l = m.forward(&ids, None).unwrap();
+            assert_eq!(l.dtype(), dt);
+            let diff = (l.to_dtype(DType::F32).unwrap() - &l32)
+                .unwrap()
+                .abs()
+                .unwrap()
+                .max_all()
+                .unwrap()
+                .to_scalar::<f32>()
+                .unwrap();
+            assert!(
+                diff < 0.1,
+                "{name} {dt:?}: logits differ from f32 by {diff}"
+            );
+            let loss = loss_of(&m, &ids, c.vocab_size);
+            assert!(loss.to_scalar::<f32>().unwrap().is_finite());
+            let grads = loss.backward().unwrap();
+            assert!(
+                store.tensors().all(|(_, t)| grads.get(t).is_some()),
+                "{name} {dt:?}: missing gradients"
+            );
+        }
+    }
+}
+
+/// Writes a store's tensors as a Hugging Face-named safetensors checkpoint.
+fn write_checkpoint(store: &ParamStore, path: &std::path::Path, prefix: &str) {
+    let owned: Vec<(String, Vec<usize>, Vec<u8>)> = store
+        .tensors()
+        .map(|(n, t)| {
+            let v: Vec<f32> = t.flatten_all().unwrap().to_vec1().unwrap();
+            (
+                format!("{prefix}{n}"),
+                t.dims().to_vec(),
+                v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+            )
+        })
+        .collect();
+    let tensors: Vec<(&str, WDtype, &[usize], &[u8])> = owned
+        .iter()
+        .map(|(n, s, d)| (n.as_str(), WDtype::F32, s.as_slice(), d.as_slice()))
+        .collect();
+    write_safetensors(path, &tensors).unwrap();
+}
+
+#[test]
+fn checkpoints_load_into_the_same_structs_and_give_the_same_logits() {
+    let dir = tempfile::tempdir().unwrap();
+    for (name, prefix) in [("tiny-gpt2", "transformer."), ("tiny-llama", "")] {
+        let (c, store, model) = build(name, false, DType::F32);
+        let path = dir.path().join(format!("{name}.safetensors"));
+        write_checkpoint(&store, &path, prefix);
+        let ws = WeightSet::open(&path).unwrap();
+        let (loaded, warnings) =
+            ParamStore::from_weights(&param_specs(&c), &ws, DType::F32, false).unwrap();
+        assert!(warnings.is_empty(), "{warnings:?}");
+        let m2 = Model::load(&c, &loaded).unwrap();
+        let ids = tokens(1, 10, c.vocab_size, 8);
+        let d = (model.forward(&ids, None).unwrap() - m2.forward(&ids, None).unwrap())
+            .unwrap()
+            .abs()
+            .unwrap()
+            .max_all()
+            .unwrap()
+            .to_scalar::<f32>()
+            .unwrap();
+        assert_eq!(d, 0.0, "{name}");
+    }
+}
+
+#[test]
+fn a_checkpoint_missing_a_tensor_or_with_a_wrong_shape_is_rejected_by_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = cfg("tiny-gpt2");
+    let path = dir.path().join("bad.safetensors");
+    let data = vec![0u8; 4 * 4];
+    write_safetensors(&path, &[("wte.weight", WDtype::F32, &[2, 2], &data)]).unwrap();
+    let ws = WeightSet::open(&path).unwrap();
+    let err = ParamStore::from_weights(&param_specs(&c), &ws, DType::F32, false)
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(
+        err.contains("wte.weight") && err.contains("[2, 2]") && err.contains("[1000, 128]"),
+        "{err}"
+    );
+    let path = dir.path().join("missing.safetensors");
+    write_safetensors(&path, &[("something.else", WDtype::F32, &[2, 2], &data)]).unwrap();
+    let ws = WeightSet::open(&path).unwrap();
+    let err = ParamStore::from_weights(&param_specs(&c), &ws, DType::F32, false)
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(
+        err.contains("wte.weight") && err.contains("missing"),
+        "{err}"
+    );
+}

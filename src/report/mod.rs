@@ -17,9 +17,10 @@ pub trait Export {
     fn render(&self, records: &[Record]) -> anyhow::Result<String>;
 }
 
-/// Phase label and what its retained heap bytes mean.
-pub fn phase_meaning(phase: &str) -> &'static str {
+/// What a phase's retained heap bytes are, in a run of `mode` ("train", "infer", "generate").
+pub fn phase_meaning(mode: &str, phase: &str) -> &'static str {
     match phase {
+        "forward" if mode != "train" => "output logits (no autograd graph kept)",
         "load" => "parameters and model structure",
         "forward" => "saved activations (alive at forward end)",
         "backward" => "gradients",

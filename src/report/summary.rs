@@ -204,7 +204,7 @@ pub fn phase_memory_table(r: &Record) -> Table {
                 bytes(pm.retained_bytes as f64),
                 bytes(pm.retained_bytes_last as f64),
                 thousands(pm.allocations_last),
-                phase_meaning(p).to_string(),
+                phase_meaning(r.spec.mode.name(), p).to_string(),
             ])
         })
         .collect();

@@ -289,18 +289,18 @@ impl Run<'_> {
             })?;
             fwd_ms += ms;
             loss_sum += loss.to_scalar::<f32>()? as f64;
-            let (g, ms) = self.tracker.run(Phase::Backward, || {
+            let ((), ms) = self.tracker.run(Phase::Backward, || {
                 time_ms(dev, || {
-                    let g = loss.backward()?;
+                    let g = only_params(loss.backward()?, vars);
                     drop(loss); // frees the graph and the activations it saved
-                    Ok(only_params(g, vars))
+                    match grads.as_mut() {
+                        None => grads = Some(g),
+                        Some(acc) => acc.extend(g)?, // accumulate micro-batch gradients
+                    }
+                    Ok(())
                 })
             })?;
             bwd_ms += ms;
-            match grads.as_mut() {
-                None => grads = Some(g),
-                Some(acc) => self.tracker.run(Phase::Backward, || acc.extend(g))?,
-            }
             if accum > 1 {
                 let heap_peak_bytes = self.tracker.take_recent_peak();
                 self.step_peak = self.step_peak.max(heap_peak_bytes);

@@ -11,3 +11,4 @@ pub mod progress;
 pub mod record;
 pub mod report;
 pub mod spec;
+pub mod sweep;

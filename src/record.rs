@@ -125,6 +125,8 @@ pub struct StepMemory {
     pub heap_peak_bytes: u64,
     /// RSS after the step.
     pub rss_bytes: Option<u64>,
+    /// PSS after the step (/proc/self/smaps_rollup).
+    pub pss_bytes: Option<u64>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]

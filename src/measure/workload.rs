@@ -381,6 +381,7 @@ impl Run<'_> {
             live_allocations: now.curr_blocks,
             heap_peak_bytes: step_peak,
             rss_bytes: procfs::rss_bytes(None),
+            pss_bytes: procfs::pss_bytes(None),
         });
     }
 }

@@ -28,6 +28,15 @@ pub enum Command {
     Bench(BenchArgs),
     /// List the built-in model presets with exact parameter counts
     Models(ModelsArgs),
+    /// Run every configuration of comma lists / ranges, each in its own worker process
+    Sweep(crate::sweep::cli::SweepArgs),
+    /// Find the largest batch (or sequence length) that fits in a memory budget
+    Fit(crate::sweep::cli::FitArgs),
+    /// Print the scaling analysis of a sweep's --jsonl file
+    Scaling(crate::sweep::cli::ScalingArgs),
+    /// Runs one Spec from stdin (used by sweep and fit)
+    #[command(hide = true)]
+    Worker(crate::sweep::worker::WorkerArgs),
 }
 
 #[derive(Args, Debug, Clone)]
@@ -117,6 +126,10 @@ pub fn run() -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Bench(a) => bench(a),
         Command::Models(a) => models(a),
+        Command::Sweep(a) => crate::sweep::cli::sweep(a),
+        Command::Fit(a) => crate::sweep::cli::fit(a),
+        Command::Scaling(a) => crate::sweep::cli::scaling(a),
+        Command::Worker(a) => crate::sweep::worker::run(a),
     }
 }
 

@@ -7,4 +7,4 @@ pub mod phases;
 pub mod procfs;
 pub mod workload;
 
-pub use workload::{measure, Measurement};
+pub use workload::{measure, measure_with, Measurement};

@@ -40,6 +40,17 @@ pub const LEAK_ENV: &str = "MEMSCOPE_TEST_LEAK_BYTES";
 
 /// Runs `spec`, counting finished steps (warm-up included) in `progress`.
 pub fn measure(spec: &Spec, progress: &AtomicUsize) -> anyhow::Result<Measurement> {
+    measure_with(spec, progress, &mut |_| {})
+}
+
+/// As [`measure`], handing each step's memory entry to `on_step` once the step is sampled —
+/// after its timed region, before the next step starts (a sweep worker writes it to a side file,
+/// so a run killed for memory keeps the series it reached).
+pub fn measure_with(
+    spec: &Spec,
+    progress: &AtomicUsize,
+    on_step: &mut dyn FnMut(&StepMemory),
+) -> anyhow::Result<Measurement> {
     let dev = Device::Cpu;
     let dtype = candle_dtype(spec.dtype);
     let cfg = &spec.config;
@@ -91,6 +102,7 @@ pub fn measure(spec: &Spec, progress: &AtomicUsize) -> anyhow::Result<Measuremen
         leak: leak_bytes(),
         leaked: Vec::with_capacity(if leak_bytes() > 0 { total_steps } else { 0 }),
         step_peak: 0,
+        on_step,
     };
     run.tracker.take_recent_peak(); // step peaks start after load
     let mut samples: Vec<(String, Vec<f64>)> = phase_names(spec.mode)
@@ -251,6 +263,8 @@ struct Run<'a> {
     leaked: Vec<Vec<u8>>,
     /// Heap peak of micro-steps already closed within the current step.
     step_peak: u64,
+    /// Called with each step's memory entry, outside the timed region.
+    on_step: &'a mut dyn FnMut(&StepMemory),
 }
 
 impl Run<'_> {
@@ -383,5 +397,8 @@ impl Run<'_> {
             rss_bytes: procfs::rss_bytes(None),
             pss_bytes: procfs::pss_bytes(None),
         });
+        if let Some(last) = self.series.last() {
+            (self.on_step)(last);
+        }
     }
 }

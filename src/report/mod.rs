@@ -5,6 +5,7 @@ pub mod csv;
 pub mod json;
 pub mod markdown;
 pub mod models;
+pub mod scaling;
 pub mod summary;
 pub mod terminal;
 pub mod units;

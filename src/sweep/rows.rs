@@ -1,0 +1,291 @@
+//! Sweep rows: one per configuration, whatever happened to it. Written to `--jsonl` (appended and
+//! flushed as each configuration ends), `--csv` and `--markdown` (at the end). `memscope scaling`
+//! reads the JSONL back.
+
+use crate::record::{Record, StepMemory};
+use crate::spec::{Mode, Spec};
+use anyhow::Context;
+use serde::{Deserialize, Serialize};
+use std::io::Write;
+use std::path::Path;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Status {
+    Ok,
+    Oom,
+    Crash,
+    Timeout,
+    Error,
+    Skipped,
+}
+
+impl Status {
+    pub fn name(self) -> &'static str {
+        match self {
+            Status::Ok => "ok",
+            Status::Oom => "oom",
+            Status::Crash => "crash",
+            Status::Timeout => "timeout",
+            Status::Error => "error",
+            Status::Skipped => "skipped",
+        }
+    }
+}
+
+/// The figures of an `ok` run that the scaling analysis needs (the full Record stays with the
+/// worker's output file when the caller keeps one).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct RowSummary {
+    /// Median of the measured step times, ms (train: the `step` phase; infer: `forward`;
+    /// generate: prefill + decode of all new tokens).
+    pub step_median_ms: f64,
+    pub step_cv_pct: Option<f64>,
+    /// The measured step times, ms (for the warm-up axis).
+    pub step_samples_ms: Vec<f64>,
+    /// heap peak over the whole run (counting allocator, exact).
+    pub heap_peak_bytes: u64,
+    /// Mean heap live after each measured step.
+    pub heap_avg_bytes: u64,
+    /// The worker's own VmHWM (peak RSS), from its /proc/self/status.
+    pub rss_peak_bytes: Option<u64>,
+    pub param_bytes: u64,
+    pub tokens_per_s: Option<f64>,
+    pub samples_per_s: Option<f64>,
+    /// Seconds the worker spent loading the model.
+    pub load_seconds: f64,
+    /// Seconds of the worker's run (load + warm-up + measured steps), as the worker timed it.
+    pub run_seconds: f64,
+    /// Counting allocator on (heap figures are measured).
+    pub counting: bool,
+}
+
+impl RowSummary {
+    pub fn from_record(r: &Record) -> RowSummary {
+        let samples = step_samples(r);
+        let s = crate::analysis::stats::summarize(&samples).ok();
+        let measured: Vec<u64> = r
+            .memory
+            .series
+            .iter()
+            .filter(|m| !m.warmup)
+            .map(|m| m.heap_live_bytes)
+            .collect();
+        let heap_avg_bytes = if measured.is_empty() {
+            0
+        } else {
+            (measured.iter().map(|&b| b as u128).sum::<u128>() / measured.len() as u128) as u64
+        };
+        RowSummary {
+            step_median_ms: s.as_ref().map_or(0.0, |s| s.median),
+            step_cv_pct: s.as_ref().and_then(|s| s.cv_pct),
+            step_samples_ms: samples,
+            heap_peak_bytes: r.memory.heap_peak_bytes,
+            heap_avg_bytes,
+            rss_peak_bytes: r.memory.rss_peak_bytes,
+            param_bytes: r.memory.param_bytes,
+            tokens_per_s: r.throughput.tokens_per_s,
+            samples_per_s: r.throughput.samples_per_s,
+            load_seconds: r.memory.load_seconds,
+            run_seconds: r.wall_seconds,
+            counting: r.memory.counting,
+        }
+    }
+}
+
+/// The time of one whole step per measured sample, ms.
+fn step_samples(r: &Record) -> Vec<f64> {
+    let get = |name: &str| r.timing.get(name).map(|t| t.samples_ms.clone());
+    match r.spec.mode {
+        Mode::Train => get("step").unwrap_or_default(),
+        Mode::Infer => get("forward").unwrap_or_default(),
+        Mode::Generate => {
+            let prefill = get("prefill").unwrap_or_default();
+            let decode = get("decode").unwrap_or_default();
+            let n = r.spec.new_tokens as f64;
+            prefill
+                .iter()
+                .zip(&decode)
+                .map(|(p, d)| p + d * n)
+                .collect()
+        }
+    }
+}
+
+/// One configuration's outcome.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Row {
+    pub status: Status,
+    /// Why (for everything but `ok`): the panic message, the signal, the limit exceeded, ….
+    pub reason: Option<String>,
+    /// Position in the sweep plan.
+    pub index: usize,
+    pub spec: Spec,
+    pub exit_code: Option<i32>,
+    /// The signal that ended the worker (number), and its name.
+    pub signal: Option<i32>,
+    pub signal_name: Option<String>,
+    /// The last lines the worker wrote to stderr.
+    pub last_stderr: Vec<String>,
+    /// Seconds from spawning the worker to reaping it (parent's clock).
+    pub wall_seconds: f64,
+    pub worker_pid: Option<u32>,
+    /// The per-worker memory budget and how it was enforced.
+    pub memory_limit_bytes: Option<u64>,
+    pub enforcement: Option<String>,
+    /// `ok` rows: the Record's summary figures.
+    pub summary: Option<RowSummary>,
+    /// The memory series, one entry per finished step (partial for `oom`, `crash`, `timeout`).
+    pub series: Vec<StepMemory>,
+}
+
+impl Row {
+    /// A row for a configuration that never ran.
+    pub fn not_run(status: Status, reason: String, index: usize, spec: Spec) -> Row {
+        Row {
+            status,
+            reason: Some(reason),
+            index,
+            spec,
+            exit_code: None,
+            signal: None,
+            signal_name: None,
+            last_stderr: vec![],
+            wall_seconds: 0.0,
+            worker_pid: None,
+            memory_limit_bytes: None,
+            enforcement: None,
+            summary: None,
+            series: vec![],
+        }
+    }
+
+    /// `tiny-gpt2 train f32 b4 s128` (+ ` w1` / ` ga2` when not the defaults).
+    pub fn label(&self) -> String {
+        label(&self.spec)
+    }
+}
+
+pub fn label(s: &Spec) -> String {
+    let mut out = format!(
+        "{} {} {} b{} s{} w{}",
+        s.model,
+        s.mode.name(),
+        s.dtype.name(),
+        s.batch,
+        s.seq,
+        s.warmup
+    );
+    if s.grad_accum > 1 {
+        out.push_str(&format!(" ga{}", s.grad_accum));
+    }
+    out
+}
+
+/// Appends rows to a JSONL file, one line each, flushed (and synced) as it is written.
+pub struct JsonlWriter {
+    file: std::fs::File,
+}
+
+impl JsonlWriter {
+    pub fn open(path: &Path) -> anyhow::Result<JsonlWriter> {
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+            .with_context(|| format!("--jsonl {}", path.display()))?;
+        Ok(JsonlWriter { file })
+    }
+
+    pub fn append(&mut self, row: &Row) -> anyhow::Result<()> {
+        let mut line = serde_json::to_string(row)?;
+        line.push('\n');
+        self.file.write_all(line.as_bytes())?;
+        self.file.flush()?;
+        self.file.sync_data()?;
+        Ok(())
+    }
+}
+
+/// Reads a JSONL file of rows; blank lines are skipped, a bad line is an error naming its number.
+pub fn read_jsonl(path: &Path) -> anyhow::Result<Vec<Row>> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let mut rows = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        let row: Row = serde_json::from_str(line)
+            .with_context(|| format!("{}:{}: not a sweep row", path.display(), i + 1))?;
+        rows.push(row);
+    }
+    Ok(rows)
+}
+
+const CSV_HEADER: [&str; 20] = [
+    "index",
+    "status",
+    "reason",
+    "model",
+    "mode",
+    "dtype",
+    "batch",
+    "seq",
+    "warmup",
+    "steps",
+    "grad_accum",
+    "threads",
+    "exit_code",
+    "signal",
+    "wall_seconds",
+    "step_median_ms",
+    "heap_peak_bytes",
+    "rss_peak_bytes",
+    "tokens_per_s",
+    "samples_per_s",
+];
+
+pub fn to_csv(rows: &[Row]) -> anyhow::Result<String> {
+    let mut w = csv::Writer::from_writer(Vec::new());
+    w.write_record(CSV_HEADER)?;
+    let opt = |v: Option<String>| v.unwrap_or_default();
+    for r in rows {
+        let s = r.summary.as_ref();
+        w.write_record([
+            r.index.to_string(),
+            r.status.name().to_string(),
+            opt(r.reason.clone()),
+            r.spec.model.clone(),
+            r.spec.mode.name().to_string(),
+            r.spec.dtype.name().to_string(),
+            r.spec.batch.to_string(),
+            r.spec.seq.to_string(),
+            r.spec.warmup.to_string(),
+            r.spec.steps.to_string(),
+            r.spec.grad_accum.to_string(),
+            r.spec.threads.to_string(),
+            opt(r.exit_code.map(|c| c.to_string())),
+            opt(r.signal_name.clone()),
+            format!("{:.3}", r.wall_seconds),
+            opt(s.map(|s| format!("{:.3}", s.step_median_ms))),
+            opt(s.map(|s| s.heap_peak_bytes.to_string())),
+            opt(s.and_then(|s| s.rss_peak_bytes).map(|b| b.to_string())),
+            opt(s.and_then(|s| s.tokens_per_s).map(|v| format!("{v:.1}"))),
+            opt(s.and_then(|s| s.samples_per_s).map(|v| format!("{v:.3}"))),
+        ])?;
+    }
+    Ok(String::from_utf8(w.into_inner()?)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn status_serialises_lowercase() {
+        assert_eq!(serde_json::to_string(&Status::Oom).unwrap(), "\"oom\"");
+        let s: Status = serde_json::from_str("\"skipped\"").unwrap();
+        assert_eq!(s, Status::Skipped);
+    }
+}

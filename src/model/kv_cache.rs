@@ -72,7 +72,7 @@ impl KvCache {
         let t = k.dim(2)?;
         if self.len + t > self.max_len {
             candle_core::bail!(
-                "KV cache full: {} + {} positions exceed the {} reserved (raise --new-tokens/--prompt-len budget)",
+                "KV cache full: {} + {} positions exceed the {} reserved for --prompt-len + --new-tokens",
                 self.len,
                 t,
                 self.max_len

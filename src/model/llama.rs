@@ -179,15 +179,15 @@ fn rope_tables(
     let half = hd / 2;
     let mut cos = Vec::with_capacity(t * hd);
     let mut sin = Vec::with_capacity(t * hd);
+    let inv_freq: Vec<f64> = (0..half)
+        .map(|i| 1.0 / cfg.rope_theta.powf((2 * i) as f64 / hd as f64))
+        .collect();
     for pos in offset..offset + t {
-        for rep in 0..2 {
-            let _ = rep;
-            for i in 0..half {
-                let inv_freq = 1.0 / cfg.rope_theta.powf((2 * i) as f64 / hd as f64);
-                let a = pos as f64 * inv_freq;
-                cos.push(a.cos() as f32);
-                sin.push(a.sin() as f32);
-            }
+        let angles = inv_freq.iter().map(|f| pos as f64 * f);
+        let (c, s): (Vec<f32>, Vec<f32>) = angles.map(|a| (a.cos() as f32, a.sin() as f32)).unzip();
+        for _half in 0..2 {
+            cos.extend_from_slice(&c);
+            sin.extend_from_slice(&s);
         }
     }
     Ok((

@@ -642,7 +642,7 @@ pub fn fit(a: FitArgs) -> anyhow::Result<ExitCode> {
         Ok(Some(fits))
     };
     // Double from 1 until a size does not fit (or the cap), then bisect between the last that
-    // fits and the first that does not.
+    // fits and the first that does not, then confirm the answer with a second run.
     let (mut lo, mut hi): (Option<usize>, Option<usize>) = (None, None);
     let mut x = 1usize;
     loop {
@@ -672,7 +672,22 @@ pub fn fit(a: FitArgs) -> anyhow::Result<ExitCode> {
                 h = mid;
             }
         }
-        lo = Some(l);
+        // Near the limit an outcome can vary by a size (allocator and thread timing): confirm the
+        // answer with a second run, stepping down until one confirms.
+        loop {
+            let Some(fits) = trial(l, &mut trials)? else {
+                return Ok(ExitCode::from(EXIT_INTERRUPTED));
+            };
+            if fits {
+                break;
+            }
+            h = l;
+            l -= 1;
+            if l == 0 {
+                break;
+            }
+        }
+        lo = (l > 0).then_some(l);
         hi = Some(h);
     }
     let best = lo.and_then(|l| {

@@ -30,6 +30,16 @@ pub const POLL: Duration = Duration::from_millis(100);
 pub const GRACE: Duration = Duration::from_secs(2);
 /// Lines of the worker's stderr kept for the row.
 const STDERR_LINES: usize = 12;
+/// Stderr lines that tell how a worker ended, kept even when a backtrace follows them.
+const KEY_PATTERNS: [&str; 5] = [
+    "memory allocation of",
+    "has overflowed its stack",
+    "panicked at",
+    "Cannot allocate memory",
+    "error: ",
+];
+/// At most this many such lines are kept.
+const KEY_LINES: usize = 8;
 
 /// How the per-worker memory budget is enforced.
 #[derive(Debug, Clone, PartialEq)]
@@ -194,7 +204,9 @@ pub fn run_worker(
     let procs = cgroup
         .as_ref()
         .and_then(|d| CString::new(d.join("cgroup.procs").as_os_str().as_encoded_bytes()).ok());
-    let data_limit = if cgroup.is_none() {
+    // Test-only: MEMSCOPE_TEST_WATCHDOG_ONLY=1 leaves the budget to the PSS watchdog alone.
+    let watchdog_only = std::env::var_os("MEMSCOPE_TEST_WATCHDOG_ONLY").is_some_and(|v| v == "1");
+    let data_limit = if cgroup.is_none() && !watchdog_only {
         opts.memory_limit
     } else {
         None
@@ -256,11 +268,23 @@ pub fn run_worker(
         let _ = stdin.write_all(json.as_bytes()); // a worker dead on arrival is classified below
     }
     let stderr_tail: Arc<Mutex<VecDeque<String>>> = Arc::default();
+    let stderr_key: Arc<Mutex<Vec<String>>> = Arc::default();
     let err_thread = child.stderr.take().map(|e| {
-        let tail = stderr_tail.clone();
+        let (tail, key) = (stderr_tail.clone(), stderr_key.clone());
         std::thread::spawn(move || {
+            // A backtrace can push the evidence out of the tail: keep the telling lines apart
+            // (and the line after a panic's "panicked at", which holds its message).
+            let mut after_panic = false;
             for line in BufReader::new(e).lines() {
                 let Ok(line) = line else { break };
+                let telling = KEY_PATTERNS.iter().any(|p| line.contains(p));
+                if telling || after_panic {
+                    let mut k = key.lock().unwrap_or_else(|p| p.into_inner());
+                    if k.len() < KEY_LINES {
+                        k.push(line.clone());
+                    }
+                }
+                after_panic = line.contains("panicked at");
                 let mut t = tail.lock().unwrap_or_else(|p| p.into_inner());
                 if t.len() == STDERR_LINES {
                     t.pop_front();
@@ -356,10 +380,12 @@ pub fn run_worker(
     let _ = std::fs::remove_file(&series_path);
     let _ = std::fs::remove_file(&out);
 
+    let mut evidence: Vec<String> = stderr_key.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    evidence.extend(last_stderr.iter().cloned());
     let outcome = Outcome {
         exit_code: status.code(),
         signal: status.signal(),
-        stderr: &last_stderr,
+        stderr: &evidence,
         watchdog_pss: watch.watchdog_pss,
         cgroup_oom_kills: watch.cgroup_oom_kills,
         timed_out: watch.timed_out,

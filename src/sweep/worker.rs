@@ -196,6 +196,8 @@ fn inject(fault: Fault) {
                     chunk[i] = 1; // touch every page
                 }
                 held.push(std::hint::black_box(chunk));
+                // ≤ 1.6 GB/s, so the parent's 100 ms PSS watchdog overshoots by little.
+                std::thread::sleep(Duration::from_millis(10));
             }
         }
         Fault::Stack => {

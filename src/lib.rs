@@ -5,6 +5,8 @@ pub mod analysis;
 pub mod bench;
 pub mod cli;
 pub mod environment;
+pub mod input;
+pub mod leak;
 pub mod measure;
 pub mod model;
 pub mod progress;

@@ -1,6 +1,14 @@
 //! Analysis: pure functions from Records (or their raw samples) to results. No candle, no I/O.
 
+pub mod aggregate;
+pub mod bytes;
 pub mod fit;
+pub mod leak;
+pub mod leak_text;
+pub mod leak_types;
 pub mod scaling;
 pub mod stats;
+pub mod targets;
 pub mod timing;
+pub mod trend;
+pub mod warmup;

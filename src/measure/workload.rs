@@ -35,7 +35,7 @@ pub fn candle_dtype(d: Dtype) -> DType {
     }
 }
 
-/// Test-only fault injection: retain one tensor of this many bytes per step (a real leak).
+/// Test-only fault injection: retain one f32 tensor of this many bytes per step (a real leak).
 pub const LEAK_ENV: &str = "MEMSCOPE_TEST_LEAK_BYTES";
 
 /// Runs `spec`, counting finished steps (warm-up included) in `progress`.
@@ -260,7 +260,7 @@ struct Run<'a> {
     micro: Vec<MicroStepMemory>,
     loss: Vec<f64>,
     leak: usize,
-    leaked: Vec<Vec<u8>>,
+    leaked: Vec<Tensor>,
     /// Heap peak of micro-steps already closed within the current step.
     step_peak: u64,
     /// Called with each step's memory entry, outside the timed region.
@@ -381,7 +381,9 @@ impl Run<'_> {
     /// Samples memory after a step (outside every timed region).
     fn end_step(&mut self, step: usize) {
         if self.leak > 0 {
-            self.leaked.push(vec![1u8; self.leak]);
+            if let Ok(t) = Tensor::zeros(self.leak / 4, DType::F32, self.dev) {
+                self.leaked.push(t);
+            }
         }
         let step_peak = self
             .tracker

@@ -3,6 +3,7 @@
 
 pub mod csv;
 pub mod json;
+pub mod leak;
 pub mod markdown;
 pub mod models;
 pub mod scaling;

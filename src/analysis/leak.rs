@@ -1,0 +1,382 @@
+//! The leak verdict: does memory keep growing across identical steps, or is an allocator warming up?
+//!
+//! Method (RELIABILITY.md, "The leak verdict"; deviations are marked "Refinement"):
+//! 1. Aggregate to the post-GC floor ([`crate::analysis::aggregate`]): rolling minimum, w = max(5, P),
+//!    stride 5; series shorter than `short_series` are used as they are. Refinement: so are series
+//!    with symmetric noise and no period, where the minimum only discards data.
+//! 2. Warm-up: MSER cut over the first half ([`crate::analysis::warmup::mser_cut`]) for estimation;
+//!    the warm-up end reported is the break of a two-segment fit "growth, then level", checked
+//!    ([`crate::analysis::warmup::check_break`]). Refinements: the break is moved forward to where the
+//!    data enter the level's band (a curved warm-up crosses its fitted level before it flattens); the
+//!    trend starts there when it lies after the MSER cut (growth before it is warm-up, not leak), or
+//!    before the cut with no growth in between (MSER lands late on a slowly falling plateau).
+//! 3. Trend on the tail: Theil–Sen slope per STEP (x = step numbers, so irregular sampling is fine),
+//!    Sen's CI at `confidence`, Kendall-S variance inflated by Hamed–Rao, never deflated
+//!    ([`crate::analysis::trend`]). Each half of the tail gets its own trend at `halves_confidence`.
+//! 4. Margins over the tail span L (steps): δ_plateau = max(plateau_min_bytes, plateau_rel × |median|);
+//!    δ_leak = max(δ_plateau, leak_noise_k × MAD-σ of the detrended tail).
+//! 5. Verdicts:
+//!    LEAK: CI low > 0, slope·L > δ_leak, both halves' CI low > 0, second-half slope ≥ decel_ratio ×
+//!    first-half slope. DECELERATING: the same with a smaller second-half slope. PLATEAU: CI·L inside
+//!    ±δ_plateau, or the tail falls (CI high ≤ 0); refinement: and the second half does not itself rise
+//!    significantly by more than δ_plateau (a series still rising at its end is never a plateau).
+//!    INCONCLUSIVE: anything else, with the smallest detectable rate and the steps needed.
+//!
+//! Invariants: `analyze` never panics and never puts NaN or ∞ in a report (unknown numbers are `None`);
+//! n = 0, 1, 2, constant series, unsorted steps and non-finite values give INCONCLUSIVE or a verdict with
+//! a sentence saying why. Pure: no I/O.
+
+use crate::analysis::aggregate::{floor_samples, ls_slope, SKEW_FLOOR};
+use crate::analysis::leak_text;
+use crate::analysis::trend::{mad_sigma, median, theil_sen, Trend};
+use crate::analysis::warmup::{check_break, hinge_fit, mser_cut, settle};
+
+pub use crate::analysis::leak_types::{LeakParams, LeakReport, MemorySeries, Verdict};
+
+/// Everything `leak_text` needs to phrase the verdict that is not in the report itself.
+pub(crate) struct Context {
+    pub reason: Option<String>,
+    pub falling: bool,
+}
+
+/// The verdict for one series. Never panics; never NaN (see the module invariants).
+pub fn analyze(series: &MemorySeries, params: &LeakParams) -> LeakReport {
+    let (p, param_notes) = params.sanitized();
+    let mut r = LeakReport::empty(&series.label, p);
+    r.notes.extend(param_notes);
+    let mut ctx = Context {
+        reason: None,
+        falling: false,
+    };
+    let n = series.steps.len().min(series.values.len());
+    r.n_samples = n;
+    if series.steps.len() != series.values.len() {
+        r.notes.push(format!(
+            "{} steps but {} values: the extra entries were ignored",
+            series.steps.len(),
+            series.values.len()
+        ));
+    }
+    if let Err(why) = validate(&series.steps[..n], &series.values[..n]) {
+        ctx.reason = Some(why);
+        return finish(r, &ctx);
+    }
+    if n == 0 {
+        ctx.reason = Some("there are no samples".into());
+        return finish(r, &ctx);
+    }
+    r.first_step = Some(series.steps[0]);
+    r.last_step = Some(series.steps[n - 1]);
+    if n < 3 {
+        ctx.reason = Some(format!(
+            "only {n} sample{}; a trend needs at least 3",
+            if n == 1 { "" } else { "s" }
+        ));
+        r.more_steps_needed = Some(steps_for_points(
+            &series.steps[..n],
+            2 * r.params.min_tail_points - n,
+        ));
+        return finish(r, &ctx);
+    }
+    let steps = &series.steps[..n];
+    let values = &series.values[..n];
+    let seconds = valid_seconds(series.seconds.as_deref(), n, &mut r.notes);
+
+    // 1. Aggregate to the floor.
+    let floor = floor_samples(steps, values, r.params.short_series);
+    r.window = floor.window;
+    r.stride = floor.stride;
+    if floor.window > 1 {
+        r.notes.push(format!(
+            "trend measured on the rolling minimum (window {} samples, stride {}; {})",
+            floor.window,
+            floor.stride,
+            match (floor.period, floor.skewness) {
+                (Some(p), _) => format!("a period of {p} samples was found"),
+                (None, Some(s)) if s.abs() >= SKEW_FLOOR =>
+                    format!("the noise is one-sided, skewness {s:.2}"),
+                _ => "long series".to_string(),
+            }
+        ));
+    } else if floor.skewness.is_some() {
+        r.notes
+            .push("trend measured on every sample (no period, symmetric noise)".into());
+    }
+    let xs: Vec<f64> = floor.idx.iter().map(|&i| steps[i] as f64).collect();
+    let ys: Vec<f64> = floor.idx.iter().map(|&i| values[i]).collect();
+    let m = xs.len();
+
+    // 2. Warm-up: MSER cut, then the checked break.
+    let cut = mser_cut(&ys);
+    r.mser_cut_step = Some(steps[floor.idx[cut]]);
+    let med_after_cut = median(&ys[cut..]).unwrap_or(0.0);
+    let dp = r
+        .params
+        .plateau_min_bytes
+        .max(r.params.plateau_rel * med_after_cut.abs());
+    r.margin_plateau_bytes = Some(dp);
+    let mut start = cut;
+    match hinge_fit(&xs, &ys) {
+        Some(h) => match check_break(&h, xs[0], dp) {
+            Ok(()) => {
+                let settled = &ys[cut.max(h.idx)..];
+                let band = dp.max(3.0 * mad_sigma(settled).unwrap_or(0.0));
+                let end = settle(&ys, h.idx, median(settled).unwrap_or(h.level), band);
+                r.warmup_end_step = Some(xs[end] as u64);
+                let before = ys[..=end].iter().cloned().fold(f64::INFINITY, f64::min);
+                r.warmup_growth_bytes = median(&ys[end..]).map(|after| (after - before).max(0.0));
+                // MSER lands late on a slowly falling plateau (it treats the fall as more warm-up):
+                // when nothing grows between the break and the cut, the trend starts at the break.
+                let falls_to_cut = end < cut && ls_slope(&xs[end..=cut], &ys[end..=cut]) <= 0.0;
+                if (end > cut || falls_to_cut) && m - end >= r.params.min_tail_points {
+                    start = end;
+                    r.notes.push(format!(
+                        "the trend starts where growth ends (step {}), not at the MSER cut (step {})",
+                        xs[end] as u64,
+                        xs[cut] as u64
+                    ));
+                }
+            }
+            Err(why) => r.notes.push(format!("no warm-up end reported: {why}")),
+        },
+        None => r
+            .notes
+            .push("no warm-up end reported: too few points for a two-segment fit".into()),
+    }
+    r.tail_start_step = Some(xs[start] as u64);
+    let post_from = r.warmup_end_step.unwrap_or(xs[start] as u64);
+    let post: Vec<f64> = (0..n)
+        .filter(|&i| steps[i] >= post_from)
+        .map(|i| values[i])
+        .collect();
+    r.plateau_median_bytes = median(&post);
+    r.plateau_min_bytes = post.iter().cloned().reduce(f64::min);
+    r.plateau_max_bytes = post.iter().cloned().reduce(f64::max);
+
+    let (tx, ty) = (&xs[start..], &ys[start..]);
+    r.tail_len = tx.len();
+    if tx.len() < r.params.min_tail_points {
+        ctx.reason = Some(format!(
+            "only {} point{} after the warm-up cut at step {} (at least {} needed): the warm-up may not have finished",
+            tx.len(),
+            if tx.len() == 1 { "" } else { "s" },
+            xs[start] as u64,
+            r.params.min_tail_points
+        ));
+        let missing = 2 * (r.params.min_tail_points - tx.len());
+        r.more_steps_needed = Some(steps_for_points_xs(&xs, missing));
+        return finish(r, &ctx);
+    }
+
+    // 3. Trend on the tail and on each half.
+    let full = theil_sen(tx, ty, r.params.confidence);
+    let h = tx.len() / 2;
+    let first = theil_sen(&tx[..h], &ty[..h], r.params.halves_confidence);
+    let second = theil_sen(&tx[h..], &ty[h..], r.params.halves_confidence);
+    let Some(full) = full else {
+        ctx.reason = Some("the trend could not be estimated".into());
+        return finish(r, &ctx);
+    };
+    r.slope_bytes_per_step = Some(full.slope);
+    r.slope_ci_bytes_per_step = Some(full.ci);
+    r.variance_inflation = Some(full.inflation);
+    r.slope_first_half = first.map(|t| t.slope);
+    r.slope_second_half = second.map(|t| t.slope);
+    r.slope_ci_first_half = first.map(|t| t.ci);
+    r.slope_ci_second_half = second.map(|t| t.ci);
+
+    // 4. Margins.
+    let span = tx[tx.len() - 1] - tx[0];
+    let resid: Vec<f64> = tx.iter().zip(ty).map(|(x, y)| y - full.slope * x).collect();
+    let noise = mad_sigma(&resid).unwrap_or(0.0);
+    let dl = dp.max(r.params.leak_noise_k * noise);
+    r.margin_leak_bytes = Some(dl);
+
+    // 5. Verdict.
+    let pos = |t: Option<Trend>| t.is_some_and(|t| t.ci[0] > 0.0);
+    let rising = full.ci[0] > 0.0 && full.slope * span > dl;
+    let halves_rise = pos(first) && pos(second);
+    let (s1, s2) = (
+        first.map_or(0.0, |t| t.slope),
+        second.map_or(0.0, |t| t.slope),
+    );
+    let inside = full.ci[0] * span >= -dp && full.ci[1] * span <= dp;
+    ctx.falling = full.ci[1] <= 0.0 && !inside;
+    let second_span = tx[tx.len() - 1] - tx[h];
+    let late_rise = second.is_some_and(|t| t.ci[0] > 0.0 && t.slope * second_span > dp);
+    r.verdict = if rising && halves_rise {
+        if s2 >= r.params.decel_ratio * s1 {
+            Verdict::Leak
+        } else {
+            Verdict::Decelerating
+        }
+    } else if (inside || full.ci[1] <= 0.0) && !late_rise {
+        Verdict::Plateau
+    } else {
+        ctx.reason = Some(inconclusive_reason(&full, rising, late_rise, span, dp));
+        Verdict::Inconclusive
+    };
+
+    // 6. Derived numbers.
+    let hw = |t: Option<Trend>| t.map_or(f64::INFINITY, |t| (t.ci[1] - t.ci[0]) / 2.0);
+    let hw_full = (full.ci[1] - full.ci[0]) / 2.0;
+    let hw_halves = hw(first).max(hw(second));
+    let min_det = hw_full
+        .max(hw_halves)
+        .max(if span > 0.0 { dl / span } else { f64::INFINITY });
+    r.min_detectable_bytes_per_step = min_det.is_finite().then_some(min_det);
+    if r.verdict == Verdict::Inconclusive {
+        r.more_steps_needed = more_steps(&full, hw_full, hw_halves, span, dp, dl);
+    }
+    let last_x = tx[tx.len() - 1];
+    let level_last = full.intercept + full.slope * last_x;
+    let grow = full.slope.max(0.0);
+    r.extrapolation = [100u64, 1000, 10000]
+        .iter()
+        .map(|&k| (k, level_last + grow * k as f64))
+        .collect();
+    r.steps_per_hour = r.params.steps_per_hour.or_else(|| {
+        let s = seconds?;
+        let (i0, i1) = (floor.idx[start], n - 1);
+        let dt = s[i1] - s[i0];
+        (dt > 0.0).then(|| (steps[i1] - steps[i0]) as f64 / dt * 3600.0)
+    });
+    r.growth_bytes_per_hour = r.steps_per_hour.map(|sph| full.slope * sph);
+    if let Some(budget) = r.params.budget_bytes {
+        let current = level_last.max(values[n - 1]);
+        if current >= budget {
+            r.steps_to_budget = Some(0.0);
+            r.notes
+                .push("memory is already at or above the budget".into());
+        } else if full.slope > 0.0 {
+            r.steps_to_budget = Some((budget - current) / full.slope);
+        } else {
+            r.notes.push(
+                "memory does not grow at the measured slope: the budget is never reached".into(),
+            );
+        }
+        r.hours_to_budget = r
+            .steps_to_budget
+            .zip(r.steps_per_hour)
+            .map(|(s, sph)| s / sph);
+    }
+    finish(r, &ctx)
+}
+
+fn validate(steps: &[u64], values: &[f64]) -> Result<(), String> {
+    if let Some(i) = values.iter().position(|v| !v.is_finite()) {
+        return Err(format!(
+            "the value at step {} is not a finite number",
+            steps[i]
+        ));
+    }
+    if let Some(i) = steps.windows(2).position(|w| w[1] <= w[0]) {
+        return Err(format!(
+            "steps must increase, but step {} is followed by step {}",
+            steps[i],
+            steps[i + 1]
+        ));
+    }
+    Ok(())
+}
+
+fn valid_seconds<'a>(s: Option<&'a [f64]>, n: usize, notes: &mut Vec<String>) -> Option<&'a [f64]> {
+    let s = s?;
+    let ok = s.len() >= n
+        && s[..n].iter().all(|v| v.is_finite())
+        && s[..n].windows(2).all(|w| w[1] >= w[0]);
+    if !ok {
+        notes.push("timestamps ignored: not one finite, non-decreasing time per sample".into());
+    }
+    ok.then_some(&s[..n])
+}
+
+fn inconclusive_reason(full: &Trend, rising: bool, late_rise: bool, span: f64, dp: f64) -> String {
+    if rising {
+        "memory rose after the warm-up, but not steadily: the two halves of the tail do not both rise significantly".into()
+    } else if late_rise {
+        "memory rose at the end of the run after a flat or falling stretch".into()
+    } else {
+        format!(
+            "the slope's confidence interval ({} to {} over the {:.0} steps after warm-up) is too wide to tell a plateau (within ±{}) from a leak",
+            crate::analysis::bytes::fmt_bytes(full.ci[0] * span),
+            crate::analysis::bytes::fmt_bytes(full.ci[1] * span),
+            span,
+            crate::analysis::bytes::fmt_bytes(dp)
+        )
+    }
+}
+
+/// Steps until a verdict is likely, assuming the CI half-widths shrink like L^(-3/2) (slope precision
+/// for a growing span at a fixed sampling rate). A tail that rises significantly needs the leak gates
+/// to pass at the measured slope; otherwise the CI must fit inside the plateau margin if memory is in
+/// fact flat: (hw·L)·f^(-1/2) ≤ δ_plateau, f = (hw·L/δ_plateau)².
+fn more_steps(full: &Trend, hw: f64, hw_halves: f64, span: f64, dp: f64, dl: f64) -> Option<u64> {
+    if span.is_nan() || span <= 0.0 {
+        return None;
+    }
+    let f = if full.ci[0] > 0.0 {
+        let b = full.slope;
+        let mut f: f64 = 1.0;
+        loop {
+            f *= 1.02;
+            if f > 1000.0 {
+                return None;
+            }
+            let shrink = f.powf(-1.5);
+            if b - hw * shrink > 0.0 && b - hw_halves * shrink > 0.0 && b * span * f > dl {
+                break f;
+            }
+        }
+    } else {
+        if dp <= 0.0 {
+            return None;
+        }
+        (hw * span / dp).powi(2).max(1.0)
+    };
+    let more = ((f - 1.0) * span).ceil();
+    (more.is_finite() && more < 1e15).then_some(more as u64)
+}
+
+/// Steps covered by `points` more samples at the series' mean spacing.
+fn steps_for_points(steps: &[u64], points: usize) -> u64 {
+    let n = steps.len();
+    let spacing = if n >= 2 {
+        (steps[n - 1] - steps[0]) as f64 / (n - 1) as f64
+    } else {
+        1.0
+    };
+    (spacing.max(1.0) * points as f64).ceil() as u64
+}
+
+/// Steps covered by `points` more trend points at the points' mean spacing.
+fn steps_for_points_xs(xs: &[f64], points: usize) -> u64 {
+    let n = xs.len();
+    let per_point = if n >= 2 {
+        (xs[n - 1] - xs[0]) / (n - 1) as f64
+    } else {
+        1.0
+    };
+    (per_point.max(1.0) * points as f64).ceil() as u64
+}
+
+/// Phrases the sentence after removing any non-finite number (defensive: the report never holds NaN).
+fn finish(mut r: LeakReport, ctx: &Context) -> LeakReport {
+    r.drop_non_finite();
+    r.sentence = leak_text::sentence(&r, ctx);
+    r
+}
+
+/// RSS vs heap cross-check: "allocator retention, not a leak" when RSS grows but heap live is flat;
+/// when both grow, which grows faster. `None` when there is nothing to add.
+pub fn cross_check(heap: &LeakReport, rss: &LeakReport) -> Option<String> {
+    leak_text::cross_check(heap, rss)
+}
+
+#[cfg(test)]
+#[path = "leak_tests.rs"]
+mod tests;
+
+#[cfg(test)]
+#[path = "leak_calibration.rs"]
+mod calibration;

@@ -1,0 +1,170 @@
+//! Plain-language phrasing of a leak verdict (the one sentence stated first) and of the RSS vs heap
+//! cross-check. Pure: reads a finished [`LeakReport`], writes text.
+
+use crate::analysis::bytes::{fmt_bytes, fmt_range};
+use crate::analysis::leak::{Context, LeakReport, Verdict};
+
+/// What the series measured, as the subject of a sentence ("memory", "heap live", "RSS").
+pub fn subject(label: &str) -> &str {
+    match label.trim() {
+        "" | "value" => "memory",
+        l => l,
+    }
+}
+
+/// A rate per step: "1.00 MiB/step".
+pub fn rate(b: f64) -> String {
+    format!("{}/step", fmt_bytes(b))
+}
+
+/// Formats a count with thousands separators: 12345 -> "12,345".
+pub fn group(n: u64) -> String {
+    let s = n.to_string();
+    let mut out = String::new();
+    for (i, c) in s.chars().enumerate() {
+        if i > 0 && (s.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+pub(crate) fn sentence(r: &LeakReport, ctx: &Context) -> String {
+    let subj = subject(&r.label);
+    let last = r.last_step.unwrap_or(0);
+    let range = r
+        .plateau_min_bytes
+        .zip(r.plateau_max_bytes)
+        .map(|(lo, hi)| fmt_range(lo, hi));
+    let slope = r.slope_bytes_per_step.unwrap_or(0.0);
+    let conf = format!("{:.0}%", r.params.confidence * 100.0);
+    match r.verdict {
+        Verdict::Plateau => {
+            let stay = match (&range, ctx.falling) {
+                (Some(rg), false) => format!("stayed within {rg}"),
+                (Some(rg), true) => {
+                    format!(
+                        "fell slowly ({} per 1,000 steps), staying within {rg}",
+                        fmt_bytes(slope * 1000.0)
+                    )
+                }
+                (None, _) => "stayed level".into(),
+            };
+            match (r.warmup_end_step, r.warmup_growth_bytes) {
+                (Some(w), Some(g)) => format!(
+                    "No leak: {subj} grew {} during a warm-up that ended at step {w}, then {stay} for {} steps.",
+                    fmt_bytes(g),
+                    group(last.saturating_sub(w))
+                ),
+                _ => {
+                    let from = r.tail_start_step.unwrap_or(0);
+                    let why = if Some(from) == r.first_step {
+                        "no warm-up growth found".to_string()
+                    } else {
+                        format!("from step {from}, where the warm-up cut fell")
+                    };
+                    format!("No leak: {subj} {stay} for the last {} steps ({why}).", group(last.saturating_sub(from)))
+                }
+            }
+        }
+        Verdict::Leak => {
+            let from = r.tail_start_step.unwrap_or(0);
+            let ci = r.slope_ci_bytes_per_step.map_or(String::new(), |c| {
+                format!("; {conf} CI {} to {}", rate(c[0]), rate(c[1]))
+            });
+            let hour = r.growth_bytes_per_hour.map_or(String::new(), |h| {
+                format!(", about {} per hour", fmt_bytes(h))
+            });
+            let after = match r.warmup_end_step {
+                Some(w) => format!("after the warm-up that ended at step {w}"),
+                None => format!("from step {from}"),
+            };
+            format!(
+                "Leak: {subj} keeps growing by {} ({} per 1,000 steps{ci}{hour}) over the {} steps {after}.",
+                rate(slope),
+                fmt_bytes(slope * 1000.0),
+                group(last.saturating_sub(from))
+            )
+        }
+        Verdict::Decelerating => {
+            let from = r.tail_start_step.unwrap_or(0);
+            format!(
+                "Growth is slowing but has not stopped: {subj} still grows {} over the last {} steps (first half {}, second half {}); run longer to see whether it levels off.",
+                rate(slope),
+                group(last.saturating_sub(from)),
+                rate(r.slope_first_half.unwrap_or(0.0)),
+                rate(r.slope_second_half.unwrap_or(0.0))
+            )
+        }
+        Verdict::Inconclusive => {
+            let reason = ctx
+                .reason
+                .clone()
+                .unwrap_or_else(|| "the data do not settle the question".into());
+            let mut s = format!("Inconclusive: {reason}.");
+            if let Some(md) = r.min_detectable_bytes_per_step {
+                s.push_str(&format!(
+                    " This run could detect a leak of {} or more",
+                    rate(md)
+                ));
+                match r.more_steps_needed {
+                    Some(k) => s.push_str(&format!(
+                        "; about {} more steps should settle it.",
+                        group(k)
+                    )),
+                    None => s.push('.'),
+                }
+            } else if let Some(k) = r.more_steps_needed {
+                s.push_str(&format!(" About {} more steps are needed.", group(k)));
+            }
+            s
+        }
+    }
+}
+
+fn grows(r: &LeakReport) -> bool {
+    matches!(r.verdict, Verdict::Leak | Verdict::Decelerating)
+}
+
+/// Upper-cases the first letter ("heap live grows" → "Heap live grows").
+pub fn capitalize(s: &str) -> String {
+    let mut c = s.chars();
+    c.next()
+        .map_or(String::new(), |f| f.to_uppercase().chain(c).collect())
+}
+
+pub(crate) fn cross_check(heap: &LeakReport, rss: &LeakReport) -> Option<String> {
+    cross_check_raw(heap, rss).map(|s| capitalize(&s))
+}
+
+fn cross_check_raw(heap: &LeakReport, rss: &LeakReport) -> Option<String> {
+    let (h, o) = (subject(&heap.label), subject(&rss.label));
+    let hs = heap.slope_bytes_per_step.unwrap_or(0.0);
+    let os = rss.slope_bytes_per_step.unwrap_or(0.0);
+    match (heap.verdict, rss.verdict) {
+        (Verdict::Plateau, _) if grows(rss) => Some(format!(
+            "{o} grows {} while {h} stays flat: allocator retention, not a leak (the allocator keeps pages it has freed).",
+            rate(os)
+        )),
+        _ if grows(heap) && grows(rss) => {
+            let which = if os > 1.1 * hs {
+                format!("{o} grows faster ({} vs {}): the allocator also retains freed memory on top of the leak", rate(os), rate(hs))
+            } else if hs > 1.1 * os {
+                format!("{h} grows faster ({} vs {}): the allocator still reuses memory it holds, {o} will follow", rate(hs), rate(os))
+            } else {
+                format!("they grow at about the same rate ({} vs {}): the leak reaches the OS", rate(hs), rate(os))
+            };
+            Some(format!("Both {h} and {o} grow; {which}."))
+        }
+        (_, Verdict::Plateau) if grows(heap) => Some(format!(
+            "{h} grows {} but {o} is flat so far: the allocator is reusing memory it already holds; {o} will grow once that is used up.",
+            rate(hs)
+        )),
+        (Verdict::Inconclusive, _) if grows(rss) => Some(format!(
+            "{o} grows {}, but the {h} verdict is inconclusive: run longer before blaming a leak rather than allocator retention.",
+            rate(os)
+        )),
+        _ => None,
+    }
+}

@@ -1,0 +1,7 @@
+//! Reading data other programs wrote: memory series from CSV, JSONL and text logs.
+
+pub mod series;
+pub mod series_csv;
+pub mod series_fields;
+pub mod series_jsonl;
+pub mod series_log;

@@ -1,0 +1,288 @@
+//! The `leak` and `analyze` commands: run a workload for many identical steps (or read a memory
+//! log someone else wrote), then state whether live memory keeps growing, and check CI targets.
+
+use crate::analysis::bytes::Unit;
+use crate::analysis::leak::{
+    analyze as verdict, cross_check, LeakParams, LeakReport, MemorySeries,
+};
+use crate::analysis::targets::{all_pass, evaluate, parse_bytes, Target, TargetKind, TargetRow};
+use crate::cli::{build_spec, set_threads, write_atomic, ModelArgs, WorkloadArgs};
+use crate::input::series::{parse_series, ParseOptions, SeriesFormat};
+use crate::progress::Progress;
+use crate::record::Record;
+use crate::report::leak as render;
+use anyhow::Context;
+use clap::Args;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+#[derive(Args, Debug, Clone, Default)]
+pub struct TargetArgs {
+    /// Fail unless growth after warm-up stays under this rate (e.g. 10MB/h or 1MiB/step)
+    #[arg(long, value_name = "RATE")]
+    pub max_growth: Option<String>,
+    /// Fail unless growth after warm-up stays under this many bytes per step (e.g. 1MiB)
+    #[arg(long, value_name = "SIZE")]
+    pub max_growth_per_step: Option<String>,
+    /// Fail unless memory after warm-up stays within this range (max − min, e.g. 500MB)
+    #[arg(long, value_name = "SIZE")]
+    pub max_post_warmup_range: Option<String>,
+    /// Fail unless model load stays under this size (heap live retained by load; bench runs only)
+    #[arg(long, value_name = "SIZE")]
+    pub max_load: Option<String>,
+    /// Fail unless peak memory stays under this size (heap peak for runs; series maximum for logs)
+    #[arg(long, value_name = "SIZE")]
+    pub max_peak: Option<String>,
+    /// Memory budget: report the steps and hours until it is exhausted (e.g. 16GiB)
+    #[arg(long, value_name = "SIZE")]
+    pub budget: Option<String>,
+    /// Steps per hour, for growth per hour (default: from timestamps or the measured step time)
+    #[arg(long, value_name = "N")]
+    pub steps_per_hour: Option<f64>,
+}
+
+impl TargetArgs {
+    fn targets(&self) -> anyhow::Result<Vec<Target>> {
+        let flags = [
+            (TargetKind::MaxGrowthPerHour, &self.max_growth),
+            (TargetKind::MaxGrowthPerStep, &self.max_growth_per_step),
+            (TargetKind::MaxPostWarmupRange, &self.max_post_warmup_range),
+            (TargetKind::MaxLoad, &self.max_load),
+            (TargetKind::MaxPeak, &self.max_peak),
+        ];
+        flags
+            .into_iter()
+            .filter_map(|(k, v)| {
+                v.as_deref()
+                    .map(|v| Target::parse(k, v).map_err(anyhow::Error::msg))
+            })
+            .collect()
+    }
+
+    fn params(&self, measured_steps_per_hour: Option<f64>) -> anyhow::Result<LeakParams> {
+        let budget_bytes = match &self.budget {
+            Some(b) => Some(parse_bytes(b).map_err(|e| anyhow::anyhow!("--budget: {e}"))?),
+            None => None,
+        };
+        if let Some(s) = self.steps_per_hour {
+            anyhow::ensure!(
+                s.is_finite() && s > 0.0,
+                "--steps-per-hour must be a positive number (got {s})"
+            );
+        }
+        Ok(LeakParams {
+            budget_bytes,
+            steps_per_hour: self.steps_per_hour.or(measured_steps_per_hour),
+            ..LeakParams::default()
+        })
+    }
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct ReportFiles {
+    /// Write the verdict as JSON
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+    /// Write the verdict as one CSV row (units in column names)
+    #[arg(long, value_name = "FILE")]
+    pub csv: Option<PathBuf>,
+    /// Write the verdict as Markdown
+    #[arg(long, value_name = "FILE")]
+    pub markdown: Option<PathBuf>,
+}
+
+impl ReportFiles {
+    fn write(&self, r: &LeakReport, rows: &[TargetRow]) -> anyhow::Result<()> {
+        let outs = [
+            ("--json", &self.json, render::to_json(r, rows)),
+            ("--csv", &self.csv, render::to_csv(r, rows)),
+            ("--markdown", &self.markdown, render::to_markdown(r, rows)),
+        ];
+        for (flag, path, text) in outs {
+            if let Some(p) = path {
+                write_atomic(p, &text).with_context(|| format!("{flag} {}", p.display()))?;
+            }
+        }
+        Ok(())
+    }
+}
+
+#[derive(Args, Debug)]
+pub struct LeakArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    #[command(flatten)]
+    pub workload: WorkloadArgs,
+    #[command(flatten)]
+    pub targets: TargetArgs,
+    #[command(flatten)]
+    pub files: ReportFiles,
+    /// Also write the full benchmark Record (every step's heap live, RSS, PSS) as JSON
+    #[arg(long, value_name = "FILE")]
+    pub record: Option<PathBuf>,
+    /// No progress bar
+    #[arg(long, short)]
+    pub quiet: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct AnalyzeArgs {
+    /// A memory log: CSV, JSONL, or a text log (with --pattern or the default "step N … X MB" pattern)
+    pub file: PathBuf,
+    #[arg(long, value_enum)]
+    pub format: Option<FormatArg>,
+    /// CSV column / JSON key holding the step
+    #[arg(long)]
+    pub step_column: Option<String>,
+    /// CSV column / JSON key holding the memory value
+    #[arg(long)]
+    pub value_column: Option<String>,
+    /// CSV column / JSON key holding the time (seconds or ISO 8601)
+    #[arg(long)]
+    pub time_column: Option<String>,
+    /// Regex with named groups `step` and `value` (optional `unit`, `time`),
+    /// e.g. 'Step (?P<step>\d+):\s+(?P<value>[\d,]+) MB'
+    #[arg(long)]
+    pub pattern: Option<String>,
+    /// Unit of the values: B, KB, MB, GB, TB, KiB, MiB, GiB, TiB (overrides units in the file)
+    #[arg(long)]
+    pub unit: Option<String>,
+    #[command(flatten)]
+    pub targets: TargetArgs,
+    #[command(flatten)]
+    pub files: ReportFiles,
+}
+
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+pub enum FormatArg {
+    Csv,
+    Jsonl,
+    Log,
+}
+
+/// Defaults of `leak`: every step measured (the warm-up is found, not assumed), 300 of them.
+pub const LEAK_STEPS: usize = 300;
+
+pub fn leak(mut a: LeakArgs) -> anyhow::Result<ExitCode> {
+    a.workload.warmup.get_or_insert(0);
+    a.workload.steps.get_or_insert(LEAK_STEPS);
+    let spec = build_spec(&a.model, &a.workload)?;
+    let targets = a.targets.targets()?;
+    set_threads(spec.threads);
+    let progress = Progress::start(
+        spec.warmup + spec.steps,
+        format!("{} {} leak", spec.model, spec.mode.name()),
+        a.quiet,
+    );
+    let result = crate::bench::run(&spec, &progress.steps);
+    progress.finish();
+    let record = result?;
+    if let Some(p) = &a.record {
+        let text = serde_json::to_string_pretty(&record)? + "\n";
+        write_atomic(p, &text).with_context(|| format!("--record {}", p.display()))?;
+    }
+    let params = a.targets.params(steps_per_hour(&record))?;
+    let heap = verdict(
+        &series(&record, "heap live", |s| Some(s.heap_live_bytes)),
+        &params,
+    );
+    let rss = verdict(&series(&record, "RSS", |s| s.rss_bytes), &params);
+    let rows = evaluate(
+        &targets,
+        &heap,
+        Some(record.memory.load_bytes as f64),
+        Some(record.memory.heap_peak_bytes as f64),
+    );
+    print!("{}", render::to_text(&heap, &rows));
+    println!("\nRSS (what the OS sees): {}", rss.sentence);
+    if let Some(note) = cross_check(&heap, &rss) {
+        println!("{note}");
+    }
+    a.files.write(&heap, &rows)?;
+    Ok(exit_for(&rows))
+}
+
+pub fn analyze(a: AnalyzeArgs) -> anyhow::Result<ExitCode> {
+    let text =
+        std::fs::read(&a.file).with_context(|| format!("cannot read {}", a.file.display()))?;
+    let text = String::from_utf8(text).map_err(|e| {
+        anyhow::anyhow!(
+            "{}: not UTF-8 text (invalid byte at offset {})",
+            a.file.display(),
+            e.utf8_error().valid_up_to()
+        )
+    })?;
+    let unit = match &a.unit {
+        Some(u) => Some(Unit::parse(u).ok_or_else(|| {
+            anyhow::anyhow!(
+                "--unit {u}: unknown unit; use one of B, KB, MB, GB, TB, KiB, MiB, GiB, TiB"
+            )
+        })?),
+        None => None,
+    };
+    let opts = ParseOptions {
+        format: a.format.map(|f| match f {
+            FormatArg::Csv => SeriesFormat::Csv,
+            FormatArg::Jsonl => SeriesFormat::Jsonl,
+            FormatArg::Log => SeriesFormat::Log,
+        }),
+        step_column: a.step_column.clone(),
+        value_column: a.value_column.clone(),
+        time_column: a.time_column.clone(),
+        pattern: a.pattern.clone(),
+        unit,
+    };
+    let targets = a.targets.targets()?;
+    let (series, warnings) =
+        parse_series(&text, &opts).map_err(|e| anyhow::anyhow!("{}: {e}", a.file.display()))?;
+    for w in warnings {
+        eprintln!("warning: {}: {w}", a.file.display());
+    }
+    let report = verdict(&series, &a.targets.params(None)?);
+    let peak = series
+        .values
+        .iter()
+        .cloned()
+        .fold(None, |m: Option<f64>, v| Some(m.map_or(v, |m| m.max(v))));
+    let rows = evaluate(&targets, &report, None, peak);
+    print!("{}", render::to_text(&report, &rows));
+    a.files.write(&report, &rows)?;
+    Ok(exit_for(&rows))
+}
+
+/// 1 when a CI target failed, so a test suite can assert "no leak after warm-up".
+fn exit_for(rows: &[TargetRow]) -> ExitCode {
+    if all_pass(rows) {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    }
+}
+
+fn series(
+    r: &Record,
+    label: &str,
+    value: impl Fn(&crate::record::StepMemory) -> Option<u64>,
+) -> MemorySeries {
+    let (steps, values) = r
+        .memory
+        .series
+        .iter()
+        .filter_map(|s| value(s).map(|v| (s.step, v as f64)))
+        .unzip();
+    MemorySeries {
+        steps,
+        values,
+        seconds: None,
+        label: label.to_string(),
+    }
+}
+
+/// Steps per hour from the measured median step time.
+fn steps_per_hour(r: &Record) -> Option<f64> {
+    let med = |k: &str| r.timing.get(k).map(|t| t.median_ms);
+    let step_ms = med("step")
+        .or_else(|| med("forward"))
+        .or_else(|| Some(med("prefill")? + med("decode")? * r.spec.new_tokens as f64))?;
+    (step_ms > 0.0).then(|| 3.6e6 / step_ms)
+}

@@ -34,6 +34,10 @@ pub enum Command {
     Fit(crate::sweep::cli::FitArgs),
     /// Print the scaling analysis of a sweep's --jsonl file
     Scaling(crate::sweep::cli::ScalingArgs),
+    /// Run identical steps many times and say whether live memory leaks or plateaus
+    Leak(crate::leak::LeakArgs),
+    /// Give the leak verdict for a memory log written by another program (CSV, JSONL, text)
+    Analyze(crate::leak::AnalyzeArgs),
     /// Runs one Spec from stdin (used by sweep and fit)
     #[command(hide = true)]
     Worker(crate::sweep::worker::WorkerArgs),
@@ -63,12 +67,12 @@ pub struct WorkloadArgs {
     pub seq: usize,
     #[arg(long, value_enum, default_value_t = Dtype::F32)]
     pub dtype: Dtype,
-    /// Unmeasured steps before the measured ones
-    #[arg(long, default_value_t = 2)]
-    pub warmup: usize,
-    /// Measured steps
-    #[arg(long, default_value_t = 10)]
-    pub steps: usize,
+    /// Unmeasured steps before the measured ones [default: bench 2, leak 0]
+    #[arg(long)]
+    pub warmup: Option<usize>,
+    /// Measured steps [default: bench 10, leak 300]
+    #[arg(long)]
+    pub steps: Option<usize>,
     /// CPU threads (default: all cores)
     #[arg(long)]
     pub threads: Option<usize>,
@@ -121,6 +125,9 @@ pub struct ModelsArgs {
     pub json: bool,
 }
 
+pub const BENCH_WARMUP: usize = 2;
+pub const BENCH_STEPS: usize = 10;
+
 pub fn run() -> anyhow::Result<ExitCode> {
     let cli = Cli::parse();
     match cli.command {
@@ -129,6 +136,8 @@ pub fn run() -> anyhow::Result<ExitCode> {
         Command::Sweep(a) => crate::sweep::cli::sweep(a),
         Command::Fit(a) => crate::sweep::cli::fit(a),
         Command::Scaling(a) => crate::sweep::cli::scaling(a),
+        Command::Leak(a) => crate::leak::leak(a),
+        Command::Analyze(a) => crate::leak::analyze(a),
         Command::Worker(a) => crate::sweep::worker::run(a),
     }
 }
@@ -176,8 +185,8 @@ pub fn build_spec(m: &ModelArgs, w: &WorkloadArgs) -> anyhow::Result<Spec> {
         dtype: w.dtype,
         threads,
         seed: w.seed,
-        warmup: w.warmup,
-        steps: w.steps,
+        warmup: w.warmup.unwrap_or(BENCH_WARMUP),
+        steps: w.steps.unwrap_or(BENCH_STEPS),
         grad_accum: w.grad_accum,
         prompt_len: w.prompt_len.unwrap_or(w.seq),
         new_tokens: w.new_tokens,

@@ -177,8 +177,15 @@ pub fn run_worker(
     let series_path = opts.scratch.join(format!("series-{index}.jsonl"));
     let _ = std::fs::remove_file(&out);
     let _ = std::fs::remove_file(&series_path);
-    let exe = std::env::current_exe()?;
-    let mut cmd = Command::new(exe);
+    // /proc/self/exe runs this very binary even when the file was replaced or deleted since
+    // (a rebuild during a sweep): every worker runs the parent's code.
+    let proc_exe = Path::new("/proc/self/exe");
+    let exe = if proc_exe.exists() {
+        proc_exe.to_path_buf()
+    } else {
+        std::env::current_exe()?
+    };
+    let mut cmd = Command::new(&exe);
     cmd.arg("worker")
         .arg("--out")
         .arg(&out)
@@ -256,7 +263,9 @@ pub fn run_worker(
     }
 
     let started = Instant::now();
-    let mut child = cmd.spawn()?;
+    let mut child = cmd
+        .spawn()
+        .map_err(|e| anyhow::anyhow!("starting a worker process ({}): {e}", exe.display()))?;
     let pid = child.id();
     live.pid.store(pid as usize, Ordering::Relaxed);
     live.done.store(0, Ordering::Relaxed);

@@ -28,6 +28,20 @@ fn tokens(b: usize, t: usize, vocab: usize, salt: u32) -> Tensor {
     Tensor::from_vec(v, (b, t), &Device::Cpu).unwrap()
 }
 
+/// Largest absolute elementwise difference, in f32.
+fn max_abs_diff(a: &Tensor, b: &Tensor) -> f32 {
+    let a = a.to_dtype(DType::F32).unwrap();
+    let b = b.to_dtype(DType::F32).unwrap();
+    (a - b)
+        .unwrap()
+        .abs()
+        .unwrap()
+        .max_all()
+        .unwrap()
+        .to_scalar::<f32>()
+        .unwrap()
+}
+
 fn loss_of(model: &Model, ids: &Tensor, vocab: usize) -> Tensor {
     let (b, t) = ids.dims2().unwrap();
     let logits = model.forward(ids, None).unwrap();
@@ -147,14 +161,7 @@ fn changing_a_future_token_leaves_earlier_logits_unchanged() {
         let b = Tensor::from_vec(v, (1, 12), &Device::Cpu).unwrap();
         let la = model.forward(&a, None).unwrap().i((.., ..9, ..)).unwrap();
         let lb = model.forward(&b, None).unwrap().i((.., ..9, ..)).unwrap();
-        let diff = (la - lb)
-            .unwrap()
-            .abs()
-            .unwrap()
-            .max_all()
-            .unwrap()
-            .to_scalar::<f32>()
-            .unwrap();
+        let diff = max_abs_diff(&la, &lb);
         assert_eq!(diff, 0.0, "{name}: position < 9 saw token 9");
     }
     // The encoder is bidirectional: the same change must be visible earlier.
@@ -163,15 +170,10 @@ fn changing_a_future_token_leaves_earlier_logits_unchanged() {
     let mut v: Vec<u32> = a.flatten_all().unwrap().to_vec1().unwrap();
     v[9] = (v[9] + 1) % c.vocab_size as u32;
     let b = Tensor::from_vec(v, (1, 12), &Device::Cpu).unwrap();
-    let diff = (model.forward(&a, None).unwrap().i((.., 0, ..)).unwrap()
-        - model.forward(&b, None).unwrap().i((.., 0, ..)).unwrap())
-    .unwrap()
-    .abs()
-    .unwrap()
-    .max_all()
-    .unwrap()
-    .to_scalar::<f32>()
-    .unwrap();
+    let diff = max_abs_diff(
+        &model.forward(&a, None).unwrap().i((.., 0, ..)).unwrap(),
+        &model.forward(&b, None).unwrap().i((.., 0, ..)).unwrap(),
+    );
     assert!(diff > 0.0, "bert: attention should be bidirectional");
 }
 
@@ -195,14 +197,7 @@ fn kv_cache_decoding_matches_the_full_forward() {
         }
         assert_eq!(cache.len(), prompt + new);
         let cached = Tensor::cat(&outs, 1).unwrap();
-        let diff = (full - cached)
-            .unwrap()
-            .abs()
-            .unwrap()
-            .max_all()
-            .unwrap()
-            .to_scalar::<f32>()
-            .unwrap();
+        let diff = max_abs_diff(&full, &cached);
         assert!(diff < 1e-4, "{name}: cached decoding differs by {diff}");
         // Exact KV cache size: 2 (K, V) × layers × B × kv heads × positions × head dim × 4 B.
         let expect = 2 * c.n_layers * b * c.n_kv_heads * (prompt + new) * c.head_dim() * 4;
@@ -212,14 +207,7 @@ fn kv_cache_decoding_matches_the_full_forward() {
         let again = model
             .forward(&ids.narrow(1, 0, prompt).unwrap(), Some(&mut cache))
             .unwrap();
-        let d = (again - &outs[0])
-            .unwrap()
-            .abs()
-            .unwrap()
-            .max_all()
-            .unwrap()
-            .to_scalar::<f32>()
-            .unwrap();
+        let d = max_abs_diff(&again, &outs[0]);
         assert_eq!(d, 0.0);
     }
 }
@@ -236,14 +224,7 @@ fn half_precision_forward_and_backward_run_and_stay_close_to_f32() {
             assert_eq!(store.param_bytes(), store.param_count() * 2);
             let l = m.forward(&ids, None).unwrap();
             assert_eq!(l.dtype(), dt);
-            let diff = (l.to_dtype(DType::F32).unwrap() - &l32)
-                .unwrap()
-                .abs()
-                .unwrap()
-                .max_all()
-                .unwrap()
-                .to_scalar::<f32>()
-                .unwrap();
+            let diff = max_abs_diff(&l.to_dtype(DType::F32).unwrap(), &l32);
             assert!(
                 diff < 0.1,
                 "{name} {dt:?}: logits differ from f32 by {diff}"
@@ -292,14 +273,10 @@ fn checkpoints_load_into_the_same_structs_and_give_the_same_logits() {
         assert!(warnings.is_empty(), "{warnings:?}");
         let m2 = Model::load(&c, &loaded).unwrap();
         let ids = tokens(1, 10, c.vocab_size, 8);
-        let d = (model.forward(&ids, None).unwrap() - m2.forward(&ids, None).unwrap())
-            .unwrap()
-            .abs()
-            .unwrap()
-            .max_all()
-            .unwrap()
-            .to_scalar::<f32>()
-            .unwrap();
+        let d = max_abs_diff(
+            &model.forward(&ids, None).unwrap(),
+            &m2.forward(&ids, None).unwrap(),
+        );
         assert_eq!(d, 0.0, "{name}");
     }
 }

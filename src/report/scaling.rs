@@ -99,7 +99,10 @@ fn batch_section(rs: &[&Row]) -> String {
     }
     let mut out = String::new();
     for (seq, rows) in by_seq.iter().filter(|(_, v)| v.len() >= 2) {
-        let _ = writeln!(out, "Peak memory vs batch at seq {seq}:\n");
+        let _ = writeln!(
+            out,
+            "Peak memory vs batch at seq {seq} (Peak MB: heap peak; Avg MB: mean heap live after each step; MB = 10^6 bytes):\n"
+        );
         out.push_str("| Batch | Peak MB | Avg MB | samples/s |\n|---|---|---|---|\n");
         for r in rows {
             let s = summary(r);
@@ -154,7 +157,10 @@ fn seq_section(rs: &[&Row]) -> String {
             None => "needs 3 sequence lengths".into(),
         };
         let fixed = choice.as_ref().map(|c| c.chosen.coefficients[0]);
-        let _ = writeln!(out, "Peak memory vs sequence length at batch {batch}:\n");
+        let _ = writeln!(
+            out,
+            "Peak memory vs sequence length at batch {batch} (Peak MB: heap peak, 10^6 bytes):\n"
+        );
         out.push_str(
             "| Seq | Batch | Peak MB | Memory per token | Scaling |\n|---|---|---|---|---|\n",
         );

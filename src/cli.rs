@@ -26,6 +26,8 @@ pub struct Cli {
 pub enum Command {
     /// Run a model (train, infer or generate) and report time per phase and where memory goes
     Bench(BenchArgs),
+    /// Predict memory by category, the peak and FLOPs without running (--fits BUDGET: what fits)
+    Estimate(crate::estimate::cli::EstimateArgs),
     /// List the built-in model presets with exact parameter counts
     Models(ModelsArgs),
     /// Run every configuration of comma lists / ranges, each in its own worker process
@@ -132,6 +134,7 @@ pub fn run() -> anyhow::Result<ExitCode> {
     let cli = Cli::parse();
     match cli.command {
         Command::Bench(a) => bench(a),
+        Command::Estimate(a) => crate::estimate::cli::run(a),
         Command::Models(a) => models(a),
         Command::Sweep(a) => crate::sweep::cli::sweep(a),
         Command::Fit(a) => crate::sweep::cli::fit(a),

@@ -5,6 +5,7 @@ pub mod analysis;
 pub mod bench;
 pub mod cli;
 pub mod environment;
+pub mod estimate;
 pub mod input;
 pub mod leak;
 pub mod measure;

@@ -8,6 +8,7 @@ pub mod gpt2;
 pub mod kv_cache;
 pub mod llama;
 pub mod ops;
+pub mod scope;
 pub mod store;
 pub mod weights;
 

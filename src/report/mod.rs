@@ -2,6 +2,7 @@
 //! measure and never import candle.
 
 pub mod csv;
+pub mod estimate;
 pub mod json;
 pub mod leak;
 pub mod markdown;

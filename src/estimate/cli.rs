@@ -1,0 +1,134 @@
+//! `memscope estimate`: flags → [`Request`]s (one per dtype) → report, JSON, `--fits`.
+
+use super::fits::fits;
+use super::{estimate, Optimizer, Request};
+use crate::cli::{resolve_model, write_atomic, ModelArgs};
+use crate::report;
+use crate::spec::{Dtype, Mode};
+use anyhow::{bail, Context};
+use clap::{Args, ValueEnum};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+#[derive(Args, Debug)]
+pub struct EstimateArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    #[arg(long, value_enum, default_value_t = Mode::Train)]
+    pub mode: Mode,
+    #[arg(long, default_value_t = 2)]
+    pub batch: usize,
+    /// Sequence length (train, infer)
+    #[arg(long, default_value_t = 128)]
+    pub seq: usize,
+    /// One dtype or a comma list (one column each): f32,bf16,f16
+    #[arg(long, default_value = "f32")]
+    pub dtype: String,
+    /// Micro-batches per optimizer step (train)
+    #[arg(long, default_value_t = 1)]
+    pub grad_accum: usize,
+    #[arg(long, value_enum, default_value_t = Optimizer::Adamw)]
+    pub optimizer: Optimizer,
+    /// Prompt tokens (generate; default: --seq)
+    #[arg(long)]
+    pub prompt_len: Option<usize>,
+    /// Tokens decoded (generate)
+    #[arg(long, default_value_t = 32)]
+    pub new_tokens: usize,
+    /// A memory budget (16GiB, 512MB, …): does the peak fit, and which single change makes it fit
+    #[arg(long, value_name = "BYTES")]
+    pub fits: Option<String>,
+    /// Rows in the hotspot tables
+    #[arg(long, default_value_t = 10)]
+    pub top: usize,
+    /// Write the estimate as JSON (categories, peak_bytes, phases, activations, flops, …)
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+}
+
+fn dtypes(list: &str) -> anyhow::Result<Vec<Dtype>> {
+    let mut out = Vec::new();
+    for d in list.split(',').map(str::trim) {
+        let dt = Dtype::from_str(d, true).map_err(|_| {
+            anyhow::anyhow!("--dtype {list}: unknown dtype \"{d}\"; use f32, bf16 or f16 (a comma list is allowed)")
+        })?;
+        if !out.contains(&dt) {
+            out.push(dt);
+        }
+    }
+    Ok(out)
+}
+
+pub fn run(a: EstimateArgs) -> anyhow::Result<ExitCode> {
+    if a.model.weights.is_some() {
+        bail!("--weights: estimate needs only the architecture; pass --model or --config");
+    }
+    let (_, cfg) = resolve_model(&a.model)?;
+    let dts = dtypes(&a.dtype)?;
+    let budget = a
+        .fits
+        .as_deref()
+        .map(|f| crate::sweep::cli::parse_bytes("--fits", f))
+        .transpose()?;
+    let prompt_len = a.prompt_len.unwrap_or(a.seq);
+    // The same checks as a run's Spec, so an estimate is never given for a run memscope rejects.
+    let spec = crate::spec::Spec {
+        model: cfg.name.clone(),
+        config: cfg.clone(),
+        config_path: a.model.config.clone(),
+        weights: None,
+        mode: a.mode,
+        batch: a.batch,
+        seq: a.seq,
+        dtype: dts[0],
+        threads: 1,
+        seed: 0,
+        warmup: 0,
+        steps: 1,
+        grad_accum: a.grad_accum,
+        prompt_len,
+        new_tokens: a.new_tokens,
+        lr: 1e-3,
+    };
+    spec.validate()?;
+    let reqs: Vec<Request> = dts
+        .iter()
+        .map(|&dtype| Request {
+            cfg: cfg.clone(),
+            mode: a.mode,
+            batch: a.batch,
+            seq: a.seq,
+            dtype,
+            grad_accum: a.grad_accum,
+            optimizer: a.optimizer,
+            prompt_len,
+            new_tokens: a.new_tokens,
+        })
+        .collect();
+    let ests = reqs
+        .iter()
+        .map(estimate)
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    print!("{}", report::estimate::render(&ests, a.top));
+    let fit = match budget {
+        Some(b) => {
+            let f = fits(&reqs[0], b)?;
+            print!("{}", report::estimate::render_fits(&f));
+            Some(f)
+        }
+        None => None,
+    };
+    if let Some(path) = &a.json {
+        let mut v = serde_json::to_value(&ests[0])?;
+        v["by_dtype"] = serde_json::to_value(&ests)?;
+        if let Some(f) = &fit {
+            v["fits"] = serde_json::to_value(f)?;
+        }
+        let text = serde_json::to_string_pretty(&v)?;
+        write_atomic(path, &text).with_context(|| format!("--json {}", path.display()))?;
+    }
+    Ok(match &fit {
+        Some(f) if !f.fits => ExitCode::from(1),
+        _ => ExitCode::SUCCESS,
+    })
+}

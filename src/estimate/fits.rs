@@ -1,0 +1,82 @@
+//! `--fits BUDGET`: does the predicted peak fit, with how much headroom, and which single
+//! change makes it fit when it does not.
+
+use super::{estimate, Optimizer, Request};
+use crate::spec::{Dtype, Mode};
+use serde::{Deserialize, Serialize};
+
+/// One what-if: a single change to the request and the peak it predicts.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Change {
+    pub change: String,
+    pub peak_bytes: u64,
+    pub fits: bool,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct FitReport {
+    pub budget_bytes: u64,
+    pub peak_bytes: u64,
+    pub fits: bool,
+    /// Budget minus peak (negative: over by that much).
+    pub headroom_bytes: i64,
+    /// Single changes, each tried alone, smallest peak first. Empty when it already fits.
+    pub changes: Vec<Change>,
+}
+
+/// Checks `req` against `budget` bytes and, when it does not fit, tries each single change.
+pub fn fits(req: &Request, budget: u64) -> anyhow::Result<FitReport> {
+    let base = estimate(req)?;
+    let fits = base.peak_bytes <= budget;
+    let mut changes = Vec::new();
+    if !fits {
+        for (label, alt) in alternatives(req) {
+            let e = estimate(&alt)?;
+            changes.push(Change {
+                change: label,
+                peak_bytes: e.peak_bytes,
+                fits: e.peak_bytes <= budget,
+            });
+        }
+        changes.sort_by_key(|c| c.peak_bytes);
+    }
+    Ok(FitReport {
+        budget_bytes: budget,
+        peak_bytes: base.peak_bytes,
+        fits,
+        headroom_bytes: budget as i64 - base.peak_bytes as i64,
+        changes,
+    })
+}
+
+fn alternatives(req: &Request) -> Vec<(String, Request)> {
+    let mut v = Vec::new();
+    if req.batch > 1 {
+        let mut r = req.clone();
+        r.batch = req.batch.div_ceil(2);
+        v.push((format!("halve the batch (--batch {})", r.batch), r));
+    }
+    if req.dtype == Dtype::F32 {
+        let mut r = req.clone();
+        r.dtype = Dtype::Bf16;
+        v.push(("bf16 instead of f32 (--dtype bf16)".into(), r));
+    }
+    if req.mode == Mode::Train && req.optimizer == Optimizer::Adamw {
+        let mut r = req.clone();
+        r.optimizer = Optimizer::Sgd;
+        v.push(("SGD with momentum instead of AdamW (--optimizer sgd)".into(), r));
+    }
+    if req.mode == Mode::Train && req.batch > 1 {
+        let mut r = req.clone();
+        r.batch = req.batch.div_ceil(2);
+        r.grad_accum = req.grad_accum * 2;
+        v.push((
+            format!(
+                "half the batch, twice the accumulation (--batch {} --grad-accum {}): same tokens per step",
+                r.batch, r.grad_accum
+            ),
+            r,
+        ));
+    }
+    v
+}

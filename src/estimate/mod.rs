@@ -1,0 +1,118 @@
+//! `memscope estimate`: predicted memory by category, peak and FLOPs for a workload, without
+//! running it. The prediction replays memscope's own engine (candle 0.11.1, the models in
+//! `src/model/`, the workloads in `src/measure/workload.rs`) on shapes only: see [`sim`].
+//! Parameters, gradients and optimizer state are exact; activations and the peak follow
+//! candle's tensor lifetimes and are checked against measurements in `tests/estimate.rs`.
+
+pub mod backward;
+pub mod cli;
+pub mod fits;
+pub mod models;
+pub mod sim;
+mod step;
+
+use crate::model::config::ModelConfig;
+use crate::spec::{Dtype, Mode};
+use serde::{Deserialize, Serialize};
+
+pub use step::estimate;
+
+/// The optimizer the estimate assumes. memscope's engine runs AdamW; SGD is for what-if.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum Optimizer {
+    /// AdamW (two moments per parameter; candle-nn's implementation)
+    Adamw,
+    /// SGD with momentum (one buffer per parameter)
+    Sgd,
+}
+
+/// What to estimate.
+#[derive(Clone, Debug)]
+pub struct Request {
+    pub cfg: ModelConfig,
+    pub mode: Mode,
+    pub batch: usize,
+    pub seq: usize,
+    pub dtype: Dtype,
+    pub grad_accum: usize,
+    pub optimizer: Optimizer,
+    pub prompt_len: usize,
+    pub new_tokens: usize,
+}
+
+/// Bytes by category. At the peak, `temporaries` is what the peak holds beyond the others.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Categories {
+    pub parameters: u64,
+    pub gradients: u64,
+    pub optimizer_state: u64,
+    pub activations: u64,
+    pub kv_cache: u64,
+    pub temporaries: u64,
+    /// Buffers the math libraries keep after their first call (gemm's packing buffers), not
+    /// tensors: a constant measured on these machines (3 × 1 MiB: forward's first run retains
+    /// it, later runs do not). Included in the peak.
+    pub runtime_buffers: u64,
+}
+
+/// See [`Categories::runtime_buffers`].
+pub const RUNTIME_BUFFERS: u64 = 3 << 20;
+
+/// Saved activations of one module, by kind.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ActivationRow {
+    pub module: String,
+    pub kind: String,
+    pub bytes: u64,
+}
+
+/// A phase as the counting allocator would measure it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PhaseEstimate {
+    pub phase: String,
+    /// Heap peak while the phase runs (everything live, not only the phase's own bytes).
+    pub peak_bytes: u64,
+    /// Bytes the phase allocated that are still live when it ends.
+    pub retained_bytes: i64,
+}
+
+/// Matrix-multiply FLOPs of one optimizer step (all micro-batches), 2·m·k·n per product.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Flops {
+    pub forward: u64,
+    pub backward: u64,
+    pub total: u64,
+}
+
+/// Live bytes by module at a phase's peak.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Hotspot {
+    pub module: String,
+    pub bytes: u64,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Estimate {
+    pub model: String,
+    pub mode: Mode,
+    pub dtype: Dtype,
+    pub batch: usize,
+    pub seq: usize,
+    pub grad_accum: usize,
+    pub optimizer: Optimizer,
+    pub params: u64,
+    pub categories: Categories,
+    /// Predicted heap peak of a steady-state step.
+    pub peak_bytes: u64,
+    /// The phase the peak falls in.
+    pub peak_phase: String,
+    pub phases: Vec<PhaseEstimate>,
+    pub activations: Vec<ActivationRow>,
+    pub flops: Flops,
+    /// Live bytes by module at the forward and backward peaks (train) or the forward peak.
+    pub hotspots_forward: Vec<Hotspot>,
+    pub hotspots_backward: Vec<Hotspot>,
+    /// What the estimate cannot see, said once.
+    pub notes: Vec<String>,
+}

@@ -1,0 +1,570 @@
+//! The three model families and the loss, built on the shape-only [`Sim`] op for op as
+//! `src/model/{gpt2,llama,bert,ops}.rs` build them on candle — same views, same copies, same
+//! order. A change to a model's forward must be mirrored here (`tests/estimate.rs` catches a
+//! drift: the prediction stops matching the measurement).
+//! Shape vocabulary: B batch, T length, N = B·T, C d_model, H heads, KV kv heads, D head dim,
+//! F d_ff, V vocab.
+
+use super::sim::{Bin, Id, Sim, Un};
+use crate::model::config::{Family, ModelConfig};
+use crate::model::scope;
+use std::collections::HashMap;
+
+/// Parameters by checkpoint name, in `param_specs` order.
+pub struct Params {
+    pub ids: Vec<Id>,
+    by_name: HashMap<String, Id>,
+}
+
+impl Params {
+    /// Creates every parameter (as a `Var` when `trainable`).
+    pub fn create(sim: &mut Sim, specs: &[(String, Vec<usize>)], dtype: u64, trainable: bool) -> Self {
+        let mut ids = Vec::with_capacity(specs.len());
+        let mut by_name = HashMap::new();
+        for (name, shape) in specs {
+            let id = if trainable {
+                sim.var(shape, dtype)
+            } else {
+                sim.leaf(shape, dtype)
+            };
+            ids.push(id);
+            by_name.insert(name.clone(), id);
+        }
+        Self { ids, by_name }
+    }
+
+    fn get(&self, name: &str) -> Id {
+        *self
+            .by_name
+            .get(name)
+            .unwrap_or_else(|| panic!("estimate: no parameter {name} (param_specs and the builder disagree)"))
+    }
+}
+
+/// A model's tensors, built once, replayed per forward.
+pub struct Built<'a> {
+    pub cfg: &'a ModelConfig,
+    pub dtype: u64,
+}
+
+impl Built<'_> {
+    /// ids (B, T) → logits (B, T, V). `kv`: per layer (k, v) cache tensors (B, KV, S_max, D) and
+    /// the number of positions already cached, for generate.
+    pub fn forward(&self, sim: &mut Sim, p: &Params, ids: Id, kv: Option<(&[(Id, Id)], usize)>) -> Id {
+        match self.cfg.family {
+            Family::Gpt2 => self.gpt2(sim, p, ids, kv),
+            Family::Llama => self.llama(sim, p, ids, kv),
+            Family::Bert => self.bert(sim, p, ids),
+        }
+    }
+
+    fn gpt2(&self, sim: &mut Sim, p: &Params, ids: Id, kv: Option<(&[(Id, Id)], usize)>) -> Id {
+        let cfg = self.cfg;
+        let (b, t) = (sim.shape(ids)[0], sim.shape(ids)[1]);
+        let c = cfg.d_model;
+        let offset = kv.map_or(0, |k| k.1);
+        sim.enter(scope::EMBEDDING);
+        sim.kind = "embeddings";
+        let (wte, wpe) = (p.get("wte.weight"), p.get("wpe.weight"));
+        let pos = sim.ints(&[t]); // (T)
+        let flat = sim.reshape(ids, &[b * t]);
+        let e = sim.index_select(wte, flat); // (N, C)
+        let tok = sim.reshape(e, &[b, t, c]); // (B, T, C)
+        let pe = sim.index_select(wpe, pos); // (T, C)
+        let mut x = sim.broadcast(Bin::Add, tok, pe); // (B, T, C)
+        drop_all(sim, &[pos, flat, e, tok, pe]);
+        let mask = (t > 1).then(|| causal_mask(sim, t, offset, self.dtype));
+        for i in 0..cfg.n_layers {
+            let cache = kv.map(|k| k.0[i]);
+            let names = [
+                "ln_1.weight", "ln_1.bias", "attn.c_attn.weight", "attn.c_attn.bias",
+                "attn.c_proj.weight", "attn.c_proj.bias", "ln_2.weight", "ln_2.bias",
+                "mlp.c_fc.weight", "mlp.c_fc.bias", "mlp.c_proj.weight", "mlp.c_proj.bias",
+            ];
+            let w: Vec<Id> = names.iter().map(|n| p.get(&format!("h.{i}.{n}"))).collect();
+            let y = self.gpt2_block(sim, i, &w, x, mask, cache, offset);
+            sim.release(x);
+            x = y;
+        }
+        sim.enter(scope::HEAD);
+        sim.kind = "norms";
+        let (lw, lb) = (p.get("ln_f.weight"), p.get("ln_f.bias"));
+        let lm = if cfg.tie_embeddings { wte } else { p.get("lm_head.weight") };
+        let h = layer_norm(sim, x, lw, lb); // (B, T, C)
+        let h2 = sim.reshape(h, &[b * t, c]); // (N, C)
+        sim.kind = "logits";
+        let lt = sim.t(lm);
+        let logits = sim.matmul(h2, lt); // (N, V)
+        let out = sim.reshape(logits, &[b, t, cfg.vocab_size]); // (B, T, V)
+        drop_all(sim, &[x, h, h2, lt, logits]);
+        if let Some(m) = mask {
+            sim.release(m);
+        }
+        out
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn gpt2_block(
+        &self,
+        sim: &mut Sim,
+        i: usize,
+        w: &[Id],
+        x: Id,
+        mask: Option<Id>,
+        cache: Option<(Id, Id)>,
+        offset: usize,
+    ) -> Id {
+        let cfg = self.cfg;
+        let (b, t, c) = (sim.shape(x)[0], sim.shape(x)[1], sim.shape(x)[2]);
+        let (nh, hd) = (cfg.n_heads, cfg.head_dim());
+        sim.enter(&scope::norms(i));
+        sim.kind = "norms";
+        let ln = layer_norm(sim, x, w[0], w[1]);
+        let h = sim.reshape(ln, &[b * t, c]); // (N, C)
+        sim.enter(&scope::attention(i));
+        sim.kind = "attention input (qkv)";
+        let qkv = conv1d(sim, h, w[2], w[3]); // (N, 3C)
+        let r = sim.reshape(qkv, &[b, t, 3, nh, hd]);
+        let pm = sim.permute(r, &[2, 0, 3, 1, 4]); // (3, B, H, T, D)
+        let parts: Vec<Id> = (0..3)
+            .map(|j| {
+                let g = sim.get(pm, j);
+                let cg = sim.contiguous(g);
+                sim.release(g);
+                cg
+            })
+            .collect(); // q, k, v (B, H, T, D)
+        let (k, v) = append(sim, cache, parts[1], parts[2], offset);
+        let y = attention(sim, parts[0], k, v, mask); // (B, H, T, D)
+        let yt = sim.transpose(y, 1, 2);
+        let y2 = sim.reshape(yt, &[b * t, c]); // (N, C)
+        sim.kind = "attention output";
+        let pr = conv1d(sim, y2, w[4], w[5]);
+        let pr3 = sim.reshape(pr, &[b, t, c]);
+        sim.kind = "residual";
+        let x1 = sim.binary(Bin::Add, x, pr3); // (B, T, C)
+        drop_all(sim, &[qkv, r, pm, k, v, y, yt, y2, pr, pr3]);
+        drop_all(sim, &parts);
+        sim.enter(&scope::norms(i));
+        sim.kind = "norms";
+        let ln2 = layer_norm(sim, x1, w[6], w[7]);
+        let h2 = sim.reshape(ln2, &[b * t, c]);
+        sim.enter(&scope::mlp(i));
+        sim.kind = "mlp";
+        let fc = conv1d(sim, h2, w[8], w[9]); // (N, F)
+        let g = sim.unary(Un::Gelu, fc); // (N, F)
+        let pj = conv1d(sim, g, w[10], w[11]); // (N, C)
+        let pj3 = sim.reshape(pj, &[b, t, c]);
+        sim.kind = "residual";
+        let out = sim.binary(Bin::Add, x1, pj3); // (B, T, C)
+        drop_all(sim, &[ln, h, x1, ln2, h2, fc, g, pj, pj3]);
+        out
+    }
+
+    fn llama(&self, sim: &mut Sim, p: &Params, ids: Id, kv: Option<(&[(Id, Id)], usize)>) -> Id {
+        let cfg = self.cfg;
+        let (b, t) = (sim.shape(ids)[0], sim.shape(ids)[1]);
+        let c = cfg.d_model;
+        let hd = cfg.head_dim();
+        let offset = kv.map_or(0, |k| k.1);
+        sim.enter(scope::EMBEDDING);
+        sim.kind = "embeddings";
+        let embed = p.get("model.embed_tokens.weight");
+        let flat = sim.reshape(ids, &[b * t]);
+        let e = sim.index_select(embed, flat);
+        let mut x = sim.reshape(e, &[b, t, c]); // (B, T, C)
+        drop_all(sim, &[flat, e]);
+        let cos = sim.leaf(&[t, hd], self.dtype); // (T, D)
+        let sin = sim.leaf(&[t, hd], self.dtype);
+        let mask = (t > 1).then(|| causal_mask(sim, t, offset, self.dtype));
+        for i in 0..cfg.n_layers {
+            let cache = kv.map(|k| k.0[i]);
+            let names = [
+                "input_layernorm.weight", "self_attn.q_proj.weight", "self_attn.k_proj.weight",
+                "self_attn.v_proj.weight", "self_attn.o_proj.weight",
+                "post_attention_layernorm.weight", "mlp.gate_proj.weight", "mlp.up_proj.weight",
+                "mlp.down_proj.weight",
+            ];
+            let w: Vec<Id> = names.iter().map(|n| p.get(&format!("model.layers.{i}.{n}"))).collect();
+            let y = self.llama_block(sim, i, &w, x, (cos, sin), mask, (cache, offset));
+            sim.release(x);
+            x = y;
+        }
+        sim.enter(scope::HEAD);
+        sim.kind = "norms";
+        let nw = p.get("model.norm.weight");
+        let lm = if cfg.tie_embeddings { embed } else { p.get("lm_head.weight") };
+        let h = rms_norm(sim, x, nw);
+        let h2 = sim.reshape(h, &[b * t, c]);
+        sim.kind = "logits";
+        let logits = linear(sim, h2, lm, None); // (N, V)
+        let out = sim.reshape(logits, &[b, t, cfg.vocab_size]);
+        drop_all(sim, &[x, h, h2, logits, cos, sin]);
+        if let Some(m) = mask {
+            sim.release(m);
+        }
+        out
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn llama_block(
+        &self,
+        sim: &mut Sim,
+        i: usize,
+        w: &[Id],
+        x: Id,
+        (cos, sin): (Id, Id),
+        mask: Option<Id>,
+        (cache, offset): (Option<(Id, Id)>, usize),
+    ) -> Id {
+        let cfg = self.cfg;
+        let (b, t, c) = (sim.shape(x)[0], sim.shape(x)[1], sim.shape(x)[2]);
+        let (nh, nkv, hd) = (cfg.n_heads, cfg.n_kv_heads, cfg.head_dim());
+        sim.enter(&scope::norms(i));
+        sim.kind = "norms";
+        let rn = rms_norm(sim, x, w[0]);
+        let h = sim.reshape(rn, &[b * t, c]);
+        sim.enter(&scope::attention(i));
+        sim.kind = "attention input (qkv)";
+        let heads = |sim: &mut Sim, wt: Id, n: usize| {
+            let l = linear(sim, h, wt, None);
+            let r = sim.reshape(l, &[b, t, n, hd]);
+            let tr = sim.transpose(r, 1, 2); // (B, n, T, D)
+            drop_all(sim, &[l, r]);
+            tr
+        };
+        let q0 = heads(sim, w[1], nh);
+        let k0 = heads(sim, w[2], nkv);
+        let v0 = heads(sim, w[3], nkv);
+        let qc = sim.contiguous(q0);
+        let q = rope(sim, qc, cos, sin); // (B, H, T, D)
+        let kc = sim.contiguous(k0);
+        let k = rope(sim, kc, cos, sin); // (B, KV, T, D)
+        let vc = sim.contiguous(v0);
+        let (k2, v2) = append(sim, cache, k, vc, offset);
+        let kr = repeat_kv(sim, k2, nh / nkv); // (B, H, S, D)
+        let vr = repeat_kv(sim, v2, nh / nkv);
+        let y = attention(sim, q, kr, vr, mask);
+        let yt = sim.transpose(y, 1, 2);
+        let y2 = sim.reshape(yt, &[b * t, c]);
+        sim.kind = "attention output";
+        let o = linear(sim, y2, w[4], None);
+        let o3 = sim.reshape(o, &[b, t, c]);
+        sim.kind = "residual";
+        let x1 = sim.binary(Bin::Add, x, o3);
+        drop_all(sim, &[q0, k0, v0, qc, q, kc, k, vc, k2, v2, kr, vr, y, yt, y2, o, o3]);
+        sim.enter(&scope::norms(i));
+        sim.kind = "norms";
+        let rn2 = rms_norm(sim, x1, w[5]);
+        let h2 = sim.reshape(rn2, &[b * t, c]);
+        sim.enter(&scope::mlp(i));
+        sim.kind = "mlp";
+        let gl = linear(sim, h2, w[6], None); // (N, F)
+        let g = sim.unary(Un::Silu, gl);
+        let u = linear(sim, h2, w[7], None); // (N, F)
+        let gu = sim.binary(Bin::Mul, g, u);
+        let d = linear(sim, gu, w[8], None); // (N, C)
+        let d3 = sim.reshape(d, &[b, t, c]);
+        sim.kind = "residual";
+        let out = sim.binary(Bin::Add, x1, d3);
+        drop_all(sim, &[rn, h, x1, rn2, h2, gl, g, u, gu, d, d3]);
+        out
+    }
+
+    fn bert(&self, sim: &mut Sim, p: &Params, ids: Id) -> Id {
+        let cfg = self.cfg;
+        let (b, t) = (sim.shape(ids)[0], sim.shape(ids)[1]);
+        let c = cfg.d_model;
+        sim.enter(scope::EMBEDDING);
+        sim.kind = "embeddings";
+        // param_specs order: word, position, token type (when present), embedding LayerNorm.
+        let e = |n: &str| p.get(&format!("bert.embeddings.{n}"));
+        let word = e("word_embeddings.weight");
+        let posw = e("position_embeddings.weight");
+        let tt = (cfg.type_vocab_size > 0).then(|| e("token_type_embeddings.weight"));
+        let (ew, eb) = (e("LayerNorm.weight"), e("LayerNorm.bias"));
+        let pos = sim.ints(&[t]);
+        let flat = sim.reshape(ids, &[b * t]);
+        let e = sim.index_select(word, flat);
+        let x0 = sim.reshape(e, &[b, t, c]);
+        let pe = sim.index_select(posw, pos);
+        let mut x = sim.broadcast(Bin::Add, x0, pe);
+        drop_all(sim, &[pos, flat, e, x0, pe]);
+        if let Some(tt) = tt {
+            let t0 = sim.get(tt, 0); // (C)
+            let y = sim.broadcast(Bin::Add, x, t0);
+            drop_all(sim, &[t0, x]);
+            x = y;
+        }
+        let mut x = {
+            let y = layer_norm(sim, x, ew, eb);
+            sim.release(x);
+            y
+        };
+        for i in 0..cfg.n_layers {
+            let names = [
+                "attention.self.query.weight", "attention.self.query.bias",
+                "attention.self.key.weight", "attention.self.key.bias",
+                "attention.self.value.weight", "attention.self.value.bias",
+                "attention.output.dense.weight", "attention.output.dense.bias",
+                "attention.output.LayerNorm.weight", "attention.output.LayerNorm.bias",
+                "intermediate.dense.weight", "intermediate.dense.bias", "output.dense.weight",
+                "output.dense.bias", "output.LayerNorm.weight", "output.LayerNorm.bias",
+            ];
+            let w: Vec<Id> = names
+                .iter()
+                .map(|n| p.get(&format!("bert.encoder.layer.{i}.{n}")))
+                .collect();
+            let y = self.bert_layer(sim, i, &w, x);
+            sim.release(x);
+            x = y;
+        }
+        sim.enter(scope::HEAD);
+        sim.kind = "logits";
+        let c_ = |n: &str| p.get(&format!("cls.predictions.{n}"));
+        let (dw, db) = (c_("transform.dense.weight"), c_("transform.dense.bias"));
+        let (nw, nb) = (c_("transform.LayerNorm.weight"), c_("transform.LayerNorm.bias"));
+        let dec = if cfg.tie_embeddings { word } else { c_("decoder.weight") };
+        let dec_b = c_("bias");
+        let h = sim.reshape(x, &[b * t, c]);
+        let d = linear(sim, h, dw, Some(db));
+        let g = sim.unary(Un::GeluErf, d);
+        let n = layer_norm(sim, g, nw, nb);
+        let logits = linear(sim, n, dec, Some(dec_b)); // (N, V)
+        let out = sim.reshape(logits, &[b, t, cfg.vocab_size]);
+        drop_all(sim, &[x, h, d, g, n, logits]);
+        out
+    }
+
+    fn bert_layer(&self, sim: &mut Sim, i: usize, w: &[Id], x: Id) -> Id {
+        let cfg = self.cfg;
+        let (b, t, c) = (sim.shape(x)[0], sim.shape(x)[1], sim.shape(x)[2]);
+        let (nh, hd) = (cfg.n_heads, cfg.head_dim());
+        sim.enter(&scope::attention(i));
+        sim.kind = "attention input (qkv)";
+        let h = sim.reshape(x, &[b * t, c]);
+        let heads = |sim: &mut Sim, wi: usize| {
+            let l = linear(sim, h, w[wi], Some(w[wi + 1]));
+            let r = sim.reshape(l, &[b, t, nh, hd]);
+            let tr = sim.transpose(r, 1, 2);
+            let cg = sim.contiguous(tr);
+            drop_all(sim, &[l, r, tr]);
+            cg
+        };
+        let q = heads(sim, 0);
+        let k = heads(sim, 2);
+        let v = heads(sim, 4);
+        let y = attention(sim, q, k, v, None);
+        let yt = sim.transpose(y, 1, 2);
+        let y2 = sim.reshape(yt, &[b * t, c]);
+        sim.kind = "attention output";
+        let o = linear(sim, y2, w[6], Some(w[7]));
+        let o3 = sim.reshape(o, &[b, t, c]);
+        sim.kind = "residual";
+        let s = sim.binary(Bin::Add, x, o3);
+        drop_all(sim, &[h, q, k, v, y, yt, y2, o, o3]);
+        sim.enter(&scope::norms(i));
+        sim.kind = "norms";
+        let x1 = layer_norm(sim, s, w[8], w[9]);
+        sim.release(s);
+        sim.enter(&scope::mlp(i));
+        sim.kind = "mlp";
+        let h1 = sim.reshape(x1, &[b * t, c]);
+        let it = linear(sim, h1, w[10], Some(w[11]));
+        let g = sim.unary(Un::GeluErf, it);
+        let out = linear(sim, g, w[12], Some(w[13]));
+        let o3 = sim.reshape(out, &[b, t, c]);
+        sim.kind = "residual";
+        let s2 = sim.binary(Bin::Add, x1, o3);
+        drop_all(sim, &[h1, it, g, out, o3]);
+        sim.enter(&scope::norms(i));
+        sim.kind = "norms";
+        let y = layer_norm(sim, s2, w[14], w[15]);
+        drop_all(sim, &[x1, s2]);
+        y
+    }
+}
+
+fn drop_all(sim: &mut Sim, ts: &[Id]) {
+    for &t in ts {
+        sim.release(t);
+    }
+}
+
+/// Runs `f` in f32 when `x` is a half type (`ops::in_f32`).
+fn in_f32(sim: &mut Sim, x: Id, f: impl FnOnce(&mut Sim, Id) -> Id) -> Id {
+    let dt = sim.nodes[x].dtype;
+    if dt >= 4 {
+        return f(sim, x);
+    }
+    let x32 = sim.to_dtype(x, 4);
+    let y = f(sim, x32);
+    let out = sim.to_dtype(y, dt);
+    drop_all(sim, &[x32, y]);
+    out
+}
+
+fn layer_norm(sim: &mut Sim, x: Id, w: Id, b: Id) -> Id {
+    let y = in_f32(sim, x, |sim, x| {
+        let last = sim.shape(x).len() - 1;
+        let mean = sim.mean_keepdim(x, last); // (…, 1)
+        let xc = sim.broadcast(Bin::Sub, x, mean); // (…, C)
+        let sq = sim.unary(Un::Sqr, xc);
+        let var = sim.mean_keepdim(sq, last); // (…, 1)
+        let ve = sim.affine(var, 1.0);
+        let sd = sim.unary(Un::Sqrt, ve);
+        let y = sim.broadcast(Bin::Div, xc, sd); // (…, C)
+        drop_all(sim, &[mean, xc, sq, var, ve, sd]);
+        y
+    });
+    let m = sim.broadcast(Bin::Mul, y, w);
+    let out = sim.broadcast(Bin::Add, m, b);
+    drop_all(sim, &[y, m]);
+    out
+}
+
+fn rms_norm(sim: &mut Sim, x: Id, w: Id) -> Id {
+    let y = in_f32(sim, x, |sim, x| {
+        let last = sim.shape(x).len() - 1;
+        let sq = sim.unary(Un::Sqr, x);
+        let ms = sim.mean_keepdim(sq, last);
+        let me = sim.affine(ms, 1.0);
+        let sd = sim.unary(Un::Sqrt, me);
+        let y = sim.broadcast(Bin::Div, x, sd);
+        drop_all(sim, &[sq, ms, me, sd]);
+        y
+    });
+    let out = sim.broadcast(Bin::Mul, y, w);
+    sim.release(y);
+    out
+}
+
+/// `x @ wᵀ + b` (nn.Linear layout).
+fn linear(sim: &mut Sim, x: Id, w: Id, b: Option<Id>) -> Id {
+    let wt = sim.t(w);
+    let y = sim.matmul(x, wt);
+    sim.release(wt);
+    match b {
+        Some(b) => {
+            let out = sim.broadcast(Bin::Add, y, b);
+            sim.release(y);
+            out
+        }
+        None => y,
+    }
+}
+
+/// `x @ w + b` (GPT-2 Conv1D layout).
+fn conv1d(sim: &mut Sim, x: Id, w: Id, b: Id) -> Id {
+    let y = sim.matmul(x, w);
+    let out = sim.broadcast(Bin::Add, y, b);
+    sim.release(y);
+    out
+}
+
+fn causal_mask(sim: &mut Sim, t: usize, offset: usize, dtype: u64) -> Id {
+    sim.kind = "embeddings";
+    let m = sim.leaf(&[t, offset + t], 4); // built in f32
+    let out = sim.to_dtype(m, dtype);
+    sim.release(m);
+    out
+}
+
+fn softmax_last(sim: &mut Sim, x: Id) -> Id {
+    let last = sim.shape(x).len() - 1;
+    let mx = sim.max_keepdim(x, last);
+    let md = sim.detach(mx);
+    let sh = sim.broadcast(Bin::Sub, x, md);
+    let e = sim.unary(Un::Exp, sh);
+    let s = sim.sum_keepdim(e, &[last]);
+    let out = sim.broadcast(Bin::Div, e, s);
+    drop_all(sim, &[mx, md, sh, e, s]);
+    out
+}
+
+/// q (B, H, T, D), k and v (B, H, S, D) → (B, H, T, D).
+fn attention(sim: &mut Sim, q: Id, k: Id, v: Id, mask: Option<Id>) -> Id {
+    let before = sim.kind;
+    sim.kind = "scores + probabilities";
+    let kt = sim.t(k);
+    let s0 = sim.matmul(q, kt); // (B, H, T, S)
+    let s1 = sim.affine(s0, 1.0);
+    drop_all(sim, &[kt, s0]);
+    let s2 = match mask {
+        Some(m) => {
+            let s = sim.broadcast(Bin::Add, s1, m);
+            sim.release(s1);
+            s
+        }
+        None => s1,
+    };
+    let probs = in_f32(sim, s2, softmax_last);
+    sim.kind = "attention output";
+    let y = sim.matmul(probs, v);
+    drop_all(sim, &[s2, probs]);
+    sim.kind = before;
+    y
+}
+
+/// The KV cache's `append`: writes in place, returns contiguous copies of the filled prefix.
+fn append(sim: &mut Sim, cache: Option<(Id, Id)>, k: Id, v: Id, offset: usize) -> (Id, Id) {
+    match cache {
+        None => (sim.hold(k), sim.hold(v)),
+        Some((ck, cv)) => {
+            let s = offset + sim.shape(k)[2];
+            let filled = |sim: &mut Sim, c: Id| {
+                // The cache holds S_max positions; the prefix in use is offset + T of them.
+                let n = sim.narrow(c, 2, 0, s);
+                let out = sim.contiguous(n);
+                sim.release(n);
+                out
+            };
+            (filled(sim, ck), filled(sim, cv))
+        }
+    }
+}
+
+/// x·cos + rotate_half(x)·sin.
+fn rope(sim: &mut Sim, x: Id, cos: Id, sin: Id) -> Id {
+    let last = sim.shape(x).len() - 1;
+    let half = sim.shape(x)[last] / 2;
+    let x1 = sim.narrow(x, last, 0, half);
+    let x2 = sim.narrow(x, last, half, half);
+    let n2 = sim.unary(Un::Neg, x2);
+    let rot = sim.cat(&[n2, x1], last);
+    let a = sim.broadcast(Bin::Mul, x, cos);
+    let b = sim.broadcast(Bin::Mul, rot, sin);
+    let out = sim.binary(Bin::Add, a, b);
+    drop_all(sim, &[x1, x2, n2, rot, a, b]);
+    out
+}
+
+fn repeat_kv(sim: &mut Sim, x: Id, rep: usize) -> Id {
+    if rep == 1 {
+        return sim.hold(x);
+    }
+    let s = sim.shape(x).to_vec();
+    let u = sim.unsqueeze(x, 2);
+    let bc = sim.broadcast_as(u, &[s[0], s[1], rep, s[2], s[3]]);
+    let out = sim.reshape(bc, &[s[0], s[1] * rep, s[2], s[3]]);
+    drop_all(sim, &[u, bc]);
+    out
+}
+
+/// Mean cross-entropy in f32: logits (N, V), targets (N) → scalar.
+pub fn cross_entropy(sim: &mut Sim, logits: Id, targets: Id) -> Id {
+    sim.kind = "loss";
+    let l = sim.to_dtype(logits, 4);
+    let mx = sim.max_keepdim(l, 1);
+    let md = sim.detach(mx);
+    let sh = sim.broadcast(Bin::Sub, l, md); // (N, V)
+    let e = sim.unary(Un::Exp, sh);
+    let s = sim.sum_keepdim(e, &[1]);
+    let lse = sim.unary(Un::Log, s); // (N, 1)
+    let tu = sim.unsqueeze(targets, 1);
+    let picked = sim.gather(sh, tu, 1); // (N, 1)
+    let d = sim.binary(Bin::Sub, lse, picked);
+    let loss = sim.mean_all(d);
+    drop_all(sim, &[l, mx, md, sh, e, s, lse, tu, picked, d]);
+    loss
+}

@@ -1,0 +1,614 @@
+//! A shape-only replica of candle's tensors, for predicting memory without running the model.
+//!
+//! Each [`Node`] stands for one candle `Tensor` (an `Arc<Tensor_>`): a shape, a dtype, a storage
+//! it shares with its views, and — when candle would record it — the op with the inputs that op
+//! keeps alive. Reference counts mirror candle's `Arc`s: a node lives while a handle, a recorded
+//! op or a gradient-store entry holds it; a storage lives while a node uses it. Every allocation
+//! is charged to the current phase and module, so the simulation yields the same figures the
+//! counting allocator measures: what forward retained, what backward's peak holds, and so on.
+//!
+//! The rules follow candle 0.11.1 (`tensor.rs`, `backprop.rs`): which ops are views, when a
+//! reshape copies, that a binary op with a recorded input records itself, that `detach` shares
+//! the storage. When the engine changes (fused kernels), this file and `backward.rs` change with
+//! it; `tests/estimate.rs` compares the prediction with the measurement.
+
+use std::collections::HashMap;
+
+pub type Id = usize;
+
+/// Elementwise binary ops.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Bin {
+    Add,
+    Sub,
+    Mul,
+    Div,
+}
+
+/// Elementwise unary ops (the ones the models and candle's backward rules use).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Un {
+    Exp,
+    Log,
+    Sqr,
+    Sqrt,
+    Neg,
+    Recip,
+    Tanh,
+    Gelu,
+    GeluErf,
+    Erf,
+    Silu,
+    Powf,
+}
+
+/// The op that made a node, as candle records it.
+#[derive(Clone, Debug)]
+pub enum Op {
+    /// Parameter, input or constant: no op.
+    Leaf,
+    Binary(Bin, Id, Id),
+    Unary(Un, Id),
+    Affine(Id, f64),
+    /// Sum over the given dims, kept as size 1.
+    Sum(Id, Vec<usize>),
+    Max(Id, Vec<usize>),
+    Matmul(Id, Id),
+    Broadcast(Id),
+    /// Reshape, squeeze and unsqueeze (a copy when the input is not contiguous).
+    Reshape(Id),
+    Transpose(Id, usize, usize),
+    Permute(Id, Vec<usize>),
+    Narrow(Id, usize, usize, usize),
+    Copy(Id),
+    Cat(Vec<Id>, usize),
+    /// `arg.index_select(ids, 0)` (embedding lookup).
+    IndexSelect(Id, Id),
+    /// `arg.gather(ids, dim)`.
+    Gather(Id, Id, usize),
+    ToDtype(Id),
+    /// Ops only backward uses (index_add, scatter_add, comparisons): never differentiated here.
+    Other(Vec<Id>),
+}
+
+impl Op {
+    /// The inputs the op refers to, in the order candle's graph walk visits them.
+    pub fn inputs(&self) -> Vec<Id> {
+        match self {
+            Op::Leaf => vec![],
+            Op::Binary(_, a, b) | Op::Matmul(a, b) | Op::IndexSelect(a, b) => vec![*a, *b],
+            Op::Gather(a, b, _) => vec![*a, *b],
+            Op::Unary(_, a)
+            | Op::Affine(a, _)
+            | Op::Sum(a, _)
+            | Op::Max(a, _)
+            | Op::Broadcast(a)
+            | Op::Reshape(a)
+            | Op::Transpose(a, _, _)
+            | Op::Permute(a, _)
+            | Op::Narrow(a, _, _, _)
+            | Op::Copy(a)
+            | Op::ToDtype(a) => vec![*a],
+            Op::Cat(v, _) | Op::Other(v) => v.clone(),
+        }
+    }
+}
+
+/// What a node's bytes are counted as, mirroring the measured phases.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Phase {
+    Load,
+    Forward,
+    Backward,
+    Optimizer,
+}
+
+pub const N_PHASES: usize = 4;
+
+#[derive(Clone, Debug)]
+pub struct Node {
+    pub shape: Vec<usize>,
+    /// Bytes per element.
+    pub dtype: u64,
+    pub op: Op,
+    pub storage: usize,
+    pub contiguous: bool,
+    pub is_var: bool,
+    /// candle's `track_op()`: a variable, or an op was recorded.
+    pub tracked: bool,
+    /// Integer tensors (token ids) are never differentiated.
+    pub is_int: bool,
+    rc: u32,
+}
+
+impl Node {
+    pub fn elems(&self) -> u64 {
+        self.shape.iter().map(|&d| d as u64).product()
+    }
+    pub fn rank(&self) -> usize {
+        self.shape.len()
+    }
+}
+
+#[derive(Clone, Debug)]
+struct Storage {
+    bytes: u64,
+    rc: u32,
+    phase: Phase,
+    module: usize,
+    kind: &'static str,
+}
+
+/// Live bytes at the moment of a peak, by phase of allocation and by module.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct PeakSnapshot {
+    pub bytes: u64,
+    pub by_phase: [u64; N_PHASES],
+    pub by_module: Vec<u64>,
+}
+
+/// The simulated heap: nodes, storages and their live bytes.
+pub struct Sim {
+    pub nodes: Vec<Node>,
+    storages: Vec<Storage>,
+    pub phase: Phase,
+    /// Index into `modules` of the module now running (`"other"` = 0).
+    pub module: usize,
+    /// What new allocations are, for the activation table ("qkv", "mlp", …).
+    pub kind: &'static str,
+    pub modules: Vec<String>,
+    module_ids: HashMap<String, usize>,
+    pub live: u64,
+    live_by_phase: [u64; N_PHASES],
+    live_by_module: Vec<u64>,
+    /// Peak since the last [`Sim::reset_peak`], with what was live at that moment.
+    pub peak: PeakSnapshot,
+    /// Matmul FLOPs executed so far, by phase (2·m·k·n per product).
+    pub flops: [u64; N_PHASES],
+    /// Whether new nodes keep their dims for later reference (always) — and whether the
+    /// simulation is over the u64 range (a shape whose bytes overflow).
+    pub overflow: bool,
+}
+
+impl Default for Sim {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Sim {
+    pub fn new() -> Self {
+        let mut s = Self {
+            nodes: Vec::new(),
+            storages: Vec::new(),
+            phase: Phase::Load,
+            module: 0,
+            kind: "other",
+            modules: Vec::new(),
+            module_ids: HashMap::new(),
+            live: 0,
+            live_by_phase: [0; N_PHASES],
+            live_by_module: Vec::new(),
+            peak: PeakSnapshot::default(),
+            flops: [0; N_PHASES],
+            overflow: false,
+        };
+        s.enter("other");
+        s
+    }
+
+    /// Makes `name` the module that new allocations are charged to.
+    pub fn enter(&mut self, name: &str) {
+        let next = self.modules.len();
+        let id = *self.module_ids.entry(name.to_string()).or_insert(next);
+        if id == next {
+            self.modules.push(name.to_string());
+            self.live_by_module.push(0);
+        }
+        self.module = id;
+    }
+
+    pub fn reset_peak(&mut self) {
+        self.peak = self.snapshot();
+    }
+
+    pub fn snapshot(&self) -> PeakSnapshot {
+        PeakSnapshot {
+            bytes: self.live,
+            by_phase: self.live_by_phase,
+            by_module: self.live_by_module.clone(),
+        }
+    }
+
+    pub fn live_of(&self, p: Phase) -> u64 {
+        self.live_by_phase[p as usize]
+    }
+
+    /// Live bytes allocated in `phase`, by (module, kind), in first-allocation order.
+    pub fn live_by_module_kind(&self, phase: Phase) -> Vec<(String, &'static str, u64)> {
+        let mut out: Vec<(String, &'static str, u64)> = Vec::new();
+        let mut index: HashMap<(usize, &'static str), usize> = HashMap::new();
+        for s in self.storages.iter().filter(|s| s.rc > 0 && s.phase == phase) {
+            let i = *index.entry((s.module, s.kind)).or_insert_with(|| {
+                out.push((self.modules[s.module].clone(), s.kind, 0));
+                out.len() - 1
+            });
+            out[i].2 += s.bytes;
+        }
+        out
+    }
+
+    /// The module whose allocation backs `t`.
+    pub fn module_of(&self, t: Id) -> usize {
+        self.storages[self.nodes[t].storage].module
+    }
+
+    pub fn shape(&self, t: Id) -> &[usize] {
+        &self.nodes[t].shape
+    }
+
+    pub fn elems(&self, t: Id) -> u64 {
+        self.nodes[t].elems()
+    }
+
+    fn new_storage(&mut self, bytes: u64) -> usize {
+        self.storages.push(Storage {
+            bytes,
+            rc: 0,
+            phase: self.phase,
+            module: self.module,
+            kind: self.kind,
+        });
+        self.live += bytes;
+        self.live_by_phase[self.phase as usize] += bytes;
+        self.live_by_module[self.module] += bytes;
+        if self.live > self.peak.bytes {
+            self.peak = self.snapshot();
+        }
+        self.storages.len() - 1
+    }
+
+    /// Creates a node with one handle. `storage`: `None` allocates a fresh contiguous storage.
+    fn push(&mut self, shape: Vec<usize>, dtype: u64, op: Op, storage: Option<usize>) -> Id {
+        let inputs = op.inputs();
+        let tracked = inputs.iter().any(|&i| self.nodes[i].tracked);
+        let is_int = inputs.first().is_some_and(|&i| self.nodes[i].is_int)
+            && !matches!(op, Op::IndexSelect(..) | Op::Gather(..));
+        self.push_node(shape, dtype, op, storage, tracked, false, is_int)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn push_node(
+        &mut self,
+        shape: Vec<usize>,
+        dtype: u64,
+        op: Op,
+        storage: Option<usize>,
+        tracked: bool,
+        is_var: bool,
+        is_int: bool,
+    ) -> Id {
+        let (storage, contiguous) = match storage {
+            Some(s) => (s, false),
+            None => {
+                let elems = shape
+                    .iter()
+                    .try_fold(1u64, |a, &d| a.checked_mul(d as u64));
+                let bytes = elems.and_then(|e| e.checked_mul(dtype));
+                if bytes.is_none() {
+                    self.overflow = true;
+                }
+                (self.new_storage(bytes.unwrap_or(u64::MAX / 4)), true)
+            }
+        };
+        self.storages[storage].rc += 1;
+        // A recorded op keeps its inputs alive (candle's BackpropOp holds Tensor clones). An
+        // unrecorded op is kept only to know the inputs (for last-use lifetimes); it holds nothing.
+        if tracked {
+            for i in op.inputs() {
+                self.nodes[i].rc += 1;
+            }
+        }
+        self.nodes.push(Node {
+            shape,
+            dtype,
+            op,
+            storage,
+            contiguous,
+            is_var,
+            tracked: tracked || is_var,
+            is_int,
+            rc: 1,
+        });
+        self.nodes.len() - 1
+    }
+
+    /// A view of `of` with a new shape (shares the storage).
+    fn view(&mut self, of: Id, shape: Vec<usize>, op: Op, contiguous: bool) -> Id {
+        let (dtype, storage) = (self.nodes[of].dtype, self.nodes[of].storage);
+        let id = self.push(shape, dtype, op, Some(storage));
+        self.nodes[id].contiguous = contiguous;
+        id
+    }
+
+    /// Adds a handle to `t` (a clone of the tensor).
+    pub fn hold(&mut self, t: Id) -> Id {
+        self.nodes[t].rc += 1;
+        t
+    }
+
+    /// Drops one handle to `t`; frees what nothing else holds.
+    pub fn release(&mut self, t: Id) {
+        let mut stack = vec![t];
+        while let Some(t) = stack.pop() {
+            let n = &mut self.nodes[t];
+            assert!(n.rc > 0, "estimate: node {t} released twice");
+            n.rc -= 1;
+            if n.rc > 0 {
+                continue;
+            }
+            let s = n.storage;
+            if n.tracked && !n.is_var {
+                stack.extend(n.op.inputs());
+            }
+            let st = &mut self.storages[s];
+            st.rc -= 1;
+            if st.rc == 0 {
+                let (bytes, phase, module) = (st.bytes, st.phase, st.module);
+                self.live -= bytes;
+                self.live_by_phase[phase as usize] -= bytes;
+                self.live_by_module[module] -= bytes;
+            }
+        }
+    }
+
+    pub fn is_alive(&self, t: Id) -> bool {
+        self.nodes[t].rc > 0
+    }
+
+    // ---- leaves --------------------------------------------------------------------------
+
+    /// A trainable parameter (candle `Var`).
+    pub fn var(&mut self, shape: &[usize], dtype: u64) -> Id {
+        self.push_node(shape.to_vec(), dtype, Op::Leaf, None, true, true, false)
+    }
+
+    /// A tensor with no op: a detached parameter, an input, a constant.
+    pub fn leaf(&mut self, shape: &[usize], dtype: u64) -> Id {
+        self.push_node(shape.to_vec(), dtype, Op::Leaf, None, false, false, false)
+    }
+
+    /// Token ids and other integer tensors.
+    pub fn ints(&mut self, shape: &[usize]) -> Id {
+        self.push_node(shape.to_vec(), 4, Op::Leaf, None, false, false, true)
+    }
+
+    pub fn zeros_like(&mut self, t: Id) -> Id {
+        let (shape, dtype) = (self.nodes[t].shape.clone(), self.nodes[t].dtype);
+        self.leaf(&shape, dtype)
+    }
+
+    /// `detach()`: shares the storage, records nothing.
+    pub fn detach(&mut self, t: Id) -> Id {
+        let n = &self.nodes[t];
+        if !n.tracked {
+            return self.hold(t);
+        }
+        let (shape, dtype, storage, contiguous) =
+            (n.shape.clone(), n.dtype, n.storage, n.contiguous);
+        let id = self.push_node(shape, dtype, Op::Leaf, Some(storage), false, false, false);
+        self.nodes[id].contiguous = contiguous;
+        id
+    }
+
+    // ---- views ---------------------------------------------------------------------------
+
+    pub fn reshape(&mut self, t: Id, shape: &[usize]) -> Id {
+        if self.nodes[t].contiguous {
+            self.view(t, shape.to_vec(), Op::Reshape(t), true)
+        } else {
+            let dtype = self.nodes[t].dtype;
+            self.push(shape.to_vec(), dtype, Op::Reshape(t), None)
+        }
+    }
+
+    pub fn transpose(&mut self, t: Id, a: usize, b: usize) -> Id {
+        let mut shape = self.nodes[t].shape.clone();
+        if a == b {
+            return self.hold(t);
+        }
+        shape.swap(a, b);
+        self.view(t, shape, Op::Transpose(t, a, b), false)
+    }
+
+    /// Transpose of the last two dims.
+    pub fn t(&mut self, t: Id) -> Id {
+        let r = self.nodes[t].rank();
+        self.transpose(t, r - 2, r - 1)
+    }
+
+    pub fn permute(&mut self, t: Id, dims: &[usize]) -> Id {
+        let shape = dims.iter().map(|&d| self.nodes[t].shape[d]).collect();
+        self.view(t, shape, Op::Permute(t, dims.to_vec()), false)
+    }
+
+    pub fn narrow(&mut self, t: Id, dim: usize, start: usize, len: usize) -> Id {
+        let mut shape = self.nodes[t].shape.clone();
+        if start == 0 && len == shape[dim] {
+            return self.hold(t);
+        }
+        shape[dim] = len;
+        // Narrowing the outermost non-unit dim of a contiguous tensor stays contiguous.
+        let contiguous = self.nodes[t].contiguous && self.nodes[t].shape[..dim].iter().all(|&d| d == 1);
+        self.view(t, shape, Op::Narrow(t, dim, start, len), contiguous)
+    }
+
+    pub fn broadcast_as(&mut self, t: Id, shape: &[usize]) -> Id {
+        self.view(t, shape.to_vec(), Op::Broadcast(t), false)
+    }
+
+    pub fn unsqueeze(&mut self, t: Id, dim: usize) -> Id {
+        let mut shape = self.nodes[t].shape.clone();
+        shape.insert(dim, 1);
+        let c = self.nodes[t].contiguous;
+        self.view(t, shape, Op::Reshape(t), c)
+    }
+
+    pub fn squeeze(&mut self, t: Id, dim: usize) -> Id {
+        let mut shape = self.nodes[t].shape.clone();
+        if shape[dim] != 1 {
+            return self.hold(t);
+        }
+        shape.remove(dim);
+        let c = self.nodes[t].contiguous;
+        self.view(t, shape, Op::Reshape(t), c)
+    }
+
+    /// `t.get(i)`: narrow on dim 0, then a reshape (which copies a non-contiguous input).
+    pub fn get(&mut self, t: Id, i: usize) -> Id {
+        let n = self.narrow(t, 0, i, 1);
+        let shape = self.nodes[n].shape[1..].to_vec();
+        let r = self.reshape(n, &shape);
+        self.release(n);
+        r
+    }
+
+    pub fn contiguous(&mut self, t: Id) -> Id {
+        if self.nodes[t].contiguous {
+            return self.hold(t);
+        }
+        let (shape, dtype) = (self.nodes[t].shape.clone(), self.nodes[t].dtype);
+        self.push(shape, dtype, Op::Copy(t), None)
+    }
+
+    // ---- compute -------------------------------------------------------------------------
+
+    fn fresh(&mut self, like: Id, shape: Vec<usize>, op: Op) -> Id {
+        let dtype = self.nodes[like].dtype;
+        self.push(shape, dtype, op, None)
+    }
+
+    pub fn binary(&mut self, op: Bin, a: Id, b: Id) -> Id {
+        let shape = self.nodes[a].shape.clone();
+        self.fresh(a, shape, Op::Binary(op, a, b))
+    }
+
+    /// `broadcast_add` and friends: broadcast views where the shapes differ, then the op.
+    pub fn broadcast(&mut self, op: Bin, a: Id, b: Id) -> Id {
+        let sa = self.nodes[a].shape.clone();
+        let sb = self.nodes[b].shape.clone();
+        let rank = sa.len().max(sb.len());
+        let pad = |s: &[usize]| -> Vec<usize> {
+            let mut v = vec![1; rank - s.len()];
+            v.extend_from_slice(s);
+            v
+        };
+        let (pa, pb) = (pad(&sa), pad(&sb));
+        let shape: Vec<usize> = pa.iter().zip(&pb).map(|(x, y)| *x.max(y)).collect();
+        let va = if sa != shape { self.broadcast_as(a, &shape) } else { self.hold(a) };
+        let vb = if sb != shape { self.broadcast_as(b, &shape) } else { self.hold(b) };
+        let out = self.binary(op, va, vb);
+        self.release(va);
+        self.release(vb);
+        out
+    }
+
+    pub fn unary(&mut self, op: Un, a: Id) -> Id {
+        let shape = self.nodes[a].shape.clone();
+        self.fresh(a, shape, Op::Unary(op, a))
+    }
+
+    /// `a * mul + add` (also `a * scalar`, `a + scalar`, `scalar - a`).
+    pub fn affine(&mut self, a: Id, mul: f64) -> Id {
+        let shape = self.nodes[a].shape.clone();
+        self.fresh(a, shape, Op::Affine(a, mul))
+    }
+
+    pub fn sum_keepdim(&mut self, a: Id, dims: &[usize]) -> Id {
+        let mut shape = self.nodes[a].shape.clone();
+        for &d in dims {
+            shape[d] = 1;
+        }
+        self.fresh(a, shape, Op::Sum(a, dims.to_vec()))
+    }
+
+    pub fn max_keepdim(&mut self, a: Id, dim: usize) -> Id {
+        let mut shape = self.nodes[a].shape.clone();
+        shape[dim] = 1;
+        self.fresh(a, shape, Op::Max(a, vec![dim]))
+    }
+
+    /// candle's `mean_keepdim`: a sum, then an affine by 1/n.
+    pub fn mean_keepdim(&mut self, a: Id, dim: usize) -> Id {
+        let s = self.sum_keepdim(a, &[dim]);
+        let m = self.affine(s, 1.0);
+        self.release(s);
+        m
+    }
+
+    /// candle's `mean_all`: a sum over every dim (then squeezed), then an affine.
+    pub fn mean_all(&mut self, a: Id) -> Id {
+        let dims: Vec<usize> = (0..self.nodes[a].rank()).collect();
+        let s = self.sum_keepdim(a, &dims);
+        let mut sq = s;
+        for _ in 0..dims.len() {
+            let next = self.squeeze(sq, 0);
+            self.release(sq);
+            sq = next;
+        }
+        let m = self.affine(sq, 1.0);
+        self.release(sq);
+        m
+    }
+
+    /// Batched matmul: (…, m, k) @ (…, k, n) → (…, m, n). Counts 2·m·k·n FLOPs per batch entry.
+    pub fn matmul(&mut self, a: Id, b: Id) -> Id {
+        let sa = self.nodes[a].shape.clone();
+        let sb = self.nodes[b].shape.clone();
+        let (m, k) = (sa[sa.len() - 2], sa[sa.len() - 1]);
+        let n = sb[sb.len() - 1];
+        let mut shape = sa[..sa.len() - 2].to_vec();
+        let batch: u64 = shape.iter().map(|&d| d as u64).product();
+        let f = 2u64
+            .saturating_mul(batch)
+            .saturating_mul(m as u64)
+            .saturating_mul(k as u64)
+            .saturating_mul(n as u64);
+        self.flops[self.phase as usize] = self.flops[self.phase as usize].saturating_add(f);
+        shape.extend([m, n]);
+        self.fresh(a, shape, Op::Matmul(a, b))
+    }
+
+    pub fn cat(&mut self, args: &[Id], dim: usize) -> Id {
+        let mut shape = self.nodes[args[0]].shape.clone();
+        shape[dim] = args.iter().map(|&a| self.nodes[a].shape[dim]).sum();
+        self.fresh(args[0], shape, Op::Cat(args.to_vec(), dim))
+    }
+
+    /// Embedding lookup: table (V, C), ids (N) → (N, C).
+    pub fn index_select(&mut self, table: Id, ids: Id) -> Id {
+        let shape = vec![self.nodes[ids].elems() as usize, self.nodes[table].shape[1]];
+        self.fresh(table, shape, Op::IndexSelect(table, ids))
+    }
+
+    /// `a.gather(ids, dim)` with ids of the output's shape.
+    pub fn gather(&mut self, a: Id, ids: Id, dim: usize) -> Id {
+        let shape = self.nodes[ids].shape.clone();
+        self.fresh(a, shape, Op::Gather(a, ids, dim))
+    }
+
+    pub fn to_dtype(&mut self, a: Id, dtype: u64) -> Id {
+        if self.nodes[a].dtype == dtype {
+            return self.hold(a);
+        }
+        let shape = self.nodes[a].shape.clone();
+        self.push(shape, dtype, Op::ToDtype(a), None)
+    }
+
+    /// A fresh tensor shaped like `like` from an op backward uses only (index_add, scatter_add,
+    /// eq): recorded when an input is, never differentiated.
+    pub fn other(&mut self, like: Id, inputs: &[Id]) -> Id {
+        let shape = self.nodes[like].shape.clone();
+        self.fresh(like, shape, Op::Other(inputs.to_vec()))
+    }
+}

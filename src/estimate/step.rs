@@ -1,0 +1,416 @@
+//! The workloads of `src/measure/workload.rs` replayed on the simulator: load, then two train
+//! steps (the first creates the optimizer state; the second is the steady state that the
+//! measured steps repeat), or a forward, or a prefill plus one decode step.
+
+use super::backward::backward;
+use super::models::{cross_entropy, Built, Params};
+use super::sim::{Bin, Id, Phase, Sim, Un};
+use super::{
+    ActivationRow, Categories, RUNTIME_BUFFERS, Estimate, Flops, Hotspot, Optimizer, PhaseEstimate, Request,
+};
+use crate::model::param_specs;
+use crate::spec::Mode;
+use std::collections::HashMap;
+
+/// Predicts the memory and FLOPs of `req`. Errors name the flag that fixes them.
+pub fn estimate(req: &Request) -> anyhow::Result<Estimate> {
+    req.cfg
+        .validate()
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let dt = req.dtype.size_bytes();
+    let specs: Vec<(String, Vec<usize>)> = param_specs(&req.cfg)
+        .into_iter()
+        .map(|p| (p.name.clone(), p.shape.clone()))
+        .collect();
+    let params: u64 = specs
+        .iter()
+        .map(|(_, s)| s.iter().map(|&d| d as u64).product::<u64>())
+        .sum();
+    let mut sim = Sim::new();
+    sim.phase = Phase::Load;
+    let p = Params::create(&mut sim, &specs, dt, req.mode == Mode::Train);
+    let model = Built { cfg: &req.cfg, dtype: dt };
+    let mut out = match req.mode {
+        Mode::Train => train(&mut sim, &model, &p, req),
+        Mode::Infer => infer(&mut sim, &model, &p, req),
+        Mode::Generate => generate(&mut sim, &model, &p, req),
+    };
+    if sim.overflow {
+        anyhow::bail!(
+            "--batch {} × --seq {} gives tensors whose size overflows 64 bits: use smaller values",
+            req.batch,
+            req.seq
+        );
+    }
+    out.params = params;
+    out.categories.parameters = sim_param_bytes(&specs, dt);
+    out.categories.runtime_buffers = RUNTIME_BUFFERS;
+    out.peak_bytes += RUNTIME_BUFFERS;
+    for p in &mut out.phases {
+        p.peak_bytes += RUNTIME_BUFFERS;
+    }
+    Ok(out)
+}
+
+fn sim_param_bytes(specs: &[(String, Vec<usize>)], dt: u64) -> u64 {
+    specs
+        .iter()
+        .map(|(_, s)| s.iter().map(|&d| d as u64).product::<u64>() * dt)
+        .sum()
+}
+
+fn blank(req: &Request) -> Estimate {
+    Estimate {
+        model: req.cfg.name.clone(),
+        mode: req.mode,
+        dtype: req.dtype,
+        batch: req.batch,
+        seq: if req.mode == Mode::Generate {
+            req.prompt_len
+        } else {
+            req.seq
+        },
+        grad_accum: req.grad_accum,
+        optimizer: req.optimizer,
+        params: 0,
+        categories: Categories::default(),
+        peak_bytes: 0,
+        peak_phase: String::new(),
+        phases: vec![],
+        activations: vec![],
+        flops: Flops::default(),
+        hotspots_forward: vec![],
+        hotspots_backward: vec![],
+        notes: vec![],
+    }
+}
+
+/// Live bytes by module at a peak, largest first, without the parameters (they are the same
+/// at every peak and have their own category).
+fn hotspots(sim: &Sim, by_module: &[u64], params_by_module: &[u64]) -> Vec<Hotspot> {
+    let mut v: Vec<Hotspot> = by_module
+        .iter()
+        .enumerate()
+        .map(|(i, &b)| Hotspot {
+            module: sim.modules[i].clone(),
+            bytes: b.saturating_sub(params_by_module.get(i).copied().unwrap_or(0)),
+        })
+        .filter(|h| h.bytes > 0)
+        .collect();
+    v.sort_by(|a, b| b.bytes.cmp(&a.bytes));
+    v
+}
+
+struct PhaseRun {
+    peak: u64,
+    retained: i64,
+}
+
+/// Runs `f` as one phase: resets the peak window, returns (result, peak, retained).
+fn phase<T>(sim: &mut Sim, p: Phase, f: impl FnOnce(&mut Sim) -> T) -> (T, PhaseRun) {
+    sim.phase = p;
+    sim.reset_peak();
+    let before = sim.live_of(p) as i64;
+    let out = f(sim);
+    let run = PhaseRun {
+        peak: sim.peak.bytes,
+        retained: sim.live_of(p) as i64 - before,
+    };
+    (out, run)
+}
+
+fn train(sim: &mut Sim, model: &Built, p: &Params, req: &Request) -> Estimate {
+    let mut est = blank(req);
+    let (b, t) = (req.batch, req.seq);
+    let ids = sim.ints(&[b, t]);
+    let targets = sim.ints(&[b * t]);
+    let params_by_module = sim.snapshot().by_module;
+    let mut state: Vec<Id> = Vec::new();
+    for step in 0..2 {
+        let last = step == 1;
+        let flops_before = sim.flops;
+        let mut acc: Option<HashMap<Id, Id>> = None;
+        let (mut fwd, mut bwd) = (None, None);
+        let mut step_peak = 0;
+        for micro in 0..req.grad_accum {
+            let (loss, f) = phase(sim, Phase::Forward, |sim| {
+                let logits = model.forward(sim, p, ids, None);
+                let flat = sim.reshape(logits, &[b * t, req.cfg.vocab_size]);
+                let loss = cross_entropy(sim, flat, targets);
+                sim.release(flat);
+                sim.release(logits);
+                if req.grad_accum > 1 {
+                    let scaled = sim.affine(loss, 1.0);
+                    sim.release(loss);
+                    scaled
+                } else {
+                    loss
+                }
+            });
+            if last && micro == 0 {
+                est.activations = sim
+                    .live_by_module_kind(Phase::Forward)
+                    .into_iter()
+                    .map(|(module, kind, bytes)| ActivationRow {
+                        module,
+                        kind: kind.to_string(),
+                        bytes,
+                    })
+                    .collect();
+                est.hotspots_forward = hotspots(sim, &sim.peak.by_module, &params_by_module);
+            }
+            let ((), bw) = phase(sim, Phase::Backward, |sim| {
+                let mut grads = backward(sim, loss);
+                let mut kept = HashMap::new();
+                for &v in &p.ids {
+                    if let Some(g) = grads.remove(&v) {
+                        let d = sim.detach(g);
+                        sim.release(g);
+                        kept.insert(v, d);
+                    }
+                }
+                for (_, g) in grads.drain() {
+                    sim.release(g);
+                }
+                sim.release(loss);
+                match acc.as_mut() {
+                    None => acc = Some(kept),
+                    Some(a) => {
+                        for (v, g) in kept {
+                            let old = a.remove(&v).expect("same parameters every micro-step");
+                            let sum = sim.binary(Bin::Add, old, g);
+                            sim.release(old);
+                            sim.release(g);
+                            a.insert(v, sum);
+                        }
+                    }
+                }
+            });
+            if last && micro == 0 {
+                est.hotspots_backward = hotspots(sim, &sim.peak.by_module, &params_by_module);
+            }
+            step_peak = step_peak.max(f.peak).max(bw.peak);
+            fwd.get_or_insert(f);
+            bwd.get_or_insert(bw);
+        }
+        let grads = acc.expect("grad_accum >= 1");
+        let ((), opt) = phase(sim, Phase::Optimizer, |sim| {
+            sim.enter("optimizer");
+            if state.is_empty() {
+                let n = match req.optimizer {
+                    Optimizer::Adamw => 2,
+                    Optimizer::Sgd => 1,
+                };
+                for &v in &p.ids {
+                    for _ in 0..n {
+                        let shape = sim.shape(v).to_vec();
+                        let dt = sim.nodes[v].dtype;
+                        state.push(sim.var(&shape, dt));
+                    }
+                }
+            }
+            optimizer_step(sim, req.optimizer, &p.ids, &state, &grads);
+        });
+        for (_, g) in grads {
+            sim.release(g);
+        }
+        step_peak = step_peak.max(opt.peak);
+        if last {
+            let (fwd, bwd) = (fwd.expect("ran"), bwd.expect("ran"));
+            est.flops = Flops {
+                forward: sim.flops[Phase::Forward as usize] - flops_before[Phase::Forward as usize],
+                backward: sim.flops[Phase::Backward as usize]
+                    - flops_before[Phase::Backward as usize],
+                total: 0,
+            };
+            est.flops.total = est.flops.forward + est.flops.backward;
+            let peaks = [("forward", fwd.peak), ("backward", bwd.peak), ("optimizer", opt.peak)];
+            est.phases = vec![
+                PhaseEstimate {
+                    phase: "forward".into(),
+                    peak_bytes: fwd.peak,
+                    retained_bytes: fwd.retained,
+                },
+                PhaseEstimate {
+                    phase: "backward".into(),
+                    peak_bytes: bwd.peak,
+                    retained_bytes: bwd.retained,
+                },
+                PhaseEstimate {
+                    phase: "optimizer".into(),
+                    peak_bytes: opt.peak,
+                    retained_bytes: opt.retained,
+                },
+            ];
+            let (name, peak) = peaks
+                .iter()
+                .max_by_key(|(_, b)| *b)
+                .copied()
+                .expect("three phases");
+            est.peak_phase = name.into();
+            est.peak_bytes = step_peak.max(peak);
+            let c = &mut est.categories;
+            c.activations = fwd.retained.max(0) as u64;
+            c.gradients = bwd.retained.max(0) as u64;
+            c.optimizer_state = state.iter().map(|&s| sim.elems(s) * sim.nodes[s].dtype).sum();
+            // At the peak: what the other categories hold at that moment, the rest temporaries.
+            let alive = match name {
+                "forward" => c.optimizer_state + c.activations,
+                "backward" => c.optimizer_state + c.activations,
+                _ => c.optimizer_state + c.gradients,
+            };
+            let params = sim.live_of(Phase::Load);
+            c.temporaries = est.peak_bytes.saturating_sub(alive + params);
+        }
+    }
+    est.notes.push(
+        "gradients and optimizer state are exact; activations and the peak replay candle 0.11's \
+         tensor lifetimes (graph kept until backward ends, gradient temporaries)"
+            .into(),
+    );
+    est
+}
+
+/// One optimizer step with candle-nn's AdamW formulas (each result a new tensor, written back
+/// in place with `set`), or SGD with momentum (`buf = μ·buf + g; θ -= lr·buf`).
+fn optimizer_step(
+    sim: &mut Sim,
+    opt: Optimizer,
+    vars: &[Id],
+    state: &[Id],
+    grads: &HashMap<Id, Id>,
+) {
+    let per = match opt {
+        Optimizer::Adamw => 2,
+        Optimizer::Sgd => 1,
+    };
+    for (i, &v) in vars.iter().enumerate() {
+        let Some(&g) = grads.get(&v) else { continue };
+        // Named results live to the end of the parameter's iteration; statement temporaries are
+        // dropped at once (a recorded result still holds them: the moments are Vars, so most
+        // of the chain stays alive through the final `next_theta`).
+        let named = match opt {
+            Optimizer::Adamw => {
+                let (m, s) = (state[i * per], state[i * per + 1]);
+                let a = sim.affine(m, 0.9);
+                let bg = sim.affine(g, 0.1);
+                let next_m = sim.binary(Bin::Add, a, bg);
+                release_all(sim, &[a, bg]);
+                let c = sim.affine(s, 0.999);
+                let gs = sim.unary(Un::Sqr, g);
+                let d = sim.affine(gs, 0.001);
+                let next_v = sim.binary(Bin::Add, c, d);
+                release_all(sim, &[c, gs, d]);
+                let m_hat = sim.affine(next_m, 1.0);
+                let v_hat = sim.affine(next_v, 1.0);
+                let th = sim.affine(v, 1.0);
+                let sq = sim.unary(Un::Sqrt, v_hat);
+                let se = sim.affine(sq, 1.0);
+                let adj = sim.binary(Bin::Div, m_hat, se);
+                release_all(sim, &[sq, se]);
+                let al = sim.affine(adj, 1.0);
+                let nt = sim.binary(Bin::Sub, th, al);
+                sim.release(al);
+                vec![next_m, next_v, m_hat, v_hat, th, adj, nt]
+            }
+            Optimizer::Sgd => {
+                let buf = state[i];
+                let a = sim.affine(buf, 0.9);
+                let nb = sim.binary(Bin::Add, a, g);
+                sim.release(a);
+                let l = sim.affine(nb, 1.0);
+                let nt = sim.binary(Bin::Sub, v, l);
+                sim.release(l);
+                vec![nb, nt]
+            }
+        };
+        release_all(sim, &named);
+    }
+}
+
+fn release_all(sim: &mut Sim, ts: &[Id]) {
+    for &t in ts {
+        sim.release(t);
+    }
+}
+
+fn infer(sim: &mut Sim, model: &Built, p: &Params, req: &Request) -> Estimate {
+    let mut est = blank(req);
+    let ids = sim.ints(&[req.batch, req.seq]);
+    let params_by_module = sim.snapshot().by_module;
+    let (logits, f) = phase(sim, Phase::Forward, |sim| model.forward(sim, p, ids, None));
+    est.hotspots_forward = hotspots(sim, &sim.peak.by_module, &params_by_module);
+    sim.release(logits);
+    est.flops.forward = sim.flops[Phase::Forward as usize];
+    est.flops.total = est.flops.forward;
+    est.phases = vec![PhaseEstimate {
+        phase: "forward".into(),
+        peak_bytes: f.peak,
+        retained_bytes: 0,
+    }];
+    est.peak_phase = "forward".into();
+    est.peak_bytes = f.peak;
+    est.categories.temporaries = f.peak - sim.live_of(Phase::Load);
+    est
+}
+
+fn generate(sim: &mut Sim, model: &Built, p: &Params, req: &Request) -> Estimate {
+    let mut est = blank(req);
+    let cfg = &req.cfg;
+    let max_len = req.prompt_len + req.new_tokens;
+    let dt = req.dtype.size_bytes();
+    sim.phase = Phase::Load;
+    sim.enter("kv cache");
+    let cache: Vec<(Id, Id)> = (0..cfg.n_layers)
+        .map(|_| {
+            let shape = [req.batch, cfg.n_kv_heads, max_len, cfg.head_dim()];
+            (sim.leaf(&shape, dt), sim.leaf(&shape, dt))
+        })
+        .collect();
+    let kv_bytes: u64 = cache.iter().map(|(k, v)| (sim.elems(*k) + sim.elems(*v)) * dt).sum();
+    let params_by_module = sim.snapshot().by_module;
+    let prompt = sim.ints(&[req.batch, req.prompt_len]);
+    let (next, pre) = phase(sim, Phase::Forward, |sim| {
+        let logits = model.forward(sim, p, prompt, Some((&cache, 0)));
+        let last = sim.narrow(logits, 1, req.prompt_len - 1, 1);
+        sim.release(logits);
+        let next = sim.ints(&[req.batch, 1]);
+        sim.release(last);
+        next
+    });
+    est.hotspots_forward = hotspots(sim, &sim.peak.by_module, &params_by_module);
+    let prefill_flops = sim.flops[Phase::Forward as usize];
+    // One decode step at the longest context: the largest of the decode steps.
+    let (_, dec) = phase(sim, Phase::Backward, |sim| {
+        let logits = model.forward(sim, p, next, Some((&cache, max_len - 1)));
+        sim.release(logits);
+    });
+    let decode_flops = sim.flops[Phase::Backward as usize];
+    est.flops.forward = prefill_flops + decode_flops * req.new_tokens as u64;
+    est.flops.total = est.flops.forward;
+    est.phases = vec![
+        PhaseEstimate {
+            phase: "prefill".into(),
+            peak_bytes: pre.peak,
+            retained_bytes: 0,
+        },
+        PhaseEstimate {
+            phase: "decode".into(),
+            peak_bytes: dec.peak,
+            retained_bytes: 0,
+        },
+    ];
+    let (name, peak) = if pre.peak >= dec.peak {
+        ("prefill", pre.peak)
+    } else {
+        ("decode", dec.peak)
+    };
+    est.peak_phase = name.into();
+    est.peak_bytes = peak;
+    est.categories.kv_cache = kv_bytes;
+    est.categories.temporaries = peak.saturating_sub(sim.live_of(Phase::Load));
+    est.notes.push(
+        "decode FLOPs are counted at the longest context for every token (an upper bound)".into(),
+    );
+    est
+}

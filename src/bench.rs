@@ -2,7 +2,7 @@
 
 use crate::analysis::timing::{phase_timings, throughput};
 use crate::measure::measure_with;
-use crate::record::{Record, StepMemory, SCHEMA_VERSION};
+use crate::record::{EstimatedMemory, Record, StepMemory, SCHEMA_VERSION};
 use crate::spec::{Mode, Spec};
 use std::sync::atomic::AtomicUsize;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
@@ -23,7 +23,9 @@ pub fn run_with(
         .map(|d| d.as_secs())
         .unwrap_or(0);
     let wall = Instant::now();
-    let m = measure_with(spec, progress, on_step)?;
+    let mut m = measure_with(spec, progress, on_step)?;
+    m.memory.estimate = estimated(spec);
+    m.memory.breakdown = crate::analysis::breakdown::breakdown(&m.memory, spec.mode);
     let (timing, mut warnings) = phase_timings(&m.samples_ms);
     warnings.extend(m.warnings);
     let decoded = if spec.mode == Mode::Generate {
@@ -45,5 +47,48 @@ pub fn run_with(
         environment: crate::environment::capture(spec.threads),
         started_at,
         wall_seconds: wall.elapsed().as_secs_f64(),
+    })
+}
+
+/// The estimator's prediction for `spec` (None if it cannot be made; the run is unaffected).
+fn estimated(spec: &Spec) -> Option<EstimatedMemory> {
+    let req = crate::estimate::Request {
+        cfg: spec.config.clone(),
+        mode: spec.mode,
+        batch: spec.batch,
+        seq: spec.seq,
+        dtype: spec.dtype,
+        grad_accum: spec.grad_accum,
+        optimizer: crate::estimate::Optimizer::Adamw,
+        prompt_len: spec.prompt_len,
+        new_tokens: spec.new_tokens,
+    };
+    let e = crate::estimate::estimate(&req).ok()?;
+    let c = &e.categories;
+    let single = if spec.grad_accum > 1 {
+        let one = crate::estimate::Request {
+            grad_accum: 1,
+            ..req
+        };
+        crate::estimate::estimate(&one).ok().map(|e| e.peak_bytes)
+    } else {
+        None
+    };
+    Some(EstimatedMemory {
+        categories: [
+            ("parameters", c.parameters),
+            ("gradients", c.gradients),
+            ("optimizer_state", c.optimizer_state),
+            ("activations", c.activations),
+            ("kv_cache", c.kv_cache),
+            ("temporaries", c.temporaries),
+            ("runtime_buffers", c.runtime_buffers),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect(),
+        peak_bytes: e.peak_bytes,
+        peak_phase: e.peak_phase,
+        single_micro_batch_peak_bytes: single,
     })
 }

@@ -96,6 +96,51 @@ pub struct MemoryRecord {
     pub series: Vec<StepMemory>,
     /// Train with --grad-accum > 1: one entry per micro-step.
     pub micro_steps: Vec<MicroStepMemory>,
+    /// The last step's heap peak in each phase, with what was live at that moment by allocating
+    /// phase and by model module (the counting allocator's peak snapshot).
+    #[serde(default)]
+    pub peak_moments: Vec<PeakMoment>,
+    /// memscope estimate's prediction for the same Spec (categories and peak), for the breakdown.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub estimate: Option<EstimatedMemory>,
+    /// Category → measured and estimated bytes (see docs/record.md for how each is measured).
+    #[serde(default)]
+    pub breakdown: BTreeMap<String, BreakdownEntry>,
+}
+
+/// Live heap at one phase's peak.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct PeakMoment {
+    pub phase: String,
+    /// heap peak of this phase's window in the last step.
+    pub heap_peak_bytes: u64,
+    /// heap live at that moment, by the phase that allocated it (load = parameters).
+    pub by_phase: BTreeMap<String, u64>,
+    /// heap live at that moment by model module, largest first.
+    pub by_module: Vec<ModuleBytes>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ModuleBytes {
+    pub module: String,
+    pub bytes: u64,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct EstimatedMemory {
+    /// Category name → predicted bytes.
+    pub categories: BTreeMap<String, u64>,
+    pub peak_bytes: u64,
+    pub peak_phase: String,
+    /// With --grad-accum > 1: the predicted peak of one step on a single micro-batch.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub single_micro_batch_peak_bytes: Option<u64>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct BreakdownEntry {
+    pub measured_bytes: u64,
+    pub estimated_bytes: Option<u64>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]

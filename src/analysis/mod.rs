@@ -1,6 +1,7 @@
 //! Analysis: pure functions from Records (or their raw samples) to results. No candle, no I/O.
 
 pub mod aggregate;
+pub mod breakdown;
 pub mod bytes;
 pub mod fit;
 pub mod leak;

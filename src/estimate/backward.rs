@@ -74,6 +74,7 @@ fn or_insert(sim: &mut Sim, grads: &mut Grads, arg: Id) {
 /// Runs backward from `loss` and returns the gradient store, as candle does.
 pub fn backward(sim: &mut Sim, loss: Id) -> Grads {
     let order = sorted_nodes(sim, loss);
+    sim.module = 0; // as measured: candle's backward runs outside the model's modules
     let mut grads = Grads::new();
     let ones = sim.zeros_like(loss);
     grads.insert(loss, ones);
@@ -86,8 +87,6 @@ pub fn backward(sim: &mut Sim, loss: Id) -> Grads {
         };
         let grad = sim.detach(g0);
         sim.release(g0);
-        // Charge the gradient work to the module whose forward tensor it differentiates.
-        sim.module = sim.module_of(node);
         let op = sim.nodes[node].op.clone();
         rule(sim, &mut grads, node, &op, grad);
         sim.release(grad);
@@ -147,7 +146,11 @@ fn rule(sim: &mut Sim, grads: &mut Grads, node: Id, op: &Op, grad: Id) {
             let (nd, ad) = (sim.shape(node).to_vec(), sim.shape(arg).to_vec());
             let left = nd.len() - ad.len();
             let mut dims: Vec<usize> = (0..left).collect();
-            dims.extend((0..ad.len()).filter(|&i| nd[left + i] != ad[i]).map(|i| i + left));
+            dims.extend(
+                (0..ad.len())
+                    .filter(|&i| nd[left + i] != ad[i])
+                    .map(|i| i + left),
+            );
             let mut g = sim.sum_keepdim(grad, &dims);
             for _ in 0..left {
                 let s = sim.squeeze(g, 0);

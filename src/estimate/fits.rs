@@ -64,7 +64,10 @@ fn alternatives(req: &Request) -> Vec<(String, Request)> {
     if req.mode == Mode::Train && req.optimizer == Optimizer::Adamw {
         let mut r = req.clone();
         r.optimizer = Optimizer::Sgd;
-        v.push(("SGD with momentum instead of AdamW (--optimizer sgd)".into(), r));
+        v.push((
+            "SGD with momentum instead of AdamW (--optimizer sgd)".into(),
+            r,
+        ));
     }
     if req.mode == Mode::Train && req.batch > 1 {
         let mut r = req.clone();

@@ -18,7 +18,12 @@ pub struct Params {
 
 impl Params {
     /// Creates every parameter (as a `Var` when `trainable`).
-    pub fn create(sim: &mut Sim, specs: &[(String, Vec<usize>)], dtype: u64, trainable: bool) -> Self {
+    pub fn create(
+        sim: &mut Sim,
+        specs: &[(String, Vec<usize>)],
+        dtype: u64,
+        trainable: bool,
+    ) -> Self {
         let mut ids = Vec::with_capacity(specs.len());
         let mut by_name = HashMap::new();
         for (name, shape) in specs {
@@ -34,10 +39,9 @@ impl Params {
     }
 
     fn get(&self, name: &str) -> Id {
-        *self
-            .by_name
-            .get(name)
-            .unwrap_or_else(|| panic!("estimate: no parameter {name} (param_specs and the builder disagree)"))
+        *self.by_name.get(name).unwrap_or_else(|| {
+            panic!("estimate: no parameter {name} (param_specs and the builder disagree)")
+        })
     }
 }
 
@@ -50,7 +54,13 @@ pub struct Built<'a> {
 impl Built<'_> {
     /// ids (B, T) → logits (B, T, V). `kv`: per layer (k, v) cache tensors (B, KV, S_max, D) and
     /// the number of positions already cached, for generate.
-    pub fn forward(&self, sim: &mut Sim, p: &Params, ids: Id, kv: Option<(&[(Id, Id)], usize)>) -> Id {
+    pub fn forward(
+        &self,
+        sim: &mut Sim,
+        p: &Params,
+        ids: Id,
+        kv: Option<(&[(Id, Id)], usize)>,
+    ) -> Id {
         match self.cfg.family {
             Family::Gpt2 => self.gpt2(sim, p, ids, kv),
             Family::Llama => self.llama(sim, p, ids, kv),
@@ -77,9 +87,18 @@ impl Built<'_> {
         for i in 0..cfg.n_layers {
             let cache = kv.map(|k| k.0[i]);
             let names = [
-                "ln_1.weight", "ln_1.bias", "attn.c_attn.weight", "attn.c_attn.bias",
-                "attn.c_proj.weight", "attn.c_proj.bias", "ln_2.weight", "ln_2.bias",
-                "mlp.c_fc.weight", "mlp.c_fc.bias", "mlp.c_proj.weight", "mlp.c_proj.bias",
+                "ln_1.weight",
+                "ln_1.bias",
+                "attn.c_attn.weight",
+                "attn.c_attn.bias",
+                "attn.c_proj.weight",
+                "attn.c_proj.bias",
+                "ln_2.weight",
+                "ln_2.bias",
+                "mlp.c_fc.weight",
+                "mlp.c_fc.bias",
+                "mlp.c_proj.weight",
+                "mlp.c_proj.bias",
             ];
             let w: Vec<Id> = names.iter().map(|n| p.get(&format!("h.{i}.{n}"))).collect();
             let y = self.gpt2_block(sim, i, &w, x, mask, cache, offset);
@@ -89,7 +108,11 @@ impl Built<'_> {
         sim.enter(scope::HEAD);
         sim.kind = "norms";
         let (lw, lb) = (p.get("ln_f.weight"), p.get("ln_f.bias"));
-        let lm = if cfg.tie_embeddings { wte } else { p.get("lm_head.weight") };
+        let lm = if cfg.tie_embeddings {
+            wte
+        } else {
+            p.get("lm_head.weight")
+        };
         let h = layer_norm(sim, x, lw, lb); // (B, T, C)
         let h2 = sim.reshape(h, &[b * t, c]); // (N, C)
         sim.kind = "logits";
@@ -180,12 +203,20 @@ impl Built<'_> {
         for i in 0..cfg.n_layers {
             let cache = kv.map(|k| k.0[i]);
             let names = [
-                "input_layernorm.weight", "self_attn.q_proj.weight", "self_attn.k_proj.weight",
-                "self_attn.v_proj.weight", "self_attn.o_proj.weight",
-                "post_attention_layernorm.weight", "mlp.gate_proj.weight", "mlp.up_proj.weight",
+                "input_layernorm.weight",
+                "self_attn.q_proj.weight",
+                "self_attn.k_proj.weight",
+                "self_attn.v_proj.weight",
+                "self_attn.o_proj.weight",
+                "post_attention_layernorm.weight",
+                "mlp.gate_proj.weight",
+                "mlp.up_proj.weight",
                 "mlp.down_proj.weight",
             ];
-            let w: Vec<Id> = names.iter().map(|n| p.get(&format!("model.layers.{i}.{n}"))).collect();
+            let w: Vec<Id> = names
+                .iter()
+                .map(|n| p.get(&format!("model.layers.{i}.{n}")))
+                .collect();
             let y = self.llama_block(sim, i, &w, x, (cos, sin), mask, (cache, offset));
             sim.release(x);
             x = y;
@@ -193,7 +224,11 @@ impl Built<'_> {
         sim.enter(scope::HEAD);
         sim.kind = "norms";
         let nw = p.get("model.norm.weight");
-        let lm = if cfg.tie_embeddings { embed } else { p.get("lm_head.weight") };
+        let lm = if cfg.tie_embeddings {
+            embed
+        } else {
+            p.get("lm_head.weight")
+        };
         let h = rms_norm(sim, x, nw);
         let h2 = sim.reshape(h, &[b * t, c]);
         sim.kind = "logits";
@@ -252,7 +287,12 @@ impl Built<'_> {
         let o3 = sim.reshape(o, &[b, t, c]);
         sim.kind = "residual";
         let x1 = sim.binary(Bin::Add, x, o3);
-        drop_all(sim, &[q0, k0, v0, qc, q, kc, k, vc, k2, v2, kr, vr, y, yt, y2, o, o3]);
+        drop_all(
+            sim,
+            &[
+                q0, k0, v0, qc, q, kc, k, vc, k2, v2, kr, vr, y, yt, y2, o, o3,
+            ],
+        );
         sim.enter(&scope::norms(i));
         sim.kind = "norms";
         let rn2 = rms_norm(sim, x1, w[5]);
@@ -303,13 +343,22 @@ impl Built<'_> {
         };
         for i in 0..cfg.n_layers {
             let names = [
-                "attention.self.query.weight", "attention.self.query.bias",
-                "attention.self.key.weight", "attention.self.key.bias",
-                "attention.self.value.weight", "attention.self.value.bias",
-                "attention.output.dense.weight", "attention.output.dense.bias",
-                "attention.output.LayerNorm.weight", "attention.output.LayerNorm.bias",
-                "intermediate.dense.weight", "intermediate.dense.bias", "output.dense.weight",
-                "output.dense.bias", "output.LayerNorm.weight", "output.LayerNorm.bias",
+                "attention.self.query.weight",
+                "attention.self.query.bias",
+                "attention.self.key.weight",
+                "attention.self.key.bias",
+                "attention.self.value.weight",
+                "attention.self.value.bias",
+                "attention.output.dense.weight",
+                "attention.output.dense.bias",
+                "attention.output.LayerNorm.weight",
+                "attention.output.LayerNorm.bias",
+                "intermediate.dense.weight",
+                "intermediate.dense.bias",
+                "output.dense.weight",
+                "output.dense.bias",
+                "output.LayerNorm.weight",
+                "output.LayerNorm.bias",
             ];
             let w: Vec<Id> = names
                 .iter()
@@ -323,8 +372,15 @@ impl Built<'_> {
         sim.kind = "logits";
         let c_ = |n: &str| p.get(&format!("cls.predictions.{n}"));
         let (dw, db) = (c_("transform.dense.weight"), c_("transform.dense.bias"));
-        let (nw, nb) = (c_("transform.LayerNorm.weight"), c_("transform.LayerNorm.bias"));
-        let dec = if cfg.tie_embeddings { word } else { c_("decoder.weight") };
+        let (nw, nb) = (
+            c_("transform.LayerNorm.weight"),
+            c_("transform.LayerNorm.bias"),
+        );
+        let dec = if cfg.tie_embeddings {
+            word
+        } else {
+            c_("decoder.weight")
+        };
         let dec_b = c_("bias");
         let h = sim.reshape(x, &[b * t, c]);
         let d = linear(sim, h, dw, Some(db));

@@ -152,7 +152,7 @@ pub struct Sim {
     pub nodes: Vec<Node>,
     storages: Vec<Storage>,
     pub phase: Phase,
-    /// Index into `modules` of the module now running (`"other"` = 0).
+    /// Index into `modules` of the module now running (0: outside the forward).
     pub module: usize,
     /// What new allocations are, for the activation table ("qkv", "mlp", …).
     pub kind: &'static str,
@@ -193,7 +193,7 @@ impl Sim {
             flops: [0; N_PHASES],
             overflow: false,
         };
-        s.enter("other");
+        s.enter(crate::model::scope::OUTSIDE);
         s
     }
 
@@ -228,7 +228,11 @@ impl Sim {
     pub fn live_by_module_kind(&self, phase: Phase) -> Vec<(String, &'static str, u64)> {
         let mut out: Vec<(String, &'static str, u64)> = Vec::new();
         let mut index: HashMap<(usize, &'static str), usize> = HashMap::new();
-        for s in self.storages.iter().filter(|s| s.rc > 0 && s.phase == phase) {
+        for s in self
+            .storages
+            .iter()
+            .filter(|s| s.rc > 0 && s.phase == phase)
+        {
             let i = *index.entry((s.module, s.kind)).or_insert_with(|| {
                 out.push((self.modules[s.module].clone(), s.kind, 0));
                 out.len() - 1
@@ -291,9 +295,7 @@ impl Sim {
         let (storage, contiguous) = match storage {
             Some(s) => (s, false),
             None => {
-                let elems = shape
-                    .iter()
-                    .try_fold(1u64, |a, &d| a.checked_mul(d as u64));
+                let elems = shape.iter().try_fold(1u64, |a, &d| a.checked_mul(d as u64));
                 let bytes = elems.and_then(|e| e.checked_mul(dtype));
                 if bytes.is_none() {
                     self.overflow = true;
@@ -439,7 +441,8 @@ impl Sim {
         }
         shape[dim] = len;
         // Narrowing the outermost non-unit dim of a contiguous tensor stays contiguous.
-        let contiguous = self.nodes[t].contiguous && self.nodes[t].shape[..dim].iter().all(|&d| d == 1);
+        let contiguous =
+            self.nodes[t].contiguous && self.nodes[t].shape[..dim].iter().all(|&d| d == 1);
         self.view(t, shape, Op::Narrow(t, dim, start, len), contiguous)
     }
 
@@ -505,8 +508,16 @@ impl Sim {
         };
         let (pa, pb) = (pad(&sa), pad(&sb));
         let shape: Vec<usize> = pa.iter().zip(&pb).map(|(x, y)| *x.max(y)).collect();
-        let va = if sa != shape { self.broadcast_as(a, &shape) } else { self.hold(a) };
-        let vb = if sb != shape { self.broadcast_as(b, &shape) } else { self.hold(b) };
+        let va = if sa != shape {
+            self.broadcast_as(a, &shape)
+        } else {
+            self.hold(a)
+        };
+        let vb = if sb != shape {
+            self.broadcast_as(b, &shape)
+        } else {
+            self.hold(b)
+        };
         let out = self.binary(op, va, vb);
         self.release(va);
         self.release(vb);

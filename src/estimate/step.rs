@@ -6,7 +6,8 @@ use super::backward::backward;
 use super::models::{cross_entropy, Built, Params};
 use super::sim::{Bin, Id, Phase, Sim, Un};
 use super::{
-    ActivationRow, Categories, RUNTIME_BUFFERS, Estimate, Flops, Hotspot, Optimizer, PhaseEstimate, Request,
+    ActivationRow, Categories, Estimate, Flops, Hotspot, Optimizer, PhaseEstimate, Request,
+    RUNTIME_BUFFERS,
 };
 use crate::model::param_specs;
 use crate::spec::Mode;
@@ -14,9 +15,7 @@ use std::collections::HashMap;
 
 /// Predicts the memory and FLOPs of `req`. Errors name the flag that fixes them.
 pub fn estimate(req: &Request) -> anyhow::Result<Estimate> {
-    req.cfg
-        .validate()
-        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    req.cfg.validate().map_err(|e| anyhow::anyhow!("{e}"))?;
     let dt = req.dtype.size_bytes();
     let specs: Vec<(String, Vec<usize>)> = param_specs(&req.cfg)
         .into_iter()
@@ -29,7 +28,10 @@ pub fn estimate(req: &Request) -> anyhow::Result<Estimate> {
     let mut sim = Sim::new();
     sim.phase = Phase::Load;
     let p = Params::create(&mut sim, &specs, dt, req.mode == Mode::Train);
-    let model = Built { cfg: &req.cfg, dtype: dt };
+    let model = Built {
+        cfg: &req.cfg,
+        dtype: dt,
+    };
     let mut out = match req.mode {
         Mode::Train => train(&mut sim, &model, &p, req),
         Mode::Infer => infer(&mut sim, &model, &p, req),
@@ -195,7 +197,7 @@ fn train(sim: &mut Sim, model: &Built, p: &Params, req: &Request) -> Estimate {
         }
         let grads = acc.expect("grad_accum >= 1");
         let ((), opt) = phase(sim, Phase::Optimizer, |sim| {
-            sim.enter("optimizer");
+            sim.module = 0;
             if state.is_empty() {
                 let n = match req.optimizer {
                     Optimizer::Adamw => 2,
@@ -224,7 +226,11 @@ fn train(sim: &mut Sim, model: &Built, p: &Params, req: &Request) -> Estimate {
                 total: 0,
             };
             est.flops.total = est.flops.forward + est.flops.backward;
-            let peaks = [("forward", fwd.peak), ("backward", bwd.peak), ("optimizer", opt.peak)];
+            let peaks = [
+                ("forward", fwd.peak),
+                ("backward", bwd.peak),
+                ("optimizer", opt.peak),
+            ];
             est.phases = vec![
                 PhaseEstimate {
                     phase: "forward".into(),
@@ -252,7 +258,10 @@ fn train(sim: &mut Sim, model: &Built, p: &Params, req: &Request) -> Estimate {
             let c = &mut est.categories;
             c.activations = fwd.retained.max(0) as u64;
             c.gradients = bwd.retained.max(0) as u64;
-            c.optimizer_state = state.iter().map(|&s| sim.elems(s) * sim.nodes[s].dtype).sum();
+            c.optimizer_state = state
+                .iter()
+                .map(|&s| sim.elems(s) * sim.nodes[s].dtype)
+                .sum();
             // At the peak: what the other categories hold at that moment, the rest temporaries.
             let alive = match name {
                 "forward" => c.optimizer_state + c.activations,
@@ -367,7 +376,10 @@ fn generate(sim: &mut Sim, model: &Built, p: &Params, req: &Request) -> Estimate
             (sim.leaf(&shape, dt), sim.leaf(&shape, dt))
         })
         .collect();
-    let kv_bytes: u64 = cache.iter().map(|(k, v)| (sim.elems(*k) + sim.elems(*v)) * dt).sum();
+    let kv_bytes: u64 = cache
+        .iter()
+        .map(|(k, v)| (sim.elems(*k) + sim.elems(*v)) * dt)
+        .sum();
     let params_by_module = sim.snapshot().by_module;
     let prompt = sim.ints(&[req.batch, req.prompt_len]);
     let (next, pre) = phase(sim, Phase::Forward, |sim| {

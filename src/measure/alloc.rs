@@ -10,10 +10,11 @@
 //! Install it in a binary with `#[global_allocator] static A: CountingAlloc = CountingAlloc;`.
 //! Without it (e.g. in library unit tests) every counter stays at zero and [`is_active`] is false.
 
+use crate::model::scope::{self, MAX_MODULES};
 use mimalloc::MiMalloc;
 use serde::{Deserialize, Serialize};
 use std::alloc::{GlobalAlloc, Layout};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU64, AtomicU8, Ordering::Relaxed};
 
 /// What the program is doing; every allocation is charged to the phase current at the time.
 #[repr(u8)]
@@ -81,6 +82,20 @@ static PHASE_CURR: [AtomicU64; N_PHASES] = [ZERO; N_PHASES];
 static PHASE_TOTAL_BYTES: [AtomicU64; N_PHASES] = [ZERO; N_PHASES];
 static PHASE_TOTAL_BLOCKS: [AtomicU64; N_PHASES] = [ZERO; N_PHASES];
 
+/// Heap live by the model module that allocated it (`model::scope` ids).
+static MODULE_CURR: [AtomicU64; MAX_MODULES] = [ZERO; MAX_MODULES];
+/// Highest module id seen, so snapshots copy only the slots in use.
+static MODULE_TOP: AtomicU16 = AtomicU16::new(0);
+
+// The peak snapshot: while armed, the allocation that raises the heap peak copies the live
+// bytes by phase and by module (one thread at a time; a racing new peak skips its copy, so
+// the snapshot may lag the exact peak by one in-flight allocation).
+static SNAP_ARMED: AtomicBool = AtomicBool::new(false);
+static SNAP_BUSY: AtomicBool = AtomicBool::new(false);
+static SNAP_BYTES: AtomicU64 = AtomicU64::new(0);
+static SNAP_PHASE: [AtomicU64; N_PHASES] = [ZERO; N_PHASES];
+static SNAP_MODULE: [AtomicU64; MAX_MODULES] = [ZERO; MAX_MODULES];
+
 /// The global allocator. Zero-sized; all state is in statics.
 pub struct CountingAlloc;
 
@@ -135,9 +150,63 @@ pub fn phase() -> Phase {
     Phase::from_u8(PHASE.load(Relaxed))
 }
 
-/// Starts a new peak window: heap peak becomes heap live.
+/// Starts a new peak window: heap peak becomes heap live (and the peak snapshot is cleared).
 pub fn reset_peak() {
     MAX_BYTES.store(CURR_BYTES.load(Relaxed), Relaxed);
+    SNAP_BYTES.store(0, Relaxed);
+}
+
+/// Live bytes at the heap peak of the current window, by allocating phase and module.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct PeakSnapshot {
+    pub bytes: u64,
+    pub by_phase: [u64; N_PHASES],
+    /// (module id, live bytes), non-zero slots only.
+    pub by_module: Vec<(u16, u64)>,
+}
+
+/// Arms (or disarms) the peak snapshot. Armed, every new heap peak copies the per-module
+/// counters: cheap per allocation, but not free — arm it for one step, not a whole run.
+pub fn arm_peak_snapshot(on: bool) {
+    SNAP_ARMED.store(on, Relaxed);
+}
+
+/// The snapshot taken at the latest new peak since [`reset_peak`] (bytes 0: none taken).
+pub fn peak_snapshot() -> PeakSnapshot {
+    while SNAP_BUSY.load(Relaxed) {
+        std::hint::spin_loop();
+    }
+    let top = MODULE_TOP.load(Relaxed) as usize;
+    let mut s = PeakSnapshot {
+        bytes: SNAP_BYTES.load(Relaxed),
+        ..PeakSnapshot::default()
+    };
+    for i in 0..N_PHASES {
+        s.by_phase[i] = SNAP_PHASE[i].load(Relaxed);
+    }
+    for m in 0..=top.min(MAX_MODULES - 1) {
+        let b = SNAP_MODULE[m].load(Relaxed);
+        if b > 0 {
+            s.by_module.push((m as u16, b));
+        }
+    }
+    s
+}
+
+#[cold]
+fn take_snapshot(now: u64) {
+    if SNAP_BUSY.swap(true, Relaxed) {
+        return;
+    }
+    for i in 0..N_PHASES {
+        SNAP_PHASE[i].store(PHASE_CURR[i].load(Relaxed), Relaxed);
+    }
+    let top = MODULE_TOP.load(Relaxed) as usize;
+    for m in 0..=top.min(MAX_MODULES - 1) {
+        SNAP_MODULE[m].store(MODULE_CURR[m].load(Relaxed), Relaxed);
+    }
+    SNAP_BYTES.store(now, Relaxed);
+    SNAP_BUSY.store(false, Relaxed);
 }
 
 pub fn snapshot() -> HeapStats {
@@ -170,13 +239,28 @@ fn outer(layout: &Layout) -> Option<Layout> {
     Layout::from_size_align(size, layout.align().max(HEADER)).ok()
 }
 
+/// The tag stored in front of a block: phase and module.
+#[derive(Clone, Copy)]
+struct Tag {
+    phase: u8,
+    module: u16,
+}
+
 #[inline]
-fn on_alloc(size: u64) -> u8 {
+fn on_alloc(size: u64) -> Tag {
     let phase = PHASE.load(Relaxed);
+    let module = scope::current().min(MAX_MODULES as u16 - 1);
     if COUNTING.load(Relaxed) {
+        MODULE_CURR[module as usize].fetch_add(size, Relaxed);
+        if module > MODULE_TOP.load(Relaxed) {
+            MODULE_TOP.fetch_max(module, Relaxed);
+        }
         let now = CURR_BYTES.fetch_add(size, Relaxed) + size;
         if now > MAX_BYTES.load(Relaxed) {
-            MAX_BYTES.fetch_max(now, Relaxed);
+            let prev = MAX_BYTES.fetch_max(now, Relaxed);
+            if now > prev && SNAP_ARMED.load(Relaxed) {
+                take_snapshot(now);
+            }
         }
         CURR_BLOCKS.fetch_add(1, Relaxed);
         TOTAL_BLOCKS.fetch_add(1, Relaxed);
@@ -186,20 +270,38 @@ fn on_alloc(size: u64) -> u8 {
         PHASE_TOTAL_BYTES[p].fetch_add(size, Relaxed);
         PHASE_TOTAL_BLOCKS[p].fetch_add(1, Relaxed);
     }
-    phase
+    Tag { phase, module }
 }
 
 #[inline]
-fn on_free(size: u64, phase: u8) {
+fn on_free(size: u64, tag: Tag) {
     if COUNTING.load(Relaxed) {
         CURR_BYTES.fetch_sub(size, Relaxed);
         CURR_BLOCKS.fetch_sub(1, Relaxed);
-        PHASE_CURR[phase as usize % N_PHASES].fetch_sub(size, Relaxed);
+        PHASE_CURR[tag.phase as usize % N_PHASES].fetch_sub(size, Relaxed);
+        MODULE_CURR[tag.module as usize % MAX_MODULES].fetch_sub(size, Relaxed);
+    }
+}
+
+/// Writes the tag into the 3 bytes before `p` (module little-endian, then phase).
+#[inline]
+unsafe fn write_tag(p: *mut u8, t: Tag) {
+    let m = t.module.to_le_bytes();
+    *p.sub(3) = m[0];
+    *p.sub(2) = m[1];
+    *p.sub(1) = t.phase;
+}
+
+#[inline]
+unsafe fn read_tag(p: *mut u8) -> Tag {
+    Tag {
+        phase: *p.sub(1),
+        module: u16::from_le_bytes([*p.sub(3), *p.sub(2)]),
     }
 }
 
 // SAFETY: every block handed out is `offset(layout)` bytes past the start of a mimalloc block
-// allocated with `outer(layout)`; the byte before the header end holds the phase tag. `dealloc`
+// allocated with `outer(layout)`; the 3 bytes before it hold the tag (module, phase). `dealloc`
 // and `realloc` receive the same layout (GlobalAlloc contract), so they recompute the same offset.
 unsafe impl GlobalAlloc for CountingAlloc {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
@@ -212,8 +314,7 @@ unsafe impl GlobalAlloc for CountingAlloc {
 
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
         let off = offset(&layout);
-        let phase = *ptr.sub(1);
-        on_free(layout.size() as u64, phase);
+        on_free(layout.size() as u64, read_tag(ptr));
         // `outer` succeeded when this block was allocated with the same layout.
         let outer =
             Layout::from_size_align_unchecked(layout.size() + off, layout.align().max(HEADER));
@@ -222,7 +323,7 @@ unsafe impl GlobalAlloc for CountingAlloc {
 
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
         let off = offset(&layout);
-        let old_phase = *ptr.sub(1);
+        let old_tag = read_tag(ptr);
         let Some(new_outer_size) = new_size.checked_add(off) else {
             return std::ptr::null_mut();
         };
@@ -232,10 +333,10 @@ unsafe impl GlobalAlloc for CountingAlloc {
         if base.is_null() {
             return base;
         }
-        on_free(layout.size() as u64, old_phase);
-        let phase = on_alloc(new_size as u64);
+        on_free(layout.size() as u64, old_tag);
+        let tag = on_alloc(new_size as u64);
         let p = base.add(off);
-        *p.sub(1) = phase;
+        write_tag(p, tag);
         p
     }
 }
@@ -256,9 +357,9 @@ impl CountingAlloc {
         if !ACTIVE.load(Relaxed) {
             ACTIVE.store(true, Relaxed);
         }
-        let phase = on_alloc(layout.size() as u64);
+        let tag = on_alloc(layout.size() as u64);
         let p = base.add(offset(&layout));
-        *p.sub(1) = phase;
+        write_tag(p, tag);
         p
     }
 }

@@ -2,7 +2,8 @@
 //! retained, and keeps the run-wide peak across the per-phase peak windows.
 
 use crate::measure::alloc::{self, Phase, N_PHASES};
-use crate::record::PhaseMemory;
+use crate::model::scope;
+use crate::record::{ModuleBytes, PeakMoment, PhaseMemory};
 use std::collections::BTreeMap;
 
 #[derive(Clone, Copy, Default)]
@@ -20,6 +21,9 @@ pub struct PhaseTracker {
     acc: [Acc; N_PHASES],
     run_peak: u64,
     recent_peak: u64,
+    /// When set, each phase run keeps the allocator's peak snapshot (the latest per phase).
+    pub capture: bool,
+    moments: Vec<(Phase, alloc::PeakSnapshot)>,
 }
 
 impl Default for PhaseTracker {
@@ -35,6 +39,8 @@ impl PhaseTracker {
             acc: [Acc::default(); N_PHASES],
             run_peak: s.max_bytes,
             recent_peak: s.curr_bytes,
+            capture: false,
+            moments: Vec::new(),
         }
     }
 
@@ -44,10 +50,17 @@ impl PhaseTracker {
         self.run_peak = self.run_peak.max(before.max_bytes);
         self.recent_peak = self.recent_peak.max(before.max_bytes);
         alloc::reset_peak();
+        alloc::arm_peak_snapshot(self.capture);
         let prev = alloc::set_phase(p);
         let out = f();
         alloc::set_phase(prev);
+        alloc::arm_peak_snapshot(false);
         let after = alloc::snapshot();
+        if self.capture {
+            let snap = alloc::peak_snapshot();
+            self.moments.retain(|(q, _)| *q != p);
+            self.moments.push((p, snap));
+        }
         let i = p as usize;
         let retained = after.phase_curr[i] as i64 - before.phase_curr[i] as i64;
         let a = &mut self.acc[i];
@@ -85,6 +98,35 @@ impl PhaseTracker {
 
     pub fn retained_first(&self, p: Phase) -> i64 {
         self.acc[p as usize].first_retained
+    }
+
+    /// The captured peak moments, with module ids named.
+    pub fn moments(&self) -> Vec<PeakMoment> {
+        self.moments
+            .iter()
+            .filter(|(_, s)| s.bytes > 0)
+            .map(|(p, s)| {
+                let mut by_module: Vec<ModuleBytes> = s
+                    .by_module
+                    .iter()
+                    .map(|&(m, b)| ModuleBytes {
+                        module: scope::name(m),
+                        bytes: b,
+                    })
+                    .collect();
+                by_module.sort_by(|a, b| b.bytes.cmp(&a.bytes));
+                PeakMoment {
+                    phase: p.name().to_string(),
+                    heap_peak_bytes: s.bytes,
+                    by_phase: Phase::ALL
+                        .iter()
+                        .filter(|q| s.by_phase[**q as usize] > 0)
+                        .map(|q| (q.name().to_string(), s.by_phase[*q as usize]))
+                        .collect(),
+                    by_module,
+                }
+            })
+            .collect()
     }
 
     /// Figures of every phase that ran at least once, by phase name.

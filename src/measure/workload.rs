@@ -5,6 +5,7 @@ use crate::measure::alloc::{self, Phase};
 use crate::measure::clock::time_ms;
 use crate::measure::phases::PhaseTracker;
 use crate::measure::procfs;
+use crate::model::scope;
 use crate::model::store::ParamStore;
 use crate::model::weights::WeightSet;
 use crate::model::{ops, param_specs, Model};
@@ -119,6 +120,7 @@ pub fn measure_with(
             let vars = store.vars();
             let mut opt: Option<AdamW> = None;
             for step in 0..total_steps {
+                run.tracker.capture = step + 1 == total_steps;
                 let t = run.train_step(&model, &ids, &targets, &vars, &mut opt, step)?;
                 if step >= spec.warmup {
                     for (slot, v) in samples.iter_mut().zip(t) {
@@ -133,6 +135,7 @@ pub fn measure_with(
             let (ids, _) = random_batch(&mut rng, spec.batch, spec.seq, cfg.vocab_size, &dev)?;
             drop(store); // inference keeps the model's detached tensors only
             for step in 0..total_steps {
+                run.tracker.capture = step + 1 == total_steps;
                 let (logits, ms) = run.tracker.run(Phase::Forward, || {
                     time_ms(&dev, || model.forward(&ids, None))
                 })?;
@@ -154,6 +157,7 @@ pub fn measure_with(
             })?;
             kv_cache_bytes = Some(cache.bytes());
             for step in 0..total_steps {
+                run.tracker.capture = step + 1 == total_steps;
                 cache.reset();
                 let (prefill_ms, decode_ms) = run.generate_step(&model, &prompt, &mut cache)?;
                 if step >= spec.warmup {
@@ -193,6 +197,9 @@ pub fn measure_with(
         phases: tracker.to_record(),
         series,
         micro_steps: micro,
+        peak_moments: tracker.moments(),
+        estimate: None,
+        breakdown: Default::default(),
     };
     Ok(Measurement {
         model: info,
@@ -303,6 +310,7 @@ impl Run<'_> {
             })?;
             fwd_ms += ms;
             loss_sum += loss.to_scalar::<f32>()? as f64;
+            scope::enter(scope::OTHER_ID); // candle's backward runs outside the modules
             let ((), ms) = self.tracker.run(Phase::Backward, || {
                 time_ms(dev, || {
                     let g = only_params(loss.backward()?, vars);

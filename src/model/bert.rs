@@ -173,6 +173,7 @@ impl Bert {
     pub fn forward(&self, ids: &Tensor) -> Result<Tensor> {
         let (b, t) = ids.dims2()?;
         let (c, eps) = (self.cfg.d_model, self.cfg.norm_eps);
+        crate::model::scope::enter(crate::model::scope::EMBEDDING_ID);
         let pos = Tensor::arange(0u32, t as u32, ids.device())?; // (T)
         let mut x = self
             .word
@@ -183,9 +184,10 @@ impl Bert {
             x = x.broadcast_add(&tt.get(0)?)?; // (B, T, C)
         }
         let mut x = layer_norm(&x, &self.emb_norm.w, &self.emb_norm.b, eps)?; // (B, T, C)
-        for layer in &self.layers {
-            x = self.layer(layer, &x)?;
+        for (i, layer) in self.layers.iter().enumerate() {
+            x = self.layer(i, layer, &x)?;
         }
+        crate::model::scope::enter(crate::model::scope::HEAD_ID);
         let h = x.reshape((b * t, c))?; // (B*T, C)
         let h = linear(&h, &self.head_dense.w, Some(&self.head_dense.b))?.gelu_erf()?; // (B*T, C)
         let h = layer_norm(&h, &self.head_norm.w, &self.head_norm.b, eps)?; // (B*T, C)
@@ -193,7 +195,9 @@ impl Bert {
         logits.reshape((b, t, self.cfg.vocab_size)) // (B, T, V)
     }
 
-    fn layer(&self, l: &Layer, x: &Tensor) -> Result<Tensor> {
+    fn layer(&self, i: usize, l: &Layer, x: &Tensor) -> Result<Tensor> {
+        use crate::model::scope;
+        scope::enter(scope::attention_id(i));
         let (b, t, c) = x.dims3()?;
         let (nh, hd, eps) = (self.cfg.n_heads, self.cfg.head_dim(), self.cfg.norm_eps);
         let h = x.reshape((b * t, c))?; // (B*T, C)
@@ -206,10 +210,13 @@ impl Bert {
         let y = attention(&heads(&l.q)?, &heads(&l.k)?, &heads(&l.v)?, None)?; // (B, H, T, D)
         let y = y.transpose(1, 2)?.reshape((b * t, c))?; // (B*T, C)
         let y = linear(&y, &l.attn_out.w, Some(&l.attn_out.b))?.reshape((b, t, c))?; // (B, T, C)
+        scope::enter(scope::norms_id(i));
         let x = layer_norm(&(x + y)?, &l.attn_norm.w, &l.attn_norm.b, eps)?; // (B, T, C)
+        scope::enter(scope::mlp_id(i));
         let h = x.reshape((b * t, c))?; // (B*T, C)
         let h = linear(&h, &l.inter.w, Some(&l.inter.b))?.gelu_erf()?; // (B*T, F)
         let h = linear(&h, &l.out.w, Some(&l.out.b))?.reshape((b, t, c))?; // (B, T, C)
+        scope::enter(scope::norms_id(i));
         layer_norm(&(x + h)?, &l.out_norm.w, &l.out_norm.b, eps) // (B, T, C)
     }
 }

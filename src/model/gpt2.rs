@@ -5,6 +5,7 @@
 use crate::model::config::ModelConfig;
 use crate::model::kv_cache::KvCache;
 use crate::model::ops::{attention, causal_mask, conv1d, layer_norm};
+use crate::model::scope;
 use crate::model::store::{Init::*, ParamSpec, ParamStore};
 use candle_core::{Result, Tensor};
 
@@ -115,6 +116,7 @@ impl Gpt2 {
         let (b, t) = ids.dims2()?;
         let c = self.cfg.d_model;
         let offset = cache.as_ref().map_or(0, |k| k.len());
+        scope::enter(scope::EMBEDDING_ID);
         let pos = Tensor::arange(offset as u32, (offset + t) as u32, ids.device())?; // (T)
         let tok = self
             .wte
@@ -128,8 +130,15 @@ impl Gpt2 {
         };
         let mut x = x;
         for (i, blk) in self.blocks.iter().enumerate() {
-            x = self.block(blk, &x, mask.as_ref(), cache.as_deref_mut().map(|k| (i, k)))?;
+            x = self.block(
+                i,
+                blk,
+                &x,
+                mask.as_ref(),
+                cache.as_deref_mut().map(|k| (i, k)),
+            )?;
         }
+        scope::enter(scope::HEAD_ID);
         if let Some(k) = cache {
             k.advance();
         }
@@ -140,6 +149,7 @@ impl Gpt2 {
 
     fn block(
         &self,
+        i: usize,
         blk: &Block,
         x: &Tensor,
         mask: Option<&Tensor>,
@@ -148,7 +158,9 @@ impl Gpt2 {
         let (b, t, c) = x.dims3()?;
         let (nh, hd) = (self.cfg.n_heads, self.cfg.head_dim());
         let eps = self.cfg.norm_eps;
+        scope::enter(scope::norms_id(i));
         let h = layer_norm(x, &blk.ln_1.w, &blk.ln_1.b, eps)?.reshape((b * t, c))?; // (B*T, C)
+        scope::enter(scope::attention_id(i));
         let qkv = conv1d(&h, &blk.c_attn_w, &blk.c_attn_b)?; // (B*T, 3C)
         let qkv = qkv.reshape((b, t, 3, nh, hd))?.permute((2, 0, 3, 1, 4))?; // (3, B, H, T, D)
         let q = qkv.get(0)?.contiguous()?; // (B, H, T, D)
@@ -162,7 +174,9 @@ impl Gpt2 {
         let y = y.transpose(1, 2)?.reshape((b * t, c))?; // (B*T, C)
         let y = conv1d(&y, &blk.c_proj_w, &blk.c_proj_b)?.reshape((b, t, c))?; // (B, T, C)
         let x = (x + y)?; // (B, T, C)
+        scope::enter(scope::norms_id(i));
         let h = layer_norm(&x, &blk.ln_2.w, &blk.ln_2.b, eps)?.reshape((b * t, c))?; // (B*T, C)
+        scope::enter(scope::mlp_id(i));
         let h = conv1d(&h, &blk.fc_w, &blk.fc_b)?.gelu()?; // (B*T, F)
         let h = conv1d(&h, &blk.proj_w, &blk.proj_b)?.reshape((b, t, c))?; // (B, T, C)
         x + h // (B, T, C)

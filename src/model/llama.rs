@@ -5,6 +5,7 @@
 use crate::model::config::ModelConfig;
 use crate::model::kv_cache::KvCache;
 use crate::model::ops::{attention, causal_mask, linear, rms_norm};
+use crate::model::scope;
 use crate::model::store::{Init::*, ParamSpec, ParamStore};
 use candle_core::{DType, Device, Result, Tensor, D};
 
@@ -97,6 +98,7 @@ impl Llama {
         let (b, t) = ids.dims2()?;
         let c = self.cfg.d_model;
         let offset = cache.as_ref().map_or(0, |k| k.len());
+        scope::enter(scope::EMBEDDING_ID);
         let mut x = self
             .embed
             .embedding(&ids.flatten_all()?)?
@@ -109,6 +111,7 @@ impl Llama {
         };
         for (i, blk) in self.blocks.iter().enumerate() {
             x = self.block(
+                i,
                 blk,
                 &x,
                 &cos,
@@ -120,12 +123,15 @@ impl Llama {
         if let Some(k) = cache {
             k.advance();
         }
+        scope::enter(scope::HEAD_ID);
         let x = rms_norm(&x, &self.norm, self.cfg.norm_eps)?.reshape((b * t, c))?; // (B*T, C)
         linear(&x, &self.lm_head, None)?.reshape((b, t, self.cfg.vocab_size)) // (B, T, V)
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn block(
         &self,
+        i: usize,
         blk: &Block,
         x: &Tensor,
         cos: &Tensor,
@@ -136,7 +142,9 @@ impl Llama {
         let (b, t, c) = x.dims3()?;
         let (nh, nkv, hd) = (self.cfg.n_heads, self.cfg.n_kv_heads, self.cfg.head_dim());
         let eps = self.cfg.norm_eps;
+        scope::enter(scope::norms_id(i));
         let h = rms_norm(x, &blk.attn_norm, eps)?.reshape((b * t, c))?; // (B*T, C)
+        scope::enter(scope::attention_id(i));
         let q = linear(&h, &blk.q, None)?
             .reshape((b, t, nh, hd))?
             .transpose(1, 2)?; // (B, H, T, D)
@@ -158,7 +166,9 @@ impl Llama {
         let y = attention(&q, &k, &v, mask)?; // (B, H, T, D)
         let y = y.transpose(1, 2)?.reshape((b * t, c))?; // (B*T, C)
         let x = (x + linear(&y, &blk.o, None)?.reshape((b, t, c))?)?; // (B, T, C)
+        scope::enter(scope::norms_id(i));
         let h = rms_norm(&x, &blk.mlp_norm, eps)?.reshape((b * t, c))?; // (B*T, C)
+        scope::enter(scope::mlp_id(i));
         let g = linear(&h, &blk.gate, None)?.silu()?; // (B*T, F)
         let u = linear(&h, &blk.up, None)?; // (B*T, F)
         let y = linear(&(g * u)?, &blk.down, None)?.reshape((b, t, c))?; // (B, T, C)

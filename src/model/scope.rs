@@ -6,6 +6,9 @@ use std::sync::atomic::{AtomicU16, Ordering::Relaxed};
 
 pub const EMBEDDING: &str = "embedding";
 pub const HEAD: &str = "lm head + loss";
+/// Allocations made outside the model's forward: parameters at load, backward's gradients and
+/// temporaries (candle's backward runs outside our modules), the optimizer.
+pub const OUTSIDE: &str = "outside the forward (backward, optimizer)";
 
 pub fn attention(layer: usize) -> String {
     format!("layer {layer} attention")
@@ -44,7 +47,7 @@ fn layer_id(layer: usize, part: usize) -> u16 {
 /// The name of a module id (the last slot collects every later layer).
 pub fn name(id: u16) -> String {
     match id {
-        OTHER_ID => "other".into(),
+        OTHER_ID => OUTSIDE.into(),
         EMBEDDING_ID => EMBEDDING.into(),
         HEAD_ID => HEAD.into(),
         i if i as usize == MAX_MODULES - 1 => "later layers".into(),

@@ -49,7 +49,9 @@ pub fn render(ests: &[Estimate], top: usize) -> String {
         ("parameters", |e| e.categories.parameters),
         ("gradients", |e| e.categories.gradients),
         ("optimizer state", |e| e.categories.optimizer_state),
-        ("activations (saved for backward)", |e| e.categories.activations),
+        ("activations (saved for backward)", |e| {
+            e.categories.activations
+        }),
         ("KV cache", |e| e.categories.kv_cache),
         ("temporaries at the peak", |e| e.categories.temporaries),
         ("runtime buffers (gemm)", |e| e.categories.runtime_buffers),
@@ -103,7 +105,11 @@ pub fn render(ests: &[Estimate], top: usize) -> String {
             t.add_row(vec![h.module.clone(), bytes(h.bytes as f64)]);
         }
         right(&mut t, 1);
-        let _ = writeln!(out, "\nHotspots at the {label} peak ({} dtype)\n{t}", e0.dtype.name());
+        let _ = writeln!(
+            out,
+            "\nHotspots at the {label} peak ({} dtype)\n{t}",
+            e0.dtype.name()
+        );
     }
     for n in &e0.notes {
         let _ = writeln!(out, "note: {n}");
@@ -177,7 +183,11 @@ pub fn render_fits(f: &FitReport) -> String {
         bytes(f.headroom_bytes as f64)
     );
     if !f.changes.is_empty() {
-        let mut t = table(vec!["single change".into(), "predicted peak".into(), "fits".into()]);
+        let mut t = table(vec![
+            "single change".into(),
+            "predicted peak".into(),
+            "fits".into(),
+        ]);
         for c in &f.changes {
             t.add_row(vec![
                 c.change.clone(),
@@ -188,7 +198,10 @@ pub fn render_fits(f: &FitReport) -> String {
         right(&mut t, 1);
         let _ = writeln!(out, "{t}");
         if !f.changes.iter().any(|c| c.fits) {
-            let _ = writeln!(out, "No single change is enough: combine them, or use a larger budget.");
+            let _ = writeln!(
+                out,
+                "No single change is enough: combine them, or use a larger budget."
+            );
         }
     }
     out

@@ -1,6 +1,7 @@
 //! Reports: one file per format, each a pure function from Records to text. Reports never
 //! measure and never import candle.
 
+pub mod breakdown;
 pub mod csv;
 pub mod estimate;
 pub mod json;

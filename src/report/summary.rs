@@ -245,6 +245,11 @@ pub fn micro_step_table(r: &Record) -> Option<Table> {
     })
 }
 
+/// The reconciliation's sentence.
+pub fn peak_line(r: &Record) -> Option<String> {
+    crate::report::breakdown::reconciliation(r).map(|(_, s)| s)
+}
+
 pub fn loss_line(r: &Record) -> Option<String> {
     let first = r.loss.first()?;
     let last = r.loss.last()?;
@@ -257,6 +262,11 @@ pub fn loss_line(r: &Record) -> Option<String> {
 /// Every table of a run summary, in reading order.
 pub fn tables(r: &Record) -> Vec<Table> {
     let mut t = vec![timing_table(r), memory_table(r), phase_memory_table(r)];
+    t.push(crate::report::breakdown::breakdown_table(r));
+    if let Some((rec, _)) = crate::report::breakdown::reconciliation(r) {
+        t.push(rec);
+    }
     t.extend(micro_step_table(r));
+    t.extend(crate::report::breakdown::hotspot_tables(r, 8));
     t
 }

@@ -28,9 +28,13 @@ pub fn render(r: &Record) -> String {
             out.push('\n');
         }
     }
-    for line in [summary::throughput_line(r), summary::loss_line(r)]
-        .into_iter()
-        .flatten()
+    for line in [
+        summary::peak_line(r),
+        summary::throughput_line(r),
+        summary::loss_line(r),
+    ]
+    .into_iter()
+    .flatten()
     {
         out += &line;
         out.push('\n');

@@ -1,0 +1,151 @@
+//! Summary tables for where the bytes went: the breakdown (measured beside estimated), the
+//! reconciliation of the heap peak, and the hotspots by module at each phase's peak.
+
+use crate::analysis::breakdown::{diff_pct, reconcile};
+use crate::model::scope::OUTSIDE;
+use crate::record::Record;
+use crate::report::summary::Table;
+use crate::report::units::bytes;
+
+const ORDER: [(&str, &str); 7] = [
+    ("parameters", "parameters"),
+    ("gradients", "gradients"),
+    ("optimizer_state", "optimizer state"),
+    ("activations", "activations (saved for backward)"),
+    ("kv_cache", "KV cache"),
+    ("temporaries", "temporaries at the peak"),
+    ("unattributed", "unattributed (library buffers)"),
+];
+
+/// Category | measured | estimated | difference.
+pub fn breakdown_table(r: &Record) -> Table {
+    let b = &r.memory.breakdown;
+    let rows = ORDER
+        .iter()
+        .filter_map(|(key, label)| {
+            let e = b.get(*key)?;
+            if e.measured_bytes == 0 && e.estimated_bytes.unwrap_or(0) == 0 {
+                return None;
+            }
+            Some(vec![
+                label.to_string(),
+                bytes(e.measured_bytes as f64),
+                e.estimated_bytes.map_or("—".into(), |v| bytes(v as f64)),
+                diff_pct(e).map_or("—".into(), |d| format!("{d:+.1}%")),
+            ])
+        })
+        .chain(r.memory.estimate.as_ref().map(|e| {
+            let m = r.memory.heap_peak_bytes;
+            vec![
+                "heap peak".into(),
+                bytes(m as f64),
+                format!("{} ({})", bytes(e.peak_bytes as f64), e.peak_phase),
+                if m > 0 {
+                    format!(
+                        "{:+.1}%",
+                        100.0 * (e.peak_bytes as f64 - m as f64) / m as f64
+                    )
+                } else {
+                    "—".into()
+                },
+            ]
+        }))
+        .collect();
+    Table {
+        title: "Breakdown: measured (counting allocator, by phase) beside `memscope estimate`"
+            .into(),
+        header: ["category", "measured", "estimated", "estimate vs measured"]
+            .map(String::from)
+            .to_vec(),
+        rows,
+    }
+}
+
+/// The heap peak split into what was alive at that moment, and one sentence saying so.
+pub fn reconciliation(r: &Record) -> Option<(Table, String)> {
+    let rec = reconcile(&r.memory, r.spec.mode)?;
+    let rows = rec
+        .parts
+        .iter()
+        .filter(|(_, b)| *b > 0)
+        .map(|(n, b)| {
+            vec![
+                n.clone(),
+                bytes(*b as f64),
+                format!("{:.1}%", 100.0 * *b as f64 / rec.peak_bytes.max(1) as f64),
+            ]
+        })
+        .collect();
+    let temps = rec
+        .parts
+        .iter()
+        .find(|(n, _)| n == "temporaries")
+        .map_or(0, |p| p.1);
+    let named: Vec<String> = rec
+        .parts
+        .iter()
+        .filter(|(n, b)| *b > 0 && n != "temporaries")
+        .map(|(n, b)| format!("{n} {}", bytes(*b as f64)))
+        .collect();
+    let sentence = format!(
+        "The heap peak, {}, falls in {}: {} were alive then, and {} more were that phase's temporaries.",
+        bytes(rec.peak_bytes as f64),
+        rec.peak_phase,
+        named.join(" + "),
+        bytes(temps as f64)
+    );
+    let table = Table {
+        title: format!("Heap peak reconciled ({} phase)", rec.peak_phase),
+        header: ["alive at the peak", "bytes", "share"]
+            .map(String::from)
+            .to_vec(),
+        rows,
+    };
+    Some((table, sentence))
+}
+
+/// Live bytes by module at the forward and backward peaks of the last step (parameters and
+/// optimizer state, allocated outside the forward, are left out of the "outside" row).
+pub fn hotspot_tables(r: &Record, top: usize) -> Vec<Table> {
+    let opt_state = r
+        .memory
+        .phases
+        .get("optimizer")
+        .map_or(0, |p| p.retained_bytes.max(0) as u64);
+    r.memory
+        .peak_moments
+        .iter()
+        .filter(|m| m.phase == "forward" || m.phase == "backward" || m.phase == "prefill")
+        .map(|m| {
+            let mut mods: Vec<(String, u64)> = m
+                .by_module
+                .iter()
+                .map(|mb| {
+                    let b = if mb.module == OUTSIDE {
+                        mb.bytes
+                            .saturating_sub(r.memory.load_bytes)
+                            .saturating_sub(opt_state)
+                    } else {
+                        mb.bytes
+                    };
+                    (mb.module.clone(), b)
+                })
+                .filter(|(_, b)| *b > 0)
+                .collect();
+            mods.sort_by(|a, b| b.1.cmp(&a.1));
+            Table {
+                title: format!(
+                    "Hotspots: heap live by module at the {} peak ({} total; parameters and optimizer state left out)",
+                    m.phase,
+                    bytes(m.heap_peak_bytes as f64)
+                ),
+                header: ["module", "heap live"].map(String::from).to_vec(),
+                rows: mods
+                    .into_iter()
+                    .take(top)
+                    .map(|(n, b)| vec![n, bytes(b as f64)])
+                    .collect(),
+            }
+        })
+        .collect()
+}

@@ -1,0 +1,190 @@
+//! The estimator against the measurement: parameters, gradients and optimizer state exact;
+//! activations and the heap peak within 10% of what the counting allocator measures, for the
+//! issue's four models. Each case runs the real binary (2 steps: the second has the optimizer
+//! state, as every later step does).
+
+use assert_cmd::Command;
+use serde_json::Value;
+
+fn bench(model: &str, batch: usize, seq: usize) -> Value {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("r.json");
+    Command::cargo_bin("memscope")
+        .unwrap()
+        .args([
+            "bench",
+            "--model",
+            model,
+            "--batch",
+            &batch.to_string(),
+            "--seq",
+        ])
+        .arg(seq.to_string())
+        .args([
+            "--warmup",
+            "1",
+            "--steps",
+            "1",
+            "--threads",
+            "2",
+            "-q",
+            "--json",
+        ])
+        .arg(&out)
+        .assert()
+        .success();
+    serde_json::from_str(&std::fs::read_to_string(out).unwrap()).unwrap()
+}
+
+fn within(label: &str, est: f64, measured: f64, tol: f64) {
+    let d = (est - measured).abs() / measured;
+    assert!(
+        d <= tol,
+        "{label}: estimated {est} vs measured {measured} ({:.1}% off)",
+        d * 100.0
+    );
+}
+
+fn check(model: &str, batch: usize, seq: usize) {
+    let r = bench(model, batch, seq);
+    let m = &r["memory"];
+    let b = &m["breakdown"];
+    let param_bytes = m["param_bytes"].as_u64().unwrap();
+    let est = |k: &str| b[k]["estimated_bytes"].as_u64().unwrap();
+    let meas = |k: &str| b[k]["measured_bytes"].as_u64().unwrap() as f64;
+    // Exact: the same bytes the parameters take (gradients), twice that (AdamW's moments).
+    assert_eq!(est("parameters"), param_bytes, "{model}");
+    assert_eq!(est("gradients"), param_bytes, "{model}");
+    assert_eq!(est("optimizer_state"), 2 * param_bytes, "{model}");
+    // The measured ones agree to within candle's small containers (shapes, Arcs).
+    within(
+        &format!("{model} gradients"),
+        est("gradients") as f64,
+        meas("gradients"),
+        0.01,
+    );
+    within(
+        &format!("{model} optimizer"),
+        est("optimizer_state") as f64,
+        meas("optimizer_state"),
+        0.01,
+    );
+    within(
+        &format!("{model} activations"),
+        est("activations") as f64,
+        meas("activations"),
+        0.10,
+    );
+    let peak = m["heap_peak_bytes"].as_u64().unwrap() as f64;
+    let est_peak = m["estimate"]["peak_bytes"].as_u64().unwrap() as f64;
+    within(
+        &format!("{model} b{batch} s{seq} heap peak"),
+        est_peak,
+        peak,
+        0.10,
+    );
+}
+
+#[test]
+fn tiny_gpt2_estimate_matches_measurement() {
+    check("tiny-gpt2", 8, 128);
+    check("tiny-gpt2", 2, 64);
+}
+
+#[test]
+fn tiny_llama_estimate_matches_measurement() {
+    check("tiny-llama", 8, 128);
+    check("tiny-llama", 4, 32);
+}
+
+#[test]
+fn gpt2_small_estimate_matches_measurement() {
+    check("gpt2-small", 1, 32);
+}
+
+#[test]
+fn cs336_small_estimate_matches_measurement() {
+    check("cs336-small", 1, 32);
+}
+
+#[test]
+fn estimate_command_prints_dtype_columns_and_writes_json() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("e.json");
+    let a = Command::cargo_bin("memscope")
+        .unwrap()
+        .args([
+            "estimate",
+            "--model",
+            "tiny-gpt2",
+            "--dtype",
+            "f32,bf16",
+            "--json",
+        ])
+        .arg(&out)
+        .assert()
+        .success();
+    let text = String::from_utf8(a.get_output().stdout.clone()).unwrap();
+    assert!(text.contains("f32") && text.contains("bf16"), "{text}");
+    assert!(text.contains("954,112 parameters"), "{text}");
+    let v: Value = serde_json::from_str(&std::fs::read_to_string(out).unwrap()).unwrap();
+    for k in [
+        "parameters",
+        "gradients",
+        "optimizer_state",
+        "activations",
+        "kv_cache",
+        "temporaries",
+    ] {
+        assert!(v["categories"][k].is_u64(), "categories.{k} missing");
+    }
+    assert_eq!(v["categories"]["parameters"], 954_112 * 4);
+    assert_eq!(v["by_dtype"][1]["categories"]["parameters"], 954_112 * 2);
+    assert!(v["peak_bytes"].as_u64().unwrap() > 954_112 * 16);
+    assert!(v["flops"]["total"].as_u64().unwrap() > 0);
+}
+
+#[test]
+fn estimate_fits_says_what_to_change_and_exits_1_when_it_does_not_fit() {
+    let a = Command::cargo_bin("memscope")
+        .unwrap()
+        .args([
+            "estimate",
+            "--model",
+            "gpt2-small",
+            "--batch",
+            "8",
+            "--fits",
+            "3GiB",
+        ])
+        .assert()
+        .code(1);
+    let text = String::from_utf8(a.get_output().stdout.clone()).unwrap();
+    assert!(text.contains("does NOT fit"), "{text}");
+    assert!(text.contains("--dtype bf16"), "{text}");
+    let ok = Command::cargo_bin("memscope")
+        .unwrap()
+        .args(["estimate", "--model", "tiny-gpt2", "--fits", "16GiB"])
+        .assert()
+        .success();
+    let text = String::from_utf8(ok.get_output().stdout.clone()).unwrap();
+    assert!(text.contains("fits; headroom"), "{text}");
+}
+
+#[test]
+fn estimate_rejects_bad_flags_naming_them() {
+    for (args, needle) in [
+        (vec!["--dtype", "f32,int8"], "--dtype"),
+        (vec!["--fits", "lots"], "--fits"),
+        (vec!["--batch", "0"], "--batch"),
+    ] {
+        let a = Command::cargo_bin("memscope")
+            .unwrap()
+            .args(["estimate", "--model", "tiny-gpt2"])
+            .args(&args)
+            .assert()
+            .code(2);
+        let err = String::from_utf8(a.get_output().stderr.clone()).unwrap();
+        assert!(err.contains(needle), "{args:?}: {err}");
+    }
+}

@@ -238,7 +238,8 @@ pub fn micro_step_table(r: &Record) -> Option<Table> {
         .collect();
     Some(Table {
         title: format!(
-            "Gradient accumulation, step {last_step} (heap after each micro-step's backward)"
+            "Gradient accumulation, step {last_step} (heap after each micro-step's backward){}",
+            accum_vs_single(r)
         ),
         header: row(&["micro-step", "heap live", "heap peak"]),
         rows,
@@ -248,6 +249,24 @@ pub fn micro_step_table(r: &Record) -> Option<Table> {
 /// The reconciliation's sentence.
 pub fn peak_line(r: &Record) -> Option<String> {
     crate::report::breakdown::reconciliation(r).map(|(_, s)| s)
+}
+
+/// "; peak over the step X vs Y estimated for one step on a single micro-batch".
+fn accum_vs_single(r: &Record) -> String {
+    let single = r
+        .memory
+        .estimate
+        .as_ref()
+        .and_then(|e| e.single_micro_batch_peak_bytes);
+    let step_peak = r.memory.series.last().map_or(0, |s| s.heap_peak_bytes);
+    match single {
+        Some(one) => format!(
+            "; heap peak over the whole step {} vs {} estimated for one step on a single micro-batch",
+            bytes(step_peak as f64),
+            bytes(one as f64)
+        ),
+        None => String::new(),
+    }
 }
 
 pub fn loss_line(r: &Record) -> Option<String> {

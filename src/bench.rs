@@ -52,17 +52,7 @@ pub fn run_with(
 
 /// The estimator's prediction for `spec` (None if it cannot be made; the run is unaffected).
 fn estimated(spec: &Spec) -> Option<EstimatedMemory> {
-    let req = crate::estimate::Request {
-        cfg: spec.config.clone(),
-        mode: spec.mode,
-        batch: spec.batch,
-        seq: spec.seq,
-        dtype: spec.dtype,
-        grad_accum: spec.grad_accum,
-        optimizer: crate::estimate::Optimizer::Adamw,
-        prompt_len: spec.prompt_len,
-        new_tokens: spec.new_tokens,
-    };
+    let req = crate::estimate::Request::for_spec(spec);
     let e = crate::estimate::estimate(&req).ok()?;
     let c = &e.categories;
     let single = if spec.grad_accum > 1 {

@@ -96,7 +96,8 @@ pub struct MemoryRecord {
     pub series: Vec<StepMemory>,
     /// Train with --grad-accum > 1: one entry per micro-step.
     pub micro_steps: Vec<MicroStepMemory>,
-    /// The last step's heap peak in each phase, with what was live at that moment by allocating
+    /// One steady step's heap peak in each phase (the last warm-up step when there is a steady
+    /// one, else the last step), with what was live at that moment by allocating
     /// phase and by model module (the counting allocator's peak snapshot).
     #[serde(default)]
     pub peak_moments: Vec<PeakMoment>,

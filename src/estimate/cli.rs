@@ -94,15 +94,9 @@ pub fn run(a: EstimateArgs) -> anyhow::Result<ExitCode> {
     let reqs: Vec<Request> = dts
         .iter()
         .map(|&dtype| Request {
-            cfg: cfg.clone(),
-            mode: a.mode,
-            batch: a.batch,
-            seq: a.seq,
             dtype,
-            grad_accum: a.grad_accum,
             optimizer: a.optimizer,
-            prompt_len,
-            new_tokens: a.new_tokens,
+            ..Request::for_spec(&spec)
         })
         .collect();
     let ests = reqs

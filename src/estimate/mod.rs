@@ -41,6 +41,23 @@ pub struct Request {
     pub new_tokens: usize,
 }
 
+impl Request {
+    /// The estimate of a run: memscope's engine runs AdamW.
+    pub fn for_spec(spec: &crate::spec::Spec) -> Self {
+        Self {
+            cfg: spec.config.clone(),
+            mode: spec.mode,
+            batch: spec.batch,
+            seq: spec.seq,
+            dtype: spec.dtype,
+            grad_accum: spec.grad_accum,
+            optimizer: Optimizer::Adamw,
+            prompt_len: spec.prompt_len,
+            new_tokens: spec.new_tokens,
+        }
+    }
+}
+
 /// Bytes by category. At the peak, `temporaries` is what the peak holds beyond the others.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Categories {

@@ -165,8 +165,7 @@ pub struct Sim {
     pub peak: PeakSnapshot,
     /// Matmul FLOPs executed so far, by phase (2·m·k·n per product).
     pub flops: [u64; N_PHASES],
-    /// Whether new nodes keep their dims for later reference (always) — and whether the
-    /// simulation is over the u64 range (a shape whose bytes overflow).
+    /// Set when a tensor's byte size overflowed u64 (the estimate is then refused).
     pub overflow: bool,
 }
 
@@ -240,11 +239,6 @@ impl Sim {
             out[i].2 += s.bytes;
         }
         out
-    }
-
-    /// The module whose allocation backs `t`.
-    pub fn module_of(&self, t: Id) -> usize {
-        self.storages[self.nodes[t].storage].module
     }
 
     pub fn shape(&self, t: Id) -> &[usize] {

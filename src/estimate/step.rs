@@ -87,15 +87,16 @@ fn blank(req: &Request) -> Estimate {
     }
 }
 
-/// Live bytes by module at a peak, largest first, without the parameters (they are the same
-/// at every peak and have their own category).
-fn hotspots(sim: &Sim, by_module: &[u64], params_by_module: &[u64]) -> Vec<Hotspot> {
+/// Live bytes by module at a peak, largest first, without what `baseline` holds per module
+/// (parameters and optimizer state: the same at every peak, each with its own category) —
+/// as `memscope bench` prints its measured hotspots.
+fn hotspots(sim: &Sim, by_module: &[u64], baseline: &[u64]) -> Vec<Hotspot> {
     let mut v: Vec<Hotspot> = by_module
         .iter()
         .enumerate()
         .map(|(i, &b)| Hotspot {
             module: sim.modules[i].clone(),
-            bytes: b.saturating_sub(params_by_module.get(i).copied().unwrap_or(0)),
+            bytes: b.saturating_sub(baseline.get(i).copied().unwrap_or(0)),
         })
         .filter(|h| h.bytes > 0)
         .collect();
@@ -149,6 +150,13 @@ fn train(sim: &mut Sim, model: &Built, p: &Params, req: &Request) -> Estimate {
                     loss
                 }
             });
+            // Parameters and the optimizer state (both outside the forward's modules) are left
+            // out of the hotspots.
+            let mut baseline = params_by_module.clone();
+            baseline[0] += state
+                .iter()
+                .map(|&s| sim.elems(s) * sim.nodes[s].dtype)
+                .sum::<u64>();
             if last && micro == 0 {
                 est.activations = sim
                     .live_by_module_kind(Phase::Forward)
@@ -159,7 +167,7 @@ fn train(sim: &mut Sim, model: &Built, p: &Params, req: &Request) -> Estimate {
                         bytes,
                     })
                     .collect();
-                est.hotspots_forward = hotspots(sim, &sim.peak.by_module, &params_by_module);
+                est.hotspots_forward = hotspots(sim, &sim.peak.by_module, &baseline);
             }
             let ((), bw) = phase(sim, Phase::Backward, |sim| {
                 let mut grads = backward(sim, loss);
@@ -189,7 +197,7 @@ fn train(sim: &mut Sim, model: &Built, p: &Params, req: &Request) -> Estimate {
                 }
             });
             if last && micro == 0 {
-                est.hotspots_backward = hotspots(sim, &sim.peak.by_module, &params_by_module);
+                est.hotspots_backward = hotspots(sim, &sim.peak.by_module, &baseline);
             }
             step_peak = step_peak.max(f.peak).max(bw.peak);
             fwd.get_or_insert(f);

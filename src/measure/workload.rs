@@ -93,6 +93,15 @@ pub fn measure_with(
     };
 
     let total_steps = spec.warmup + spec.steps;
+    // The step whose phase peaks are snapshotted (by module): the last warm-up step when it is
+    // a steady one (train: the optimizer state exists from the second step on), so the
+    // snapshot's copies never run inside a measured step; else the last step.
+    let steady = if spec.mode == Mode::Train { 2 } else { 1 };
+    let capture_step = if spec.warmup >= steady {
+        spec.warmup - 1
+    } else {
+        total_steps - 1
+    };
     let mut run = Run {
         spec,
         dev: &dev,
@@ -120,7 +129,7 @@ pub fn measure_with(
             let vars = store.vars();
             let mut opt: Option<AdamW> = None;
             for step in 0..total_steps {
-                run.tracker.capture = step + 1 == total_steps;
+                run.tracker.capture = step == capture_step;
                 let t = run.train_step(&model, &ids, &targets, &vars, &mut opt, step)?;
                 if step >= spec.warmup {
                     for (slot, v) in samples.iter_mut().zip(t) {
@@ -135,7 +144,7 @@ pub fn measure_with(
             let (ids, _) = random_batch(&mut rng, spec.batch, spec.seq, cfg.vocab_size, &dev)?;
             drop(store); // inference keeps the model's detached tensors only
             for step in 0..total_steps {
-                run.tracker.capture = step + 1 == total_steps;
+                run.tracker.capture = step == capture_step;
                 let (logits, ms) = run.tracker.run(Phase::Forward, || {
                     time_ms(&dev, || model.forward(&ids, None))
                 })?;
@@ -157,7 +166,7 @@ pub fn measure_with(
             })?;
             kv_cache_bytes = Some(cache.bytes());
             for step in 0..total_steps {
-                run.tracker.capture = step + 1 == total_steps;
+                run.tracker.capture = step == capture_step;
                 cache.reset();
                 let (prefill_ms, decode_ms) = run.generate_step(&model, &prompt, &mut cache)?;
                 if step >= spec.warmup {

@@ -98,7 +98,7 @@ pub fn render(ests: &[Estimate], top: usize) -> String {
             continue;
         }
         let mut t = table(vec![
-            format!("module (live at the {label} peak, parameters excluded)"),
+            format!("module (heap live at the {label} peak; parameters and optimizer state left out)"),
             "bytes".into(),
         ]);
         for h in hs.iter().take(top) {

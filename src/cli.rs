@@ -167,13 +167,16 @@ pub fn resolve_model(m: &ModelArgs) -> anyhow::Result<(String, ModelConfig)> {
     }
 }
 
+/// The default `--threads`: every core this process may use.
+pub fn all_cores() -> usize {
+    std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1)
+}
+
 pub fn build_spec(m: &ModelArgs, w: &WorkloadArgs) -> anyhow::Result<Spec> {
     let (name, config) = resolve_model(m)?;
-    let threads = w.threads.unwrap_or_else(|| {
-        std::thread::available_parallelism()
-            .map(|n| n.get())
-            .unwrap_or(1)
-    });
+    let threads = w.threads.unwrap_or_else(all_cores);
     let spec = Spec {
         model: name,
         config,

@@ -188,3 +188,189 @@ fn estimate_rejects_bad_flags_naming_them() {
         assert!(err.contains(needle), "{args:?}: {err}");
     }
 }
+
+/// Inference and generation: the predicted heap peak within 10% of the measured one; the KV
+/// cache estimated to within candle's containers.
+fn check_inference(model: &str, extra: &[&str]) -> Value {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("r.json");
+    Command::cargo_bin("memscope")
+        .unwrap()
+        .args(["bench", "--model", model, "--warmup", "1", "--steps", "1"])
+        .args(["-q", "--json"])
+        .arg(&out)
+        .args(extra)
+        .args(if extra.contains(&"--threads") {
+            &[][..]
+        } else {
+            &["--threads", "2"][..]
+        })
+        .assert()
+        .success();
+    let r: Value = serde_json::from_str(&std::fs::read_to_string(out).unwrap()).unwrap();
+    let m = &r["memory"];
+    let peak = m["heap_peak_bytes"].as_u64().unwrap() as f64;
+    let est_peak = m["estimate"]["peak_bytes"].as_u64().unwrap() as f64;
+    within(
+        &format!("{model} {extra:?} heap peak"),
+        est_peak,
+        peak,
+        0.10,
+    );
+    r
+}
+
+#[test]
+fn infer_and_generate_estimates_match_measurement() {
+    check_inference(
+        "tiny-gpt2",
+        &["--mode", "infer", "--batch", "8", "--seq", "128"],
+    );
+    check_inference(
+        "tiny-llama",
+        &["--mode", "infer", "--batch", "16", "--seq", "256"],
+    );
+    check_inference(
+        "tiny-llama",
+        &["--mode", "infer", "--batch", "4", "--seq", "64"],
+    );
+    check_inference(
+        "tiny-gpt2",
+        &[
+            "--mode",
+            "infer",
+            "--batch",
+            "8",
+            "--seq",
+            "128",
+            "--threads",
+            "1",
+        ],
+    );
+    for model in ["tiny-gpt2", "tiny-llama"] {
+        let r = check_inference(
+            model,
+            &[
+                "--mode",
+                "generate",
+                "--batch",
+                "2",
+                "--prompt-len",
+                "32",
+                "--new-tokens",
+                "16",
+            ],
+        );
+        check_inference(
+            model,
+            &[
+                "--mode",
+                "generate",
+                "--batch",
+                "8",
+                "--prompt-len",
+                "128",
+                "--new-tokens",
+                "8",
+            ],
+        );
+        let kv = &r["memory"]["breakdown"]["kv_cache"];
+        within(
+            &format!("{model} kv cache"),
+            kv["estimated_bytes"].as_u64().unwrap() as f64,
+            kv["measured_bytes"].as_u64().unwrap() as f64,
+            0.01,
+        );
+    }
+}
+
+fn est(args: &[&str]) -> Value {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("e.json");
+    Command::cargo_bin("memscope")
+        .unwrap()
+        .arg("estimate")
+        .args(args)
+        .arg("--json")
+        .arg(&out)
+        .assert()
+        .success();
+    serde_json::from_str(&std::fs::read_to_string(out).unwrap()).unwrap()
+}
+
+fn kind_bytes(e: &Value, kind: &str) -> u64 {
+    e["activations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["kind"] == kind)
+        .map(|r| r["bytes"].as_u64().unwrap())
+        .sum()
+}
+
+#[test]
+fn checkpointing_and_flash_what_ifs_keep_exact_categories_and_shrink_activations() {
+    for model in ["tiny-gpt2", "tiny-llama", "tiny-bert"] {
+        let base = ["--model", model, "--batch", "8", "--seq", "128"];
+        let naive = est(&base);
+        let ck = est(&[&base[..], &["--checkpoint"]].concat());
+        let fl = est(&[&base[..], &["--attention", "flash"]].concat());
+        let c = |e: &Value, k: &str| e["categories"][k].as_u64().unwrap();
+        for e in [&ck, &fl] {
+            // Gradients and optimizer state do not depend on how activations are kept.
+            for k in ["parameters", "gradients", "optimizer_state"] {
+                assert_eq!(c(e, k), c(&naive, k), "{model} {k}");
+            }
+            assert!(
+                e["peak_bytes"].as_u64() < naive["peak_bytes"].as_u64(),
+                "{model}"
+            );
+        }
+        // Checkpointing keeps each block's input, not its internals; backward recomputes.
+        assert!(
+            c(&ck, "activations") * 2 < c(&naive, "activations"),
+            "{model}"
+        );
+        assert!(ck["flops"]["backward"].as_u64() > naive["flops"]["backward"].as_u64());
+        assert_eq!(ck["flops"]["forward"], naive["flops"]["forward"]);
+        // Flash keeps a (B, H, T) f32 log-sum-exp per layer instead of the probabilities.
+        let lse = 8 * 4 * 128 * 4 * 4; // B·H·T·4 bytes × 4 layers
+        assert_eq!(kind_bytes(&fl, "scores + probabilities"), lse, "{model}");
+        assert!(kind_bytes(&naive, "scores + probabilities") > 16 * lse as u64);
+    }
+}
+
+#[test]
+fn fits_offers_checkpointing_and_flash_as_labelled_what_ifs() {
+    let a = Command::cargo_bin("memscope")
+        .unwrap()
+        .args([
+            "estimate",
+            "--model",
+            "gpt2-small",
+            "--batch",
+            "8",
+            "--seq",
+            "512",
+        ])
+        .args(["--fits", "9GiB"])
+        .assert()
+        .code(1);
+    let text = String::from_utf8(a.get_output().stdout.clone()).unwrap();
+    assert!(text.contains("--checkpoint; what-if"), "{text}");
+    assert!(text.contains("--attention flash; what-if"), "{text}");
+    let bad = Command::cargo_bin("memscope")
+        .unwrap()
+        .args([
+            "estimate",
+            "--model",
+            "tiny-gpt2",
+            "--mode",
+            "infer",
+            "--checkpoint",
+        ])
+        .assert()
+        .code(2);
+    let err = String::from_utf8(bad.get_output().stderr.clone()).unwrap();
+    assert!(err.contains("--checkpoint"), "{err}");
+}

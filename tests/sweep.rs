@@ -326,6 +326,12 @@ fn fit_finds_a_batch_that_runs_while_twice_it_is_oom() {
     let b = fit["max_batch"].as_u64().unwrap();
     assert!(b >= 1);
     assert_eq!(fit["first_oom"].as_u64().unwrap(), b + 1);
+    // Size 1 first (it measures what the worker holds beyond its heap), then where the estimate
+    // puts the heap peak at the limit.
+    let start = fit["estimated_start"].as_u64().expect("estimated_start");
+    assert!(start > 1, "{start}");
+    assert_eq!(fit["trials"][0]["spec"]["batch"], 1);
+    assert_eq!(fit["trials"][1]["spec"]["batch"], start);
     // The answer ran (its last run confirms it: a search run near the limit can go either way).
     let ok_at_b = fit["trials"]
         .as_array()

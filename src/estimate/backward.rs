@@ -5,7 +5,7 @@
 //! consumed; gradients of constant operands (the broadcast mask, a detached max) stay in the
 //! store until backward returns.
 
-use super::sim::{Bin, Id, Op, Sim, Un};
+use super::sim::{Bin, Fused, Id, Op, Sim, Un};
 use std::collections::HashMap;
 
 /// candle's `GradStore`: node → gradient node (one handle each).
@@ -71,14 +71,26 @@ fn or_insert(sim: &mut Sim, grads: &mut Grads, arg: Id) {
     }
 }
 
+/// Recomputes transformer block `layer` from its input `x` with recording on (for
+/// [`Op::Checkpoint`]); returns the block's output.
+pub trait Recompute {
+    fn block(&self, sim: &mut Sim, layer: usize, x: Id) -> Id;
+}
+
 /// Runs backward from `loss` and returns the gradient store, as candle does.
-pub fn backward(sim: &mut Sim, loss: Id) -> Grads {
-    let order = sorted_nodes(sim, loss);
-    sim.module = 0; // as measured: candle's backward runs outside the model's modules
+pub fn backward(sim: &mut Sim, loss: Id, rc: &dyn Recompute) -> Grads {
     let mut grads = Grads::new();
     let ones = sim.zeros_like(loss);
     grads.insert(loss, ones);
+    walk_back(sim, loss, &mut grads, rc);
+    grads
+}
+
+/// Backward over the nodes `root` depends on, with `grads` holding the root's gradient.
+fn walk_back(sim: &mut Sim, root: Id, grads: &mut Grads, rc: &dyn Recompute) {
+    let order = sorted_nodes(sim, root);
     for node in order {
+        sim.module = 0; // as measured: candle's backward runs outside the model's modules
         if sim.nodes[node].is_var {
             continue;
         }
@@ -88,10 +100,86 @@ pub fn backward(sim: &mut Sim, loss: Id) -> Grads {
         let grad = sim.detach(g0);
         sim.release(g0);
         let op = sim.nodes[node].op.clone();
-        rule(sim, &mut grads, node, &op, grad);
+        match op {
+            Op::Checkpoint(x, layer) => checkpoint_rule(sim, grads, x, layer, grad, rc),
+            Op::Fused(kind, ref inputs) => fused_rule(sim, grads, kind, inputs, grad),
+            _ => rule(sim, grads, node, &op, grad),
+        }
         sim.release(grad);
     }
-    grads
+}
+
+/// A checkpointed block: recompute it from its saved input with recording on, run backward
+/// through it in its own store, then keep only the input's and the parameters' gradients
+/// (detached: the recomputed graph is freed before the next block).
+fn checkpoint_rule(
+    sim: &mut Sim,
+    grads: &mut Grads,
+    x: Id,
+    layer: usize,
+    grad: Id,
+    rc: &dyn Recompute,
+) {
+    let xv = sim.var_view(x);
+    let y = rc.block(sim, layer, xv);
+    let mut sub = Grads::new();
+    let g = sim.hold(grad);
+    sub.insert(y, g);
+    walk_back(sim, y, &mut sub, rc);
+    sim.module = 0;
+    let mut moved: Vec<(Id, Id)> = sub.into_iter().collect();
+    moved.sort_unstable(); // a deterministic order, like a real store's
+    for (k, g) in moved {
+        if k == xv {
+            acc(sim, grads, x, g);
+        } else if sim.nodes[k].is_var {
+            let d = sim.detach(g);
+            match grads.remove(&k) {
+                None => {
+                    grads.insert(k, d);
+                }
+                Some(cur) => {
+                    grads.insert(k, cur);
+                    acc(sim, grads, k, d);
+                    sim.release(d);
+                }
+            }
+        }
+        sim.release(g);
+    }
+    sim.release(y);
+    sim.release(xv);
+}
+
+/// A fused kernel's backward (candle's CustomOp rule): every input gradient is computed first,
+/// then each is added into the store.
+fn fused_rule(sim: &mut Sim, grads: &mut Grads, kind: Fused, inputs: &[Id], _grad: Id) {
+    let targets: Vec<Id> = inputs
+        .iter()
+        .copied()
+        .filter(|&i| sim.nodes[i].tracked && !sim.nodes[i].is_int)
+        .collect();
+    let mut scratch = Vec::new();
+    match kind {
+        Fused::FlashAttention => {
+            // rowsum(dO ∘ O): (B, H, T) f32; the scores are recomputed tile by tile (no
+            // (T, S) buffer): QKᵀ again, then dV, dP, dQ, dK.
+            let q = inputs[0];
+            let s = sim.shape(q).to_vec();
+            scratch.push(sim.leaf(&s[..3], 4));
+            let sk = sim.shape(inputs[1])[2];
+            let batch = (s[0] * s[1]) as u64;
+            for _ in 0..5 {
+                sim.add_matmul_flops(batch, s[2], s[3], sk);
+            }
+        }
+    }
+    let gs: Vec<Id> = targets.iter().map(|&t| sim.zeros_like(t)).collect();
+    release_all(sim, &scratch);
+    for (&t, &g) in targets.iter().zip(&gs) {
+        acc(sim, grads, t, g);
+    }
+    release_all(sim, &gs);
 }
 
 fn rule(sim: &mut Sim, grads: &mut Grads, node: Id, op: &Op, grad: Id) {
@@ -248,7 +336,7 @@ fn rule(sim: &mut Sim, grads: &mut Grads, node: Id, op: &Op, grad: Id) {
             sim.release(cur);
             grads.insert(arg, sum);
         }
-        Op::Leaf | Op::Other(_) => {}
+        Op::Leaf | Op::Other(_) | Op::Fused(..) | Op::Checkpoint(..) => {}
     }
 }
 

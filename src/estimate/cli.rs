@@ -1,7 +1,7 @@
 //! `memscope estimate`: flags → [`Request`]s (one per dtype) → report, JSON, `--fits`.
 
 use super::fits::fits;
-use super::{estimate, Optimizer, Request};
+use super::{estimate, Attention, Optimizer, Request};
 use crate::cli::{resolve_model, write_atomic, ModelArgs};
 use crate::report;
 use crate::spec::{Dtype, Mode};
@@ -35,6 +35,15 @@ pub struct EstimateArgs {
     /// Tokens decoded (generate)
     #[arg(long, default_value_t = 32)]
     pub new_tokens: usize,
+    /// What-if: activation checkpointing of every block (train; memscope's engine does not run it)
+    #[arg(long)]
+    pub checkpoint: bool,
+    /// Attention implementation (flash is a what-if: memscope's engine runs naive)
+    #[arg(long, value_enum, default_value_t = Attention::Naive)]
+    pub attention: Attention,
+    /// CPU threads the run would use (gemm keeps a buffer per thread; default: all cores)
+    #[arg(long)]
+    pub threads: Option<usize>,
     /// A memory budget (16GiB, 512MB, …): does the peak fit, and which single change makes it fit
     #[arg(long, value_name = "BYTES")]
     pub fits: Option<String>,
@@ -63,6 +72,9 @@ pub fn run(a: EstimateArgs) -> anyhow::Result<ExitCode> {
     if a.model.weights.is_some() {
         bail!("--weights: estimate needs only the architecture; pass --model or --config");
     }
+    if a.checkpoint && a.mode != Mode::Train {
+        bail!("--checkpoint saves memory only when training: use it with --mode train");
+    }
     let (_, cfg) = resolve_model(&a.model)?;
     let dts = dtypes(&a.dtype)?;
     let budget = a
@@ -81,7 +93,7 @@ pub fn run(a: EstimateArgs) -> anyhow::Result<ExitCode> {
         batch: a.batch,
         seq: a.seq,
         dtype: dts[0],
-        threads: 1,
+        threads: a.threads.unwrap_or_else(crate::cli::all_cores),
         seed: 0,
         warmup: 0,
         steps: 1,
@@ -96,6 +108,8 @@ pub fn run(a: EstimateArgs) -> anyhow::Result<ExitCode> {
         .map(|&dtype| Request {
             dtype,
             optimizer: a.optimizer,
+            checkpoint: a.checkpoint,
+            attention: a.attention,
             ..Request::for_spec(&spec)
         })
         .collect();

@@ -1,7 +1,7 @@
 //! `--fits BUDGET`: does the predicted peak fit, with how much headroom, and which single
 //! change makes it fit when it does not.
 
-use super::{estimate, Optimizer, Request};
+use super::{estimate, Attention, Optimizer, Request};
 use crate::spec::{Dtype, Mode};
 use serde::{Deserialize, Serialize};
 
@@ -66,6 +66,23 @@ fn alternatives(req: &Request) -> Vec<(String, Request)> {
         r.optimizer = Optimizer::Sgd;
         v.push((
             "SGD with momentum instead of AdamW (--optimizer sgd)".into(),
+            r,
+        ));
+    }
+    if req.mode == Mode::Train && !req.checkpoint {
+        let mut r = req.clone();
+        r.checkpoint = true;
+        v.push((
+            "activation checkpointing (--checkpoint; what-if, memscope's engine does not run it)"
+                .into(),
+            r,
+        ));
+    }
+    if req.attention == Attention::Naive {
+        let mut r = req.clone();
+        r.attention = Attention::Flash;
+        v.push((
+            "flash attention (--attention flash; what-if, memscope's engine runs naive)".into(),
             r,
         ));
     }

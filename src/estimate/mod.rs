@@ -27,6 +27,16 @@ pub enum Optimizer {
     Sgd,
 }
 
+/// How attention is computed. memscope's engine runs `naive`; `flash` is for what-if.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum Attention {
+    /// Scores and probabilities (B, H, T, S) materialised and kept for backward
+    Naive,
+    /// Flash-style: only the output and a (B, H, T) log-sum-exp kept; backward recomputes
+    Flash,
+}
+
 /// What to estimate.
 #[derive(Clone, Debug)]
 pub struct Request {
@@ -39,6 +49,11 @@ pub struct Request {
     pub optimizer: Optimizer,
     pub prompt_len: usize,
     pub new_tokens: usize,
+    /// What-if: activation checkpointing of every transformer block (train).
+    pub checkpoint: bool,
+    pub attention: Attention,
+    /// CPU threads the run uses (gemm keeps one buffer per thread).
+    pub threads: usize,
 }
 
 impl Request {
@@ -54,6 +69,9 @@ impl Request {
             optimizer: Optimizer::Adamw,
             prompt_len: spec.prompt_len,
             new_tokens: spec.new_tokens,
+            checkpoint: false,
+            attention: Attention::Naive,
+            threads: spec.threads,
         }
     }
 }
@@ -67,14 +85,37 @@ pub struct Categories {
     pub activations: u64,
     pub kv_cache: u64,
     pub temporaries: u64,
-    /// Buffers the math libraries keep after their first call (gemm's packing buffers), not
-    /// tensors: a constant measured on these machines (3 × 1 MiB: forward's first run retains
-    /// it, later runs do not). Included in the peak.
+    /// Buffers the math library keeps after its first call, not tensors: gemm's packing slab,
+    /// one L2-cache-sized buffer per thread that ran a product (the calling thread, plus every
+    /// rayon worker once products are split across threads). See [`runtime_buffers`].
     pub runtime_buffers: u64,
 }
 
-/// See [`Categories::runtime_buffers`].
-pub const RUNTIME_BUFFERS: u64 = 3 << 20;
+/// gemm's per-thread packing slab for `threads` threads: L2-sized (read from sysfs; 1 MiB
+/// when unknown), on the calling thread alone, or on the calling thread and every worker once
+/// gemm splits a product across threads (`split`: a product with a contiguous right operand
+/// above gemm's threading threshold ran). Measured on a 1 MiB-L2 machine: 1 MiB at
+/// `--threads 1`; 3 MiB at `--threads 2` for GPT-2 and for training; 1 MiB for LLaMA inference
+/// at small sizes (every forward product there has a transposed weight).
+pub fn runtime_buffers(threads: usize, split: bool) -> u64 {
+    let slabs = if threads > 1 && split {
+        1 + threads as u64
+    } else {
+        1
+    };
+    slabs * l2_bytes().unwrap_or(1 << 20)
+}
+
+fn l2_bytes() -> Option<u64> {
+    let s = std::fs::read_to_string("/sys/devices/system/cpu/cpu0/cache/index2/size").ok()?;
+    let s = s.trim();
+    let (num, mul) = match s.as_bytes().last()? {
+        b'K' => (&s[..s.len() - 1], 1 << 10),
+        b'M' => (&s[..s.len() - 1], 1 << 20),
+        _ => (s, 1),
+    };
+    num.parse::<u64>().ok().map(|n| n * mul)
+}
 
 /// Saved activations of one module, by kind.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -118,6 +159,8 @@ pub struct Estimate {
     pub seq: usize,
     pub grad_accum: usize,
     pub optimizer: Optimizer,
+    pub checkpoint: bool,
+    pub attention: Attention,
     pub params: u64,
     pub categories: Categories,
     /// Predicted heap peak of a steady-state step.

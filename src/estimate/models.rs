@@ -5,7 +5,8 @@
 //! Shape vocabulary: B batch, T length, N = B·T, C d_model, H heads, KV kv heads, D head dim,
 //! F d_ff, V vocab.
 
-use super::sim::{Bin, Id, Sim, Un};
+use super::backward::Recompute;
+use super::sim::{Bin, Fused, Id, Sim, Un};
 use crate::model::config::{Family, ModelConfig};
 use crate::model::scope;
 use std::collections::HashMap;
@@ -45,10 +46,84 @@ impl Params {
     }
 }
 
+const GPT2_BLOCK: [&str; 12] = [
+    "ln_1.weight",
+    "ln_1.bias",
+    "attn.c_attn.weight",
+    "attn.c_attn.bias",
+    "attn.c_proj.weight",
+    "attn.c_proj.bias",
+    "ln_2.weight",
+    "ln_2.bias",
+    "mlp.c_fc.weight",
+    "mlp.c_fc.bias",
+    "mlp.c_proj.weight",
+    "mlp.c_proj.bias",
+];
+
+const LLAMA_BLOCK: [&str; 9] = [
+    "input_layernorm.weight",
+    "self_attn.q_proj.weight",
+    "self_attn.k_proj.weight",
+    "self_attn.v_proj.weight",
+    "self_attn.o_proj.weight",
+    "post_attention_layernorm.weight",
+    "mlp.gate_proj.weight",
+    "mlp.up_proj.weight",
+    "mlp.down_proj.weight",
+];
+
+const BERT_BLOCK: [&str; 16] = [
+    "attention.self.query.weight",
+    "attention.self.query.bias",
+    "attention.self.key.weight",
+    "attention.self.key.bias",
+    "attention.self.value.weight",
+    "attention.self.value.bias",
+    "attention.output.dense.weight",
+    "attention.output.dense.bias",
+    "attention.output.LayerNorm.weight",
+    "attention.output.LayerNorm.bias",
+    "intermediate.dense.weight",
+    "intermediate.dense.bias",
+    "output.dense.weight",
+    "output.dense.bias",
+    "output.LayerNorm.weight",
+    "output.LayerNorm.bias",
+];
+
 /// A model's tensors, built once, replayed per forward.
 pub struct Built<'a> {
     pub cfg: &'a ModelConfig,
     pub dtype: u64,
+    /// What-if: every block's forward runs without recording and is recomputed in backward.
+    pub checkpoint: bool,
+    /// What-if: flash-style attention (no (B, H, T, S) scores or probabilities kept).
+    pub flash: bool,
+}
+
+/// A model with its parameters, for recomputing a checkpointed block in backward.
+pub struct WithParams<'a, 'b>(pub &'a Built<'b>, pub &'a Params);
+
+impl Recompute for WithParams<'_, '_> {
+    fn block(&self, sim: &mut Sim, layer: usize, x: Id) -> Id {
+        let (m, p) = (self.0, self.1);
+        let t = sim.shape(x)[1];
+        // The mask and the rotary tables are rebuilt for the recomputation (small).
+        let mask = (t > 1 && m.cfg.family != Family::Bert).then(|| causal_mask(sim, t, 0, m.dtype));
+        let rope = (m.cfg.family == Family::Llama).then(|| {
+            let hd = m.cfg.head_dim();
+            (sim.leaf(&[t, hd], m.dtype), sim.leaf(&[t, hd], m.dtype))
+        });
+        let y = m.block(sim, p, layer, x, mask, rope, None, 0);
+        for t in mask
+            .into_iter()
+            .chain(rope.into_iter().flat_map(|(c, s)| [c, s]))
+        {
+            sim.release(t);
+        }
+        y
+    }
 }
 
 impl Built<'_> {
@@ -86,22 +161,7 @@ impl Built<'_> {
         let mask = (t > 1).then(|| causal_mask(sim, t, offset, self.dtype));
         for i in 0..cfg.n_layers {
             let cache = kv.map(|k| k.0[i]);
-            let names = [
-                "ln_1.weight",
-                "ln_1.bias",
-                "attn.c_attn.weight",
-                "attn.c_attn.bias",
-                "attn.c_proj.weight",
-                "attn.c_proj.bias",
-                "ln_2.weight",
-                "ln_2.bias",
-                "mlp.c_fc.weight",
-                "mlp.c_fc.bias",
-                "mlp.c_proj.weight",
-                "mlp.c_proj.bias",
-            ];
-            let w: Vec<Id> = names.iter().map(|n| p.get(&format!("h.{i}.{n}"))).collect();
-            let y = self.gpt2_block(sim, i, &w, x, mask, cache, offset);
+            let y = self.layer(sim, p, i, x, mask, None, cache, offset);
             sim.release(x);
             x = y;
         }
@@ -124,6 +184,63 @@ impl Built<'_> {
             sim.release(m);
         }
         out
+    }
+
+    /// Block `i` of the model, checkpointed when asked and recording: under no-grad, with
+    /// only the input kept for backward.
+    #[allow(clippy::too_many_arguments)]
+    fn layer(
+        &self,
+        sim: &mut Sim,
+        p: &Params,
+        i: usize,
+        x: Id,
+        mask: Option<Id>,
+        rope: Option<(Id, Id)>,
+        cache: Option<(Id, Id)>,
+        offset: usize,
+    ) -> Id {
+        if !(self.checkpoint && sim.nodes[x].tracked) {
+            return self.block(sim, p, i, x, mask, rope, cache, offset);
+        }
+        sim.no_grad = true;
+        let y = self.block(sim, p, i, x, mask, rope, cache, offset);
+        sim.no_grad = false;
+        let out = sim.checkpoint(y, x, i);
+        sim.release(y);
+        out
+    }
+
+    /// Block `i` of the model's family, as `src/model` runs it.
+    #[allow(clippy::too_many_arguments)]
+    fn block(
+        &self,
+        sim: &mut Sim,
+        p: &Params,
+        i: usize,
+        x: Id,
+        mask: Option<Id>,
+        rope: Option<(Id, Id)>,
+        cache: Option<(Id, Id)>,
+        offset: usize,
+    ) -> Id {
+        let (names, prefix): (&[&str], String) = match self.cfg.family {
+            Family::Gpt2 => (&GPT2_BLOCK, format!("h.{i}.")),
+            Family::Llama => (&LLAMA_BLOCK, format!("model.layers.{i}.")),
+            Family::Bert => (&BERT_BLOCK, format!("bert.encoder.layer.{i}.")),
+        };
+        let w: Vec<Id> = names
+            .iter()
+            .map(|n| p.get(&format!("{prefix}{n}")))
+            .collect();
+        match self.cfg.family {
+            Family::Gpt2 => self.gpt2_block(sim, i, &w, x, mask, cache, offset),
+            Family::Llama => {
+                let rope = rope.expect("llama blocks get the rotary tables");
+                self.llama_block(sim, i, &w, x, rope, mask, (cache, offset))
+            }
+            Family::Bert => self.bert_layer(sim, i, &w, x),
+        }
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -158,7 +275,7 @@ impl Built<'_> {
             })
             .collect(); // q, k, v (B, H, T, D)
         let (k, v) = append(sim, cache, parts[1], parts[2], offset);
-        let y = attention(sim, parts[0], k, v, mask); // (B, H, T, D)
+        let y = attention(sim, self.flash, parts[0], k, v, mask); // (B, H, T, D)
         let yt = sim.transpose(y, 1, 2);
         let y2 = sim.reshape(yt, &[b * t, c]); // (N, C)
         sim.kind = "attention output";
@@ -202,22 +319,7 @@ impl Built<'_> {
         let mask = (t > 1).then(|| causal_mask(sim, t, offset, self.dtype));
         for i in 0..cfg.n_layers {
             let cache = kv.map(|k| k.0[i]);
-            let names = [
-                "input_layernorm.weight",
-                "self_attn.q_proj.weight",
-                "self_attn.k_proj.weight",
-                "self_attn.v_proj.weight",
-                "self_attn.o_proj.weight",
-                "post_attention_layernorm.weight",
-                "mlp.gate_proj.weight",
-                "mlp.up_proj.weight",
-                "mlp.down_proj.weight",
-            ];
-            let w: Vec<Id> = names
-                .iter()
-                .map(|n| p.get(&format!("model.layers.{i}.{n}")))
-                .collect();
-            let y = self.llama_block(sim, i, &w, x, (cos, sin), mask, (cache, offset));
+            let y = self.layer(sim, p, i, x, mask, Some((cos, sin)), cache, offset);
             sim.release(x);
             x = y;
         }
@@ -279,7 +381,7 @@ impl Built<'_> {
         let (k2, v2) = append(sim, cache, k, vc, offset);
         let kr = repeat_kv(sim, k2, nh / nkv); // (B, H, S, D)
         let vr = repeat_kv(sim, v2, nh / nkv);
-        let y = attention(sim, q, kr, vr, mask);
+        let y = attention(sim, self.flash, q, kr, vr, mask);
         let yt = sim.transpose(y, 1, 2);
         let y2 = sim.reshape(yt, &[b * t, c]);
         sim.kind = "attention output";
@@ -342,29 +444,7 @@ impl Built<'_> {
             y
         };
         for i in 0..cfg.n_layers {
-            let names = [
-                "attention.self.query.weight",
-                "attention.self.query.bias",
-                "attention.self.key.weight",
-                "attention.self.key.bias",
-                "attention.self.value.weight",
-                "attention.self.value.bias",
-                "attention.output.dense.weight",
-                "attention.output.dense.bias",
-                "attention.output.LayerNorm.weight",
-                "attention.output.LayerNorm.bias",
-                "intermediate.dense.weight",
-                "intermediate.dense.bias",
-                "output.dense.weight",
-                "output.dense.bias",
-                "output.LayerNorm.weight",
-                "output.LayerNorm.bias",
-            ];
-            let w: Vec<Id> = names
-                .iter()
-                .map(|n| p.get(&format!("bert.encoder.layer.{i}.{n}")))
-                .collect();
-            let y = self.bert_layer(sim, i, &w, x);
+            let y = self.layer(sim, p, i, x, None, None, None, 0);
             sim.release(x);
             x = y;
         }
@@ -410,7 +490,7 @@ impl Built<'_> {
         let q = heads(sim, 0);
         let k = heads(sim, 2);
         let v = heads(sim, 4);
-        let y = attention(sim, q, k, v, None);
+        let y = attention(sim, self.flash, q, k, v, None);
         let yt = sim.transpose(y, 1, 2);
         let y2 = sim.reshape(yt, &[b * t, c]);
         sim.kind = "attention output";
@@ -539,7 +619,10 @@ fn softmax_last(sim: &mut Sim, x: Id) -> Id {
 }
 
 /// q (B, H, T, D), k and v (B, H, S, D) → (B, H, T, D).
-fn attention(sim: &mut Sim, q: Id, k: Id, v: Id, mask: Option<Id>) -> Id {
+fn attention(sim: &mut Sim, flash: bool, q: Id, k: Id, v: Id, mask: Option<Id>) -> Id {
+    if flash {
+        return flash_attention(sim, q, k, v);
+    }
     let before = sim.kind;
     sim.kind = "scores + probabilities";
     let kt = sim.t(k);
@@ -558,6 +641,24 @@ fn attention(sim: &mut Sim, q: Id, k: Id, v: Id, mask: Option<Id>) -> Id {
     sim.kind = "attention output";
     let y = sim.matmul(probs, v);
     drop_all(sim, &[s2, probs]);
+    sim.kind = before;
+    y
+}
+
+/// Flash-style attention: the output (B, H, T, D) and the log-sum-exp (B, H, T) in f32 are all
+/// it keeps; the mask is applied inside the kernel.
+fn flash_attention(sim: &mut Sim, q: Id, k: Id, v: Id) -> Id {
+    let before = sim.kind;
+    let s = sim.shape(q).to_vec();
+    let sk = sim.shape(k)[2];
+    let batch = (s[0] * s[1]) as u64;
+    sim.kind = "scores + probabilities";
+    let lse = sim.leaf(&s[..3], 4);
+    sim.kind = "attention output";
+    sim.add_matmul_flops(batch, s[2], s[3], sk); // QKᵀ
+    sim.add_matmul_flops(batch, s[2], sk, s[3]); // PV
+    let y = sim.fused(Fused::FlashAttention, &[q, k, v, lse], q, &s);
+    sim.release(lse);
     sim.kind = before;
     y
 }

@@ -69,6 +69,20 @@ pub enum Op {
     ToDtype(Id),
     /// Ops only backward uses (index_add, scatter_add, comparisons): never differentiated here.
     Other(Vec<Id>),
+    /// A fused kernel (a candle CustomOp): holds its inputs; backward makes one fresh gradient
+    /// per tracked input. Inputs that are not tracked (saved statistics, ids) get none.
+    Fused(Fused, Vec<Id>),
+    /// The output of transformer block `.1` run without recording (activation checkpointing):
+    /// holds only the block's input; backward recomputes the block.
+    Checkpoint(Id, usize),
+}
+
+/// Fused kernels the estimate knows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fused {
+    /// Flash-style attention: saves the output and the log-sum-exp (B, H, T) instead of the
+    /// (B, H, T, S) probabilities; backward recomputes the scores tile by tile.
+    FlashAttention,
 }
 
 impl Op {
@@ -89,7 +103,8 @@ impl Op {
             | Op::Narrow(a, _, _, _)
             | Op::Copy(a)
             | Op::ToDtype(a) => vec![*a],
-            Op::Cat(v, _) | Op::Other(v) => v.clone(),
+            Op::Cat(v, _) | Op::Other(v) | Op::Fused(_, v) => v.clone(),
+            Op::Checkpoint(a, _) => vec![*a],
         }
     }
 }
@@ -167,7 +182,15 @@ pub struct Sim {
     pub flops: [u64; N_PHASES],
     /// Set when a tensor's byte size overflowed u64 (the estimate is then refused).
     pub overflow: bool,
+    /// candle's no-grad mode: new nodes record nothing (the forward of a checkpointed block).
+    pub no_grad: bool,
+    /// The largest m·k·n of one product whose right operand is contiguous: gemm splits such a
+    /// product across threads above [`GEMM_SPLIT_WORK`] (see `runtime_buffers`).
+    pub split_work: u64,
 }
+
+/// gemm's default threading threshold (`DEFAULT_THREADING_THRESHOLD`, gemm-common 0.19).
+pub const GEMM_SPLIT_WORK: u64 = 48 * 48 * 256;
 
 impl Default for Sim {
     fn default() -> Self {
@@ -191,6 +214,8 @@ impl Sim {
             peak: PeakSnapshot::default(),
             flops: [0; N_PHASES],
             overflow: false,
+            no_grad: false,
+            split_work: 0,
         };
         s.enter(crate::model::scope::OUTSIDE);
         s
@@ -269,7 +294,7 @@ impl Sim {
     /// Creates a node with one handle. `storage`: `None` allocates a fresh contiguous storage.
     fn push(&mut self, shape: Vec<usize>, dtype: u64, op: Op, storage: Option<usize>) -> Id {
         let inputs = op.inputs();
-        let tracked = inputs.iter().any(|&i| self.nodes[i].tracked);
+        let tracked = !self.no_grad && inputs.iter().any(|&i| self.nodes[i].tracked);
         let is_int = inputs.first().is_some_and(|&i| self.nodes[i].is_int)
             && !matches!(op, Op::IndexSelect(..) | Op::Gather(..));
         self.push_node(shape, dtype, op, storage, tracked, false, is_int)
@@ -574,14 +599,54 @@ impl Sim {
         let n = sb[sb.len() - 1];
         let mut shape = sa[..sa.len() - 2].to_vec();
         let batch: u64 = shape.iter().map(|&d| d as u64).product();
+        self.add_matmul_flops(batch, m, k, n);
+        if self.nodes[b].contiguous {
+            let work = (m as u64).saturating_mul(k as u64).saturating_mul(n as u64);
+            self.split_work = self.split_work.max(work);
+        }
+        shape.extend([m, n]);
+        self.fresh(a, shape, Op::Matmul(a, b))
+    }
+
+    /// Counts `batch` products of (m, k) @ (k, n) in the current phase.
+    pub fn add_matmul_flops(&mut self, batch: u64, m: usize, k: usize, n: usize) {
         let f = 2u64
             .saturating_mul(batch)
             .saturating_mul(m as u64)
             .saturating_mul(k as u64)
             .saturating_mul(n as u64);
         self.flops[self.phase as usize] = self.flops[self.phase as usize].saturating_add(f);
-        shape.extend([m, n]);
-        self.fresh(a, shape, Op::Matmul(a, b))
+    }
+
+    /// A fused kernel's output: a fresh `shape` tensor of `like`'s dtype holding `inputs`.
+    pub fn fused(&mut self, kind: Fused, inputs: &[Id], like: Id, shape: &[usize]) -> Id {
+        self.fresh(like, shape.to_vec(), Op::Fused(kind, inputs.to_vec()))
+    }
+
+    /// Wraps the output `y` of block `layer`, run under [`Sim::no_grad`], as a node that holds
+    /// only the block's input `x` (shares `y`'s storage).
+    pub fn checkpoint(&mut self, y: Id, x: Id, layer: usize) -> Id {
+        let (shape, dtype, storage) = (
+            self.nodes[y].shape.clone(),
+            self.nodes[y].dtype,
+            self.nodes[y].storage,
+        );
+        let id = self.push(shape, dtype, Op::Checkpoint(x, layer), Some(storage));
+        self.nodes[id].contiguous = self.nodes[y].contiguous;
+        id
+    }
+
+    /// A `Var` sharing `t`'s storage: the input of a recomputed block, whose gradient backward
+    /// collects like a parameter's.
+    pub fn var_view(&mut self, t: Id) -> Id {
+        let (shape, dtype, storage) = (
+            self.nodes[t].shape.clone(),
+            self.nodes[t].dtype,
+            self.nodes[t].storage,
+        );
+        let id = self.push_node(shape, dtype, Op::Leaf, Some(storage), true, true, false);
+        self.nodes[id].contiguous = self.nodes[t].contiguous;
+        id
     }
 
     pub fn cat(&mut self, args: &[Id], dim: usize) -> Id {

@@ -3,11 +3,11 @@
 //! measured steps repeat), or a forward, or a prefill plus one decode step.
 
 use super::backward::backward;
-use super::models::{cross_entropy, Built, Params};
-use super::sim::{Bin, Id, Phase, Sim, Un};
+use super::models::{cross_entropy, Built, Params, WithParams};
+use super::sim::{Bin, Id, Phase, Sim, Un, GEMM_SPLIT_WORK};
 use super::{
-    ActivationRow, Categories, Estimate, Flops, Hotspot, Optimizer, PhaseEstimate, Request,
-    RUNTIME_BUFFERS,
+    runtime_buffers, ActivationRow, Attention, Categories, Estimate, Flops, Hotspot, Optimizer,
+    PhaseEstimate, Request,
 };
 use crate::model::param_specs;
 use crate::spec::Mode;
@@ -31,6 +31,8 @@ pub fn estimate(req: &Request) -> anyhow::Result<Estimate> {
     let model = Built {
         cfg: &req.cfg,
         dtype: dt,
+        checkpoint: req.checkpoint && req.mode == Mode::Train,
+        flash: req.attention == Attention::Flash,
     };
     let mut out = match req.mode {
         Mode::Train => train(&mut sim, &model, &p, req),
@@ -44,12 +46,31 @@ pub fn estimate(req: &Request) -> anyhow::Result<Estimate> {
             req.seq
         );
     }
+    if req.optimizer == Optimizer::Sgd && req.mode == Mode::Train {
+        out.notes
+            .push("what-if: memscope's engine trains with AdamW, not SGD".into());
+    }
+    if out.checkpoint {
+        out.notes.push(
+            "what-if: memscope's engine does not checkpoint; each block keeps only its input, \
+             and backward recomputes it (its FLOPs are counted in backward)"
+                .into(),
+        );
+    }
+    if req.attention == Attention::Flash {
+        out.notes.push(
+            "what-if: memscope's engine runs naive attention; flash keeps the output and a \
+             (B, H, T) log-sum-exp instead of the (B, H, T, S) probabilities"
+                .into(),
+        );
+    }
     out.params = params;
     out.categories.parameters = sim_param_bytes(&specs, dt);
-    out.categories.runtime_buffers = RUNTIME_BUFFERS;
-    out.peak_bytes += RUNTIME_BUFFERS;
+    let rb = runtime_buffers(req.threads, sim.split_work >= GEMM_SPLIT_WORK);
+    out.categories.runtime_buffers = rb;
+    out.peak_bytes += rb;
     for p in &mut out.phases {
-        p.peak_bytes += RUNTIME_BUFFERS;
+        p.peak_bytes += rb;
     }
     Ok(out)
 }
@@ -74,6 +95,8 @@ fn blank(req: &Request) -> Estimate {
         },
         grad_accum: req.grad_accum,
         optimizer: req.optimizer,
+        checkpoint: req.checkpoint && req.mode == Mode::Train,
+        attention: req.attention,
         params: 0,
         categories: Categories::default(),
         peak_bytes: 0,
@@ -170,7 +193,7 @@ fn train(sim: &mut Sim, model: &Built, p: &Params, req: &Request) -> Estimate {
                 est.hotspots_forward = hotspots(sim, &sim.peak.by_module, &baseline);
             }
             let ((), bw) = phase(sim, Phase::Backward, |sim| {
-                let mut grads = backward(sim, loss);
+                let mut grads = backward(sim, loss, &WithParams(model, p));
                 let mut kept = HashMap::new();
                 for &v in &p.ids {
                     if let Some(g) = grads.remove(&v) {

@@ -30,11 +30,17 @@ pub fn render(ests: &[Estimate], top: usize) -> String {
         crate::spec::Mode::Generate => format!("batch {}, prompt {}", e0.batch, e0.seq),
         _ => format!("batch {}, seq {}", e0.batch, e0.seq),
     };
-    let accum = if e0.grad_accum > 1 {
+    let mut accum = if e0.grad_accum > 1 {
         format!(", grad-accum {}", e0.grad_accum)
     } else {
         String::new()
     };
+    if e0.checkpoint {
+        accum.push_str(", what-if: checkpointing");
+    }
+    if e0.attention == crate::estimate::Attention::Flash {
+        accum.push_str(", what-if: flash attention");
+    }
     let _ = writeln!(
         out,
         "memscope estimate: {} {} ({shape}{accum}), {} parameters (exact)\n",
@@ -98,7 +104,9 @@ pub fn render(ests: &[Estimate], top: usize) -> String {
             continue;
         }
         let mut t = table(vec![
-            format!("module (heap live at the {label} peak; parameters and optimizer state left out)"),
+            format!(
+                "module (heap live at the {label} peak; parameters and optimizer state left out)"
+            ),
             "bytes".into(),
         ]);
         for h in hs.iter().take(top) {

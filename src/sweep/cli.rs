@@ -540,6 +540,9 @@ pub struct FitResult {
     pub rss_peak_bytes: Option<u64>,
     /// --memory-limit − the worker's VmHWM at that size.
     pub headroom_bytes: Option<i64>,
+    /// Where the search started: the largest size whose estimated heap peak is within the
+    /// limit (`memscope estimate`); none when the model could not be estimated.
+    pub estimated_start: Option<usize>,
     pub trials: Vec<Row>,
 }
 
@@ -641,23 +644,77 @@ pub fn fit(a: FitArgs) -> anyhow::Result<ExitCode> {
         trials.push(row);
         Ok(Some(fits))
     };
-    // Double from 1 until a size does not fit (or the cap), then bisect between the last that
-    // fits and the first that does not, then confirm the answer with a second run.
+    // Size 1 first: it measures what the worker holds beyond its heap (code, libraries, the
+    // allocator's retention: the limit applies to all of it). Then start where the estimate puts
+    // the heap peak at the limit minus that, gallop away from it until the outcome flips,
+    // bisect between the last size that fits and the first that does not, and confirm the
+    // answer with a second run.
     let (mut lo, mut hi): (Option<usize>, Option<usize>) = (None, None);
-    let mut x = 1usize;
-    loop {
-        let Some(fits) = trial(x, &mut trials)? else {
+    let Some(fits1) = trial(1, &mut trials)? else {
+        return Ok(ExitCode::from(EXIT_INTERRUPTED));
+    };
+    let beyond_heap = trials
+        .last()
+        .and_then(|r| r.summary.as_ref())
+        .and_then(|s| Some(s.rss_peak_bytes?.saturating_sub(s.heap_peak_bytes)))
+        .unwrap_or(0);
+    let start = fits1
+        .then(|| estimated_start(&with, cap, limit.saturating_sub(beyond_heap)))
+        .flatten();
+    if !a.quiet && fits1 {
+        match start {
+            Some(x) => eprintln!(
+                "  the estimate puts the heap peak at the limit minus the {} measured beyond the heap near {vary_name} {x}: continuing there",
+                fmt_bytes(beyond_heap as f64)
+            ),
+            None => eprintln!("  no estimate for this model: doubling from {vary_name} 1"),
+        }
+    }
+    let x0 = start.unwrap_or(1).clamp(1, cap);
+    let fits = if x0 == 1 {
+        fits1
+    } else {
+        let Some(f) = trial(x0, &mut trials)? else {
             return Ok(ExitCode::from(EXIT_INTERRUPTED));
         };
-        if fits {
-            lo = Some(x);
-            if x >= cap {
+        f
+    };
+    let mut step = 1usize;
+    if fits {
+        lo = Some(x0);
+        let mut l = x0;
+        while l < cap {
+            let x = l.saturating_add(step).min(cap);
+            let Some(fits) = trial(x, &mut trials)? else {
+                return Ok(ExitCode::from(EXIT_INTERRUPTED));
+            };
+            if !fits {
+                hi = Some(x);
                 break;
             }
-            x = (x * 2).min(cap);
-        } else {
+            l = x;
+            lo = Some(x);
+            step = step.saturating_mul(2);
+        }
+    } else {
+        hi = Some(x0);
+        let mut h = x0;
+        while h > 1 {
+            let x = h.saturating_sub(step).max(1);
+            if x == 1 {
+                lo = Some(1); // measured first
+                break;
+            }
+            let Some(fits) = trial(x, &mut trials)? else {
+                return Ok(ExitCode::from(EXIT_INTERRUPTED));
+            };
+            if fits {
+                lo = Some(x);
+                break;
+            }
+            h = x;
             hi = Some(x);
-            break;
+            step = step.saturating_mul(2);
         }
     }
     if let (Some(mut l), Some(mut h)) = (lo, hi) {
@@ -707,6 +764,7 @@ pub fn fit(a: FitArgs) -> anyhow::Result<ExitCode> {
         heap_peak_bytes: summary.as_ref().map(|s| s.heap_peak_bytes),
         rss_peak_bytes: rss,
         headroom_bytes: rss.map(|r| limit as i64 - r as i64),
+        estimated_start: start,
         trials,
     };
     match lo {
@@ -745,6 +803,33 @@ pub fn fit(a: FitArgs) -> anyhow::Result<ExitCode> {
             .with_context(|| format!("--json {}", p.display()))?;
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The largest size up to `cap` whose estimated heap peak is within `limit` (1 when even size
+/// 1 is over), by bisection on the estimate; `None` when the model cannot be estimated.
+fn estimated_start(with: &dyn Fn(usize) -> Spec, cap: usize, limit: u64) -> Option<usize> {
+    let peak = |x: usize| -> Option<u64> {
+        let req = crate::estimate::Request::for_spec(&with(x));
+        crate::estimate::estimate(&req).ok().map(|e| e.peak_bytes)
+    };
+    if peak(1)? > limit {
+        return Some(1);
+    }
+    // A size too large to estimate (its tensors overflow) is over any limit.
+    let within = |x: usize| peak(x).is_some_and(|p| p <= limit);
+    let (mut l, mut h) = (1usize, cap);
+    if within(h) {
+        return Some(h);
+    }
+    while h - l > 1 {
+        let mid = l + (h - l) / 2;
+        if within(mid) {
+            l = mid;
+        } else {
+            h = mid;
+        }
+    }
+    Some(l)
 }
 
 fn size_of(s: &Spec, vary: Vary) -> usize {

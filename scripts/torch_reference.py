@@ -1,0 +1,970 @@
+#!/usr/bin/env python3
+"""PyTorch eager reference for `memscope bench`: the same models, the same workloads, the same
+Record fields, so that candle's numbers can be put beside PyTorch's (see docs/compare-torch.md).
+
+What is reproduced from memscope (src/model/*.rs, src/measure/workload.rs):
+- models: GPT-2 (pre-LayerNorm, learned positions, GELU(tanh) MLP, Conv1D (in, out) weights,
+  head tied to the token embedding unless `tie_embeddings` is false) and LLaMA (RMSNorm, RoPE
+  rotate-half, grouped-query attention, SwiGLU, no biases, untied head by default), with exactly
+  the same parameters (names, shapes, count) and the same initialisation per parameter:
+  Normal(0.02), positions Normal(0.01), residual projections Normal(0.02 / sqrt(2 L)), norm
+  weights 1, biases 0. The random streams differ (torch's RNG, not Rust's StdRng).
+- presets by name (gpt2-*, cs336-*, tinyllama-1.1b, tiny-gpt2, tiny-llama) and `--config FILE`
+  in memscope's schema (has `family`) or a Hugging Face config.json (has `model_type`).
+- train: forward + f32 cross-entropy (forward phase), backward, AdamW (lr --lr, betas 0.9/0.999,
+  eps 1e-8, weight decay 0.01 — candle-nn's ParamsAdamW defaults), on one fixed random batch of
+  token ids (B, T+1): ids = [:, :T], targets = [:, 1:]. `step` is the wall time of the whole step.
+- infer: forward without autograd (torch.inference_mode, parameters with requires_grad=False).
+- generate: prefill --prompt-len tokens into a preallocated KV cache, then decode --new-tokens
+  tokens greedily; decode time is per token.
+
+Eager settings: F.scaled_dot_product_attention(is_causal=True); torch.optim.AdamW(fused=True)
+when the installed torch supports it on CPU for the dtype (probed), else foreach=True;
+torch.set_num_threads(--threads).
+
+Output: a Record-shaped JSON (docs/record.md) with the field names memscope uses, to stdout or to
+--json FILE; a human summary goes to stderr. Fields memscope's counting allocator fills (heap_*)
+cannot be measured here: `memory.counting` is false and they are 0. Extra fields:
+`engine` ("pytorch <version>"), `optimizer_impl` (fused / foreach / for-loop),
+`memory.library_baseline_rss_bytes` (VmRSS right after `import torch`, before the model exists),
+`memory.interpreter_rss_bytes` (VmRSS before `import torch`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+
+SCHEMA_VERSION = 1
+MIB = 1024 * 1024
+
+# ----------------------------------------------------------------------------------------------
+# /proc
+
+
+def proc_status_bytes(key: str) -> int | None:
+    """A `kB` field of /proc/self/status (VmRSS, VmHWM) in bytes; None where /proc is absent."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith(key + ":"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None
+
+
+def rss_now() -> int | None:
+    """Resident set size now, bytes (/proc/self/statm, as memscope reads it)."""
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return proc_status_bytes("VmRSS")
+
+
+def pss_now() -> int | None:
+    try:
+        with open("/proc/self/smaps_rollup") as f:
+            for line in f:
+                if line.startswith("Pss:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None
+
+
+# ----------------------------------------------------------------------------------------------
+# Model configuration (src/model/config.rs)
+
+OUR_KEYS = [
+    "name", "family", "vocab_size", "max_seq_len", "n_layers", "n_heads", "n_kv_heads",
+    "d_model", "d_ff", "norm_eps", "rope_theta", "tie_embeddings", "type_vocab_size",
+]
+HF_D_MODEL = ["n_embd", "hidden_size", "dim"]
+HF_N_LAYERS = ["n_layer", "num_hidden_layers", "n_layers"]
+HF_N_HEADS = ["n_head", "num_attention_heads", "n_heads"]
+HF_N_KV_HEADS = ["num_key_value_heads"]
+HF_D_FF = ["n_inner", "intermediate_size", "hidden_dim"]
+HF_VOCAB = ["vocab_size"]
+HF_MAX_SEQ = ["n_positions", "n_ctx", "max_position_embeddings"]
+HF_NORM_EPS = ["layer_norm_epsilon", "rms_norm_eps", "layer_norm_eps"]
+HF_ROPE_THETA = ["rope_theta"]
+HF_TIE = ["tie_word_embeddings"]
+
+
+class ConfigError(Exception):
+    pass
+
+
+def _gpt2(name: str, n_layers: int, n_heads: int, d_model: int) -> dict:
+    return dict(name=name, family="gpt2", vocab_size=50257, max_seq_len=1024, n_layers=n_layers,
+                n_heads=n_heads, n_kv_heads=n_heads, d_model=d_model, d_ff=4 * d_model,
+                norm_eps=1e-5, rope_theta=10000.0, tie_embeddings=True, type_vocab_size=0)
+
+
+def _cs336(name: str, n_layers: int, n_heads: int, d_model: int) -> dict:
+    return dict(name=name, family="llama", vocab_size=10000, max_seq_len=1024, n_layers=n_layers,
+                n_heads=n_heads, n_kv_heads=n_heads, d_model=d_model, d_ff=4 * d_model,
+                norm_eps=1e-5, rope_theta=10000.0, tie_embeddings=False, type_vocab_size=0)
+
+
+def presets() -> list[dict]:
+    """memscope's presets of the gpt2 and llama families (`memscope models`)."""
+    return [
+        _gpt2("gpt2-small", 12, 12, 768),
+        _gpt2("gpt2-medium", 24, 16, 1024),
+        _gpt2("gpt2-large", 36, 20, 1280),
+        _gpt2("gpt2-xl", 48, 25, 1600),
+        _cs336("cs336-small", 12, 12, 768),
+        _cs336("cs336-medium", 24, 16, 1024),
+        _cs336("cs336-large", 36, 20, 1280),
+        _cs336("cs336-xl", 48, 25, 1600),
+        _cs336("cs336-2.7b", 32, 32, 2560),
+        dict(name="tinyllama-1.1b", family="llama", vocab_size=32000, max_seq_len=2048,
+             n_layers=22, n_heads=32, n_kv_heads=4, d_model=2048, d_ff=5632, norm_eps=1e-5,
+             rope_theta=10000.0, tie_embeddings=False, type_vocab_size=0),
+        {**_gpt2("tiny-gpt2", 4, 4, 128), "vocab_size": 1000, "max_seq_len": 256, "d_ff": 512},
+        {**_cs336("tiny-llama", 4, 4, 128), "vocab_size": 1000, "max_seq_len": 256,
+         "n_kv_heads": 2, "d_ff": 352},
+    ]
+
+
+def _is_uint(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v >= 0
+
+
+def _num(origin: str, key: str, v) -> float:
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise ConfigError(f"{origin}: field `{key}`: expected a number, found {v!r}")
+    return float(v)
+
+
+def _uint(origin: str, key: str, v) -> int:
+    if not _is_uint(v):
+        raise ConfigError(f"{origin}: field `{key}`: expected a non-negative integer, found {v!r}")
+    return v
+
+
+def _parse_ours(obj: dict, origin: str, stem: str) -> dict:
+    for k in obj:
+        if k not in OUR_KEYS:
+            raise ConfigError(f"{origin}: unknown field `{k}`; valid fields: {', '.join(OUR_KEYS)}")
+    family = obj["family"]
+    if family not in ("gpt2", "llama", "bert"):
+        raise ConfigError(f'{origin}: field `family`: expected one of "gpt2", "llama", "bert", '
+                          f"found {family!r}")
+
+    def req(k):
+        if k not in obj:
+            raise ConfigError(f"{origin}: missing required field `{k}`")
+        return _uint(origin, k, obj[k])
+
+    n_heads, d_model = req("n_heads"), req("d_model")
+    if "d_ff" in obj:
+        d_ff = _uint(origin, "d_ff", obj["d_ff"])
+    elif family == "llama":
+        raise ConfigError(f"{origin}: missing required field `d_ff`")
+    else:
+        d_ff = 4 * d_model
+    tie = obj.get("tie_embeddings", family != "llama")
+    if not isinstance(tie, bool):
+        raise ConfigError(f"{origin}: field `tie_embeddings`: expected true or false, found {tie!r}")
+    name = obj.get("name", stem or "custom")
+    if not isinstance(name, str):
+        raise ConfigError(f"{origin}: field `name`: expected a string, found {name!r}")
+    return dict(
+        name=name, family=family, vocab_size=req("vocab_size"), max_seq_len=req("max_seq_len"),
+        n_layers=req("n_layers"), n_heads=n_heads,
+        n_kv_heads=_uint(origin, "n_kv_heads", obj.get("n_kv_heads", n_heads)),
+        d_model=d_model, d_ff=d_ff,
+        norm_eps=_num(origin, "norm_eps", obj.get("norm_eps", 1e-12 if family == "bert" else 1e-5)),
+        rope_theta=_num(origin, "rope_theta", obj.get("rope_theta", 10000.0)),
+        tie_embeddings=tie,
+        type_vocab_size=_uint(origin, "type_vocab_size",
+                              obj.get("type_vocab_size", 2 if family == "bert" else 0)),
+    )
+
+
+def _hf_lookup(obj: dict, aliases: list[str], origin: str):
+    found = None
+    for k in aliases:
+        v = obj.get(k)
+        if v is None:
+            continue
+        if found is None:
+            found = (k, v)
+        elif found[1] != v:
+            raise ConfigError(f"{origin}: fields `{found[0]}` ({found[1]}) and `{k}` ({v}) disagree; "
+                              "keep one")
+    return found
+
+
+def _parse_hf(obj: dict, origin: str, stem: str) -> dict:
+    mt = obj.get("model_type")
+    if mt is None:
+        raise ConfigError(f"{origin}: no `family` key (memscope's schema) and no `model_type` key "
+                          "(Hugging Face config.json); supported here: gpt2, llama")
+    if mt not in ("gpt2", "llama"):
+        raise ConfigError(f"{origin}: model_type `{mt}` is not supported by the torch reference; "
+                          "supported: gpt2, llama")
+    family = mt
+    flags = ["add_cross_attention"] if family == "gpt2" else ["attention_bias", "mlp_bias"]
+    for k in flags:
+        if obj.get(k) is True:
+            raise ConfigError(f"{origin}: field `{k}`: true is not supported for {family}")
+
+    def get(aliases, required=True):
+        hit = _hf_lookup(obj, aliases, origin)
+        if hit is None:
+            if required:
+                raise ConfigError(f"{origin}: missing required field `{'` or `'.join(aliases)}`")
+            return None
+        return hit
+
+    def uint(aliases, required=True):
+        hit = get(aliases, required)
+        return None if hit is None else _uint(origin, hit[0], hit[1])
+
+    d_model = uint(HF_D_MODEL)
+    n_layers = uint(HF_N_LAYERS)
+    n_heads = uint(HF_N_HEADS)
+    n_kv = uint(HF_N_KV_HEADS, False)
+    vocab = uint(HF_VOCAB)
+    max_seq = uint(HF_MAX_SEQ)
+    d_ff = uint(HF_D_FF, False)
+    if d_ff is None:
+        if family == "llama":
+            raise ConfigError(f"{origin}: missing required field `intermediate_size`")
+        d_ff = 4 * d_model
+    if family == "llama" and obj.get("head_dim") is not None and n_heads and d_model % n_heads == 0:
+        if obj["head_dim"] != d_model // n_heads:
+            raise ConfigError(f"{origin}: field `head_dim` ({obj['head_dim']}) differs from "
+                              f"hidden_size / num_attention_heads; decoupled head_dim is not supported")
+    eps = get(HF_NORM_EPS, False)
+    theta = get(HF_ROPE_THETA, False)
+    tie = get(HF_TIE, False)
+    name = obj.get("_name_or_path")
+    if not isinstance(name, str) or not name:
+        name = mt if (stem in ("", "config")) else stem
+    return dict(
+        name=name, family=family, vocab_size=vocab, max_seq_len=max_seq, n_layers=n_layers,
+        n_heads=n_heads, n_kv_heads=n_heads if n_kv is None else n_kv, d_model=d_model, d_ff=d_ff,
+        norm_eps=_num(origin, eps[0], eps[1]) if eps else (1e-5 if family == "gpt2" else 1e-6),
+        rope_theta=_num(origin, theta[0], theta[1]) if theta else 10000.0,
+        tie_embeddings=bool(tie[1]) if tie else family != "llama",
+        type_vocab_size=0,
+    )
+
+
+def validate(cfg: dict, origin: str) -> None:
+    for k in ("vocab_size", "max_seq_len", "n_layers", "n_heads", "n_kv_heads", "d_model", "d_ff"):
+        if cfg[k] == 0:
+            raise ConfigError(f"{origin}: `{k}` must be at least 1")
+    if cfg["d_model"] % cfg["n_heads"]:
+        raise ConfigError(f"{origin}: `d_model` ({cfg['d_model']}) must be divisible by `n_heads` "
+                          f"({cfg['n_heads']})")
+    if cfg["family"] == "llama":
+        if cfg["n_heads"] % cfg["n_kv_heads"]:
+            raise ConfigError(f"{origin}: `n_heads` must be divisible by `n_kv_heads`")
+        if (cfg["d_model"] // cfg["n_heads"]) % 2:
+            raise ConfigError(f"{origin}: head dim must be even: RoPE rotates pairs of dimensions")
+    elif cfg["n_kv_heads"] != cfg["n_heads"]:
+        raise ConfigError(f"{origin}: `n_kv_heads` must equal `n_heads` for {cfg['family']}")
+    if cfg["family"] == "bert":
+        raise ConfigError(f"{origin}: family bert is not supported by the torch reference "
+                          "(gpt2 and llama only)")
+    for k in ("norm_eps", "rope_theta"):
+        if not (math.isfinite(cfg[k]) and cfg[k] > 0):
+            raise ConfigError(f"{origin}: `{k}` must be finite and > 0, found {cfg[k]}")
+
+
+def load_config(path: str) -> dict:
+    origin = path
+    try:
+        text = Path(path).read_text()
+    except OSError as e:
+        raise ConfigError(f"{origin}: cannot read config: {e}") from None
+
+    def no_dupes(pairs):
+        seen = {}
+        for k, v in pairs:
+            if k in seen:
+                raise ConfigError(f"{origin}: field `{k}` appears more than once")
+            seen[k] = v
+        return seen
+
+    try:
+        obj = json.loads(text, object_pairs_hook=no_dupes)
+    except json.JSONDecodeError as e:
+        raise ConfigError(f"{origin}: invalid JSON at line {e.lineno}, column {e.colno}: {e.msg}") \
+            from None
+    if not isinstance(obj, dict):
+        raise ConfigError(f"{origin}: the top level must be a JSON object")
+    stem = Path(path).stem
+    cfg = _parse_ours(obj, origin, stem) if "family" in obj else _parse_hf(obj, origin, stem)
+    validate(cfg, origin)
+    return cfg
+
+
+def resolve_model(model: str, config: str | None) -> tuple[str, dict]:
+    if config:
+        cfg = load_config(config)
+        return cfg["name"], cfg
+    for cfg in presets():
+        if cfg["name"] == model:
+            validate(cfg, f"preset `{model}`")
+            return model, cfg
+    names = ", ".join(c["name"] for c in presets())
+    raise ConfigError(f"--model {model}: no such preset in the torch reference; choose one of "
+                      f"{names} (or pass --config FILE)")
+
+
+# ----------------------------------------------------------------------------------------------
+# Parameters (src/model/gpt2.rs, src/model/llama.rs: param_specs)
+
+
+def param_specs(cfg: dict) -> list[tuple[str, tuple[int, ...], tuple[str, float]]]:
+    """(name, shape, init) exactly as memscope's `param_specs`; init is ("normal", std),
+    ("ones", 0) or ("zeros", 0)."""
+    c, f, v, L = cfg["d_model"], cfg["d_ff"], cfg["vocab_size"], cfg["n_layers"]
+    std = 0.02
+    # memscope computes this in f32: 0.02 / sqrt(2L).
+    proj_std = 0.02 / math.sqrt(2 * L)
+    N, ONE, ZERO = (lambda s: ("normal", s)), ("ones", 0.0), ("zeros", 0.0)
+    s = []
+    if cfg["family"] == "gpt2":
+        s += [("wte.weight", (v, c), N(std)), ("wpe.weight", (cfg["max_seq_len"], c), N(0.01))]
+        for i in range(L):
+            p = f"h.{i}."
+            s += [
+                (p + "ln_1.weight", (c,), ONE), (p + "ln_1.bias", (c,), ZERO),
+                (p + "attn.c_attn.weight", (c, 3 * c), N(std)), (p + "attn.c_attn.bias", (3 * c,), ZERO),
+                (p + "attn.c_proj.weight", (c, c), N(proj_std)), (p + "attn.c_proj.bias", (c,), ZERO),
+                (p + "ln_2.weight", (c,), ONE), (p + "ln_2.bias", (c,), ZERO),
+                (p + "mlp.c_fc.weight", (c, f), N(std)), (p + "mlp.c_fc.bias", (f,), ZERO),
+                (p + "mlp.c_proj.weight", (f, c), N(proj_std)), (p + "mlp.c_proj.bias", (c,), ZERO),
+            ]
+        s += [("ln_f.weight", (c,), ONE), ("ln_f.bias", (c,), ZERO)]
+    else:
+        kv = cfg["n_kv_heads"] * (c // cfg["n_heads"])
+        s += [("model.embed_tokens.weight", (v, c), N(std))]
+        for i in range(L):
+            p = f"model.layers.{i}."
+            s += [
+                (p + "input_layernorm.weight", (c,), ONE),
+                (p + "self_attn.q_proj.weight", (c, c), N(std)),
+                (p + "self_attn.k_proj.weight", (kv, c), N(std)),
+                (p + "self_attn.v_proj.weight", (kv, c), N(std)),
+                (p + "self_attn.o_proj.weight", (c, c), N(proj_std)),
+                (p + "post_attention_layernorm.weight", (c,), ONE),
+                (p + "mlp.gate_proj.weight", (f, c), N(std)),
+                (p + "mlp.up_proj.weight", (f, c), N(std)),
+                (p + "mlp.down_proj.weight", (c, f), N(proj_std)),
+            ]
+        s += [("model.norm.weight", (c,), ONE)]
+    if not cfg["tie_embeddings"]:
+        s += [("lm_head.weight", (v, c), N(std))]
+    return s
+
+
+def expected_param_count(cfg: dict) -> int:
+    return sum(math.prod(shape) for _, shape, _ in param_specs(cfg))
+
+
+# ----------------------------------------------------------------------------------------------
+# Statistics (src/analysis/stats.rs): type-7 percentiles, sample std, MAD, modified z-score.
+
+
+def percentile(sorted_xs: list[float], q: float) -> float:
+    h = (len(sorted_xs) - 1) * q
+    lo = math.floor(h)
+    frac = h - lo
+    if frac == 0.0 or lo + 1 >= len(sorted_xs):
+        return sorted_xs[lo]
+    return sorted_xs[lo] + frac * (sorted_xs[lo + 1] - sorted_xs[lo])
+
+
+def summarize(xs: list[float]) -> dict:
+    s = sorted(xs)
+    n = len(xs)
+    mean = math.fsum(xs) / n
+    std = math.sqrt(math.fsum((x - mean) ** 2 for x in xs) / (n - 1)) if n >= 2 else None
+    median = percentile(s, 0.5)
+    mad = percentile(sorted(abs(x - median) for x in xs), 0.5)
+    if mad == 0.0:
+        outliers = [i for i, x in enumerate(xs) if x != median]
+    else:
+        outliers = [i for i, x in enumerate(xs) if 0.6745 * abs(x - median) / mad > 3.5]
+    return {
+        "samples_ms": list(xs), "n": n, "mean_ms": mean, "std_ms": std,
+        "cv_pct": (100.0 * std / abs(mean)) if (std is not None and mean != 0.0) else None,
+        "median_ms": median, "min_ms": s[0], "max_ms": s[-1],
+        "p90_ms": percentile(s, 0.9), "p99_ms": percentile(s, 0.99), "mad_ms": mad,
+        "outliers": outliers,
+    }
+
+
+def noise_warnings(label: str, t: dict) -> list[str]:
+    if t["n"] < 2:
+        return [f"{label}: only 1 sample: no spread can be given; use --steps 5 or more"]
+    w = []
+    if t["cv_pct"] is not None and t["cv_pct"] > 5.0:
+        w.append(f"{label}: CV {t['cv_pct']:.3g}% > 5%: the machine was noisy; use more --steps "
+                 "or fewer --threads")
+    if t["median_ms"] > 0 and t["samples_ms"][0] > 1.5 * t["median_ms"]:
+        w.append(f"{label}: the first measured step took {t['samples_ms'][0] / t['median_ms']:.3g}x "
+                 "the median: add --warmup")
+    if t["outliers"]:
+        w.append(f"{label}: {len(t['outliers'])} outlier(s) by MAD (kept in the statistics): steps "
+                 + ", ".join(map(str, t["outliers"][:10])))
+    return w
+
+
+# ----------------------------------------------------------------------------------------------
+# CLI
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(
+        description="PyTorch eager reference for `memscope bench` (same models, workloads and "
+                    "Record fields). JSON goes to stdout (or --json FILE), a summary to stderr.")
+    ap.add_argument("--model", default="gpt2-small", help="preset name (default gpt2-small)")
+    ap.add_argument("--config", metavar="FILE",
+                    help="model config JSON: memscope's schema (with `family`) or a HF config.json")
+    ap.add_argument("--mode", choices=["train", "infer", "generate"], default="train")
+    ap.add_argument("--batch", type=int, default=2)
+    ap.add_argument("--seq", type=int, default=128, help="sequence length (train, infer)")
+    ap.add_argument("--dtype", choices=["f32", "bf16"], default="f32")
+    ap.add_argument("--warmup", type=int, default=2, help="unmeasured steps (default 2)")
+    ap.add_argument("--steps", type=int, default=10, help="measured steps (default 10)")
+    ap.add_argument("--threads", type=int, default=None, help="CPU threads (default: all cores)")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--lr", type=float, default=1e-3, help="AdamW learning rate (train)")
+    ap.add_argument("--prompt-len", type=int, default=None,
+                    help="prompt tokens (generate; default --seq)")
+    ap.add_argument("--new-tokens", type=int, default=32, help="tokens decoded per step (generate)")
+    ap.add_argument("--optimizer", choices=["auto", "fused", "foreach", "for-loop"], default="auto",
+                    help="AdamW implementation; auto = fused if it works on CPU, else foreach")
+    ap.add_argument("--json", metavar="FILE", help="write the JSON here instead of stdout")
+    ap.add_argument("-q", "--quiet", action="store_true", help="no summary on stderr")
+    a = ap.parse_args(argv)
+    if a.threads is None:
+        try:
+            a.threads = len(os.sched_getaffinity(0))
+        except AttributeError:
+            a.threads = os.cpu_count() or 1
+    for k in ("batch", "seq", "steps", "threads", "new_tokens"):
+        if getattr(a, k) < 1:
+            ap.error(f"--{k.replace('_', '-')} must be at least 1")
+    if a.warmup < 0:
+        ap.error("--warmup must be >= 0")
+    if a.prompt_len is None:
+        a.prompt_len = a.seq
+    if a.mode == "generate":
+        a.seq = a.prompt_len
+    if not (math.isfinite(a.lr) and a.lr > 0):
+        ap.error("--lr must be a finite positive number")
+    return a
+
+
+# ----------------------------------------------------------------------------------------------
+# Everything below needs torch.
+
+
+def build(torch, cfg: dict):
+    """The nn.Module classes, defined once torch is imported."""
+    nn = torch.nn
+    F = torch.nn.functional
+    has_rms_norm = hasattr(F, "rms_norm")
+
+    def attend(q, k, v, offset: int):
+        """q (B, H, T, D), k v (B, H, S, D), S = offset + T → (B, H, T, D)."""
+        t = q.shape[2]
+        if offset == 0:
+            return F.scaled_dot_product_attention(q, k, v, is_causal=t > 1)
+        if t == 1:
+            return F.scaled_dot_product_attention(q, k, v)
+        s = k.shape[2]
+        mask = torch.ones(t, s, dtype=torch.bool, device=q.device).tril(diagonal=offset)
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+
+    class KvCache:
+        """Preallocated (B, KV, S_max, D) buffers per layer (src/model/kv_cache.rs)."""
+
+        def __init__(self, n_layers, batch, kv_heads, max_len, head_dim, dtype):
+            self.k = [torch.zeros(batch, kv_heads, max_len, head_dim, dtype=dtype)
+                      for _ in range(n_layers)]
+            self.v = [torch.zeros(batch, kv_heads, max_len, head_dim, dtype=dtype)
+                      for _ in range(n_layers)]
+            self.len = 0
+            self.pending = 0
+
+        def bytes(self) -> int:
+            return sum(t.numel() * t.element_size() for t in self.k + self.v)
+
+        def reset(self):
+            self.len = self.pending = 0
+
+        def append(self, layer, k, v):
+            t = k.shape[2]
+            end = self.len + t
+            if end > self.k[layer].shape[2]:
+                raise RuntimeError("KV cache full")
+            self.k[layer][:, :, self.len:end] = k
+            self.v[layer][:, :, self.len:end] = v
+            self.pending = t
+            return self.k[layer][:, :, :end], self.v[layer][:, :, :end]
+
+        def advance(self):
+            self.len += self.pending
+            self.pending = 0
+
+    class Base(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.cfg = cfg
+            self.p = nn.ParameterDict()
+            # ParameterDict keys cannot contain '.': map checkpoint names to safe keys.
+            for name, shape, _ in param_specs(cfg):
+                self.p[name.replace(".", "__")] = nn.Parameter(torch.empty(shape))
+
+        def w(self, name: str):
+            return self.p[name.replace(".", "__")]
+
+        @torch.no_grad()
+        def init_weights(self, seed: int):
+            g = torch.Generator().manual_seed(seed)
+            for name, _, (kind, std) in param_specs(cfg):
+                t = self.w(name)
+                if kind == "ones":
+                    t.fill_(1.0)
+                elif kind == "zeros":
+                    t.zero_()
+                else:
+                    t.normal_(0.0, std, generator=g)
+
+        def new_cache(self, batch, max_len, dtype):
+            hd = cfg["d_model"] // cfg["n_heads"]
+            return KvCache(cfg["n_layers"], batch, cfg["n_kv_heads"], max_len, hd, dtype)
+
+    class Gpt2(Base):
+        def forward(self, ids, cache=None):
+            b, t = ids.shape
+            c, nh = cfg["d_model"], cfg["n_heads"]
+            hd, eps = c // nh, cfg["norm_eps"]
+            offset = cache.len if cache is not None else 0
+            wte = self.w("wte.weight")
+            x = F.embedding(ids, wte) + self.w("wpe.weight")[offset:offset + t]  # (B, T, C)
+            for i in range(cfg["n_layers"]):
+                g = lambda n: self.w(f"h.{i}.{n}")  # noqa: E731
+                h = F.layer_norm(x, (c,), g("ln_1.weight"), g("ln_1.bias"), eps).view(b * t, c)
+                qkv = torch.addmm(g("attn.c_attn.bias"), h, g("attn.c_attn.weight"))  # (B*T, 3C)
+                qkv = qkv.view(b, t, 3, nh, hd).permute(2, 0, 3, 1, 4)  # (3, B, H, T, D)
+                q, k, v = qkv[0], qkv[1], qkv[2]
+                if cache is not None:
+                    k, v = cache.append(i, k, v)
+                y = attend(q, k, v, offset)  # (B, H, T, D)
+                y = y.transpose(1, 2).reshape(b * t, c)
+                y = torch.addmm(g("attn.c_proj.bias"), y, g("attn.c_proj.weight")).view(b, t, c)
+                x = x + y
+                h = F.layer_norm(x, (c,), g("ln_2.weight"), g("ln_2.bias"), eps).view(b * t, c)
+                h = F.gelu(torch.addmm(g("mlp.c_fc.bias"), h, g("mlp.c_fc.weight")),
+                           approximate="tanh")
+                h = torch.addmm(g("mlp.c_proj.bias"), h, g("mlp.c_proj.weight")).view(b, t, c)
+                x = x + h
+            if cache is not None:
+                cache.advance()
+            x = F.layer_norm(x, (c,), self.w("ln_f.weight"), self.w("ln_f.bias"), eps)
+            head = wte if cfg["tie_embeddings"] else self.w("lm_head.weight")
+            return F.linear(x, head)  # (B, T, V)
+
+    class Llama(Base):
+        def __init__(self):
+            super().__init__()
+            hd = cfg["d_model"] // cfg["n_heads"]
+            half = hd // 2
+            inv = 1.0 / (cfg["rope_theta"] ** (torch.arange(half, dtype=torch.float64) * 2 / hd))
+            ang = torch.arange(cfg["max_seq_len"], dtype=torch.float64)[:, None] * inv[None, :]
+            ang = torch.cat([ang, ang], dim=-1)  # (T_max, D): both halves (rotate-half)
+            self.register_buffer("cos_t", ang.cos().float(), persistent=False)
+            self.register_buffer("sin_t", ang.sin().float(), persistent=False)
+
+        def rms(self, x, w):
+            if has_rms_norm:
+                return F.rms_norm(x, (x.shape[-1],), w, cfg["norm_eps"])
+            xf = x.float()
+            y = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + cfg["norm_eps"])
+            return y.to(x.dtype) * w
+
+        def forward(self, ids, cache=None):
+            b, t = ids.shape
+            c, nh, nkv = cfg["d_model"], cfg["n_heads"], cfg["n_kv_heads"]
+            hd, rep = c // nh, nh // nkv
+            offset = cache.len if cache is not None else 0
+            x = F.embedding(ids, self.w("model.embed_tokens.weight"))  # (B, T, C)
+            cos = self.cos_t[offset:offset + t].to(x.dtype)  # (T, D)
+            sin = self.sin_t[offset:offset + t].to(x.dtype)
+
+            def rope(z):  # (B, H, T, D)
+                z1, z2 = z[..., : hd // 2], z[..., hd // 2:]
+                return z * cos + torch.cat([-z2, z1], dim=-1) * sin
+
+            for i in range(cfg["n_layers"]):
+                g = lambda n: self.w(f"model.layers.{i}.{n}")  # noqa: E731
+                h = self.rms(x, g("input_layernorm.weight"))
+                q = F.linear(h, g("self_attn.q_proj.weight")).view(b, t, nh, hd).transpose(1, 2)
+                k = F.linear(h, g("self_attn.k_proj.weight")).view(b, t, nkv, hd).transpose(1, 2)
+                v = F.linear(h, g("self_attn.v_proj.weight")).view(b, t, nkv, hd).transpose(1, 2)
+                q, k = rope(q), rope(k)
+                if cache is not None:
+                    k, v = cache.append(i, k, v)
+                if rep > 1:  # (B, KV, S, D) → (B, H, S, D), each kv head shared by rep heads
+                    s = k.shape[2]
+                    k = k[:, :, None].expand(b, nkv, rep, s, hd).reshape(b, nh, s, hd)
+                    v = v[:, :, None].expand(b, nkv, rep, s, hd).reshape(b, nh, s, hd)
+                y = attend(q, k, v, offset).transpose(1, 2).reshape(b, t, c)
+                x = x + F.linear(y, g("self_attn.o_proj.weight"))
+                h = self.rms(x, g("post_attention_layernorm.weight"))
+                y = F.silu(F.linear(h, g("mlp.gate_proj.weight"))) * F.linear(h, g("mlp.up_proj.weight"))
+                x = x + F.linear(y, g("mlp.down_proj.weight"))
+            if cache is not None:
+                cache.advance()
+            x = self.rms(x, self.w("model.norm.weight"))
+            head = (self.w("model.embed_tokens.weight") if cfg["tie_embeddings"]
+                    else self.w("lm_head.weight"))
+            return F.linear(x, head)  # (B, T, V)
+
+    return Gpt2 if cfg["family"] == "gpt2" else Llama
+
+
+def make_adamw(torch, params, lr: float, choice: str, dtype):
+    """AdamW with candle-nn's defaults. Returns (optimizer, impl name, note)."""
+    kw = dict(lr=lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01)
+    note = None
+    if choice in ("auto", "fused"):
+        # Probe on a throwaway parameter of the run's dtype: some versions accept fused=True in
+        # the constructor and fail only at step() (or not support the dtype).
+        try:
+            p = torch.nn.Parameter(torch.ones(4, dtype=dtype))
+            p.grad = torch.ones(4, dtype=dtype)
+            torch.optim.AdamW([p], fused=True, **kw).step()
+            return torch.optim.AdamW(params, fused=True, **kw), "fused", None
+        except Exception as e:  # noqa: BLE001 - any failure means "not available here"
+            note = f"fused AdamW unavailable on CPU in torch {torch.__version__}: {e}"
+            if choice == "fused":
+                raise SystemExit(f"error: --optimizer fused: {note}")
+    if choice in ("auto", "foreach"):
+        return torch.optim.AdamW(params, foreach=True, **kw), "foreach", note
+    return torch.optim.AdamW(params, foreach=False, **kw), "for-loop", note
+
+
+def run(args, interpreter_rss, baseline_rss, baseline_hwm, import_seconds, torch) -> dict:
+    torch.set_num_threads(args.threads)
+    started_at = int(time.time())
+    wall0 = time.perf_counter()
+    model_name, cfg = resolve_model(args.model, args.config)
+    dtype = torch.float32 if args.dtype == "f32" else torch.bfloat16
+    trainable = args.mode == "train"
+    warnings: list[str] = []
+
+    # Load: seeded random parameters (f32 values, then cast, as memscope does).
+    torch.manual_seed(args.seed)
+    t0 = time.perf_counter()
+    cls = build(torch, cfg)
+    model = cls()
+    model.init_weights(args.seed)
+    model = model.to(dtype)
+    if hasattr(model, "cos_t"):  # RoPE tables stay f32; cast per forward
+        model.cos_t, model.sin_t = model.cos_t.float(), model.sin_t.float()
+    model.requires_grad_(trainable)
+    load_seconds = time.perf_counter() - t0
+    rss_after_load = rss_now()
+
+    params = sum(p.numel() for p in model.parameters())
+    expected = expected_param_count(cfg)
+    if params != expected:
+        warnings.append(f"parameter count {params} differs from memscope's spec count {expected}")
+    elem = torch.tensor([], dtype=dtype).element_size()
+
+    gen = torch.Generator().manual_seed(args.seed)
+    v = cfg["vocab_size"]
+    total = args.warmup + args.steps
+    samples: dict[str, list[float]] = {}
+    series, loss_hist = [], []
+    kv_cache_bytes = None
+    optimizer_impl = None
+    optimizer_import_rss = None
+
+    def end_step(step):
+        series.append({"step": step, "warmup": step < args.warmup, "heap_live_bytes": 0,
+                       "live_allocations": 0, "heap_peak_bytes": 0, "rss_bytes": rss_now(),
+                       "pss_bytes": pss_now()})
+
+    if args.mode == "train":
+        all_ids = torch.randint(0, v, (args.batch, args.seq + 1), generator=gen)
+        ids, targets = all_ids[:, :-1].contiguous(), all_ids[:, 1:].contiguous()
+        flat_targets = targets.view(-1)
+        before_opt = rss_now()
+        opt, optimizer_impl, note = make_adamw(torch, list(model.parameters()), args.lr,
+                                               args.optimizer, dtype)
+        # The first torch.optim construction imports torch._dynamo, sympy, triton, ... (library
+        # code, no optimizer state yet: that is created lazily by the first step()).
+        if before_opt is not None and rss_now() is not None:
+            optimizer_import_rss = rss_now() - before_opt
+        if note:
+            warnings.append(note)
+        names = ["forward", "backward", "optimizer", "step"]
+        samples = {n: [] for n in names}
+        for step in range(total):
+            s0 = time.perf_counter()
+            logits = model(ids)  # (B, T, V)
+            loss = F_cross_entropy(torch, logits, flat_targets)
+            s1 = time.perf_counter()
+            loss_hist.append(loss.item())
+            s2 = time.perf_counter()
+            loss.backward()
+            del logits, loss
+            s3 = time.perf_counter()
+            opt.step()
+            s4 = time.perf_counter()
+            opt.zero_grad(set_to_none=True)
+            s5 = time.perf_counter()
+            if step >= args.warmup:
+                for n, ms in zip(names, [s1 - s0, s3 - s2, s4 - s3, s5 - s0]):
+                    samples[n].append(ms * 1e3)
+            end_step(step)
+    elif args.mode == "infer":
+        all_ids = torch.randint(0, v, (args.batch, args.seq + 1), generator=gen)
+        ids = all_ids[:, :-1].contiguous()
+        samples = {"forward": []}
+        for step in range(total):
+            with torch.inference_mode():
+                s0 = time.perf_counter()
+                logits = model(ids)
+                s1 = time.perf_counter()
+            del logits
+            if step >= args.warmup:
+                samples["forward"].append((s1 - s0) * 1e3)
+            end_step(step)
+    else:
+        all_ids = torch.randint(0, v, (args.batch, args.prompt_len + 1), generator=gen)
+        prompt = all_ids[:, :-1].contiguous()
+        max_len = args.prompt_len + args.new_tokens
+        if max_len > cfg["max_seq_len"]:
+            raise SystemExit(f"error: --prompt-len + --new-tokens ({max_len}) exceeds the model's "
+                             f"max_seq_len ({cfg['max_seq_len']})")
+        cache = model.new_cache(args.batch, max_len, dtype)
+        kv_cache_bytes = cache.bytes()
+        samples = {"prefill": [], "decode": []}
+        for step in range(total):
+            cache.reset()
+            with torch.inference_mode():
+                s0 = time.perf_counter()
+                logits = model(prompt, cache)
+                nxt = logits[:, -1].argmax(-1, keepdim=True)  # (B, 1)
+                s1 = time.perf_counter()
+                for _ in range(args.new_tokens):
+                    logits = model(nxt, cache)
+                    nxt = logits[:, -1].argmax(-1, keepdim=True)
+                s2 = time.perf_counter()
+            del logits, nxt
+            if step >= args.warmup:
+                samples["prefill"].append((s1 - s0) * 1e3)
+                samples["decode"].append((s2 - s1) * 1e3 / args.new_tokens)
+            end_step(step)
+
+    rss_peak = proc_status_bytes("VmHWM")
+    rss_end = rss_now()
+
+    timing = {}
+    for n, xs in samples.items():
+        if xs:
+            timing[n] = summarize(xs)
+            warnings.extend(noise_warnings(n, timing[n]))
+    # Throughput over the median step (src/analysis/timing.rs).
+    if "step" in timing:
+        step_ms = timing["step"]["median_ms"]
+    elif "forward" in timing:
+        step_ms = timing["forward"]["median_ms"]
+    else:
+        step_ms = timing["prefill"]["median_ms"] + timing["decode"]["median_ms"] * args.new_tokens
+    tokens = args.batch * (args.prompt_len + args.new_tokens if args.mode == "generate" else args.seq)
+    per_s = (lambda n: n * 1e3 / step_ms) if step_ms > 0 else (lambda n: None)
+    throughput = {
+        "tokens_per_s": per_s(tokens),
+        "samples_per_s": per_s(args.batch),
+        "decode_tokens_per_s": (args.batch * 1e3 / timing["decode"]["median_ms"])
+        if "decode" in timing and timing["decode"]["median_ms"] > 0 else None,
+    }
+
+    engine = f"pytorch {torch.__version__}"
+    spec = {
+        "model": model_name, "config": cfg, "config_path": args.config, "weights": None,
+        "mode": args.mode, "batch": args.batch, "seq": args.seq, "dtype": args.dtype,
+        "threads": args.threads, "seed": args.seed, "warmup": args.warmup, "steps": args.steps,
+        "grad_accum": 1, "prompt_len": args.prompt_len, "new_tokens": args.new_tokens,
+        "lr": args.lr,
+    }
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "engine": engine,
+        "optimizer_impl": optimizer_impl,
+        "spec": spec,
+        "model": {
+            "name": model_name, "family": cfg["family"], "params": params,
+            "param_bytes": params * elem, "n_layers": cfg["n_layers"], "d_model": cfg["d_model"],
+            "n_heads": cfg["n_heads"], "vocab_size": cfg["vocab_size"],
+            "expected_params": expected,
+        },
+        "timing": timing,
+        "throughput": throughput,
+        "memory": {
+            # No counting allocator here: heap figures are not measured (0), as with
+            # MEMSCOPE_NO_COUNT=1 in memscope.
+            "counting": False,
+            "load_bytes": 0, "load_seconds": load_seconds, "load_peak_bytes": 0,
+            "param_bytes": params * elem, "heap_peak_bytes": 0, "heap_live_end_bytes": 0,
+            "rss_peak_bytes": rss_peak, "rss_end_bytes": rss_end,
+            "kv_cache_bytes": kv_cache_bytes,
+            "phases": {}, "series": series, "micro_steps": [], "peak_moments": [],
+            "breakdown": {},
+            # Extra (torch only):
+            "interpreter_rss_bytes": interpreter_rss,
+            "library_baseline_rss_bytes": baseline_rss,
+            "library_baseline_hwm_bytes": baseline_hwm,
+            "rss_after_load_bytes": rss_after_load,
+            "optimizer_import_rss_bytes": optimizer_import_rss,
+            "rss_peak_minus_baseline_bytes": (rss_peak - baseline_rss)
+            if rss_peak is not None and baseline_rss is not None else None,
+            "import_seconds": import_seconds,
+        },
+        "loss": loss_hist,
+        "warnings": warnings,
+        "environment": {
+            "cpu_model": cpu_model(), "cores": os.cpu_count() or 0, "threads": args.threads,
+            "os": f"{platform.system().lower()} {platform.release()}",
+            "memscope_version": "", "git_commit": "", "candle_version": "",
+            "allocator": "pytorch CPU allocator (system malloc)",
+            "engine": engine, "python": platform.python_version(),
+            "torch_num_threads": torch.get_num_threads(),
+            "torch_parallel_info": parallel_backend(torch),
+        },
+        "started_at": started_at,
+        "wall_seconds": time.perf_counter() - wall0,
+    }
+
+
+def F_cross_entropy(torch, logits, flat_targets):
+    """Mean cross-entropy in f32 of logits (B, T, V) against targets (B*T,)."""
+    v = logits.shape[-1]
+    return torch.nn.functional.cross_entropy(logits.reshape(-1, v).float(), flat_targets)
+
+
+def cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def parallel_backend(torch) -> str:
+    try:
+        info = torch.__config__.parallel_info()
+        keep = [ln.strip() for ln in info.splitlines()
+                if ln.strip().startswith(("ATen parallel backend", "MKL_NUM_THREADS",
+                                          "OMP_NUM_THREADS", "Intel(R) MKL", "MKL-DNN"))]
+        return "; ".join(keep)
+    except Exception:  # noqa: BLE001
+        return ""
+
+
+def summary(rec: dict) -> str:
+    sp, m, mem = rec["spec"], rec["model"], rec["memory"]
+    lines = [
+        f"torch reference ({rec['engine']}) · {sp['model']} ({m['family']}, {m['params']:,} params) · "
+        f"{sp['mode']} · batch {sp['batch']} × seq {sp['seq']} · {sp['dtype']} · "
+        f"{sp['threads']} threads · {sp['warmup']} warm-up + {sp['steps']} measured steps",
+    ]
+    if rec["optimizer_impl"]:
+        lines.append(f"AdamW: {rec['optimizer_impl']}")
+    lines.append(f"{'phase':<10} {'median':>10} {'mean':>10} {'std':>9} {'min':>10} {'max':>10}  (ms)")
+    for n, t in rec["timing"].items():
+        std = "-" if t["std_ms"] is None else f"{t['std_ms']:.3g}"
+        lines.append(f"{n:<10} {t['median_ms']:>10.2f} {t['mean_ms']:>10.2f} {std:>9} "
+                     f"{t['min_ms']:>10.2f} {t['max_ms']:>10.2f}")
+
+    def mib(b):
+        return "n/a" if b is None else f"{b / MIB:.1f} MiB"
+
+    lines += [
+        f"parameters       {mib(mem['param_bytes'])} ({m['params']:,} × {mem['param_bytes'] // max(m['params'], 1)} B)",
+        f"library baseline {mib(mem['library_baseline_rss_bytes'])} (VmRSS right after import torch)",
+        f"RSS peak         {mib(mem['rss_peak_bytes'])} (VmHWM); peak − baseline "
+        f"{mib(mem['rss_peak_minus_baseline_bytes'])}",
+        f"RSS at end       {mib(mem['rss_end_bytes'])}",
+    ]
+    if mem["optimizer_import_rss_bytes"] is not None:
+        lines.append(f"of which library code loaded by constructing torch.optim.AdamW: "
+                     f"{mib(mem['optimizer_import_rss_bytes'])} (torch._dynamo, sympy, ... imports)")
+    tp = rec["throughput"]
+    if tp["tokens_per_s"]:
+        lines.append(f"Throughput (median step): {tp['tokens_per_s']:.1f} tokens/s, "
+                     f"{tp['samples_per_s']:.2f} sequences/s")
+    if rec["loss"]:
+        lines.append(f"Loss: {rec['loss'][0]:.4f} at the first step → {rec['loss'][-1]:.4f} after "
+                     f"{len(rec['loss'])} steps (same batch every step)")
+    for w in rec["warnings"]:
+        lines.append(f"  ! {w}")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    # Validate the model before the (slow) torch import so that typos fail fast.
+    try:
+        resolve_model(args.model, args.config)
+    except ConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    interpreter_rss = proc_status_bytes("VmRSS")
+    t0 = time.perf_counter()
+    try:
+        import torch  # noqa: PLC0415 - the import itself is measured
+    except ImportError as e:
+        print(f"error: PyTorch is not installed ({e}); install it with: pip install torch numpy",
+              file=sys.stderr)
+        return 3
+    import_seconds = time.perf_counter() - t0
+    baseline_rss = proc_status_bytes("VmRSS")
+    baseline_hwm = proc_status_bytes("VmHWM")
+    try:
+        rec = run(args, interpreter_rss, baseline_rss, baseline_hwm, import_seconds, torch)
+    except ConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    text = json.dumps(rec, indent=2)
+    if args.json and args.json != "-":
+        tmp = args.json + ".tmp"
+        with open(tmp, "w") as f:
+            f.write(text + "\n")
+        os.replace(tmp, args.json)
+    else:
+        print(text)
+    if not args.quiet:
+        print(summary(rec), file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -7,6 +7,7 @@ pub mod cli;
 pub mod environment;
 pub mod estimate;
 pub mod input;
+pub mod kernels;
 pub mod leak;
 pub mod measure;
 pub mod model;

@@ -292,7 +292,7 @@ impl Built<'_> {
         sim.enter(&scope::mlp(i));
         sim.kind = "mlp";
         let fc = conv1d(sim, h2, w[8], w[9]); // (N, F)
-        let g = sim.unary(Un::Gelu, fc); // (N, F)
+        let g = gelu(sim, fc); // (N, F)
         let pj = conv1d(sim, g, w[10], w[11]); // (N, C)
         let pj3 = sim.reshape(pj, &[b, t, c]);
         sim.kind = "residual";
@@ -540,39 +540,25 @@ fn in_f32(sim: &mut Sim, x: Id, f: impl FnOnce(&mut Sim, Id) -> Id) -> Id {
     out
 }
 
-fn layer_norm(sim: &mut Sim, x: Id, w: Id, b: Id) -> Id {
-    let y = in_f32(sim, x, |sim, x| {
-        let last = sim.shape(x).len() - 1;
-        let mean = sim.mean_keepdim(x, last); // (…, 1)
-        let xc = sim.broadcast(Bin::Sub, x, mean); // (…, C)
-        let sq = sim.unary(Un::Sqr, xc);
-        let var = sim.mean_keepdim(sq, last); // (…, 1)
-        let ve = sim.affine(var, 1.0);
-        let sd = sim.unary(Un::Sqrt, ve);
-        let y = sim.broadcast(Bin::Div, xc, sd); // (…, C)
-        drop_all(sim, &[mean, xc, sq, var, ve, sd]);
-        y
-    });
-    let m = sim.broadcast(Bin::Mul, y, w);
-    let out = sim.broadcast(Bin::Add, m, b);
-    drop_all(sim, &[y, m]);
+/// The fused kernels take contiguous inputs (a copy when they are not).
+fn kernel(sim: &mut Sim, kind: Fused, args: &[Id]) -> Id {
+    let cs: Vec<Id> = args.iter().map(|&a| sim.contiguous(a)).collect();
+    let shape = sim.shape(cs[0]).to_vec();
+    let out = sim.fused(kind, &cs, cs[0], &shape);
+    drop_all(sim, &cs);
     out
 }
 
+fn layer_norm(sim: &mut Sim, x: Id, w: Id, b: Id) -> Id {
+    kernel(sim, Fused::LayerNorm, &[x, w, b])
+}
+
 fn rms_norm(sim: &mut Sim, x: Id, w: Id) -> Id {
-    let y = in_f32(sim, x, |sim, x| {
-        let last = sim.shape(x).len() - 1;
-        let sq = sim.unary(Un::Sqr, x);
-        let ms = sim.mean_keepdim(sq, last);
-        let me = sim.affine(ms, 1.0);
-        let sd = sim.unary(Un::Sqrt, me);
-        let y = sim.broadcast(Bin::Div, x, sd);
-        drop_all(sim, &[sq, ms, me, sd]);
-        y
-    });
-    let out = sim.broadcast(Bin::Mul, y, w);
-    sim.release(y);
-    out
+    kernel(sim, Fused::RmsNorm, &[x, w])
+}
+
+fn gelu(sim: &mut Sim, x: Id) -> Id {
+    kernel(sim, Fused::Gelu, &[x])
 }
 
 /// `x @ wᵀ + b` (nn.Linear layout).
@@ -708,20 +694,11 @@ fn repeat_kv(sim: &mut Sim, x: Id, rep: usize) -> Id {
     out
 }
 
-/// Mean cross-entropy in f32: logits (N, V), targets (N) → scalar.
+/// `kernels::cross_entropy`: logits (N, V), targets (N) → f32 scalar.
 pub fn cross_entropy(sim: &mut Sim, logits: Id, targets: Id) -> Id {
     sim.kind = "loss";
-    let l = sim.to_dtype(logits, 4);
-    let mx = sim.max_keepdim(l, 1);
-    let md = sim.detach(mx);
-    let sh = sim.broadcast(Bin::Sub, l, md); // (N, V)
-    let e = sim.unary(Un::Exp, sh);
-    let s = sim.sum_keepdim(e, &[1]);
-    let lse = sim.unary(Un::Log, s); // (N, 1)
-    let tu = sim.unsqueeze(targets, 1);
-    let picked = sim.gather(sh, tu, 1); // (N, 1)
-    let d = sim.binary(Bin::Sub, lse, picked);
-    let loss = sim.mean_all(d);
-    drop_all(sim, &[l, mx, md, sh, e, s, lse, tu, picked, d]);
+    let l = sim.contiguous(logits);
+    let loss = sim.fused_as(Fused::CrossEntropy, &[l, targets], &[], 4);
+    sim.release(l);
     loss
 }

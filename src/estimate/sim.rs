@@ -80,6 +80,15 @@ pub enum Op {
 /// Fused kernels the estimate knows.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Fused {
+    /// `kernels::gelu`: keeps its input; backward makes one input-sized gradient.
+    Gelu,
+    /// `kernels::layer_norm` (x, w, b): keeps its inputs; backward makes dx, dw, db.
+    LayerNorm,
+    /// `kernels::rms_norm` (x, w).
+    RmsNorm,
+    /// `kernels::cross_entropy` (logits, targets) → f32 scalar; backward makes one
+    /// logits-sized gradient.
+    CrossEntropy,
     /// Flash-style attention: saves the output and the log-sum-exp (B, H, T) instead of the
     /// (B, H, T, S) probabilities; backward recomputes the scores tile by tile.
     FlashAttention,
@@ -621,6 +630,16 @@ impl Sim {
     /// A fused kernel's output: a fresh `shape` tensor of `like`'s dtype holding `inputs`.
     pub fn fused(&mut self, kind: Fused, inputs: &[Id], like: Id, shape: &[usize]) -> Id {
         self.fresh(like, shape.to_vec(), Op::Fused(kind, inputs.to_vec()))
+    }
+
+    /// A fused kernel's output of its own dtype (`dtype` bytes per element).
+    pub fn fused_as(&mut self, kind: Fused, inputs: &[Id], shape: &[usize], dtype: u64) -> Id {
+        self.push(
+            shape.to_vec(),
+            dtype,
+            Op::Fused(kind, inputs.to_vec()),
+            None,
+        )
     }
 
     /// Wraps the output `y` of block `layer`, run under [`Sim::no_grad`], as a node that holds

@@ -4,7 +4,7 @@
 
 use super::backward::backward;
 use super::models::{cross_entropy, Built, Params, WithParams};
-use super::sim::{Bin, Id, Phase, Sim, Un, GEMM_SPLIT_WORK};
+use super::sim::{Bin, Id, Phase, Sim, GEMM_SPLIT_WORK};
 use super::{
     runtime_buffers, ActivationRow, Attention, Categories, Estimate, Flops, Hotspot, Optimizer,
     PhaseEstimate, Request,
@@ -234,15 +234,16 @@ fn train(sim: &mut Sim, model: &Built, p: &Params, req: &Request) -> Estimate {
                     Optimizer::Adamw => 2,
                     Optimizer::Sgd => 1,
                 };
+                // f32 moments (or momentum buffer) whatever the parameter dtype, allocated
+                // once; the step itself (`kernels::adamw`, `kernels::sgd`) works in place and
+                // allocates nothing.
                 for &v in &p.ids {
                     for _ in 0..n {
                         let shape = sim.shape(v).to_vec();
-                        let dt = sim.nodes[v].dtype;
-                        state.push(sim.var(&shape, dt));
+                        state.push(sim.var(&shape, 4));
                     }
                 }
             }
-            optimizer_step(sim, req.optimizer, &p.ids, &state, &grads);
         });
         for (_, g) in grads {
             sim.release(g);
@@ -305,73 +306,11 @@ fn train(sim: &mut Sim, model: &Built, p: &Params, req: &Request) -> Estimate {
     }
     est.notes.push(
         "gradients and optimizer state are exact; activations and the peak replay candle 0.11's \
-         tensor lifetimes (graph kept until backward ends, gradient temporaries)"
+         tensor lifetimes (graph kept until backward ends, gradient temporaries) and memscope's \
+         fused kernels (in-place AdamW with f32 moments, norms, GELU, loss)"
             .into(),
     );
     est
-}
-
-/// One optimizer step with candle-nn's AdamW formulas (each result a new tensor, written back
-/// in place with `set`), or SGD with momentum (`buf = μ·buf + g; θ -= lr·buf`).
-fn optimizer_step(
-    sim: &mut Sim,
-    opt: Optimizer,
-    vars: &[Id],
-    state: &[Id],
-    grads: &HashMap<Id, Id>,
-) {
-    let per = match opt {
-        Optimizer::Adamw => 2,
-        Optimizer::Sgd => 1,
-    };
-    for (i, &v) in vars.iter().enumerate() {
-        let Some(&g) = grads.get(&v) else { continue };
-        // Named results live to the end of the parameter's iteration; statement temporaries are
-        // dropped at once (a recorded result still holds them: the moments are Vars, so most
-        // of the chain stays alive through the final `next_theta`).
-        let named = match opt {
-            Optimizer::Adamw => {
-                let (m, s) = (state[i * per], state[i * per + 1]);
-                let a = sim.affine(m, 0.9);
-                let bg = sim.affine(g, 0.1);
-                let next_m = sim.binary(Bin::Add, a, bg);
-                release_all(sim, &[a, bg]);
-                let c = sim.affine(s, 0.999);
-                let gs = sim.unary(Un::Sqr, g);
-                let d = sim.affine(gs, 0.001);
-                let next_v = sim.binary(Bin::Add, c, d);
-                release_all(sim, &[c, gs, d]);
-                let m_hat = sim.affine(next_m, 1.0);
-                let v_hat = sim.affine(next_v, 1.0);
-                let th = sim.affine(v, 1.0);
-                let sq = sim.unary(Un::Sqrt, v_hat);
-                let se = sim.affine(sq, 1.0);
-                let adj = sim.binary(Bin::Div, m_hat, se);
-                release_all(sim, &[sq, se]);
-                let al = sim.affine(adj, 1.0);
-                let nt = sim.binary(Bin::Sub, th, al);
-                sim.release(al);
-                vec![next_m, next_v, m_hat, v_hat, th, adj, nt]
-            }
-            Optimizer::Sgd => {
-                let buf = state[i];
-                let a = sim.affine(buf, 0.9);
-                let nb = sim.binary(Bin::Add, a, g);
-                sim.release(a);
-                let l = sim.affine(nb, 1.0);
-                let nt = sim.binary(Bin::Sub, v, l);
-                sim.release(l);
-                vec![nb, nt]
-            }
-        };
-        release_all(sim, &named);
-    }
-}
-
-fn release_all(sim: &mut Sim, ts: &[Id]) {
-    for &t in ts {
-        sim.release(t);
-    }
 }
 
 fn infer(sim: &mut Sim, model: &Built, p: &Params, req: &Request) -> Estimate {

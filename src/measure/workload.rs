@@ -1,6 +1,7 @@
 //! The workloads — train, infer, generate — run on a model with every phase timed and its heap
 //! accounted. Sample buffers are allocated before the first step; nothing here prints.
 
+use crate::kernels::adamw::AdamW;
 use crate::measure::alloc::{self, Phase};
 use crate::measure::clock::time_ms;
 use crate::measure::phases::PhaseTracker;
@@ -14,7 +15,7 @@ use crate::spec::{Dtype, Mode, Spec};
 use anyhow::Context;
 use candle_core::backprop::GradStore;
 use candle_core::{DType, Device, IndexOp, Tensor, Var, D};
-use candle_nn::{AdamW, Optimizer, ParamsAdamW};
+use candle_nn::ParamsAdamW;
 use rand::{Rng, SeedableRng};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
@@ -354,7 +355,7 @@ impl Run<'_> {
                             lr: self.spec.lr,
                             ..ParamsAdamW::default()
                         },
-                    )?),
+                    )),
                 };
                 o.step(&grads)
             })

@@ -177,7 +177,7 @@ impl Gpt2 {
         scope::enter(scope::norms_id(i));
         let h = layer_norm(&x, &blk.ln_2.w, &blk.ln_2.b, eps)?.reshape((b * t, c))?; // (B*T, C)
         scope::enter(scope::mlp_id(i));
-        let h = conv1d(&h, &blk.fc_w, &blk.fc_b)?.gelu()?; // (B*T, F)
+        let h = crate::kernels::gelu::gelu(&conv1d(&h, &blk.fc_w, &blk.fc_b)?)?; // (B*T, F)
         let h = conv1d(&h, &blk.proj_w, &blk.proj_b)?.reshape((b, t, c))?; // (B, T, C)
         x + h // (B, T, C)
     }

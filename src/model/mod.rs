@@ -10,6 +10,7 @@ pub mod llama;
 pub mod ops;
 pub mod scope;
 pub mod store;
+pub mod unfused;
 pub mod weights;
 
 use crate::model::config::{Family, ModelConfig};

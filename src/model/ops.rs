@@ -22,7 +22,7 @@ pub fn conv1d(x: &Tensor, w: &Tensor, b: &Tensor) -> Result<Tensor> {
 }
 
 /// Runs `f` in f32 when `x` is a half type, for the reductions that lose precision in bf16/f16.
-fn in_f32(x: &Tensor, f: impl FnOnce(&Tensor) -> Result<Tensor>) -> Result<Tensor> {
+pub(crate) fn in_f32(x: &Tensor, f: impl FnOnce(&Tensor) -> Result<Tensor>) -> Result<Tensor> {
     let dtype = x.dtype();
     if dtype == DType::F32 || dtype == DType::F64 {
         f(x)
@@ -31,25 +31,11 @@ fn in_f32(x: &Tensor, f: impl FnOnce(&Tensor) -> Result<Tensor>) -> Result<Tenso
     }
 }
 
-/// LayerNorm over the last dim: (…, C) → (…, C).
-pub fn layer_norm(x: &Tensor, w: &Tensor, b: &Tensor, eps: f64) -> Result<Tensor> {
-    let y = in_f32(x, |x| {
-        let mean = x.mean_keepdim(D::Minus1)?; // (…, 1)
-        let xc = x.broadcast_sub(&mean)?; // (…, C)
-        let var = xc.sqr()?.mean_keepdim(D::Minus1)?; // (…, 1)
-        xc.broadcast_div(&(var + eps)?.sqrt()?)
-    })?;
-    y.broadcast_mul(w)?.broadcast_add(b)
-}
-
-/// RMSNorm over the last dim: (…, C) → (…, C).
-pub fn rms_norm(x: &Tensor, w: &Tensor, eps: f64) -> Result<Tensor> {
-    let y = in_f32(x, |x| {
-        let ms = x.sqr()?.mean_keepdim(D::Minus1)?; // (…, 1)
-        x.broadcast_div(&(ms + eps)?.sqrt()?)
-    })?;
-    y.broadcast_mul(w)
-}
+// LayerNorm, RMSNorm and the loss run as fused kernels (`src/kernels/`); the op-by-op
+// versions they are tested against are in `unfused.rs`.
+pub use crate::kernels::cross_entropy::cross_entropy;
+pub use crate::kernels::layer_norm::layer_norm;
+pub use crate::kernels::rms_norm::rms_norm;
 
 /// Softmax over the last dim. The max is detached: softmax does not depend on the shift, so
 /// no gradient needs to flow through it.
@@ -89,16 +75,6 @@ pub fn attention(q: &Tensor, k: &Tensor, v: &Tensor, mask: Option<&Tensor>) -> R
     };
     let probs = in_f32(&scores, softmax_last)?; // (B, H, T, S)
     probs.matmul(v) // (B, H, T, D)
-}
-
-/// Mean cross-entropy of logits (N, V) against target ids (N,) u32, computed in f32 → scalar.
-pub fn cross_entropy(logits: &Tensor, targets: &Tensor) -> Result<Tensor> {
-    let logits = logits.to_dtype(DType::F32)?; // (N, V)
-    let max = logits.max_keepdim(D::Minus1)?.detach(); // (N, 1)
-    let shifted = logits.broadcast_sub(&max)?; // (N, V)
-    let lse = shifted.exp()?.sum_keepdim(D::Minus1)?.log()?; // (N, 1)
-    let picked = shifted.gather(&targets.unsqueeze(1)?, 1)?; // (N, 1)
-    (lse - picked)?.mean_all() // ()
 }
 
 #[cfg(test)]

@@ -1,0 +1,162 @@
+//! Softmax + cross-entropy fused: mean over rows of logsumexp(x) − x[target], forward and
+//! backward. Forward keeps nothing beyond its inputs (candle's version keeps the f32 logits,
+//! the shifted logits and their exp: three logits-sized buffers); backward makes exactly one
+//! logits-sized buffer, the gradient (softmax − one-hot)/N, in the logits' dtype.
+
+use super::elems::{self, fast_exp, rows_per_task};
+use candle_core::backend::BackendStorage;
+use candle_core::{bail, CpuStorage, CustomOp2, DType, Layout, Result, Shape, Tensor};
+use rayon::prelude::*;
+
+/// Mean cross-entropy of `logits` (N, V) against `targets` (N) u32 → scalar f32.
+pub fn cross_entropy(logits: &Tensor, targets: &Tensor) -> Result<Tensor> {
+    let (n, _) = logits.dims2()?;
+    if targets.dims() != [n] || targets.dtype() != DType::U32 {
+        bail!(
+            "cross_entropy: targets must be ({n},) u32, got {:?} {:?}",
+            targets.dims(),
+            targets.dtype()
+        );
+    }
+    logits
+        .contiguous()?
+        .apply_op2(&targets.contiguous()?, CrossEntropy)
+}
+
+struct CrossEntropy;
+
+fn targets<'a>(s: &'a CpuStorage, l: &Layout) -> Result<&'a [u32]> {
+    match (s, l.contiguous_offsets()) {
+        (CpuStorage::U32(t), Some((a, b))) => Ok(&t[a..b]),
+        _ => bail!("cross_entropy: targets must be contiguous u32"),
+    }
+}
+
+/// max and log Σ exp(x − max) of one row.
+#[inline]
+fn max_lse(row: &[f32]) -> (f32, f32) {
+    let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let sum: f32 = row.iter().map(|&x| fast_exp(x - max)).sum();
+    (max, sum.ln())
+}
+
+impl CustomOp2 for CrossEntropy {
+    fn name(&self) -> &'static str {
+        "memscope-cross-entropy"
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+    ) -> Result<(CpuStorage, Shape)> {
+        let (n, v) = l1.shape().dims2()?;
+        let x = elems::read("cross_entropy logits", s1, l1)?;
+        let t = targets(s2, l2)?;
+        if let Some(&bad) = t.iter().find(|&&t| t as usize >= v) {
+            bail!("cross_entropy: target id {bad} is outside the vocabulary (size {v})");
+        }
+        let total: f64 = x
+            .par_chunks(v)
+            .zip(t.par_iter())
+            .map(|(row, &t)| {
+                let (max, lse) = max_lse(row);
+                (lse + max - row[t as usize]) as f64
+            })
+            .sum();
+        Ok((
+            CpuStorage::F32(vec![(total / n as f64) as f32]),
+            Shape::from(()),
+        ))
+    }
+
+    fn bwd(
+        &self,
+        logits: &Tensor,
+        targets: &Tensor,
+        _loss: &Tensor,
+        g: &Tensor,
+    ) -> Result<(Option<Tensor>, Option<Tensor>)> {
+        let scale = g.to_dtype(DType::F32)?.to_scalar::<f32>()?;
+        let op = CrossEntropyGrad { scale };
+        Ok((Some(logits.detach().apply_op2_no_bwd(targets, &op)?), None))
+    }
+}
+
+/// (logits, targets) → scale · (softmax(logits) − one-hot(targets)) / N.
+struct CrossEntropyGrad {
+    scale: f32,
+}
+
+impl CustomOp2 for CrossEntropyGrad {
+    fn name(&self) -> &'static str {
+        "memscope-cross-entropy-grad"
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+    ) -> Result<(CpuStorage, Shape)> {
+        let (n, v) = l1.shape().dims2()?;
+        let x = elems::read("cross_entropy backward", s1, l1)?;
+        let t = targets(s2, l2)?;
+        let k = self.scale / n as f32;
+        let mut d = vec![0f32; x.len()];
+        let rows = rows_per_task(v);
+        d.par_chunks_mut(v * rows)
+            .zip(x.par_chunks(v * rows).zip(t.par_chunks(rows)))
+            .for_each(|(d, (x, t))| {
+                for ((d, x), &t) in d.chunks_mut(v).zip(x.chunks(v)).zip(t) {
+                    let (max, lse) = max_lse(x);
+                    let shift = max + lse;
+                    for (d, &x) in d.iter_mut().zip(x) {
+                        *d = k * fast_exp(x - shift);
+                    }
+                    d[t as usize] -= k;
+                }
+            });
+        Ok((
+            elems::write("cross_entropy backward", d, s1.dtype())?,
+            l1.shape().clone(),
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kernels::check::{close, grad_check};
+    use candle_core::{Device, Var};
+
+    #[test]
+    fn matches_the_unfused_loss_and_gradient() {
+        let dev = Device::Cpu;
+        let x = Var::from_tensor(&Tensor::randn(0f32, 4.0, (37, 101), &dev).unwrap()).unwrap();
+        let t = Tensor::from_vec((0..37u32).map(|i| (i * 7) % 101).collect(), 37, &dev).unwrap();
+        let ours = cross_entropy(&x, &t).unwrap();
+        let theirs = crate::model::unfused::cross_entropy(&x, &t).unwrap();
+        close(&ours, &theirs, 1e-5);
+        let go = ours.backward().unwrap();
+        let gt = theirs.backward().unwrap();
+        close(go.get(&x).unwrap(), gt.get(&x).unwrap(), 1e-5);
+    }
+
+    #[test]
+    fn gradient_matches_finite_differences() {
+        let t = Tensor::new(&[2u32, 0, 4], &Device::Cpu).unwrap();
+        grad_check(&[&[3, 5]], |xs| cross_entropy(&xs[0], &t));
+    }
+
+    #[test]
+    fn a_target_outside_the_vocabulary_is_an_error_naming_it() {
+        let x = Tensor::zeros((2, 4), DType::F32, &Device::Cpu).unwrap();
+        let t = Tensor::new(&[1u32, 9], &Device::Cpu).unwrap();
+        let e = cross_entropy(&x, &t).unwrap_err().to_string();
+        assert!(e.contains("target id 9") && e.contains("size 4"), "{e}");
+    }
+}

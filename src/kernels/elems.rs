@@ -1,0 +1,67 @@
+//! Reading and writing a contiguous CPU storage as f32, whatever its float dtype.
+
+use candle_core::backend::BackendStorage;
+use candle_core::{bail, CpuStorage, DType, Layout, Result};
+use half::{bf16, f16};
+use std::borrow::Cow;
+
+/// The elements of `s` under `l` as f32: borrowed when the storage is f32, widened otherwise.
+/// `op` names the kernel in errors.
+pub fn read<'a>(op: &str, s: &'a CpuStorage, l: &Layout) -> Result<Cow<'a, [f32]>> {
+    let Some((a, b)) = l.contiguous_offsets() else {
+        bail!("{op}: the input must be contiguous (call .contiguous() first)")
+    };
+    Ok(match s {
+        CpuStorage::F32(v) => Cow::Borrowed(&v[a..b]),
+        CpuStorage::BF16(v) => Cow::Owned(v[a..b].iter().map(|x| x.to_f32()).collect()),
+        CpuStorage::F16(v) => Cow::Owned(v[a..b].iter().map(|x| x.to_f32()).collect()),
+        CpuStorage::F64(v) => Cow::Owned(v[a..b].iter().map(|&x| x as f32).collect()),
+        other => bail!("{op}: unsupported dtype {:?}", other.dtype()),
+    })
+}
+
+/// f32 results stored as `dtype` (rounded for bf16 and f16).
+pub fn write(op: &str, v: Vec<f32>, dtype: DType) -> Result<CpuStorage> {
+    Ok(match dtype {
+        DType::F32 => CpuStorage::F32(v),
+        DType::BF16 => CpuStorage::BF16(v.into_iter().map(bf16::from_f32).collect()),
+        DType::F16 => CpuStorage::F16(v.into_iter().map(f16::from_f32).collect()),
+        DType::F64 => CpuStorage::F64(v.into_iter().map(f64::from).collect()),
+        other => bail!("{op}: unsupported dtype {other:?}"),
+    })
+}
+
+/// Rows per parallel task so that each task handles about 16 K elements.
+pub fn rows_per_task(row_len: usize) -> usize {
+    (16_384 / row_len.max(1)).max(1)
+}
+
+/// Runs `f` on a tensor's elements as f32 (CPU tensors only). `op` names the kernel in errors.
+pub fn with_f32<T>(
+    op: &str,
+    t: &candle_core::Tensor,
+    f: impl FnOnce(&[f32]) -> Result<T>,
+) -> Result<T> {
+    let (storage, layout) = t.storage_and_layout();
+    match &*storage {
+        candle_core::Storage::Cpu(s) => f(&read(op, s, layout)?),
+        _ => bail!("{op}: CPU tensors only (memscope's kernels run on the CPU)"),
+    }
+}
+
+/// exp(x) for f32 with ~2 ulp error, written so that loops over slices vectorize (std's expf
+/// is a scalar libm call). Inputs below -87 give 0; above 88, +inf.
+#[inline(always)]
+pub fn fast_exp(x: f32) -> f32 {
+    let x = x.clamp(-87.3, 88.7);
+    // x = n·ln2 + r, |r| ≤ ln2/2; exp(r) by a degree-6 polynomial; 2^n by the exponent bits.
+    let n = (x * std::f32::consts::LOG2_E).round();
+    let r = x - n * 0.693_145_75 - n * 1.428_606_8e-6;
+    let p = 1.0
+        + r * (1.0
+            + r * (0.5
+                + r * (0.166_666_67
+                    + r * (0.041_666_668 + r * (0.008_333_334 + r * 0.001_388_889)))));
+    let bits = ((n as i32 + 127) as u32) << 23;
+    p * f32::from_bits(bits)
+}

@@ -1,0 +1,19 @@
+//! Fused CPU kernels as candle custom ops: one pass over memory where candle's op-by-op graph
+//! makes many, and backward rules that keep nothing the gradient does not need.
+//!
+//! Each kernel computes in f32 (bf16 and f16 inputs are widened per element) and has a
+//! reference test against the unfused candle ops it replaces (`src/model/ops.rs`) and a
+//! finite-difference gradient check. The estimator mirrors them as `Fused` sim ops
+//! (`src/estimate/sim.rs`); `tests/estimate.rs` checks the two agree on memory.
+//! Shape vocabulary: N rows, C features, V vocabulary.
+
+pub mod adamw;
+pub mod cross_entropy;
+pub mod elems;
+pub mod gelu;
+pub mod layer_norm;
+pub mod rms_norm;
+pub mod sgd;
+
+#[cfg(test)]
+pub mod check;

@@ -2,7 +2,7 @@
 
 use crate::analysis::timing::{phase_timings, throughput};
 use crate::measure::measure_with;
-use crate::record::{EstimatedMemory, Record, StepMemory, SCHEMA_VERSION};
+use crate::record::{Compute, EstimatedMemory, PhaseTiming, Record, StepMemory, SCHEMA_VERSION};
 use crate::spec::{Mode, Spec};
 use std::sync::atomic::AtomicUsize;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
@@ -35,12 +35,14 @@ pub fn run_with(
     };
     let sequences = (spec.batch * spec.grad_accum) as u64;
     let throughput = throughput(&timing, spec.tokens_per_step(), sequences, decoded);
+    let compute = compute(spec, &timing);
     Ok(Record {
         schema_version: SCHEMA_VERSION,
         spec: spec.clone(),
         model: m.model,
         timing,
         throughput,
+        compute,
         memory: m.memory,
         loss: m.loss,
         warnings,
@@ -48,6 +50,49 @@ pub fn run_with(
         started_at,
         wall_seconds: wall.elapsed().as_secs_f64(),
     })
+}
+
+/// Matmul FLOPs per step (the estimator's count) over the step times, and the fraction of this
+/// machine's cached matmul peak (`memscope peaks`) when there is one.
+fn compute(spec: &Spec, timing: &std::collections::BTreeMap<String, PhaseTiming>) -> Compute {
+    let req = crate::estimate::Request::for_spec(spec);
+    let Ok(e) = crate::estimate::estimate(&req) else {
+        return Compute::default();
+    };
+    let flops = e.flops.total;
+    // (median, slowest, fastest) step in ms.
+    let step = match spec.mode {
+        Mode::Train | Mode::Infer => {
+            let name = if spec.mode == Mode::Train {
+                "step"
+            } else {
+                "forward"
+            };
+            timing.get(name).map(|t| (t.median_ms, t.max_ms, t.min_ms))
+        }
+        Mode::Generate => match (timing.get("prefill"), timing.get("decode")) {
+            (Some(p), Some(d)) => {
+                let g = spec.new_tokens as f64;
+                Some((
+                    p.median_ms + g * d.median_ms,
+                    p.max_ms + g * d.max_ms,
+                    p.min_ms + g * d.min_ms,
+                ))
+            }
+            _ => None,
+        },
+    };
+    let gflops = |ms: f64| flops as f64 / (ms.max(1e-9) * 1e6);
+    let achieved = step.map(|s| gflops(s.0));
+    let peak = crate::measure::peaks::cached(spec.threads)
+        .and_then(|p| p.matmul_gflops.get(spec.dtype.name()).copied());
+    Compute {
+        matmul_flops_per_step: flops,
+        achieved_gflops: achieved,
+        achieved_gflops_range: step.map(|s| [gflops(s.1), gflops(s.2)]),
+        matmul_peak_gflops: peak,
+        fraction_of_peak: achieved.zip(peak).map(|(a, p)| a / p),
+    }
 }
 
 /// The estimator's prediction for `spec` (None if it cannot be made; the run is unaffected).

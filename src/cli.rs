@@ -40,9 +40,31 @@ pub enum Command {
     Leak(crate::leak::LeakArgs),
     /// Give the leak verdict for a memory log written by another program (CSV, JSONL, text)
     Analyze(crate::leak::AnalyzeArgs),
+    /// Measure this machine's ceilings: matmul GFLOP/s per dtype and memory bandwidth (cached)
+    Peaks(PeaksArgs),
     /// Runs one Spec from stdin (used by sweep and fit)
     #[command(hide = true)]
     Worker(crate::sweep::worker::WorkerArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct PeaksArgs {
+    /// CPU threads (default: all cores); peaks are cached per thread count
+    #[arg(long)]
+    pub threads: Option<usize>,
+    /// Measure again even when this machine's peaks are cached
+    #[arg(long)]
+    pub refresh: bool,
+    /// Also write the peaks as JSON (matmul_gflops.<dtype>, bandwidth_gbs, …)
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+    /// Whose linear shapes to time (f32, N = batch × seq rows)
+    #[command(flatten)]
+    pub model: ModelArgs,
+    #[arg(long, default_value_t = 2)]
+    pub batch: usize,
+    #[arg(long, default_value_t = 128)]
+    pub seq: usize,
 }
 
 #[derive(Args, Debug, Clone)]
@@ -141,6 +163,7 @@ pub fn run() -> anyhow::Result<ExitCode> {
         Command::Scaling(a) => crate::sweep::cli::scaling(a),
         Command::Leak(a) => crate::leak::leak(a),
         Command::Analyze(a) => crate::leak::analyze(a),
+        Command::Peaks(a) => peaks(a),
         Command::Worker(a) => crate::sweep::worker::run(a),
     }
 }
@@ -172,6 +195,57 @@ pub fn all_cores() -> usize {
     std::thread::available_parallelism()
         .map(|n| n.get())
         .unwrap_or(1)
+}
+
+fn peaks(a: PeaksArgs) -> anyhow::Result<ExitCode> {
+    use crate::measure::peaks;
+    let threads = a.threads.unwrap_or_else(all_cores);
+    if threads == 0 || a.batch == 0 || a.seq == 0 {
+        anyhow::bail!("--threads, --batch and --seq must be at least 1");
+    }
+    set_threads(threads);
+    let path = peaks::cache_path(&peaks::fingerprint(threads));
+    let (p, source) = match peaks::cached(threads).filter(|_| !a.refresh) {
+        Some(p) => (
+            p,
+            format!("cached in {} (--refresh to measure again)", path.display()),
+        ),
+        None => {
+            let (_, cfg) = resolve_model(&a.model)?;
+            let p = peaks::measure(threads, a.batch * a.seq, &linear_shapes(&cfg))?;
+            let text = serde_json::to_string_pretty(&p)?;
+            let saved = std::fs::create_dir_all(peaks::cache_dir())
+                .map_err(anyhow::Error::from)
+                .and_then(|()| write_atomic(&path, &text));
+            let source = match saved {
+                Ok(()) => format!("measured now, cached in {}", path.display()),
+                Err(e) => format!("measured now; not cached ({e:#}; set MEMSCOPE_CACHE_DIR)"),
+            };
+            (p, source)
+        }
+    };
+    print!("{}", crate::report::peaks::render(&p, &source));
+    if let Some(j) = &a.json {
+        write_atomic(j, &serde_json::to_string_pretty(&p)?)
+            .with_context(|| format!("--json {}", j.display()))?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// (name, in, out) of a model's linear layers, as `memscope peaks` times them.
+fn linear_shapes(cfg: &crate::model::config::ModelConfig) -> Vec<(String, usize, usize)> {
+    use crate::model::config::Family;
+    let (c, f, v) = (cfg.d_model, cfg.d_ff, cfg.vocab_size);
+    let kv = cfg.n_kv_heads * cfg.head_dim();
+    let mut s = match cfg.family {
+        Family::Gpt2 => vec![("attention qkv", c, 3 * c), ("attention out", c, c)],
+        Family::Llama => vec![("attention q / out", c, c), ("attention k / v", c, kv)],
+        Family::Bert => vec![("attention q / k / v / out", c, c)],
+    };
+    s.extend([("mlp up", c, f), ("mlp down", f, c), ("lm head", c, v)]);
+    s.into_iter()
+        .map(|(n, k, o)| (n.to_string(), k, o))
+        .collect()
 }
 
 pub fn build_spec(m: &ModelArgs, w: &WorkloadArgs) -> anyhow::Result<Spec> {

@@ -15,6 +15,9 @@ pub struct Record {
     /// Phase name → timing of that phase, one sample per measured step.
     pub timing: BTreeMap<String, PhaseTiming>,
     pub throughput: Throughput,
+    /// Matmul FLOPs per step and the rate the step reached, against this machine's peak.
+    #[serde(default)]
+    pub compute: Compute,
     pub memory: MemoryRecord,
     /// Train only: loss after each step (warm-up included).
     pub loss: Vec<f64>,
@@ -23,6 +26,23 @@ pub struct Record {
     /// Unix time the run started, seconds.
     pub started_at: u64,
     pub wall_seconds: f64,
+}
+
+/// What a step computes and how fast, against the machine's ceiling.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Compute {
+    /// Matrix-multiply FLOPs of one step (2·m·k·n per product, as `memscope estimate` counts
+    /// them; generate: the prefill plus every decoded token).
+    pub matmul_flops_per_step: u64,
+    /// Those FLOPs over the median step time.
+    pub achieved_gflops: Option<f64>,
+    /// Over the slowest and the fastest step: the spread of the rate.
+    pub achieved_gflops_range: Option<[f64; 2]>,
+    /// This machine's best matmul rate for the run's dtype and thread count, from
+    /// `memscope peaks` (cached); none until that has been run once.
+    pub matmul_peak_gflops: Option<f64>,
+    /// achieved / peak.
+    pub fraction_of_peak: Option<f64>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

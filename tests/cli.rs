@@ -451,3 +451,63 @@ fn malformed_weights_are_rejected_with_the_reason() {
         assert!(e.contains(needle) && e.contains(name), "{name}: {e}");
     }
 }
+
+/// `memscope peaks` measures, caches by machine fingerprint and thread count, and reuses the
+/// cache; `bench` then reports its step's rate as a fraction of the cached matmul peak.
+#[test]
+fn peaks_measure_cache_and_feed_bench_compute_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("peaks.json");
+    let run = |extra: &[&str]| {
+        let out = memscope()
+            .env("MEMSCOPE_CACHE_DIR", dir.path())
+            .args(["peaks", "--threads", "1", "--model", "tiny-gpt2", "--json"])
+            .arg(&json)
+            .args(extra)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let first = run(&[]);
+    assert!(first.contains("measured now, cached in"), "{first}");
+    let p = read_json(&json);
+    for dt in ["f32", "bf16", "f16"] {
+        assert!(p["matmul_gflops"][dt].as_f64().unwrap() > 0.0, "{dt}: {p}");
+    }
+    let bw = p["bandwidth_gbs"].as_f64().unwrap();
+    assert!(bw > 0.1 && bw < 10_000.0, "{bw}");
+    assert_eq!(p["model_shapes"].as_array().unwrap().len(), 5);
+    let second = run(&[]);
+    assert!(second.contains("cached in"), "{second}");
+    assert!(!second.contains("measured now"), "{second}");
+    assert_eq!(read_json(&json)["measured_at"], p["measured_at"]);
+
+    let rec = dir.path().join("r.json");
+    let out = memscope()
+        .env("MEMSCOPE_CACHE_DIR", dir.path())
+        .args([
+            "bench",
+            "--model",
+            "tiny-gpt2",
+            "--batch",
+            "2",
+            "--seq",
+            "32",
+        ])
+        .args(["--warmup", "1", "--steps", "2", "--threads", "1", "--json"])
+        .arg(&rec)
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.contains("of this machine's f32 matmul peak"), "{text}");
+    let c = &read_json(&rec)["compute"];
+    assert!(c["matmul_flops_per_step"].as_u64().unwrap() > 0);
+    let f = c["fraction_of_peak"].as_f64().unwrap();
+    assert!(f > 0.0 && f < 2.0, "{c}");
+}

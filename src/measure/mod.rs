@@ -3,6 +3,7 @@
 
 pub mod alloc;
 pub mod clock;
+pub mod peaks;
 pub mod phases;
 pub mod procfs;
 pub mod workload;

@@ -37,9 +37,13 @@ impl Export for Markdown {
                     out.push('\n');
                 }
             }
-            for line in [summary::throughput_line(r), summary::loss_line(r)]
-                .into_iter()
-                .flatten()
+            for line in [
+                summary::throughput_line(r),
+                summary::compute_line(r),
+                summary::loss_line(r),
+            ]
+            .into_iter()
+            .flatten()
             {
                 out += &format!("{line}\n\n");
             }

@@ -8,6 +8,7 @@ pub mod json;
 pub mod leak;
 pub mod markdown;
 pub mod models;
+pub mod peaks;
 pub mod scaling;
 pub mod summary;
 pub mod terminal;

@@ -116,6 +116,28 @@ pub fn throughput_line(r: &Record) -> Option<String> {
     (!parts.is_empty()).then(|| format!("Throughput (median step): {}", parts.join(", ")))
 }
 
+/// Matmul FLOPs per step, the rate reached (median step, with the slowest–fastest range) and
+/// its fraction of this machine's matmul peak.
+pub fn compute_line(r: &Record) -> Option<String> {
+    let c = &r.compute;
+    let a = c.achieved_gflops?;
+    let range = c.achieved_gflops_range.map_or(String::new(), |[lo, hi]| {
+        format!(" (slowest–fastest step {lo:.1}–{hi:.1})")
+    });
+    let peak = match (c.matmul_peak_gflops, c.fraction_of_peak) {
+        (Some(p), Some(f)) => format!(
+            " = {:.0}% of this machine's {} matmul peak ({p:.1} GFLOP/s, `memscope peaks`)",
+            f * 100.0,
+            r.spec.dtype.name()
+        ),
+        _ => "; run `memscope peaks` once to see it against this machine's matmul peak".into(),
+    };
+    Some(format!(
+        "Compute: {:.3e} matmul FLOPs per step, {a:.1} GFLOP/s achieved (median step){range}{peak}",
+        c.matmul_flops_per_step as f64
+    ))
+}
+
 pub fn memory_table(r: &Record) -> Table {
     let m = &r.memory;
     let mut rows = vec![

@@ -31,6 +31,7 @@ pub fn render(r: &Record) -> String {
     for line in [
         summary::peak_line(r),
         summary::throughput_line(r),
+        summary::compute_line(r),
         summary::loss_line(r),
     ]
     .into_iter()

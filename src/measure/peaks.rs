@@ -1,0 +1,235 @@
+//! This machine's ceilings, measured: matmul GFLOP/s per dtype through the engine's own path
+//! (candle → gemm), on a large square product and on a model's own shapes, and memory
+//! bandwidth (copy and triad over arrays far larger than the last-level cache, counting bytes
+//! read plus written, STREAM's convention). Cached in a JSON file keyed by a fingerprint of the
+//! machine and the thread count, so `memscope bench` can say what fraction of the peak a step
+//! reaches without re-measuring.
+
+use candle_core::{DType, Device, Tensor};
+use rayon::prelude::*;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Instant;
+
+/// A rate measured over several repetitions: the best (the ceiling) and the median.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Rate {
+    pub best: f64,
+    pub median: f64,
+    pub reps: usize,
+}
+
+/// One matmul shape (m, k) @ (k, n) and its rate.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ShapeRate {
+    pub name: String,
+    pub m: usize,
+    pub k: usize,
+    pub n: usize,
+    pub gflops: Rate,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Peaks {
+    /// CPU model, logical cores, cache sizes, memory, memscope version: the cache key.
+    pub fingerprint: String,
+    pub threads: usize,
+    /// Best GFLOP/s of a large square product per dtype (2048³ for f32, 1024³ for bf16/f16).
+    pub matmul_gflops: BTreeMap<String, f64>,
+    /// The same products with their median and repetitions.
+    pub matmul: BTreeMap<String, ShapeRate>,
+    /// A transformer's own linear shapes (f32), N = batch × seq rows.
+    pub model_shapes: Vec<ShapeRate>,
+    /// Best triad bandwidth (a = b + s·c), GB/s of bytes read plus written.
+    pub bandwidth_gbs: f64,
+    pub copy_gbs: Rate,
+    pub triad_gbs: Rate,
+    /// Bytes per array in the bandwidth kernels.
+    pub array_bytes: u64,
+    /// Unix time of the measurement, seconds.
+    pub measured_at: u64,
+}
+
+/// Runs `f` `reps` times; returns the seconds of each run.
+fn timed(reps: usize, mut f: impl FnMut()) -> Vec<f64> {
+    (0..reps)
+        .map(|_| {
+            let t = Instant::now();
+            f();
+            t.elapsed().as_secs_f64()
+        })
+        .collect()
+}
+
+/// `work` units per run over the measured seconds → best and median rate.
+fn rate(work: f64, secs: &[f64]) -> Rate {
+    let mut r: Vec<f64> = secs.iter().map(|s| work / s.max(1e-12)).collect();
+    r.sort_by(f64::total_cmp);
+    Rate {
+        best: *r.last().unwrap_or(&0.0),
+        median: r[r.len() / 2],
+        reps: r.len(),
+    }
+}
+
+fn matmul_rate(name: &str, m: usize, k: usize, n: usize, dt: DType) -> anyhow::Result<ShapeRate> {
+    let dev = Device::Cpu;
+    let a = Tensor::randn(0f32, 1.0, (m, k), &dev)?.to_dtype(dt)?; // (m, k)
+    let b = Tensor::randn(0f32, 1.0, (k, n), &dev)?.to_dtype(dt)?; // (k, n)
+    a.matmul(&b)?; // first call: gemm's buffers and the thread pool start
+    let flops = 2.0 * m as f64 * k as f64 * n as f64;
+    let mut err = None;
+    let secs = timed(5, || {
+        if let Err(e) = a.matmul(&b) {
+            err = Some(e);
+        }
+    });
+    if let Some(e) = err {
+        return Err(e.into());
+    }
+    let mut gflops = rate(flops, &secs);
+    gflops.best /= 1e9;
+    gflops.median /= 1e9;
+    Ok(ShapeRate {
+        name: name.into(),
+        m,
+        k,
+        n,
+        gflops,
+    })
+}
+
+/// Copy and triad over three arrays of `n` f32 each, split across the rayon pool.
+fn bandwidth(n: usize) -> (Rate, Rate) {
+    let chunk = 1 << 16;
+    let mut a = vec![0f32; n];
+    let b = vec![1f32; n];
+    let c = vec![2f32; n];
+    a.par_chunks_mut(chunk).for_each(|x| x.fill(0.5)); // touch every page first
+    let bytes = (n * 4) as f64;
+    let copy = timed(5, || {
+        a.par_chunks_mut(chunk)
+            .zip(b.par_chunks(chunk))
+            .for_each(|(a, b)| a.copy_from_slice(b));
+    });
+    let triad = timed(5, || {
+        a.par_chunks_mut(chunk)
+            .zip(b.par_chunks(chunk).zip(c.par_chunks(chunk)))
+            .for_each(|(a, (b, c))| {
+                for i in 0..a.len() {
+                    a[i] = b[i] + 3.0 * c[i];
+                }
+            });
+    });
+    std::hint::black_box(&a);
+    let gb = |r: Rate| Rate {
+        best: r.best / 1e9,
+        median: r.median / 1e9,
+        reps: r.reps,
+    };
+    (gb(rate(2.0 * bytes, &copy)), gb(rate(3.0 * bytes, &triad)))
+}
+
+/// Measures everything (a few seconds). `rows`: N for the model shapes; `shapes`: (name, k, n)
+/// of the model's linear layers.
+pub fn measure(
+    threads: usize,
+    rows: usize,
+    shapes: &[(String, usize, usize)],
+) -> anyhow::Result<Peaks> {
+    let mut matmul = BTreeMap::new();
+    let mut best = BTreeMap::new();
+    for (dt, name, size) in [
+        (DType::F32, "f32", 2048),
+        (DType::BF16, "bf16", 1024),
+        (DType::F16, "f16", 1024),
+    ] {
+        let r = matmul_rate(&format!("{size}³"), size, size, size, dt)?;
+        best.insert(name.to_string(), r.gflops.best);
+        matmul.insert(name.to_string(), r);
+    }
+    let model_shapes = shapes
+        .iter()
+        .map(|(name, k, n)| matmul_rate(name, rows, *k, *n, DType::F32))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let n = 32 << 20; // 128 MiB per array, 384 MiB in all: far beyond any last-level cache
+    let (copy, triad) = bandwidth(n);
+    Ok(Peaks {
+        fingerprint: fingerprint(threads),
+        threads,
+        matmul_gflops: best,
+        matmul,
+        model_shapes,
+        bandwidth_gbs: triad.best,
+        copy_gbs: copy,
+        triad_gbs: triad,
+        array_bytes: (n * 4) as u64,
+        measured_at: std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or(0),
+    })
+}
+
+/// What identifies this machine's ceilings: CPU model, logical cores, cache sizes, memory,
+/// the thread count and memscope's version (a new engine may reach a different peak).
+pub fn fingerprint(threads: usize) -> String {
+    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let model = cpuinfo
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("model name")
+                .map(|r| r.trim_start_matches([' ', '\t', ':']))
+        })
+        .unwrap_or("unknown cpu")
+        .to_string();
+    let cache = |i: u32| {
+        std::fs::read_to_string(format!("/sys/devices/system/cpu/cpu0/cache/index{i}/size"))
+            .map(|s| s.trim().to_string())
+            .unwrap_or_else(|_| "?".into())
+    };
+    let mem = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|m| {
+            m.lines()
+                .next()
+                .map(|l| l.split_whitespace().nth(1).unwrap_or("?").to_string())
+        })
+        .unwrap_or_else(|| "?".into());
+    format!(
+        "{model} | {} logical cores | L2 {} L3 {} | {mem} kB | {threads} threads | memscope {}",
+        crate::cli::all_cores(),
+        cache(2),
+        cache(3),
+        env!("CARGO_PKG_VERSION")
+    )
+}
+
+/// `$XDG_CACHE_HOME/memscope` or `~/.cache/memscope`; `MEMSCOPE_CACHE_DIR` overrides both.
+pub fn cache_dir() -> PathBuf {
+    if let Some(d) = std::env::var_os("MEMSCOPE_CACHE_DIR") {
+        return PathBuf::from(d);
+    }
+    if let Some(d) = std::env::var_os("XDG_CACHE_HOME") {
+        return PathBuf::from(d).join("memscope");
+    }
+    let home = std::env::var_os("HOME").map_or_else(|| PathBuf::from("/tmp"), PathBuf::from);
+    home.join(".cache").join("memscope")
+}
+
+/// The cache file for a fingerprint (FNV-1a of it, so the name is short and stable).
+pub fn cache_path(fingerprint: &str) -> PathBuf {
+    let h = fingerprint.bytes().fold(0xcbf29ce484222325u64, |h, b| {
+        (h ^ b as u64).wrapping_mul(0x100000001b3)
+    });
+    cache_dir().join(format!("peaks-{h:016x}.json"))
+}
+
+/// This machine's cached peaks for `threads`, if measured before (and readable).
+pub fn cached(threads: usize) -> Option<Peaks> {
+    let fp = fingerprint(threads);
+    let text = std::fs::read_to_string(cache_path(&fp)).ok()?;
+    let p: Peaks = serde_json::from_str(&text).ok()?;
+    (p.fingerprint == fp).then_some(p)
+}

@@ -17,7 +17,7 @@ pub fn capture(threads: usize) -> Environment {
         candle_version: option_env!("MEMSCOPE_CANDLE_VERSION")
             .unwrap_or("unknown")
             .to_string(),
-        allocator: "mimalloc (counted)".to_string(),
+        allocator: "mimalloc (counted; freed memory kept, not returned to the OS)".to_string(),
     }
 }
 

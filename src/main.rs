@@ -1,12 +1,13 @@
 //! memscope: parse arguments, dispatch, turn errors into exit codes.
 
-use memscope::measure::alloc::{set_counting, CountingAlloc};
+use memscope::measure::alloc::{keep_freed_memory, set_counting, CountingAlloc};
 use std::process::ExitCode;
 
 #[global_allocator]
 static GLOBAL: CountingAlloc = CountingAlloc;
 
 fn main() -> ExitCode {
+    keep_freed_memory();
     if std::env::var_os("MEMSCOPE_NO_COUNT").is_some_and(|v| v != "0") {
         set_counting(false);
     }

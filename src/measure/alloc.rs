@@ -127,6 +127,22 @@ impl HeapStats {
 }
 
 /// True once the counting allocator has served an allocation in this process.
+/// mimalloc's `mi_option_purge_delay`: its index in `mi_option_e` in mimalloc v3's mimalloc.h, the
+/// version libmimalloc-sys builds unless its `v2` feature is on (v2 numbers it 16).
+const MI_OPTION_PURGE_DELAY: libc::c_int = 15;
+
+/// Tells mimalloc to keep freed memory instead of returning it to the OS after 10 ms.
+///
+/// A training step frees and reallocates gigabytes; with purging on, every step page-faults
+/// its temporaries back in and the kernel zeroes them (38% of a gpt2-small step's CPU time in
+/// `clear_page_erms`, measured with perf; the step is ~25% faster without it). RSS peak rises
+/// by ~1.5% and RSS no longer falls after a phase: "heap live" (counted here) is the exact
+/// figure, RSS is what the OS sees. Call once, first thing in `main`.
+pub fn keep_freed_memory() {
+    // SAFETY: plain option setter; valid at any time, the value -1 means "never purge".
+    unsafe { libmimalloc_sys::mi_option_set(MI_OPTION_PURGE_DELAY, -1) }
+}
+
 pub fn is_active() -> bool {
     ACTIVE.load(Relaxed)
 }

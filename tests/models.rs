@@ -5,7 +5,7 @@ use candle_core::{DType, Device, IndexOp, Tensor};
 use memscope::model::config::ModelConfig;
 use memscope::model::store::ParamStore;
 use memscope::model::weights::{write_safetensors, WDtype, WeightSet};
-use memscope::model::{cost, ops, param_specs, Model};
+use memscope::model::{cost, ops, param_specs, segments, Model};
 
 const TINY: [&str; 3] = ["tiny-gpt2", "tiny-llama", "tiny-bert"];
 const DECODERS: [&str; 2] = ["tiny-gpt2", "tiny-llama"];
@@ -103,6 +103,44 @@ fn every_parameter_of_every_family_gets_a_nonzero_gradient() {
                 "{name}: zero gradient for {pname}"
             );
         }
+    }
+}
+
+/// Loss from logits with targets unrelated to the inputs (see `loss_of`).
+fn loss_from_logits(logits: &Tensor, ids: &Tensor, vocab: usize) -> Tensor {
+    let (b, t) = ids.dims2().unwrap();
+    let v: Vec<u32> = ids.flatten_all().unwrap().to_vec1().unwrap();
+    let targets: Vec<u32> = v.iter().map(|x| (x * 3 + 1) % vocab as u32).collect();
+    let targets = Tensor::from_vec(targets, b * t, &Device::Cpu).unwrap();
+    ops::cross_entropy(&logits.reshape((b * t, vocab)).unwrap(), &targets).unwrap()
+}
+
+#[test]
+fn segmented_backward_gives_the_same_gradients_as_the_whole_graph() {
+    for name in TINY {
+        let (c, store, model) = build(name, true, DType::F32);
+        let ids = tokens(2, 16, c.vocab_size, 3);
+        let whole = loss_of(&model, &ids, c.vocab_size).backward().unwrap();
+        let (logits, segs) = segments::forward(|cut| model.forward_cut(&ids, None, cut)).unwrap();
+        let loss = loss_from_logits(&logits, &ids, c.vocab_size);
+        drop(logits);
+        let vars = store.vars();
+        let seg = segs.backward(loss, &vars).unwrap();
+        for (pname, t) in store.tensors() {
+            let (a, b) = (whole.get(t).unwrap(), seg.get(t));
+            let b = b.unwrap_or_else(|| panic!("{name}: segmented backward lost {pname}"));
+            let scale = max_abs_diff(a, &a.zeros_like().unwrap()).max(1e-6);
+            let d = max_abs_diff(a, b);
+            assert!(
+                d <= 1e-5 * scale.max(1.0),
+                "{name} {pname}: off by {d} (max {scale})"
+            );
+        }
+        assert_eq!(
+            seg.get_ids().count(),
+            vars.len(),
+            "{name}: only parameters are kept"
+        );
     }
 }
 

@@ -86,6 +86,74 @@ pub fn backward(sim: &mut Sim, loss: Id, rc: &dyn Recompute) -> Grads {
     grads
 }
 
+/// `model::segments`' backward: candle's backward from `loss` down to the head's input
+/// variable, then one segment at a time, each freed once its gradients are out → the
+/// gradients of `vars` only, detached (a parameter used in several segments summed).
+/// Takes the handles of `loss` and of every segment.
+pub fn segmented_backward(
+    sim: &mut Sim,
+    loss: Id,
+    parts: Vec<(Option<Id>, Id)>,
+    head_input: Id,
+    vars: &[Id],
+    rc: &dyn Recompute,
+) -> Grads {
+    let mut kept = Grads::new();
+    let mut all = backward(sim, loss, rc);
+    sim.release(loss);
+    let mut g = take_input(sim, &mut all, head_input);
+    keep_params(sim, all, vars, &mut kept);
+    for (input, out) in parts.into_iter().rev() {
+        let mut sub = Grads::new();
+        let injected = g
+            .take()
+            .expect("every segment above the embedding has an input");
+        acc(sim, &mut sub, out, injected); // the inject op's gradient, added to `out`'s
+        sim.release(injected);
+        walk_back(sim, out, &mut sub, rc);
+        sim.release(out);
+        if let Some(v) = input {
+            g = take_input(sim, &mut sub, v);
+        }
+        keep_params(sim, sub, vars, &mut kept);
+    }
+    kept
+}
+
+/// The gradient of a segment's input variable `v`, detached; releases the segment's hold on `v`.
+fn take_input(sim: &mut Sim, all: &mut Grads, v: Id) -> Option<Id> {
+    let g = all.remove(&v).map(|g| {
+        let d = sim.detach(g);
+        sim.release(g);
+        d
+    });
+    sim.release(v);
+    g
+}
+
+/// Moves the parameters' gradients into `kept` (detached, summed with an earlier segment's);
+/// drops the rest of the store.
+fn keep_params(sim: &mut Sim, mut all: Grads, vars: &[Id], kept: &mut Grads) {
+    for &v in vars {
+        let Some(g) = all.remove(&v) else { continue };
+        let g = match kept.remove(&v) {
+            Some(prev) => {
+                let s = sim.binary(Bin::Add, prev, g);
+                sim.release(prev);
+                sim.release(g);
+                s
+            }
+            None => g,
+        };
+        let d = sim.detach(g);
+        sim.release(g);
+        kept.insert(v, d);
+    }
+    let mut rest: Vec<Id> = all.into_values().collect();
+    rest.sort_unstable();
+    release_all(sim, &rest);
+}
+
 /// Backward over the nodes `root` depends on, with `grads` holding the root's gradient.
 fn walk_back(sim: &mut Sim, root: Id, grads: &mut Grads, rc: &dyn Recompute) {
     let order = sorted_nodes(sim, root);

@@ -159,11 +159,12 @@ impl Built<'_> {
         let mut x = sim.broadcast(Bin::Add, tok, pe); // (B, T, C)
         drop_all(sim, &[pos, flat, e, tok, pe]);
         let mask = (t > 1).then(|| causal_mask(sim, t, offset, self.dtype));
+        x = sim.cut(x); // model::segments: the residual stream after the embedding
         for i in 0..cfg.n_layers {
             let cache = kv.map(|k| k.0[i]);
             let y = self.layer(sim, p, i, x, mask, None, cache, offset);
             sim.release(x);
-            x = y;
+            x = sim.cut(y);
         }
         sim.enter(scope::HEAD);
         sim.kind = "norms";
@@ -317,11 +318,12 @@ impl Built<'_> {
         let cos = sim.leaf(&[t, hd], self.dtype); // (T, D)
         let sin = sim.leaf(&[t, hd], self.dtype);
         let mask = (t > 1).then(|| causal_mask(sim, t, offset, self.dtype));
+        x = sim.cut(x); // model::segments: the residual stream after the embedding
         for i in 0..cfg.n_layers {
             let cache = kv.map(|k| k.0[i]);
             let y = self.layer(sim, p, i, x, mask, Some((cos, sin)), cache, offset);
             sim.release(x);
-            x = y;
+            x = sim.cut(y);
         }
         sim.enter(scope::HEAD);
         sim.kind = "norms";
@@ -443,10 +445,11 @@ impl Built<'_> {
             sim.release(x);
             y
         };
+        x = sim.cut(x); // model::segments: the hidden states after the embeddings
         for i in 0..cfg.n_layers {
             let y = self.layer(sim, p, i, x, None, None, None, 0);
             sim.release(x);
-            x = y;
+            x = sim.cut(y);
         }
         sim.enter(scope::HEAD);
         sim.kind = "logits";

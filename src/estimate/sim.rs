@@ -196,6 +196,12 @@ pub struct Sim {
     /// The largest m·k·n of one product whose right operand is contiguous: gemm splits such a
     /// product across threads above [`GEMM_SPLIT_WORK`] (see `runtime_buffers`).
     pub split_work: u64,
+    /// Train: cut the graph at block boundaries ([`Sim::cut`], `model::segments`).
+    pub segmenting: bool,
+    /// The segments cut so far: (input variable, output), the embedding's without an input.
+    pub segments: Vec<(Option<Id>, Id)>,
+    /// The input variable of the segment being built (after the last cut).
+    pub segment_input: Option<Id>,
 }
 
 /// gemm's default threading threshold (`DEFAULT_THREADING_THRESHOLD`, gemm-common 0.19).
@@ -225,6 +231,9 @@ impl Sim {
             overflow: false,
             no_grad: false,
             split_work: 0,
+            segmenting: false,
+            segments: Vec::new(),
+            segment_input: None,
         };
         s.enter(crate::model::scope::OUTSIDE);
         s
@@ -653,6 +662,21 @@ impl Sim {
         let id = self.push(shape, dtype, Op::Checkpoint(x, layer), Some(storage));
         self.nodes[id].contiguous = self.nodes[y].contiguous;
         id
+    }
+
+    /// `model::segments`' cut: when segmenting a recorded stream, `x` ends the current segment
+    /// (kept in [`Sim::segments`]) and a fresh variable copy of it starts the next; otherwise
+    /// `x` itself. Takes `x`'s handle, returns one.
+    pub fn cut(&mut self, x: Id) -> Id {
+        if !self.segmenting || !self.nodes[x].tracked {
+            return x;
+        }
+        let (shape, dtype) = (self.nodes[x].shape.clone(), self.nodes[x].dtype);
+        let v = self.var(&shape, dtype); // (B, T, C) copy
+        let held = self.hold(v);
+        let input = self.segment_input.replace(held);
+        self.segments.push((input, x));
+        v
     }
 
     /// A `Var` sharing `t`'s storage: the input of a recomputed block, whose gradient backward

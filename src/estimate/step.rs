@@ -2,7 +2,7 @@
 //! steps (the first creates the optimizer state; the second is the steady state that the
 //! measured steps repeat), or a forward, or a prefill plus one decode step.
 
-use super::backward::backward;
+use super::backward::segmented_backward;
 use super::models::{cross_entropy, Built, Params, WithParams};
 use super::sim::{Bin, Id, Phase, Sim, GEMM_SPLIT_WORK};
 use super::{
@@ -159,19 +159,24 @@ fn train(sim: &mut Sim, model: &Built, p: &Params, req: &Request) -> Estimate {
         let (mut fwd, mut bwd) = (None, None);
         let mut step_peak = 0;
         for micro in 0..req.grad_accum {
-            let (loss, f) = phase(sim, Phase::Forward, |sim| {
+            let ((loss, parts, head_input), f) = phase(sim, Phase::Forward, |sim| {
+                sim.segmenting = true;
                 let logits = model.forward(sim, p, ids, None);
+                sim.segmenting = false;
+                let parts = std::mem::take(&mut sim.segments);
+                let head_input = sim.segment_input.take().expect("the model cuts");
                 let flat = sim.reshape(logits, &[b * t, req.cfg.vocab_size]);
                 let loss = cross_entropy(sim, flat, targets);
                 sim.release(flat);
                 sim.release(logits);
-                if req.grad_accum > 1 {
+                let loss = if req.grad_accum > 1 {
                     let scaled = sim.affine(loss, 1.0);
                     sim.release(loss);
                     scaled
                 } else {
                     loss
-                }
+                };
+                (loss, parts, head_input)
             });
             // Parameters and the optimizer state (both outside the forward's modules) are left
             // out of the hotspots.
@@ -193,19 +198,8 @@ fn train(sim: &mut Sim, model: &Built, p: &Params, req: &Request) -> Estimate {
                 est.hotspots_forward = hotspots(sim, &sim.peak.by_module, &baseline);
             }
             let ((), bw) = phase(sim, Phase::Backward, |sim| {
-                let mut grads = backward(sim, loss, &WithParams(model, p));
-                let mut kept = HashMap::new();
-                for &v in &p.ids {
-                    if let Some(g) = grads.remove(&v) {
-                        let d = sim.detach(g);
-                        sim.release(g);
-                        kept.insert(v, d);
-                    }
-                }
-                for (_, g) in grads.drain() {
-                    sim.release(g);
-                }
-                sim.release(loss);
+                let rc = WithParams(model, p);
+                let kept = segmented_backward(sim, loss, parts, head_input, &p.ids, &rc);
                 match acc.as_mut() {
                     None => acc = Some(kept),
                     Some(a) => {

@@ -6,10 +6,10 @@ use crate::measure::alloc::{self, Phase};
 use crate::measure::clock::time_ms;
 use crate::measure::phases::PhaseTracker;
 use crate::measure::procfs;
-use crate::model::scope;
 use crate::model::store::ParamStore;
 use crate::model::weights::WeightSet;
 use crate::model::{ops, param_specs, Model};
+use crate::model::{scope, segments};
 use crate::record::{MemoryRecord, MicroStepMemory, ModelInfo, StepMemory};
 use crate::spec::{Dtype, Mode, Spec};
 use anyhow::Context;
@@ -236,21 +236,6 @@ fn leak_bytes() -> usize {
         .unwrap_or(0)
 }
 
-/// Keeps the gradients of the parameters only, detached. candle leaves gradients for constant
-/// operands (the broadcast causal mask, the detached softmax max) in the store, and a
-/// parameter's gradient still records the op that made it (`hᵀ @ grad` holds `h`), which keeps
-/// every forward activation alive until the gradients are dropped. Measured on tiny-gpt2:
-/// 36 MiB of activations held through the optimizer step without this.
-fn only_params(mut all: GradStore, vars: &[Var]) -> GradStore {
-    let mut kept = GradStore::default();
-    for v in vars {
-        if let Some(g) = all.remove(v.as_tensor()) {
-            kept.insert(v.as_tensor(), g.detach());
-        }
-    }
-    kept
-}
-
 /// Random token ids (B, T) and their next-token targets (B, T), fixed for the whole run so
 /// every step does identical work.
 fn random_batch(
@@ -305,17 +290,19 @@ impl Run<'_> {
             if accum > 1 {
                 self.tracker.take_recent_peak();
             }
-            let (loss, ms) = self.tracker.run(Phase::Forward, || {
+            let ((loss, segs), ms) = self.tracker.run(Phase::Forward, || {
                 time_ms(dev, || {
-                    let logits = model.forward(ids, None)?; // (B, T, V)
+                    let (logits, segs) =
+                        segments::forward(|cut| model.forward_cut(ids, None, cut))?; // (B, T, V)
                     let v = logits.dim(D::Minus1)?;
                     let loss =
                         ops::cross_entropy(&logits.reshape((b * t, v))?, &targets.flatten_all()?)?;
-                    if accum > 1 {
-                        loss / accum as f64
+                    let loss = if accum > 1 {
+                        (loss / accum as f64)?
                     } else {
-                        Ok(loss)
-                    }
+                        loss
+                    };
+                    Ok((loss, segs))
                 })
             })?;
             fwd_ms += ms;
@@ -323,8 +310,9 @@ impl Run<'_> {
             scope::enter(scope::OTHER_ID); // candle's backward runs outside the modules
             let ((), ms) = self.tracker.run(Phase::Backward, || {
                 time_ms(dev, || {
-                    let g = only_params(loss.backward()?, vars);
-                    drop(loss); // frees the graph and the activations it saved
+                    // Segment by segment: each block's activations are freed once its
+                    // gradients are out (model::segments).
+                    let g = segs.backward(loss, vars)?;
                     match grads.as_mut() {
                         None => grads = Some(g),
                         Some(acc) => acc.extend(g)?, // accumulate micro-batch gradients

@@ -169,8 +169,9 @@ impl Bert {
         })
     }
 
-    /// ids (B, T) u32, every token of type 0 → masked-LM logits (B, T, V).
-    pub fn forward(&self, ids: &Tensor) -> Result<Tensor> {
+    /// ids (B, T) u32, every token of type 0 → masked-LM logits (B, T, V). `cut` sees the
+    /// hidden states after the embeddings and after every layer.
+    pub fn forward(&self, ids: &Tensor, cut: crate::model::segments::Cut) -> Result<Tensor> {
         let (b, t) = ids.dims2()?;
         let (c, eps) = (self.cfg.d_model, self.cfg.norm_eps);
         crate::model::scope::enter(crate::model::scope::EMBEDDING_ID);
@@ -183,9 +184,9 @@ impl Bert {
         if let Some(tt) = &self.token_type {
             x = x.broadcast_add(&tt.get(0)?)?; // (B, T, C)
         }
-        let mut x = layer_norm(&x, &self.emb_norm.w, &self.emb_norm.b, eps)?; // (B, T, C)
+        let mut x = cut(layer_norm(&x, &self.emb_norm.w, &self.emb_norm.b, eps)?)?; // (B, T, C)
         for (i, layer) in self.layers.iter().enumerate() {
-            x = self.layer(i, layer, &x)?;
+            x = cut(self.layer(i, layer, &x)?)?;
         }
         crate::model::scope::enter(crate::model::scope::HEAD_ID);
         let h = x.reshape((b * t, c))?; // (B*T, C)

@@ -6,6 +6,7 @@ use crate::model::config::ModelConfig;
 use crate::model::kv_cache::KvCache;
 use crate::model::ops::{attention, causal_mask, conv1d, layer_norm};
 use crate::model::scope;
+use crate::model::segments::Cut;
 use crate::model::store::{Init::*, ParamSpec, ParamStore};
 use candle_core::{Result, Tensor};
 
@@ -112,7 +113,14 @@ impl Gpt2 {
     }
 
     /// ids (B, T) u32 → logits (B, T, V). With a cache, positions continue after the cached ones.
-    pub fn forward(&self, ids: &Tensor, mut cache: Option<&mut KvCache>) -> Result<Tensor> {
+    /// `cut` sees the residual stream after the embedding and after every block, and returns
+    /// what the next part of the model reads (see `model::segments`).
+    pub fn forward(
+        &self,
+        ids: &Tensor,
+        mut cache: Option<&mut KvCache>,
+        cut: Cut,
+    ) -> Result<Tensor> {
         let (b, t) = ids.dims2()?;
         let c = self.cfg.d_model;
         let offset = cache.as_ref().map_or(0, |k| k.len());
@@ -128,15 +136,15 @@ impl Gpt2 {
         } else {
             None
         };
-        let mut x = x;
+        let mut x = cut(x)?;
         for (i, blk) in self.blocks.iter().enumerate() {
-            x = self.block(
+            x = cut(self.block(
                 i,
                 blk,
                 &x,
                 mask.as_ref(),
                 cache.as_deref_mut().map(|k| (i, k)),
-            )?;
+            )?)?;
         }
         scope::enter(scope::HEAD_ID);
         if let Some(k) = cache {

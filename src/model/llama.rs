@@ -6,6 +6,7 @@ use crate::model::config::ModelConfig;
 use crate::model::kv_cache::KvCache;
 use crate::model::ops::{attention, causal_mask, linear, rms_norm};
 use crate::model::scope;
+use crate::model::segments::Cut;
 use crate::model::store::{Init::*, ParamSpec, ParamStore};
 use candle_core::{DType, Device, Result, Tensor, D};
 
@@ -94,7 +95,13 @@ impl Llama {
     }
 
     /// ids (B, T) u32 → logits (B, T, V). With a cache, positions continue after the cached ones.
-    pub fn forward(&self, ids: &Tensor, mut cache: Option<&mut KvCache>) -> Result<Tensor> {
+    /// `cut` sees the residual stream after the embedding and after every block.
+    pub fn forward(
+        &self,
+        ids: &Tensor,
+        mut cache: Option<&mut KvCache>,
+        cut: Cut,
+    ) -> Result<Tensor> {
         let (b, t) = ids.dims2()?;
         let c = self.cfg.d_model;
         let offset = cache.as_ref().map_or(0, |k| k.len());
@@ -109,8 +116,9 @@ impl Llama {
         } else {
             None
         };
+        x = cut(x)?;
         for (i, blk) in self.blocks.iter().enumerate() {
-            x = self.block(
+            x = cut(self.block(
                 i,
                 blk,
                 &x,
@@ -118,7 +126,7 @@ impl Llama {
                 &sin,
                 mask.as_ref(),
                 cache.as_deref_mut().map(|k| (i, k)),
-            )?;
+            )?)?;
         }
         if let Some(k) = cache {
             k.advance();

@@ -9,6 +9,7 @@ pub mod kv_cache;
 pub mod llama;
 pub mod ops;
 pub mod scope;
+pub mod segments;
 pub mod store;
 pub mod unfused;
 pub mod weights;
@@ -53,10 +54,21 @@ impl Model {
 
     /// ids (B, T) u32 → logits (B, T, V). `cache` is for decoders only.
     pub fn forward(&self, ids: &Tensor, cache: Option<&mut KvCache>) -> Result<Tensor> {
+        self.forward_cut(ids, cache, &mut Ok)
+    }
+
+    /// As [`Model::forward`], passing the residual stream through `cut` after the embedding
+    /// and after every block (`segments::forward` cuts the autograd graph there).
+    pub fn forward_cut(
+        &self,
+        ids: &Tensor,
+        cache: Option<&mut KvCache>,
+        cut: segments::Cut,
+    ) -> Result<Tensor> {
         match (self, cache) {
-            (Model::Gpt2(m), c) => m.forward(ids, c),
-            (Model::Llama(m), c) => m.forward(ids, c),
-            (Model::Bert(m), None) => m.forward(ids),
+            (Model::Gpt2(m), c) => m.forward(ids, c, cut),
+            (Model::Llama(m), c) => m.forward(ids, c, cut),
+            (Model::Bert(m), None) => m.forward(ids, cut),
             (Model::Bert(_), Some(_)) => {
                 candle_core::bail!("bert is an encoder: it has no KV cache")
             }

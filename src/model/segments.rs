@@ -1,0 +1,110 @@
+//! Segmented backward: the training graph is cut at every block boundary, and backward runs
+//! one segment at a time from the loss down, dropping each segment's graph — and with it the
+//! activations that segment saved — as soon as its gradients are out.
+//!
+//! candle's `Tensor::backward` walks the whole graph while the loss keeps every saved
+//! activation alive until it returns, so activations and all the gradients coexist at the end
+//! of backward. Here the peak holds the gradients made so far plus the activations of the
+//! segments not yet processed (PyTorch frees saved tensors the same way, node by node).
+//!
+//! Each cut copies the residual stream (B, T, C) into a fresh `Var`: the next segment's graph
+//! starts there, and that variable's gradient is the one injected into the segment below.
+
+use candle_core::backprop::GradStore;
+use candle_core::{CpuStorage, CustomOp1, Layout, Result, Shape, Tensor, Var};
+
+/// What a model calls on its residual stream after the embedding and after every block; it
+/// returns the tensor the rest of the model reads.
+pub type Cut<'a> = &'a mut dyn FnMut(Tensor) -> Result<Tensor>;
+
+/// The forward graph in pieces: the embedding (no input variable) and every block, each with
+/// the variable it reads and the tensor it produced, then the head's input variable.
+pub struct Segments {
+    parts: Vec<(Option<Var>, Tensor)>,
+    head_input: Var,
+}
+
+/// Runs `forward` with a cut at every boundary → (its output, the segments).
+pub fn forward(forward: impl FnOnce(Cut) -> Result<Tensor>) -> Result<(Tensor, Segments)> {
+    let mut parts = Vec::new();
+    let mut input: Option<Var> = None;
+    let out = forward(&mut |x: Tensor| {
+        let v = Var::from_tensor(&x.detach())?; // (B, T, C) copy: the next segment's leaf
+        let next = v.as_tensor().clone();
+        parts.push((input.replace(v), x));
+        Ok(next)
+    })?;
+    let head_input = input.ok_or_else(|| {
+        candle_core::Error::Msg("internal: the model never called its cut".into())
+    })?;
+    Ok((out, Segments { parts, head_input }))
+}
+
+impl Segments {
+    /// Backward from `loss` (a scalar computed from the forward's output), segment by segment →
+    /// the gradients of `vars` only, detached.
+    pub fn backward(self, loss: Tensor, vars: &[Var]) -> Result<GradStore> {
+        let Segments { parts, head_input } = self;
+        let mut kept = GradStore::default();
+        let mut all = loss.backward()?;
+        drop(loss); // frees the head's graph: logits and the loss's buffers
+        let mut g = Some(take(&mut all, head_input.as_tensor())?); // (B, T, C)
+        keep_params(all, vars, &mut kept)?;
+        for (input, out) in parts.into_iter().rev() {
+            let g_out = g
+                .take()
+                .expect("every segment above the embedding has an input");
+            let root = out.apply_op1(Inject(g_out))?; // scalar; backward hands the gradient to `out`
+            let mut all = root.backward()?;
+            drop((root, out)); // frees this segment's graph and the activations it saved
+            if let Some(v) = &input {
+                g = Some(take(&mut all, v.as_tensor())?);
+            }
+            keep_params(all, vars, &mut kept)?;
+        }
+        Ok(kept)
+    }
+}
+
+/// The gradient of a segment's input variable, detached.
+fn take(all: &mut GradStore, v: &Tensor) -> Result<Tensor> {
+    all.remove(v)
+        .map(|g| g.detach())
+        .ok_or_else(|| candle_core::Error::Msg("internal: a segment input got no gradient".into()))
+}
+
+/// Moves the parameters' gradients from one segment's store into `kept` (adding where a
+/// parameter is used by several segments: a tied embedding). Everything else is dropped:
+/// candle leaves gradients of constants (the mask, a detached max) in the store. Detached,
+/// because a gradient records the op that made it (`hᵀ @ grad` holds `h`), which would keep
+/// the activations alive through the optimizer step (36 MiB on tiny-gpt2).
+fn keep_params(mut all: GradStore, vars: &[Var], kept: &mut GradStore) -> Result<()> {
+    for v in vars {
+        let Some(g) = all.remove(v.as_tensor()) else {
+            continue;
+        };
+        let g = match kept.remove(v.as_tensor()) {
+            Some(prev) => (prev + g)?,
+            None => g,
+        };
+        kept.insert(v.as_tensor(), g.detach());
+    }
+    Ok(())
+}
+
+/// Injects a known gradient: forward returns a scalar zero, backward hands `.0` to the input.
+struct Inject(Tensor);
+
+impl CustomOp1 for Inject {
+    fn name(&self) -> &'static str {
+        "inject-grad"
+    }
+
+    fn cpu_fwd(&self, _s: &CpuStorage, _l: &Layout) -> Result<(CpuStorage, Shape)> {
+        Ok((CpuStorage::F32(vec![0.0]), Shape::from(())))
+    }
+
+    fn bwd(&self, _arg: &Tensor, _res: &Tensor, _grad_res: &Tensor) -> Result<Option<Tensor>> {
+        Ok(Some(self.0.clone()))
+    }
+}

@@ -229,7 +229,7 @@ fn fused_rule(sim: &mut Sim, grads: &mut Grads, kind: Fused, inputs: &[Id], _gra
         .collect();
     let mut scratch = Vec::new();
     match kind {
-        Fused::Gelu | Fused::LayerNorm | Fused::RmsNorm | Fused::CrossEntropy => {}
+        Fused::Gelu | Fused::LayerNorm | Fused::RmsNorm | Fused::SwiGlu | Fused::CrossEntropy => {}
         Fused::FlashAttention => {
             // rowsum(dO ∘ O): (B, H, T) f32; the scores are recomputed tile by tile (no
             // (T, S) buffer): QKᵀ again, then dV, dP, dQ, dK.

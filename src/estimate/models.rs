@@ -404,14 +404,13 @@ impl Built<'_> {
         sim.enter(&scope::mlp(i));
         sim.kind = "mlp";
         let gl = linear(sim, h2, w[6], None); // (N, F)
-        let g = sim.unary(Un::Silu, gl);
         let u = linear(sim, h2, w[7], None); // (N, F)
-        let gu = sim.binary(Bin::Mul, g, u);
+        let gu = kernel(sim, Fused::SwiGlu, &[gl, u]); // (N, F)
         let d = linear(sim, gu, w[8], None); // (N, C)
         let d3 = sim.reshape(d, &[b, t, c]);
         sim.kind = "residual";
         let out = sim.binary(Bin::Add, x1, d3);
-        drop_all(sim, &[rn, h, x1, rn2, h2, gl, g, u, gu, d, d3]);
+        drop_all(sim, &[rn, h, x1, rn2, h2, gl, u, gu, d, d3]);
         out
     }
 

@@ -86,6 +86,8 @@ pub enum Fused {
     LayerNorm,
     /// `kernels::rms_norm` (x, w).
     RmsNorm,
+    /// `kernels::swiglu` (gate, up): keeps both; backward makes dgate and dup.
+    SwiGlu,
     /// `kernels::cross_entropy` (logits, targets) → f32 scalar; backward makes one
     /// logits-sized gradient.
     CrossEntropy,

@@ -14,6 +14,7 @@ pub mod gelu;
 pub mod layer_norm;
 pub mod rms_norm;
 pub mod sgd;
+pub mod swiglu;
 
 #[cfg(test)]
 pub mod check;

@@ -177,9 +177,10 @@ impl Llama {
         scope::enter(scope::norms_id(i));
         let h = rms_norm(&x, &blk.mlp_norm, eps)?.reshape((b * t, c))?; // (B*T, C)
         scope::enter(scope::mlp_id(i));
-        let g = linear(&h, &blk.gate, None)?.silu()?; // (B*T, F)
+        let g = linear(&h, &blk.gate, None)?; // (B*T, F)
         let u = linear(&h, &blk.up, None)?; // (B*T, F)
-        let y = linear(&(g * u)?, &blk.down, None)?.reshape((b, t, c))?; // (B, T, C)
+        let gu = crate::kernels::swiglu::swiglu(&g, &u)?; // (B*T, F)
+        let y = linear(&gu, &blk.down, None)?.reshape((b, t, c))?; // (B, T, C)
         x + y // (B, T, C)
     }
 }

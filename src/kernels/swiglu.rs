@@ -1,0 +1,143 @@
+//! SwiGLU's gate, forward and backward in one pass each: y = silu(g) · u = g·σ(g)·u (LLaMA's
+//! MLP, before the down projection). candle runs `silu` and a `mul` as two tensors and keeps
+//! the silu output for backward; this keeps only the two inputs.
+
+use super::elems::{self, fast_exp, rows_per_task};
+use candle_core::backend::BackendStorage;
+use candle_core::{CpuStorage, CustomOp2, CustomOp3, Layout, Result, Shape, Tensor};
+use rayon::prelude::*;
+
+/// silu(gate) · up, both (…, F) of one shape → (…, F); differentiable in both.
+pub fn swiglu(gate: &Tensor, up: &Tensor) -> Result<Tensor> {
+    if gate.shape() != up.shape() {
+        candle_core::bail!(
+            "swiglu: gate {:?} and up {:?} differ in shape",
+            gate.dims(),
+            up.dims()
+        );
+    }
+    gate.contiguous()?.apply_op2(&up.contiguous()?, SwiGlu)
+}
+
+fn sigmoid(x: f32) -> f32 {
+    1.0 / (1.0 + fast_exp(-x))
+}
+
+struct SwiGlu;
+
+impl CustomOp2 for SwiGlu {
+    fn name(&self) -> &'static str {
+        "memscope-swiglu"
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+    ) -> Result<(CpuStorage, Shape)> {
+        let g = elems::read("swiglu", s1, l1)?;
+        let u = elems::read("swiglu", s2, l2)?;
+        let mut y = vec![0f32; g.len()];
+        let chunk = rows_per_task(1);
+        y.par_chunks_mut(chunk)
+            .zip(g.par_chunks(chunk).zip(u.par_chunks(chunk)))
+            .for_each(|(y, (g, u))| {
+                for i in 0..y.len() {
+                    y[i] = g[i] * sigmoid(g[i]) * u[i];
+                }
+            });
+        Ok((elems::write("swiglu", y, s1.dtype())?, l1.shape().clone()))
+    }
+
+    fn bwd(
+        &self,
+        g: &Tensor,
+        u: &Tensor,
+        _y: &Tensor,
+        dy: &Tensor,
+    ) -> Result<(Option<Tensor>, Option<Tensor>)> {
+        let (g, u, dy) = (g.detach(), u.detach(), dy.contiguous()?);
+        let dg = g.apply_op3_no_bwd(&u, &dy, &SwiGluGrad { of_gate: true })?;
+        let du = g.apply_op3_no_bwd(&u, &dy, &SwiGluGrad { of_gate: false })?;
+        Ok((Some(dg), Some(du)))
+    }
+}
+
+/// (g, u, dy) → dy·u·σ(g)(1 + g(1 − σ(g))) for the gate, dy·silu(g) for up.
+struct SwiGluGrad {
+    of_gate: bool,
+}
+
+impl CustomOp3 for SwiGluGrad {
+    fn name(&self) -> &'static str {
+        "memscope-swiglu-grad"
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+        s3: &CpuStorage,
+        l3: &Layout,
+    ) -> Result<(CpuStorage, Shape)> {
+        let op = "swiglu backward";
+        let (g, u, dy) = (
+            elems::read(op, s1, l1)?,
+            elems::read(op, s2, l2)?,
+            elems::read(op, s3, l3)?,
+        );
+        let mut d = vec![0f32; g.len()];
+        let chunk = rows_per_task(1);
+        let of_gate = self.of_gate;
+        d.par_chunks_mut(chunk)
+            .zip(g.par_chunks(chunk).zip(u.par_chunks(chunk)))
+            .zip(dy.par_chunks(chunk))
+            .for_each(|((d, (g, u)), dy)| {
+                for i in 0..d.len() {
+                    let s = sigmoid(g[i]);
+                    d[i] = if of_gate {
+                        dy[i] * u[i] * s * (1.0 + g[i] * (1.0 - s))
+                    } else {
+                        dy[i] * g[i] * s
+                    };
+                }
+            });
+        Ok((elems::write(op, d, s1.dtype())?, l1.shape().clone()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kernels::check::{against_reference, grad_check};
+    use candle_core::Device;
+
+    #[test]
+    fn matches_candle_silu_times_up_forward_and_backward() {
+        let g = Tensor::randn(0f32, 3.0, (33, 65), &Device::Cpu).unwrap();
+        let u = Tensor::randn(0f32, 1.0, (33, 65), &Device::Cpu).unwrap();
+        against_reference(
+            &[g, u],
+            |t| swiglu(&t[0], &t[1]),
+            |t| t[0].silu()? * &t[1],
+            1e-5,
+        );
+    }
+
+    #[test]
+    fn gradient_matches_finite_differences() {
+        grad_check(&[&[4, 5], &[4, 5]], |xs| swiglu(&xs[0], &xs[1]));
+    }
+
+    #[test]
+    fn mismatched_shapes_are_an_error_naming_both() {
+        let g = Tensor::zeros((2, 3), candle_core::DType::F32, &Device::Cpu).unwrap();
+        let u = Tensor::zeros((3, 2), candle_core::DType::F32, &Device::Cpu).unwrap();
+        let e = swiglu(&g, &u).unwrap_err().to_string();
+        assert!(e.contains("[2, 3]") && e.contains("[3, 2]"), "{e}");
+    }
+}

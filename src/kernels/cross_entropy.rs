@@ -35,8 +35,8 @@ fn targets<'a>(s: &'a CpuStorage, l: &Layout) -> Result<&'a [u32]> {
 /// max and log Σ exp(x − max) of one row.
 #[inline]
 fn max_lse(row: &[f32]) -> (f32, f32) {
-    let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-    let sum: f32 = row.iter().map(|&x| fast_exp(x - max)).sum();
+    let max = elems::max(row);
+    let sum = elems::sum_by(row, |x| fast_exp(x - max));
     (max, sum.ln())
 }
 

@@ -34,8 +34,8 @@ struct LayerNorm {
 #[inline]
 pub(crate) fn moments(row: &[f32], eps: f32) -> (f32, f32) {
     let n = row.len() as f32;
-    let mean = row.iter().sum::<f32>() / n;
-    let var = row.iter().map(|&x| (x - mean) * (x - mean)).sum::<f32>() / n;
+    let mean = elems::sum_by(row, |x| x) / n;
+    let var = elems::sum_by(row, |x| (x - mean) * (x - mean)) / n;
     (mean, 1.0 / (var + eps).sqrt())
 }
 
@@ -103,6 +103,32 @@ impl CustomOp3 for LayerNorm {
     }
 }
 
+/// (Σ w·g, Σ w·g·(x − mean)) over one row, in 16 lanes so the loop vectorizes.
+#[inline(always)]
+fn wg_sums(w: &[f32], g: &[f32], x: &[f32], mean: f32) -> (f32, f32) {
+    const L: usize = 16;
+    let (mut a, mut b) = ([0f32; L], [0f32; L]);
+    let n = w.len() / L * L;
+    let chunks = w[..n]
+        .chunks_exact(L)
+        .zip(g[..n].chunks_exact(L))
+        .zip(x[..n].chunks_exact(L));
+    for ((w, g), x) in chunks {
+        for j in 0..L {
+            let wg = w[j] * g[j];
+            a[j] += wg;
+            b[j] += wg * (x[j] - mean);
+        }
+    }
+    let (mut s1, mut s2) = (a.iter().sum::<f32>(), b.iter().sum::<f32>());
+    for i in n..w.len() {
+        let wg = w[i] * g[i];
+        s1 += wg;
+        s2 += wg * (x[i] - mean);
+    }
+    (s1, s2)
+}
+
 /// dx, dw, db. dx = (1/σ)(w∘g − mean(w∘g) − x̂·mean(w∘g∘x̂)); dw = Σ g∘x̂; db = Σ g, the sums
 /// over rows taken per task, then added.
 fn backward(x: &[f32], w: &[f32], g: &[f32], c: usize, eps: f32) -> (Vec<f32>, Vec<f32>, Vec<f32>) {
@@ -115,15 +141,13 @@ fn backward(x: &[f32], w: &[f32], g: &[f32], c: usize, eps: f32) -> (Vec<f32>, V
             let (mut dw, mut db) = (vec![0f32; c], vec![0f32; c]);
             for ((dx, x), g) in dx.chunks_mut(c).zip(x.chunks(c)).zip(g.chunks(c)) {
                 let (mean, rstd) = moments(x, eps);
-                let (mut s1, mut s2) = (0f32, 0f32);
                 for i in 0..c {
                     let xh = (x[i] - mean) * rstd;
-                    let wg = w[i] * g[i];
-                    s1 += wg;
-                    s2 += wg * xh;
                     dw[i] += g[i] * xh;
                     db[i] += g[i];
                 }
+                let (s1, s2) = wg_sums(w, g, x, mean);
+                let s2 = s2 * rstd; // Σ w·g·x̂
                 let (m1, m2) = (s1 / c as f32, s2 / c as f32);
                 for i in 0..c {
                     let xh = (x[i] - mean) * rstd;

@@ -23,7 +23,7 @@ struct RmsNorm {
 
 #[inline]
 fn rstd(row: &[f32], eps: f32) -> f32 {
-    let ms = row.iter().map(|&x| x * x).sum::<f32>() / row.len() as f32;
+    let ms = elems::sum_by(row, |x| x * x) / row.len() as f32;
     1.0 / (ms + eps).sqrt()
 }
 
@@ -89,12 +89,10 @@ fn backward(x: &[f32], w: &[f32], g: &[f32], c: usize, eps: f32) -> (Vec<f32>, V
             let mut dw = vec![0f32; c];
             for ((dx, x), g) in dx.chunks_mut(c).zip(x.chunks(c)).zip(g.chunks(c)) {
                 let r = rstd(x, eps);
-                let mut s = 0f32;
                 for i in 0..c {
-                    let xh = x[i] * r;
-                    s += w[i] * g[i] * xh;
-                    dw[i] += g[i] * xh;
+                    dw[i] += g[i] * x[i] * r;
                 }
+                let s = r * elems::sum_by3(w, g, x, |w, g, x| w * g * x); // Σ w·g·x̂
                 let m = s / c as f32;
                 for i in 0..c {
                     dx[i] = r * (w[i] * g[i] - x[i] * r * m);

@@ -17,7 +17,10 @@ pub fn capture(threads: usize) -> Environment {
         candle_version: option_env!("MEMSCOPE_CANDLE_VERSION")
             .unwrap_or("unknown")
             .to_string(),
-        allocator: "mimalloc (counted; freed memory kept, not returned to the OS)".to_string(),
+        allocator: match std::env::var("MIMALLOC_PURGE_DELAY") {
+            Ok(d) => format!("mimalloc (counted; MIMALLOC_PURGE_DELAY={d} from the environment)"),
+            Err(_) => "mimalloc (counted; freed memory kept, not returned to the OS)".to_string(),
+        },
     }
 }
 

@@ -201,10 +201,7 @@ fn median_ns(id: &str) -> Option<f64> {
 fn main() {
     memscope::measure::alloc::keep_freed_memory(); // as the memscope binary runs
     kernels();
-    Criterion::default()
-        .output_directory(&out_dir())
-        .configure_from_args()
-        .final_summary();
+    config().final_summary();
     let threads = rayon::current_num_threads();
     let peaks = match memscope::measure::peaks::cached(threads) {
         Some(p) => p,

@@ -93,6 +93,10 @@ pub struct Throughput {
 pub struct MemoryRecord {
     /// False when counting was switched off (MEMSCOPE_NO_COUNT=1): heap figures are then not measured.
     pub counting: bool,
+    /// heap live before model load: memscope's own structures and the math library's
+    /// per-thread buffers (gemm's packing slabs, allocated at start-up).
+    #[serde(default)]
+    pub start_bytes: u64,
     /// heap live retained by model load (parameters + their containers).
     pub load_bytes: u64,
     pub load_seconds: f64,

@@ -309,31 +309,28 @@ fn kind_bytes(e: &Value, kind: &str) -> u64 {
 }
 
 #[test]
-fn checkpointing_and_flash_what_ifs_keep_exact_categories_and_shrink_activations() {
+fn checkpointing_and_attention_what_ifs_keep_exact_categories_and_change_activations() {
     for model in ["tiny-gpt2", "tiny-llama", "tiny-bert"] {
         let base = ["--model", model, "--batch", "8", "--seq", "128"];
-        let naive = est(&base);
+        let fl = est(&base); // the engine's fused attention
         let ck = est(&[&base[..], &["--checkpoint"]].concat());
-        let fl = est(&[&base[..], &["--attention", "flash"]].concat());
+        let naive = est(&[&base[..], &["--attention", "naive"]].concat());
+        // `flash`, the old name, still selects the fused kernel.
+        assert_eq!(est(&[&base[..], &["--attention", "flash"]].concat()), fl);
         let c = |e: &Value, k: &str| e["categories"][k].as_u64().unwrap();
-        for e in [&ck, &fl] {
+        for e in [&ck, &naive] {
             // Gradients and optimizer state do not depend on how activations are kept.
             for k in ["parameters", "gradients", "optimizer_state"] {
-                assert_eq!(c(e, k), c(&naive, k), "{model} {k}");
+                assert_eq!(c(e, k), c(&fl, k), "{model} {k}");
             }
-            assert!(
-                e["peak_bytes"].as_u64() < naive["peak_bytes"].as_u64(),
-                "{model}"
-            );
         }
+        let peak = |e: &Value| e["peak_bytes"].as_u64().unwrap();
+        assert!(peak(&ck) < peak(&fl) && peak(&fl) < peak(&naive), "{model}");
         // Checkpointing keeps each block's input, not its internals; backward recomputes.
-        assert!(
-            c(&ck, "activations") * 2 < c(&naive, "activations"),
-            "{model}"
-        );
-        assert!(ck["flops"]["backward"].as_u64() > naive["flops"]["backward"].as_u64());
-        assert_eq!(ck["flops"]["forward"], naive["flops"]["forward"]);
-        // Flash keeps a (B, H, T) f32 log-sum-exp per layer instead of the probabilities.
+        assert!(c(&ck, "activations") * 2 < c(&fl, "activations"), "{model}");
+        assert!(ck["flops"]["backward"].as_u64() > fl["flops"]["backward"].as_u64());
+        assert_eq!(ck["flops"]["forward"], fl["flops"]["forward"]);
+        // The kernel keeps a (B, H, T) f32 log-sum-exp per layer instead of the probabilities.
         let lse = 8 * 4 * 128 * 4 * 4; // B·H·T·4 bytes × 4 layers
         assert_eq!(kind_bytes(&fl, "scores + probabilities"), lse, "{model}");
         assert!(kind_bytes(&naive, "scores + probabilities") > 16 * lse as u64);
@@ -341,7 +338,7 @@ fn checkpointing_and_flash_what_ifs_keep_exact_categories_and_shrink_activations
 }
 
 #[test]
-fn fits_offers_checkpointing_and_flash_as_labelled_what_ifs() {
+fn fits_offers_checkpointing_and_fused_attention_as_labelled_changes() {
     let a = Command::cargo_bin("memscope")
         .unwrap()
         .args([
@@ -352,13 +349,15 @@ fn fits_offers_checkpointing_and_flash_as_labelled_what_ifs() {
             "8",
             "--seq",
             "512",
+            "--attention",
+            "naive",
         ])
         .args(["--fits", "9GiB"])
         .assert()
         .code(1);
     let text = String::from_utf8(a.get_output().stdout.clone()).unwrap();
     assert!(text.contains("--checkpoint; what-if"), "{text}");
-    assert!(text.contains("--attention flash; what-if"), "{text}");
+    assert!(text.contains("--attention fused, what memscope"), "{text}");
     let bad = Command::cargo_bin("memscope")
         .unwrap()
         .args([

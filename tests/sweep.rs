@@ -77,7 +77,7 @@ fn one_configuration_over_the_memory_limit_is_an_oom_row_and_the_sweep_carries_o
         dir.path().join("rows.csv"),
         dir.path().join("rows.md"),
     );
-    // Plan order: (s32 b1) ok, (s32 b32) over 170 MiB, (s64 b1) ok (not larger on batch),
+    // Plan order: (s32 b1) ok, (s32 b32) over 110 MiB, (s64 b1) ok (not larger on batch),
     // (s64 b32) skipped after the oom.
     let out = memscope()
         .args([
@@ -95,7 +95,7 @@ fn one_configuration_over_the_memory_limit_is_an_oom_row_and_the_sweep_carries_o
             "--threads",
             "1",
             "--memory-limit",
-            "170MiB",
+            "110MiB",
             "--quiet",
             "--jsonl",
         ])
@@ -310,7 +310,7 @@ fn fit_finds_a_batch_that_runs_while_twice_it_is_oom() {
             "--threads",
             "1",
             "--memory-limit",
-            "170MiB",
+            "110MiB",
             "--quiet",
             "--json",
         ])
@@ -365,7 +365,7 @@ fn fit_finds_a_batch_that_runs_while_twice_it_is_oom() {
             "--threads",
             "1",
             "--memory-limit",
-            "170MiB",
+            "110MiB",
             "--quiet",
             "--no-skip",
             "--batch",

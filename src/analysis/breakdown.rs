@@ -4,8 +4,9 @@
 //! Measured, per DESIGN.md: forward's retained bytes (last run) are the activations; backward's
 //! are the gradients; the first optimizer run's are the optimizer state; load's are the
 //! parameters. What the first forward retained beyond later ones is the math libraries' own
-//! buffers (gemm packing): `unattributed`. Temporaries are what the peak holds beyond the
-//! categories alive at that moment — the same definition the estimator uses.
+//! buffers (gemm packing), with what was live before load: `unattributed`. Temporaries are
+//! what the peak holds beyond the categories alive at that moment — the same definition the
+//! estimator uses.
 
 use crate::record::{BreakdownEntry, MemoryRecord};
 use crate::spec::Mode;
@@ -34,12 +35,13 @@ fn retained(m: &MemoryRecord, phase: &str, last: bool) -> u64 {
         .max(0) as u64
 }
 
-/// Library buffers kept after the first forward (first run's retained minus the last run's),
-/// plus what load kept beyond the parameters (containers).
+/// What was live before load (gemm's per-thread slabs, allocated at start-up), library
+/// buffers kept after the first forward (first run's retained minus the last run's), and what
+/// load kept beyond the parameters (containers).
 pub fn unattributed(m: &MemoryRecord) -> u64 {
     let fwd = retained(m, "forward", false).saturating_sub(retained(m, "forward", true))
         + retained(m, "prefill", false).saturating_sub(retained(m, "prefill", true));
-    fwd + m.load_bytes.saturating_sub(m.param_bytes)
+    m.start_bytes + fwd + m.load_bytes.saturating_sub(m.param_bytes)
 }
 
 /// The phase whose window holds the run's heap peak.
@@ -176,6 +178,7 @@ mod tests {
     fn train_record() -> MemoryRecord {
         let mut m = MemoryRecord {
             param_bytes: 100,
+            start_bytes: 20,
             load_bytes: 110,
             series: vec![StepMemory::default(), StepMemory::default()],
             ..Default::default()
@@ -195,9 +198,10 @@ mod tests {
         assert_eq!(get("parameters"), 100);
         assert_eq!(get("optimizer state"), 200);
         assert_eq!(get("activations"), 400);
-        // 5 from the first forward's extra + 10 of load beyond the parameters.
-        assert_eq!(get("unattributed (library buffers)"), 15);
-        assert_eq!(get("temporaries"), 1000 - 100 - 200 - 400 - 15);
+        // 20 live before load + 5 from the first forward's extra + 10 of load beyond the
+        // parameters.
+        assert_eq!(get("unattributed (library buffers)"), 35);
+        assert_eq!(get("temporaries"), 1000 - 100 - 200 - 400 - 35);
         assert_eq!(r.parts.iter().map(|p| p.1).sum::<u64>(), 1000);
     }
 

@@ -221,30 +221,32 @@ fn checkpoint_rule(
 
 /// A fused kernel's backward (candle's CustomOp rule): every input gradient is computed first,
 /// then each is added into the store.
-fn fused_rule(sim: &mut Sim, grads: &mut Grads, kind: Fused, inputs: &[Id], _grad: Id) {
+fn fused_rule(sim: &mut Sim, grads: &mut Grads, kind: Fused, inputs: &[Id], grad: Id) {
     let targets: Vec<Id> = inputs
         .iter()
         .copied()
         .filter(|&i| sim.nodes[i].tracked && !sim.nodes[i].is_int)
         .collect();
-    let mut scratch = Vec::new();
     match kind {
         Fused::Gelu | Fused::LayerNorm | Fused::RmsNorm | Fused::SwiGlu | Fused::CrossEntropy => {}
-        Fused::FlashAttention => {
-            // rowsum(dO ∘ O): (B, H, T) f32; the scores are recomputed tile by tile (no
-            // (T, S) buffer): QKᵀ again, then dV, dP, dQ, dK.
-            let q = inputs[0];
-            let s = sim.shape(q).to_vec();
-            scratch.push(sim.leaf(&s[..3], 4));
-            let sk = sim.shape(inputs[1])[2];
-            let batch = (s[0] * s[1]) as u64;
+        Fused::Attention { causal } => {
+            // The scores are recomputed block by block (no (T, S) buffer beyond a per-thread
+            // block): QKᵀ again, then dV, dP, dQ, dK.
+            let lse = sim.shape(inputs[inputs.len() - 1]).to_vec(); // (B, H, T)
+            let (h, t) = (lse[1], lse[2]);
+            let d = sim.shape(grad)[2] / h;
+            let s = if inputs.len() == 2 {
+                t
+            } else {
+                sim.shape(inputs[1])[2]
+            };
+            let cols = super::models::attention_columns(t, s, causal);
             for _ in 0..5 {
-                sim.add_matmul_flops(batch, s[2], s[3], sk);
+                sim.add_matmul_flops((lse[0] * h) as u64, cols, d, 1);
             }
         }
     }
     let gs: Vec<Id> = targets.iter().map(|&t| sim.zeros_like(t)).collect();
-    release_all(sim, &scratch);
     for (&t, &g) in targets.iter().zip(&gs) {
         acc(sim, grads, t, g);
     }

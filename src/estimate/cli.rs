@@ -38,8 +38,8 @@ pub struct EstimateArgs {
     /// What-if: activation checkpointing of every block (train; memscope's engine does not run it)
     #[arg(long)]
     pub checkpoint: bool,
-    /// Attention implementation (flash is a what-if: memscope's engine runs naive)
-    #[arg(long, value_enum, default_value_t = Attention::Naive)]
+    /// Attention implementation (naive is a what-if: memscope's engine runs fused)
+    #[arg(long, value_enum, default_value_t = Attention::Fused)]
     pub attention: Attention,
     /// CPU threads the run would use (gemm keeps a buffer per thread; default: all cores)
     #[arg(long)]

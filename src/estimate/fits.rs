@@ -80,9 +80,9 @@ fn alternatives(req: &Request) -> Vec<(String, Request)> {
     }
     if req.attention == Attention::Naive {
         let mut r = req.clone();
-        r.attention = Attention::Flash;
+        r.attention = Attention::Fused;
         v.push((
-            "flash attention (--attention flash; what-if, memscope's engine runs naive)".into(),
+            "fused attention (--attention fused, what memscope's engine runs)".into(),
             r,
         ));
     }

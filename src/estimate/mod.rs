@@ -27,14 +27,18 @@ pub enum Optimizer {
     Sgd,
 }
 
-/// How attention is computed. memscope's engine runs `naive`; `flash` is for what-if.
+/// How attention is computed. memscope's engine runs `fused`; `naive` is for what-if.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
 pub enum Attention {
-    /// Scores and probabilities (B, H, T, S) materialised and kept for backward
+    /// memscope's kernel, flash-style: only the output and a (B, H, T) log-sum-exp kept;
+    /// backward recomputes the scores
+    #[value(alias = "flash")]
+    #[serde(alias = "flash")]
+    Fused,
+    /// Op by op, as eager PyTorch without SDPA: scores and probabilities (B, H, T, S)
+    /// materialised and kept for backward
     Naive,
-    /// Flash-style: only the output and a (B, H, T) log-sum-exp kept; backward recomputes
-    Flash,
 }
 
 /// What to estimate.
@@ -70,7 +74,7 @@ impl Request {
             prompt_len: spec.prompt_len,
             new_tokens: spec.new_tokens,
             checkpoint: false,
-            attention: Attention::Naive,
+            attention: Attention::Fused,
             threads: spec.threads,
         }
     }
@@ -91,19 +95,11 @@ pub struct Categories {
     pub runtime_buffers: u64,
 }
 
-/// gemm's per-thread packing slab for `threads` threads: L2-sized (read from sysfs; 1 MiB
-/// when unknown), on the calling thread alone, or on the calling thread and every worker once
-/// gemm splits a product across threads (`split`: a product with a contiguous right operand
-/// above gemm's threading threshold ran). Measured on a 1 MiB-L2 machine: 1 MiB at
-/// `--threads 1`; 3 MiB at `--threads 2` for GPT-2 and for training; 1 MiB for LLaMA inference
-/// at small sizes (every forward product there has a transposed weight).
-pub fn runtime_buffers(threads: usize, split: bool) -> u64 {
-    let slabs = if threads > 1 && split {
-        1 + threads as u64
-    } else {
-        1
-    };
-    slabs * l2_bytes().unwrap_or(1 << 20)
+/// gemm's per-thread packing slab, L2-sized (read from sysfs; 1 MiB when unknown), on the
+/// calling thread and each of the `threads` rayon workers: memscope allocates them all at
+/// start-up (`kernels::gemm_slabs`) so that the count does not depend on scheduling.
+pub fn runtime_buffers(threads: usize) -> u64 {
+    (1 + threads as u64) * l2_bytes().unwrap_or(1 << 20)
 }
 
 fn l2_bytes() -> Option<u64> {

@@ -7,6 +7,7 @@
 
 use super::backward::Recompute;
 use super::sim::{Bin, Fused, Id, Sim, Un};
+use crate::kernels::attention::BLOCK;
 use crate::model::config::{Family, ModelConfig};
 use crate::model::scope;
 use std::collections::HashMap;
@@ -98,8 +99,9 @@ pub struct Built<'a> {
     pub dtype: u64,
     /// What-if: every block's forward runs without recording and is recomputed in backward.
     pub checkpoint: bool,
-    /// What-if: flash-style attention (no (B, H, T, S) scores or probabilities kept).
-    pub flash: bool,
+    /// What-if: candle's op-by-op attention, which keeps the (B, H, T, S) scores and
+    /// probabilities (memscope's engine runs `kernels::attention`).
+    pub naive: bool,
 }
 
 /// A model with its parameters, for recomputing a checkpointed block in backward.
@@ -110,7 +112,7 @@ impl Recompute for WithParams<'_, '_> {
         let (m, p) = (self.0, self.1);
         let t = sim.shape(x)[1];
         // The mask and the rotary tables are rebuilt for the recomputation (small).
-        let mask = (t > 1 && m.cfg.family != Family::Bert).then(|| causal_mask(sim, t, 0, m.dtype));
+        let mask = m.mask(sim, t, 0);
         let rope = (m.cfg.family == Family::Llama).then(|| {
             let hd = m.cfg.head_dim();
             (sim.leaf(&[t, hd], m.dtype), sim.leaf(&[t, hd], m.dtype))
@@ -127,6 +129,12 @@ impl Recompute for WithParams<'_, '_> {
 }
 
 impl Built<'_> {
+    /// The additive causal mask (T, S) the naive what-if builds; the kernel needs none.
+    fn mask(&self, sim: &mut Sim, t: usize, offset: usize) -> Option<Id> {
+        (self.naive && t > 1 && self.cfg.family != Family::Bert)
+            .then(|| causal_mask(sim, t, offset, self.dtype))
+    }
+
     /// ids (B, T) → logits (B, T, V). `kv`: per layer (k, v) cache tensors (B, KV, S_max, D) and
     /// the number of positions already cached, for generate.
     pub fn forward(
@@ -158,7 +166,7 @@ impl Built<'_> {
         let pe = sim.index_select(wpe, pos); // (T, C)
         let mut x = sim.broadcast(Bin::Add, tok, pe); // (B, T, C)
         drop_all(sim, &[pos, flat, e, tok, pe]);
-        let mask = (t > 1).then(|| causal_mask(sim, t, offset, self.dtype));
+        let mask = self.mask(sim, t, offset);
         x = sim.cut(x); // model::segments: the residual stream after the embedding
         for i in 0..cfg.n_layers {
             let cache = kv.map(|k| k.0[i]);
@@ -265,27 +273,31 @@ impl Built<'_> {
         sim.enter(&scope::attention(i));
         sim.kind = "attention input (qkv)";
         let qkv = conv1d(sim, h, w[2], w[3]); // (N, 3C)
-        let r = sim.reshape(qkv, &[b, t, 3, nh, hd]);
-        let pm = sim.permute(r, &[2, 0, 3, 1, 4]); // (3, B, H, T, D)
-        let parts: Vec<Id> = (0..3)
-            .map(|j| {
-                let g = sim.get(pm, j);
-                let cg = sim.contiguous(g);
-                sim.release(g);
-                cg
-            })
-            .collect(); // q, k, v (B, H, T, D)
-        let (k, v) = append(sim, cache, parts[1], parts[2], offset);
-        let y = attention(sim, self.flash, parts[0], k, v, mask); // (B, H, T, D)
-        let yt = sim.transpose(y, 1, 2);
-        let y2 = sim.reshape(yt, &[b * t, c]); // (N, C)
+        let y2 = if cache.is_none() && !self.naive {
+            // The kernel reads Q, K and V in place in the packed projection.
+            let q3 = sim.reshape(qkv, &[b, t, 3 * c]);
+            let y = attention_kernel(sim, &[q3], (b, nh, t, t, hd), true); // (B, T, C)
+            let y2 = sim.reshape(y, &[b * t, c]); // (N, C)
+            drop_all(sim, &[q3, y]);
+            y2
+        } else {
+            let r = sim.reshape(qkv, &[b, t, 3, nh, hd]);
+            let pm = sim.permute(r, &[2, 0, 3, 1, 4]); // (3, B, H, T, D)
+            let parts: Vec<Id> = (0..3).map(|j| sim.get(pm, j)).collect(); // q, k, v views
+            let (k, v) = append(sim, cache, parts[1], parts[2], offset); // (B, H, S, D)
+            let y2 = attention(sim, self.naive, parts[0], k, v, mask); // (N, C)
+            drop_all(sim, &[r, pm, k, v]);
+            drop_all(sim, &parts);
+            y2
+        };
         sim.kind = "attention output";
         let pr = conv1d(sim, y2, w[4], w[5]);
         let pr3 = sim.reshape(pr, &[b, t, c]);
+        // The engine's attention half returns here: its temporaries are freed.
+        drop_all(sim, &[ln, h, qkv, y2, pr]);
         sim.kind = "residual";
         let x1 = sim.binary(Bin::Add, x, pr3); // (B, T, C)
-        drop_all(sim, &[qkv, r, pm, k, v, y, yt, y2, pr, pr3]);
-        drop_all(sim, &parts);
+        sim.release(pr3);
         sim.enter(&scope::norms(i));
         sim.kind = "norms";
         let ln2 = layer_norm(sim, x1, w[6], w[7]);
@@ -294,11 +306,13 @@ impl Built<'_> {
         sim.kind = "mlp";
         let fc = conv1d(sim, h2, w[8], w[9]); // (N, F)
         let g = gelu(sim, fc); // (N, F)
+        sim.release(fc);
         let pj = conv1d(sim, g, w[10], w[11]); // (N, C)
         let pj3 = sim.reshape(pj, &[b, t, c]);
+        drop_all(sim, &[ln2, h2, g, pj]);
         sim.kind = "residual";
         let out = sim.binary(Bin::Add, x1, pj3); // (B, T, C)
-        drop_all(sim, &[ln, h, x1, ln2, h2, fc, g, pj, pj3]);
+        drop_all(sim, &[x1, pj3]);
         out
     }
 
@@ -317,7 +331,7 @@ impl Built<'_> {
         drop_all(sim, &[flat, e]);
         let cos = sim.leaf(&[t, hd], self.dtype); // (T, D)
         let sin = sim.leaf(&[t, hd], self.dtype);
-        let mask = (t > 1).then(|| causal_mask(sim, t, offset, self.dtype));
+        let mask = self.mask(sim, t, offset);
         x = sim.cut(x); // model::segments: the residual stream after the embedding
         for i in 0..cfg.n_layers {
             let cache = kv.map(|k| k.0[i]);
@@ -379,24 +393,16 @@ impl Built<'_> {
         let q = rope(sim, qc, cos, sin); // (B, H, T, D)
         let kc = sim.contiguous(k0);
         let k = rope(sim, kc, cos, sin); // (B, KV, T, D)
-        let vc = sim.contiguous(v0);
-        let (k2, v2) = append(sim, cache, k, vc, offset);
-        let kr = repeat_kv(sim, k2, nh / nkv); // (B, H, S, D)
-        let vr = repeat_kv(sim, v2, nh / nkv);
-        let y = attention(sim, self.flash, q, kr, vr, mask);
-        let yt = sim.transpose(y, 1, 2);
-        let y2 = sim.reshape(yt, &[b * t, c]);
+        let (k2, v2) = append(sim, cache, k, v0, offset); // (B, KV, S, D)
+        let y2 = attention(sim, self.naive, q, k2, v2, mask); // (N, C)
         sim.kind = "attention output";
         let o = linear(sim, y2, w[4], None);
         let o3 = sim.reshape(o, &[b, t, c]);
         sim.kind = "residual";
+        // The engine's attention half returns here: its temporaries are freed.
+        drop_all(sim, &[rn, h, q0, k0, v0, qc, q, kc, k, k2, v2, y2, o]);
         let x1 = sim.binary(Bin::Add, x, o3);
-        drop_all(
-            sim,
-            &[
-                q0, k0, v0, qc, q, kc, k, vc, k2, v2, kr, vr, y, yt, y2, o, o3,
-            ],
-        );
+        sim.release(o3);
         sim.enter(&scope::norms(i));
         sim.kind = "norms";
         let rn2 = rms_norm(sim, x1, w[5]);
@@ -408,9 +414,10 @@ impl Built<'_> {
         let gu = kernel(sim, Fused::SwiGlu, &[gl, u]); // (N, F)
         let d = linear(sim, gu, w[8], None); // (N, C)
         let d3 = sim.reshape(d, &[b, t, c]);
+        drop_all(sim, &[rn2, h2, gl, u, gu, d]);
         sim.kind = "residual";
         let out = sim.binary(Bin::Add, x1, d3);
-        drop_all(sim, &[rn, h, x1, rn2, h2, gl, u, gu, d, d3]);
+        drop_all(sim, &[x1, d3]);
         out
     }
 
@@ -484,23 +491,25 @@ impl Built<'_> {
         let heads = |sim: &mut Sim, wi: usize| {
             let l = linear(sim, h, w[wi], Some(w[wi + 1]));
             let r = sim.reshape(l, &[b, t, nh, hd]);
-            let tr = sim.transpose(r, 1, 2);
-            let cg = sim.contiguous(tr);
-            drop_all(sim, &[l, r, tr]);
-            cg
+            let tr = sim.transpose(r, 1, 2); // (B, H, T, D), a view
+            drop_all(sim, &[l, r]);
+            tr
         };
         let q = heads(sim, 0);
         let k = heads(sim, 2);
         let v = heads(sim, 4);
-        let y = attention(sim, self.flash, q, k, v, None);
-        let yt = sim.transpose(y, 1, 2);
-        let y2 = sim.reshape(yt, &[b * t, c]);
+        let y2 = if self.naive {
+            naive_attention(sim, q, k, v, None)
+        } else {
+            attention_kernel(sim, &[q, k, v], (b, nh, t, t, hd), false)
+        };
         sim.kind = "attention output";
         let o = linear(sim, y2, w[6], Some(w[7]));
         let o3 = sim.reshape(o, &[b, t, c]);
+        drop_all(sim, &[h, q, k, v, y2, o]); // the engine's attention half returns here
         sim.kind = "residual";
         let s = sim.binary(Bin::Add, x, o3);
-        drop_all(sim, &[h, q, k, v, y, yt, y2, o, o3]);
+        sim.release(o3);
         sim.enter(&scope::norms(i));
         sim.kind = "norms";
         let x1 = layer_norm(sim, s, w[8], w[9]);
@@ -510,11 +519,13 @@ impl Built<'_> {
         let h1 = sim.reshape(x1, &[b * t, c]);
         let it = linear(sim, h1, w[10], Some(w[11]));
         let g = sim.unary(Un::GeluErf, it);
+        sim.release(it);
         let out = linear(sim, g, w[12], Some(w[13]));
         let o3 = sim.reshape(out, &[b, t, c]);
+        drop_all(sim, &[h1, g, out]);
         sim.kind = "residual";
         let s2 = sim.binary(Bin::Add, x1, o3);
-        drop_all(sim, &[h1, it, g, out, o3]);
+        sim.release(o3);
         sim.enter(&scope::norms(i));
         sim.kind = "norms";
         let y = layer_norm(sim, s2, w[14], w[15]);
@@ -606,12 +617,42 @@ fn softmax_last(sim: &mut Sim, x: Id) -> Id {
     out
 }
 
-/// q (B, H, T, D), k and v (B, H, S, D) → (B, H, T, D).
-fn attention(sim: &mut Sim, flash: bool, q: Id, k: Id, v: Id, mask: Option<Id>) -> Id {
-    if flash {
-        return flash_attention(sim, q, k, v);
+/// q (B, H, T, D), k and v (B, KV, S, D), any layout → (N, C): memscope's kernel, or the
+/// naive what-if (contiguous copies, K/V heads repeated, scores and probabilities kept).
+fn attention(sim: &mut Sim, naive: bool, q: Id, k: Id, v: Id, mask: Option<Id>) -> Id {
+    let (b, h, t, d) = (
+        sim.shape(q)[0],
+        sim.shape(q)[1],
+        sim.shape(q)[2],
+        sim.shape(q)[3],
+    );
+    let s = sim.shape(k)[2];
+    if !naive {
+        let y = attention_kernel(sim, &[q, k, v], (b, h, t, s, d), true); // (B, T, C)
+        let y2 = sim.reshape(y, &[b * t, h * d]);
+        sim.release(y);
+        return y2;
     }
+    let rep = h / sim.shape(k)[1];
+    let cs: Vec<Id> = [q, k, v].iter().map(|&x| sim.contiguous(x)).collect();
+    let kr = repeat_kv(sim, cs[1], rep); // (B, H, S, D)
+    let vr = repeat_kv(sim, cs[2], rep);
+    let y = naive_attention(sim, cs[0], kr, vr, mask);
+    drop_all(sim, &[kr, vr]);
+    drop_all(sim, &cs);
+    y
+}
+
+/// candle's op-by-op attention (`model::unfused::attention`) then the (N, C) layout:
+/// q (B, H, T, D), k and v (B, H, S, D) contiguous.
+fn naive_attention(sim: &mut Sim, q: Id, k: Id, v: Id, mask: Option<Id>) -> Id {
     let before = sim.kind;
+    let (b, h, t, d) = (
+        sim.shape(q)[0],
+        sim.shape(q)[1],
+        sim.shape(q)[2],
+        sim.shape(q)[3],
+    );
     sim.kind = "scores + probabilities";
     let kt = sim.t(k);
     let s0 = sim.matmul(q, kt); // (B, H, T, S)
@@ -627,44 +668,83 @@ fn attention(sim: &mut Sim, flash: bool, q: Id, k: Id, v: Id, mask: Option<Id>) 
     };
     let probs = in_f32(sim, s2, softmax_last);
     sim.kind = "attention output";
-    let y = sim.matmul(probs, v);
-    drop_all(sim, &[s2, probs]);
+    let y = sim.matmul(probs, v); // (B, H, T, D)
+    let yt = sim.transpose(y, 1, 2);
+    let y2 = sim.reshape(yt, &[b * t, h * d]); // (N, C)
+    drop_all(sim, &[s2, probs, y, yt]);
     sim.kind = before;
-    y
+    y2
 }
 
-/// Flash-style attention: the output (B, H, T, D) and the log-sum-exp (B, H, T) in f32 are all
-/// it keeps; the mask is applied inside the kernel.
-fn flash_attention(sim: &mut Sim, q: Id, k: Id, v: Id) -> Id {
+/// `kernels::attention` over `inputs` (a packed (B, T, 3C) projection, or q, k, v) of
+/// `(B, H, T, S, D)` → (B, T, H·D), run in f32 for half types. It keeps its inputs and the row
+/// log-sum-exp (B, H, T) f32; the mask is applied inside. Its per-thread (64, S) score blocks
+/// are not counted (under 1 MiB per thread up to S = 2048).
+fn attention_kernel(
+    sim: &mut Sim,
+    inputs: &[Id],
+    (b, h, t, s, d): (usize, usize, usize, usize, usize),
+    causal: bool,
+) -> Id {
     let before = sim.kind;
-    let s = sim.shape(q).to_vec();
-    let sk = sim.shape(k)[2];
-    let batch = (s[0] * s[1]) as u64;
+    let dt = sim.nodes[inputs[0]].dtype;
+    let mut xs: Vec<Id> = inputs
+        .iter()
+        .map(|&x| {
+            if dt >= 4 {
+                sim.hold(x)
+            } else {
+                sim.to_dtype(x, 4)
+            }
+        })
+        .collect();
     sim.kind = "scores + probabilities";
-    let lse = sim.leaf(&s[..3], 4);
+    let lse = sim.leaf(&[b, h, t], 4);
+    xs.push(lse);
     sim.kind = "attention output";
-    sim.add_matmul_flops(batch, s[2], s[3], sk); // QKᵀ
-    sim.add_matmul_flops(batch, s[2], sk, s[3]); // PV
-    let y = sim.fused(Fused::FlashAttention, &[q, k, v, lse], q, &s);
-    sim.release(lse);
+    let cols = attention_columns(t, s, causal);
+    for _ in 0..2 {
+        sim.add_matmul_flops((b * h) as u64, cols, d, 1); // QKᵀ, then PV
+    }
+    let y = sim.fused(Fused::Attention { causal }, &xs, xs[0], &[b, t, h * d]);
+    drop_all(sim, &xs);
+    let out = if dt >= 4 {
+        y
+    } else {
+        let o = sim.to_dtype(y, dt);
+        sim.release(y);
+        o
+    };
     sim.kind = before;
-    y
+    out
 }
 
-/// The KV cache's `append`: writes in place, returns contiguous copies of the filled prefix.
+/// Σ over the kernel's query blocks of rows × keys multiplied: T·S without a mask; with the
+/// causal mask, each block of [`BLOCK`] rows stops at the last key its last row sees.
+pub fn attention_columns(t: usize, s: usize, causal: bool) -> usize {
+    (0..t)
+        .step_by(BLOCK)
+        .map(|r0| {
+            let br = BLOCK.min(t - r0);
+            br * if causal { s - t + r0 + br } else { s }
+        })
+        .sum()
+}
+
+/// The KV cache's `append`: copies k and v into the cache (through a contiguous copy when
+/// they are views) and returns views of the filled prefix.
 fn append(sim: &mut Sim, cache: Option<(Id, Id)>, k: Id, v: Id, offset: usize) -> (Id, Id) {
     match cache {
         None => (sim.hold(k), sim.hold(v)),
         Some((ck, cv)) => {
             let s = offset + sim.shape(k)[2];
-            let filled = |sim: &mut Sim, c: Id| {
+            let filled = |sim: &mut Sim, c: Id, new: Id| {
+                let staged = sim.contiguous(new);
+                sim.release(staged);
                 // The cache holds S_max positions; the prefix in use is offset + T of them.
-                let n = sim.narrow(c, 2, 0, s);
-                let out = sim.contiguous(n);
-                sim.release(n);
-                out
+                sim.narrow(c, 2, 0, s)
             };
-            (filled(sim, ck), filled(sim, cv))
+            (filled(sim, ck, k), filled(sim, cv, v))
         }
     }
 }

@@ -91,9 +91,10 @@ pub enum Fused {
     /// `kernels::cross_entropy` (logits, targets) → f32 scalar; backward makes one
     /// logits-sized gradient.
     CrossEntropy,
-    /// Flash-style attention: saves the output and the log-sum-exp (B, H, T) instead of the
-    /// (B, H, T, S) probabilities; backward recomputes the scores tile by tile.
-    FlashAttention,
+    /// `kernels::attention` (a packed qkv, or q, k, v; then the lse (B, H, T) f32): saves its
+    /// inputs, its output and the lse instead of the (B, H, T, S) probabilities; backward
+    /// recomputes the scores block by block and makes one gradient per input.
+    Attention { causal: bool },
 }
 
 impl Op {
@@ -195,9 +196,7 @@ pub struct Sim {
     pub overflow: bool,
     /// candle's no-grad mode: new nodes record nothing (the forward of a checkpointed block).
     pub no_grad: bool,
-    /// The largest m·k·n of one product whose right operand is contiguous: gemm splits such a
-    /// product across threads above [`GEMM_SPLIT_WORK`] (see `runtime_buffers`).
-    pub split_work: u64,
+
     /// Train: cut the graph at block boundaries ([`Sim::cut`], `model::segments`).
     pub segmenting: bool,
     /// The segments cut so far: (input variable, output), the embedding's without an input.
@@ -205,9 +204,6 @@ pub struct Sim {
     /// The input variable of the segment being built (after the last cut).
     pub segment_input: Option<Id>,
 }
-
-/// gemm's default threading threshold (`DEFAULT_THREADING_THRESHOLD`, gemm-common 0.19).
-pub const GEMM_SPLIT_WORK: u64 = 48 * 48 * 256;
 
 impl Default for Sim {
     fn default() -> Self {
@@ -232,7 +228,6 @@ impl Sim {
             flops: [0; N_PHASES],
             overflow: false,
             no_grad: false,
-            split_work: 0,
             segmenting: false,
             segments: Vec::new(),
             segment_input: None,
@@ -620,10 +615,6 @@ impl Sim {
         let mut shape = sa[..sa.len() - 2].to_vec();
         let batch: u64 = shape.iter().map(|&d| d as u64).product();
         self.add_matmul_flops(batch, m, k, n);
-        if self.nodes[b].contiguous {
-            let work = (m as u64).saturating_mul(k as u64).saturating_mul(n as u64);
-            self.split_work = self.split_work.max(work);
-        }
         shape.extend([m, n]);
         self.fresh(a, shape, Op::Matmul(a, b))
     }

@@ -4,7 +4,7 @@
 
 use super::backward::segmented_backward;
 use super::models::{cross_entropy, Built, Params, WithParams};
-use super::sim::{Bin, Id, Phase, Sim, GEMM_SPLIT_WORK};
+use super::sim::{Bin, Id, Phase, Sim};
 use super::{
     runtime_buffers, ActivationRow, Attention, Categories, Estimate, Flops, Hotspot, Optimizer,
     PhaseEstimate, Request,
@@ -32,7 +32,7 @@ pub fn estimate(req: &Request) -> anyhow::Result<Estimate> {
         cfg: &req.cfg,
         dtype: dt,
         checkpoint: req.checkpoint && req.mode == Mode::Train,
-        flash: req.attention == Attention::Flash,
+        naive: req.attention == Attention::Naive,
     };
     let mut out = match req.mode {
         Mode::Train => train(&mut sim, &model, &p, req),
@@ -57,16 +57,16 @@ pub fn estimate(req: &Request) -> anyhow::Result<Estimate> {
                 .into(),
         );
     }
-    if req.attention == Attention::Flash {
+    if req.attention == Attention::Naive {
         out.notes.push(
-            "what-if: memscope's engine runs naive attention; flash keeps the output and a \
-             (B, H, T) log-sum-exp instead of the (B, H, T, S) probabilities"
+            "what-if: memscope's engine runs fused attention, which keeps the output and a \
+             (B, H, T) log-sum-exp; naive keeps the (B, H, T, S) scores and probabilities"
                 .into(),
         );
     }
     out.params = params;
     out.categories.parameters = sim_param_bytes(&specs, dt);
-    let rb = runtime_buffers(req.threads, sim.split_work >= GEMM_SPLIT_WORK);
+    let rb = runtime_buffers(req.threads);
     out.categories.runtime_buffers = rb;
     out.peak_bytes += rb;
     for p in &mut out.phases {

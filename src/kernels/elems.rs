@@ -87,6 +87,12 @@ pub fn sum_by3(a: &[f32], b: &[f32], c: &[f32], f: impl Fn(f32, f32, f32) -> f32
     acc.iter().sum::<f32>() + tail
 }
 
+/// Σ a·b over two slices of one length, in [`LANES`] lanes.
+#[inline(always)]
+pub fn dot(a: &[f32], b: &[f32]) -> f32 {
+    sum_by3(a, b, a, |x, y, _| x * y)
+}
+
 /// The largest element (−∞ for an empty slice), in [`LANES`] lanes.
 #[inline(always)]
 pub fn max(xs: &[f32]) -> f32 {

@@ -8,9 +8,11 @@
 //! Shape vocabulary: N rows, C features, V vocabulary.
 
 pub mod adamw;
+pub mod attention;
 pub mod cross_entropy;
 pub mod elems;
 pub mod gelu;
+pub mod gemm_slabs;
 pub mod layer_norm;
 pub mod rms_norm;
 pub mod sgd;

@@ -195,6 +195,7 @@ pub fn measure_with(
     }
     let memory = MemoryRecord {
         counting: alloc::is_active() && alloc::counting(),
+        start_bytes: load_before.curr_bytes,
         load_bytes: load_after.curr_bytes.saturating_sub(load_before.curr_bytes),
         load_seconds,
         load_peak_bytes: tracker.peak_of(Phase::Load),

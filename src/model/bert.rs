@@ -2,8 +2,10 @@
 //! bidirectional attention and a GELU MLP, and a masked-LM head whose decoder is tied to the word
 //! embedding. Names follow Hugging Face's `BertForMaskedLM`.
 
+use crate::kernels::attention;
 use crate::model::config::ModelConfig;
-use crate::model::ops::{attention, layer_norm, linear};
+use crate::model::ops::{layer_norm, linear};
+use crate::model::scope;
 use crate::model::store::{Init::*, ParamSpec, ParamStore};
 use candle_core::{Result, Tensor};
 
@@ -197,27 +199,39 @@ impl Bert {
     }
 
     fn layer(&self, i: usize, l: &Layer, x: &Tensor) -> Result<Tensor> {
-        use crate::model::scope;
+        let eps = self.cfg.norm_eps;
+        let s = (x + self.attention(i, l, x)?)?; // (B, T, C)
+        scope::enter(scope::norms_id(i));
+        let x = layer_norm(&s, &l.attn_norm.w, &l.attn_norm.b, eps)?; // (B, T, C)
+        drop(s);
+        let s = (&x + self.mlp(i, l, &x)?)?; // (B, T, C)
+        scope::enter(scope::norms_id(i));
+        layer_norm(&s, &l.out_norm.w, &l.out_norm.b, eps) // (B, T, C)
+    }
+
+    /// Layer `i`'s self-attention to its output projection → (B, T, C). A function of its own
+    /// so that its temporaries are freed before the MLP runs (inference keeps no graph).
+    fn attention(&self, i: usize, l: &Layer, x: &Tensor) -> Result<Tensor> {
         scope::enter(scope::attention_id(i));
         let (b, t, c) = x.dims3()?;
-        let (nh, hd, eps) = (self.cfg.n_heads, self.cfg.head_dim(), self.cfg.norm_eps);
+        let (nh, hd) = (self.cfg.n_heads, self.cfg.head_dim());
         let h = x.reshape((b * t, c))?; // (B*T, C)
         let heads = |d: &Dense| -> Result<Tensor> {
             linear(&h, &d.w, Some(&d.b))?
                 .reshape((b, t, nh, hd))?
-                .transpose(1, 2)?
-                .contiguous() // (B, H, T, D)
+                .transpose(1, 2) // (B, H, T, D), a view: the kernel reads it in place
         };
-        let y = attention(&heads(&l.q)?, &heads(&l.k)?, &heads(&l.v)?, None)?; // (B, H, T, D)
-        let y = y.transpose(1, 2)?.reshape((b * t, c))?; // (B*T, C)
-        let y = linear(&y, &l.attn_out.w, Some(&l.attn_out.b))?.reshape((b, t, c))?; // (B, T, C)
-        scope::enter(scope::norms_id(i));
-        let x = layer_norm(&(x + y)?, &l.attn_norm.w, &l.attn_norm.b, eps)?; // (B, T, C)
+        let (q, k, v) = (heads(&l.q)?, heads(&l.k)?, heads(&l.v)?);
+        let y = attention::split(&q, &k, &v, false)?.reshape((b * t, c))?; // (B*T, C)
+        linear(&y, &l.attn_out.w, Some(&l.attn_out.b))?.reshape((b, t, c)) // (B, T, C)
+    }
+
+    /// Layer `i`'s feed-forward → (B, T, C).
+    fn mlp(&self, i: usize, l: &Layer, x: &Tensor) -> Result<Tensor> {
         scope::enter(scope::mlp_id(i));
+        let (b, t, c) = x.dims3()?;
         let h = x.reshape((b * t, c))?; // (B*T, C)
         let h = linear(&h, &l.inter.w, Some(&l.inter.b))?.gelu_erf()?; // (B*T, F)
-        let h = linear(&h, &l.out.w, Some(&l.out.b))?.reshape((b, t, c))?; // (B, T, C)
-        scope::enter(scope::norms_id(i));
-        layer_norm(&(x + h)?, &l.out_norm.w, &l.out_norm.b, eps) // (B, T, C)
+        linear(&h, &l.out.w, Some(&l.out.b))?.reshape((b, t, c)) // (B, T, C)
     }
 }

@@ -2,9 +2,10 @@
 //! LM head tied to the token embedding. Weight names and layouts follow the Hugging Face
 //! checkpoint (`h.{i}.attn.c_attn.weight` is a Conv1D: (in, out)).
 
+use crate::kernels::attention;
 use crate::model::config::ModelConfig;
 use crate::model::kv_cache::KvCache;
-use crate::model::ops::{attention, causal_mask, conv1d, layer_norm};
+use crate::model::ops::{conv1d, layer_norm};
 use crate::model::scope;
 use crate::model::segments::Cut;
 use crate::model::store::{Init::*, ParamSpec, ParamStore};
@@ -131,20 +132,9 @@ impl Gpt2 {
             .embedding(&ids.flatten_all()?)?
             .reshape((b, t, c))?; // (B, T, C)
         let x = tok.broadcast_add(&self.wpe.embedding(&pos)?)?; // (B, T, C)
-        let mask = if t > 1 {
-            Some(causal_mask(t, offset, x.dtype(), x.device())?)
-        } else {
-            None
-        };
         let mut x = cut(x)?;
         for (i, blk) in self.blocks.iter().enumerate() {
-            x = cut(self.block(
-                i,
-                blk,
-                &x,
-                mask.as_ref(),
-                cache.as_deref_mut().map(|k| (i, k)),
-            )?)?;
+            x = cut(self.block(i, blk, &x, cache.as_deref_mut().map(|k| (i, k)))?)?;
         }
         scope::enter(scope::HEAD_ID);
         if let Some(k) = cache {
@@ -160,33 +150,48 @@ impl Gpt2 {
         i: usize,
         blk: &Block,
         x: &Tensor,
-        mask: Option<&Tensor>,
+        cache: Option<(usize, &mut KvCache)>,
+    ) -> Result<Tensor> {
+        let x = (x + self.attention(i, blk, x, cache)?)?; // (B, T, C)
+        &x + self.mlp(i, blk, &x)? // (B, T, C)
+    }
+
+    /// Block `i`'s attention half, norm to output projection → (B, T, C). A function of its
+    /// own so that its temporaries are freed before the MLP runs (inference keeps no graph).
+    fn attention(
+        &self,
+        i: usize,
+        blk: &Block,
+        x: &Tensor,
         cache: Option<(usize, &mut KvCache)>,
     ) -> Result<Tensor> {
         let (b, t, c) = x.dims3()?;
         let (nh, hd) = (self.cfg.n_heads, self.cfg.head_dim());
-        let eps = self.cfg.norm_eps;
         scope::enter(scope::norms_id(i));
-        let h = layer_norm(x, &blk.ln_1.w, &blk.ln_1.b, eps)?.reshape((b * t, c))?; // (B*T, C)
+        let h = layer_norm(x, &blk.ln_1.w, &blk.ln_1.b, self.cfg.norm_eps)?; // (B, T, C)
         scope::enter(scope::attention_id(i));
-        let qkv = conv1d(&h, &blk.c_attn_w, &blk.c_attn_b)?; // (B*T, 3C)
-        let qkv = qkv.reshape((b, t, 3, nh, hd))?.permute((2, 0, 3, 1, 4))?; // (3, B, H, T, D)
-        let q = qkv.get(0)?.contiguous()?; // (B, H, T, D)
-        let k = qkv.get(1)?.contiguous()?; // (B, H, T, D)
-        let v = qkv.get(2)?.contiguous()?; // (B, H, T, D)
-        let (k, v) = match cache {
-            Some((layer, kv)) => kv.append(layer, &k, &v)?, // (B, H, S, D)
-            None => (k, v),
+        let qkv = conv1d(&h.reshape((b * t, c))?, &blk.c_attn_w, &blk.c_attn_b)?; // (B*T, 3C)
+        let y = match cache {
+            // Training and cache-less forwards read Q, K and V in place in the projection.
+            None => attention::packed(&qkv.reshape((b, t, 3 * c))?, nh, true)?, // (B, T, C)
+            Some((layer, kv)) => {
+                let qkv = qkv.reshape((b, t, 3, nh, hd))?.permute((2, 0, 3, 1, 4))?; // (3, B, H, T, D)
+                let (k, v) = kv.append(layer, &qkv.get(1)?, &qkv.get(2)?)?; // (B, H, S, D)
+                attention::split(&qkv.get(0)?, &k, &v, true)? // (B, T, C)
+            }
         };
-        let y = attention(&q, &k, &v, mask)?; // (B, H, T, D)
-        let y = y.transpose(1, 2)?.reshape((b * t, c))?; // (B*T, C)
-        let y = conv1d(&y, &blk.c_proj_w, &blk.c_proj_b)?.reshape((b, t, c))?; // (B, T, C)
-        let x = (x + y)?; // (B, T, C)
+        let y = conv1d(&y.reshape((b * t, c))?, &blk.c_proj_w, &blk.c_proj_b)?; // (B*T, C)
+        y.reshape((b, t, c)) // (B, T, C)
+    }
+
+    /// Block `i`'s MLP half, norm to output projection → (B, T, C).
+    fn mlp(&self, i: usize, blk: &Block, x: &Tensor) -> Result<Tensor> {
+        let (b, t, c) = x.dims3()?;
         scope::enter(scope::norms_id(i));
-        let h = layer_norm(&x, &blk.ln_2.w, &blk.ln_2.b, eps)?.reshape((b * t, c))?; // (B*T, C)
+        let h = layer_norm(x, &blk.ln_2.w, &blk.ln_2.b, self.cfg.norm_eps)?; // (B, T, C)
         scope::enter(scope::mlp_id(i));
-        let h = crate::kernels::gelu::gelu(&conv1d(&h, &blk.fc_w, &blk.fc_b)?)?; // (B*T, F)
-        let h = conv1d(&h, &blk.proj_w, &blk.proj_b)?.reshape((b, t, c))?; // (B, T, C)
-        x + h // (B, T, C)
+        let f = |h: &Tensor| conv1d(&h.reshape((b * t, c))?, &blk.fc_w, &blk.fc_b); // (B*T, F)
+        let g = crate::kernels::gelu::gelu(&f(&h)?)?; // (B*T, F)
+        conv1d(&g, &blk.proj_w, &blk.proj_b)?.reshape((b, t, c)) // (B, T, C)
     }
 }

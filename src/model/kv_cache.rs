@@ -66,8 +66,10 @@ impl KvCache {
             .sum()
     }
 
-    /// Stores layer `layer`'s new k, v (B, KV, T, D) after the positions already held and returns
-    /// all keys and values so far (B, KV, len + T, D). Call `advance` once all layers are done.
+    /// Stores layer `layer`'s new k, v (B, KV, T, D), any layout, after the positions already
+    /// held and returns all keys and values so far (B, KV, len + T, D) as views into the cache,
+    /// not copies: the attention kernel reads them in place. Call `advance` once all layers are
+    /// done.
     pub fn append(&mut self, layer: usize, k: &Tensor, v: &Tensor) -> Result<(Tensor, Tensor)> {
         let t = k.dim(2)?;
         if self.len + t > self.max_len {
@@ -79,13 +81,13 @@ impl KvCache {
             );
         }
         let c = &self.layers[layer];
-        c.k.slice_set(k, 2, self.len)?;
-        c.v.slice_set(v, 2, self.len)?;
+        c.k.slice_set(&k.contiguous()?, 2, self.len)?;
+        c.v.slice_set(&v.contiguous()?, 2, self.len)?;
         self.pending = t;
         let total = self.len + t;
         Ok((
-            c.k.narrow(2, 0, total)?.contiguous()?, // (B, KV, S, D)
-            c.v.narrow(2, 0, total)?.contiguous()?, // (B, KV, S, D)
+            c.k.narrow(2, 0, total)?, // (B, KV, S, D)
+            c.v.narrow(2, 0, total)?, // (B, KV, S, D)
         ))
     }
 

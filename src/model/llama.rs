@@ -2,9 +2,10 @@
 //! (gate, up, down), no biases, untied LM head. Names follow Hugging Face's `LlamaForCausalLM`
 //! (`model.layers.{i}.self_attn.q_proj.weight`, PyTorch Linear layout (out, in)).
 
+use crate::kernels::attention;
 use crate::model::config::ModelConfig;
 use crate::model::kv_cache::KvCache;
-use crate::model::ops::{attention, causal_mask, linear, rms_norm};
+use crate::model::ops::{linear, rms_norm};
 use crate::model::scope;
 use crate::model::segments::Cut;
 use crate::model::store::{Init::*, ParamSpec, ParamStore};
@@ -111,20 +112,13 @@ impl Llama {
             .embedding(&ids.flatten_all()?)?
             .reshape((b, t, c))?; // (B, T, C)
         let (cos, sin) = rope_tables(&self.cfg, offset, t, x.dtype(), x.device())?; // (T, D)
-        let mask = if t > 1 {
-            Some(causal_mask(t, offset, x.dtype(), x.device())?)
-        } else {
-            None
-        };
         x = cut(x)?;
         for (i, blk) in self.blocks.iter().enumerate() {
             x = cut(self.block(
                 i,
                 blk,
                 &x,
-                &cos,
-                &sin,
-                mask.as_ref(),
+                (&cos, &sin),
                 cache.as_deref_mut().map(|k| (i, k)),
             )?)?;
         }
@@ -136,22 +130,32 @@ impl Llama {
         linear(&x, &self.lm_head, None)?.reshape((b, t, self.cfg.vocab_size)) // (B, T, V)
     }
 
-    #[allow(clippy::too_many_arguments)]
     fn block(
         &self,
         i: usize,
         blk: &Block,
         x: &Tensor,
-        cos: &Tensor,
-        sin: &Tensor,
-        mask: Option<&Tensor>,
+        rope_cs: (&Tensor, &Tensor),
+        cache: Option<(usize, &mut KvCache)>,
+    ) -> Result<Tensor> {
+        let x = (x + self.attention(i, blk, x, rope_cs, cache)?)?; // (B, T, C)
+        &x + self.mlp(i, blk, &x)? // (B, T, C)
+    }
+
+    /// Block `i`'s attention half, norm to output projection → (B, T, C). A function of its
+    /// own so that its temporaries are freed before the MLP runs (inference keeps no graph).
+    fn attention(
+        &self,
+        i: usize,
+        blk: &Block,
+        x: &Tensor,
+        (cos, sin): (&Tensor, &Tensor),
         cache: Option<(usize, &mut KvCache)>,
     ) -> Result<Tensor> {
         let (b, t, c) = x.dims3()?;
         let (nh, nkv, hd) = (self.cfg.n_heads, self.cfg.n_kv_heads, self.cfg.head_dim());
-        let eps = self.cfg.norm_eps;
         scope::enter(scope::norms_id(i));
-        let h = rms_norm(x, &blk.attn_norm, eps)?.reshape((b * t, c))?; // (B*T, C)
+        let h = rms_norm(x, &blk.attn_norm, self.cfg.norm_eps)?.reshape((b * t, c))?; // (B*T, C)
         scope::enter(scope::attention_id(i));
         let q = linear(&h, &blk.q, None)?
             .reshape((b, t, nh, hd))?
@@ -161,27 +165,28 @@ impl Llama {
             .transpose(1, 2)?; // (B, KV, T, D)
         let v = linear(&h, &blk.v, None)?
             .reshape((b, t, nkv, hd))?
-            .transpose(1, 2)?; // (B, KV, T, D)
+            .transpose(1, 2)?; // (B, KV, T, D), a view: the kernel reads it in place
         let q = rope(&q.contiguous()?, cos, sin)?; // (B, H, T, D)
         let k = rope(&k.contiguous()?, cos, sin)?; // (B, KV, T, D)
-        let v = v.contiguous()?; // (B, KV, T, D)
         let (k, v) = match cache {
             Some((layer, kv)) => kv.append(layer, &k, &v)?, // (B, KV, S, D)
             None => (k, v),
         };
-        let k = repeat_kv(&k, nh / nkv)?; // (B, H, S, D)
-        let v = repeat_kv(&v, nh / nkv)?; // (B, H, S, D)
-        let y = attention(&q, &k, &v, mask)?; // (B, H, T, D)
-        let y = y.transpose(1, 2)?.reshape((b * t, c))?; // (B*T, C)
-        let x = (x + linear(&y, &blk.o, None)?.reshape((b, t, c))?)?; // (B, T, C)
+        // Query heads share K/V heads inside the kernel: no repeated copies.
+        let y = attention::split(&q, &k, &v, true)?.reshape((b * t, c))?; // (B*T, C)
+        linear(&y, &blk.o, None)?.reshape((b, t, c)) // (B, T, C)
+    }
+
+    /// Block `i`'s MLP half, norm to down projection → (B, T, C).
+    fn mlp(&self, i: usize, blk: &Block, x: &Tensor) -> Result<Tensor> {
+        let (b, t, c) = x.dims3()?;
         scope::enter(scope::norms_id(i));
-        let h = rms_norm(&x, &blk.mlp_norm, eps)?.reshape((b * t, c))?; // (B*T, C)
+        let h = rms_norm(x, &blk.mlp_norm, self.cfg.norm_eps)?.reshape((b * t, c))?; // (B*T, C)
         scope::enter(scope::mlp_id(i));
         let g = linear(&h, &blk.gate, None)?; // (B*T, F)
         let u = linear(&h, &blk.up, None)?; // (B*T, F)
         let gu = crate::kernels::swiglu::swiglu(&g, &u)?; // (B*T, F)
-        let y = linear(&gu, &blk.down, None)?.reshape((b, t, c))?; // (B, T, C)
-        x + y // (B, T, C)
+        linear(&gu, &blk.down, None)?.reshape((b, t, c)) // (B, T, C)
     }
 }
 
@@ -222,15 +227,4 @@ fn rope(x: &Tensor, cos: &Tensor, sin: &Tensor) -> Result<Tensor> {
     let x2 = x.narrow(D::Minus1, half, half)?; // (B, H, T, D/2)
     let rotated = Tensor::cat(&[&x2.neg()?, &x1], D::Minus1)?; // (B, H, T, D)
     x.broadcast_mul(cos)? + rotated.broadcast_mul(sin)?
-}
-
-/// (B, KV, S, D) → (B, KV*rep, S, D), each kv head shared by `rep` query heads.
-fn repeat_kv(x: &Tensor, rep: usize) -> Result<Tensor> {
-    if rep == 1 {
-        return Ok(x.clone());
-    }
-    let (b, kv, s, d) = x.dims4()?;
-    x.unsqueeze(2)?
-        .broadcast_as((b, kv, rep, s, d))?
-        .reshape((b, kv * rep, s, d))
 }

@@ -38,8 +38,8 @@ pub fn render(ests: &[Estimate], top: usize) -> String {
     if e0.checkpoint {
         accum.push_str(", what-if: checkpointing");
     }
-    if e0.attention == crate::estimate::Attention::Flash {
-        accum.push_str(", what-if: flash attention");
+    if e0.attention == crate::estimate::Attention::Naive {
+        accum.push_str(", what-if: naive attention");
     }
     let _ = writeln!(
         out,

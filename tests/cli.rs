@@ -139,7 +139,15 @@ fn bench_train_writes_a_complete_record_csv_and_markdown() {
         state >= 2 * pb && state < 2 * pb + 64 * 1024,
         "optimizer state {state} vs 2 × {pb}"
     );
-    assert_eq!(mem["phases"]["optimizer"]["retained_bytes_last"], 0);
+    // The state is made once. Allowance: rayon's job queue allocates a 1520-byte block every 63
+    // jobs pushed from outside its pool, charged to whichever phase pushes that job.
+    let later = mem["phases"]["optimizer"]["retained_bytes_last"]
+        .as_i64()
+        .unwrap();
+    assert!(
+        (0..=1520).contains(&later),
+        "optimizer retained {later} in its last run"
+    );
     assert!(mem["phases"]["forward"]["peak_bytes"].as_u64().unwrap() > pb);
     let series = mem["series"].as_array().unwrap();
     assert_eq!(series.len(), 4);

@@ -155,7 +155,7 @@ fn estimate_fits_says_what_to_change_and_exits_1_when_it_does_not_fit() {
             "--batch",
             "8",
             "--fits",
-            "3GiB",
+            "2.5GiB",
         ])
         .assert()
         .code(1);

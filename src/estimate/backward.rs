@@ -229,6 +229,11 @@ fn fused_rule(sim: &mut Sim, grads: &mut Grads, kind: Fused, inputs: &[Id], grad
         .collect();
     match kind {
         Fused::Gelu | Fused::LayerNorm | Fused::RmsNorm | Fused::SwiGlu | Fused::CrossEntropy => {}
+        Fused::Linear => {
+            let (n, i) = (sim.shape(inputs[0])[0], sim.shape(inputs[0])[1]);
+            let o = sim.shape(grad)[1];
+            sim.add_matmul_flops(2, n, i, o); // dx = dy·W, dW = dyᵀ·x
+        }
         Fused::Attention { causal } => {
             // The scores are recomputed block by block (no (T, S) buffer beyond a per-thread
             // block): QKᵀ again, then dV, dP, dQ, dK.

@@ -185,10 +185,9 @@ impl Built<'_> {
         let h = layer_norm(sim, x, lw, lb); // (B, T, C)
         let h2 = sim.reshape(h, &[b * t, c]); // (N, C)
         sim.kind = "logits";
-        let lt = sim.t(lm);
-        let logits = sim.matmul(h2, lt); // (N, V)
+        let logits = linear(sim, h2, lm, None); // (N, V)
         let out = sim.reshape(logits, &[b, t, cfg.vocab_size]); // (B, T, V)
-        drop_all(sim, &[x, h, h2, lt, logits]);
+        drop_all(sim, &[x, h, h2, logits]);
         if let Some(m) = mask {
             sim.release(m);
         }
@@ -574,8 +573,11 @@ fn gelu(sim: &mut Sim, x: Id) -> Id {
     kernel(sim, Fused::Gelu, &[x])
 }
 
-/// `x @ wᵀ + b` (nn.Linear layout).
+/// `x @ wᵀ + b` (nn.Linear layout): `kernels::linear` in f32, candle's ops otherwise.
 fn linear(sim: &mut Sim, x: Id, w: Id, b: Option<Id>) -> Id {
+    if sim.nodes[x].dtype == 4 {
+        return linear_kernel(sim, x, w, b, sim.shape(w)[0]);
+    }
     let wt = sim.t(w);
     let y = sim.matmul(x, wt);
     sim.release(wt);
@@ -589,8 +591,20 @@ fn linear(sim: &mut Sim, x: Id, w: Id, b: Option<Id>) -> Id {
     }
 }
 
+/// `kernels::linear` over x (N, I) → (N, O): keeps nothing but its inputs; backward makes dx,
+/// dW and db once each.
+fn linear_kernel(sim: &mut Sim, x: Id, w: Id, b: Option<Id>, o: usize) -> Id {
+    let (n, i) = (sim.shape(x)[0], sim.shape(x)[1]);
+    sim.add_matmul_flops(1, n, i, o);
+    let inputs: Vec<Id> = [x, w].into_iter().chain(b).collect();
+    sim.fused(Fused::Linear, &inputs, x, &[n, o])
+}
+
 /// `x @ w + b` (GPT-2 Conv1D layout).
 fn conv1d(sim: &mut Sim, x: Id, w: Id, b: Id) -> Id {
+    if sim.nodes[x].dtype == 4 {
+        return linear_kernel(sim, x, w, Some(b), sim.shape(w)[1]);
+    }
     let y = sim.matmul(x, w);
     let out = sim.broadcast(Bin::Add, y, b);
     sim.release(y);

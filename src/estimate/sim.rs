@@ -91,6 +91,8 @@ pub enum Fused {
     /// `kernels::cross_entropy` (logits, targets) → f32 scalar; backward makes one
     /// logits-sized gradient.
     CrossEntropy,
+    /// `kernels::linear` (x, W[, b]): keeps its inputs; backward makes dx, dW and db.
+    Linear,
     /// `kernels::attention` (a packed qkv, or q, k, v; then the lse (B, H, T) f32): saves its
     /// inputs, its output and the lse instead of the (B, H, T, S) probabilities; backward
     /// recomputes the scores block by block and makes one gradient per input.

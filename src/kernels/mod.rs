@@ -14,6 +14,7 @@ pub mod elems;
 pub mod gelu;
 pub mod gemm_slabs;
 pub mod layer_norm;
+pub mod linear;
 pub mod rms_norm;
 pub mod sgd;
 pub mod swiglu;

@@ -5,7 +5,7 @@
 use crate::kernels::attention;
 use crate::model::config::ModelConfig;
 use crate::model::kv_cache::KvCache;
-use crate::model::ops::{conv1d, layer_norm};
+use crate::model::ops::{conv1d, layer_norm, linear};
 use crate::model::scope;
 use crate::model::segments::Cut;
 use crate::model::store::{Init::*, ParamSpec, ParamStore};
@@ -141,7 +141,7 @@ impl Gpt2 {
             k.advance();
         }
         let x = layer_norm(&x, &self.ln_f.w, &self.ln_f.b, self.cfg.norm_eps)?; // (B, T, C)
-        let logits = x.reshape((b * t, c))?.matmul(&self.lm_head.t()?)?; // (B*T, V)
+        let logits = linear(&x.reshape((b * t, c))?, &self.lm_head, None)?; // (B*T, V)
         logits.reshape((b, t, self.cfg.vocab_size)) // (B, T, V)
     }
 

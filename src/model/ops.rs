@@ -7,20 +7,6 @@
 
 use candle_core::{DType, Result, Tensor};
 
-/// `x (N, in) @ w (out, in)ᵀ + b` → (N, out). The PyTorch `nn.Linear` weight layout.
-pub fn linear(x: &Tensor, w: &Tensor, b: Option<&Tensor>) -> Result<Tensor> {
-    let y = x.matmul(&w.t()?)?; // (N, out)
-    match b {
-        Some(b) => y.broadcast_add(b),
-        None => Ok(y),
-    }
-}
-
-/// `x (N, in) @ w (in, out) + b` → (N, out). GPT-2's `Conv1D` weight layout.
-pub fn conv1d(x: &Tensor, w: &Tensor, b: &Tensor) -> Result<Tensor> {
-    x.matmul(w)?.broadcast_add(b) // (N, out)
-}
-
 /// Runs `f` in f32 when `x` is a half type, for the reductions that lose precision in bf16/f16.
 pub(crate) fn in_f32(x: &Tensor, f: impl FnOnce(&Tensor) -> Result<Tensor>) -> Result<Tensor> {
     let dtype = x.dtype();
@@ -31,10 +17,11 @@ pub(crate) fn in_f32(x: &Tensor, f: impl FnOnce(&Tensor) -> Result<Tensor>) -> R
     }
 }
 
-// LayerNorm, RMSNorm, attention and the loss run as fused kernels (`src/kernels/`); the
-// op-by-op versions they are tested against are in `unfused.rs`.
+// Linear layers, LayerNorm, RMSNorm, attention and the loss run as fused kernels
+// (`src/kernels/`); the op-by-op versions they are tested against are in `unfused.rs`.
 pub use crate::kernels::cross_entropy::cross_entropy;
 pub use crate::kernels::layer_norm::layer_norm;
+pub use crate::kernels::linear::{conv1d, linear};
 pub use crate::kernels::rms_norm::rms_norm;
 
 #[cfg(test)]

@@ -1,0 +1,403 @@
+//! Linear layers as one op: y = x·Wᵀ + b (`nn.Linear`, W (out, in)) or y = x·W + b (GPT-2's
+//! `Conv1D`, W (in, out)), f32, with the bias written into the output before gemm adds the
+//! product onto it.
+//!
+//! candle's `x.matmul(&w.t())?.broadcast_add(&b)` keeps two (N, out) tensors per layer in a
+//! training graph (the add holds the product it was given) and its backward builds the weight
+//! gradient as a tracked (in, out) product, transposes it and adds it to zeros: the tracked
+//! result holds the product and the zeros until the end of backward, three weight-sized
+//! buffers where one is needed (on GPT-2's tied 50257×768 head, 294 MiB of a 2.46 GiB peak).
+//! Here forward keeps only the output, and backward makes dx, dW and db, each once, detached,
+//! straight from strided views (no transposed copies).
+//! Shape vocabulary: N rows, I in features, O out features.
+
+use super::elems::rows_per_task;
+use candle_core::{
+    bail, CpuStorage, CustomOp2, CustomOp3, DType, Layout, Result, Shape, Storage, Tensor,
+};
+use gemm::Parallelism;
+use rayon::prelude::*;
+
+/// `x (N, I) @ w (O, I)ᵀ + b (O)` → (N, O): the `nn.Linear` layout. Differentiable. Half
+/// types run candle's ops (gemm has no bf16 kernel).
+pub fn linear(x: &Tensor, w: &Tensor, b: Option<&Tensor>) -> Result<Tensor> {
+    apply(x, w, b, Weight::OutIn)
+}
+
+/// `x (N, I) @ w (I, O) + b (O)` → (N, O): GPT-2's `Conv1D` layout. Differentiable.
+pub fn conv1d(x: &Tensor, w: &Tensor, b: &Tensor) -> Result<Tensor> {
+    apply(x, w, Some(b), Weight::InOut)
+}
+
+/// How the weight is stored.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Weight {
+    /// (O, I), `nn.Linear`.
+    OutIn,
+    /// (I, O), `Conv1D`.
+    InOut,
+}
+
+fn apply(x: &Tensor, w: &Tensor, b: Option<&Tensor>, layout: Weight) -> Result<Tensor> {
+    let (_, i) = x.dims2()?;
+    let (w0, w1) = w.dims2()?;
+    let (wi, o) = match layout {
+        Weight::OutIn => (w1, w0),
+        Weight::InOut => (w0, w1),
+    };
+    if wi != i || b.is_some_and(|b| b.dims() != [o]) {
+        bail!(
+            "linear: x {:?}, weight {:?} and bias {:?} do not fit (N, I), {} and (O)",
+            x.dims(),
+            w.dims(),
+            b.map(|b| b.dims()),
+            if layout == Weight::OutIn {
+                "(O, I)"
+            } else {
+                "(I, O)"
+            }
+        )
+    }
+    let f32s = x.dtype() == DType::F32 && w.dtype() == DType::F32;
+    if !f32s || !x.device().is_cpu() || b.is_some_and(|b| b.dtype() != DType::F32) {
+        let y = match layout {
+            Weight::OutIn => x.matmul(&w.t()?)?,
+            Weight::InOut => x.matmul(w)?,
+        }; // (N, O)
+        return match b {
+            Some(b) => y.broadcast_add(b),
+            None => Ok(y),
+        };
+    }
+    match b {
+        Some(b) => x.apply_op3(w, b, Linear { layout }),
+        None => x.apply_op2(w, Linear { layout }),
+    }
+}
+
+/// A 2-d operand: its elements, offset and (row, column) strides.
+#[derive(Clone, Copy)]
+struct Mat<'a> {
+    v: &'a [f32],
+    off: usize,
+    rs: usize,
+    cs: usize,
+}
+
+impl<'a> Mat<'a> {
+    fn of(op: &str, v: &'a [f32], l: &Layout) -> Result<Self> {
+        match l.stride() {
+            &[rs, cs] => Ok(Mat {
+                v,
+                off: l.start_offset(),
+                rs,
+                cs,
+            }),
+            s => bail!("{op}: expects a 2-d operand, strides {s:?}"),
+        }
+    }
+    /// The transposed view.
+    fn t(self) -> Self {
+        Mat {
+            rs: self.cs,
+            cs: self.rs,
+            ..self
+        }
+    }
+    fn ptr(&self) -> *const f32 {
+        self.v[self.off..].as_ptr()
+    }
+}
+
+/// dst (m, n) row-major = lhs (m, k) · rhs (k, n) [+ dst when `acc`], split over rayon's
+/// threads when gemm finds it worth it (candle's own matmul does the same).
+fn mm(m: usize, n: usize, k: usize, dst: &mut [f32], acc: bool, lhs: Mat, rhs: Mat) {
+    assert_eq!(dst.len(), m * n);
+    let threads = rayon::current_num_threads();
+    let par = if threads > 1 {
+        Parallelism::Rayon(threads)
+    } else {
+        Parallelism::None
+    };
+    // SAFETY: `dst` is m×n; `Mat::of` took the operands' offsets and strides from layouts
+    // candle checked against their storages, and `apply` checked the shapes fit together.
+    unsafe {
+        gemm::gemm(
+            m,
+            n,
+            k,
+            dst.as_mut_ptr(),
+            1,
+            n as isize,
+            acc,
+            lhs.ptr(),
+            lhs.cs as isize,
+            lhs.rs as isize,
+            rhs.ptr(),
+            rhs.cs as isize,
+            rhs.rs as isize,
+            1.0,
+            1.0,
+            false,
+            false,
+            false,
+            par,
+        )
+    }
+}
+
+fn f32s<'a>(op: &str, s: &'a CpuStorage) -> Result<&'a [f32]> {
+    match s {
+        CpuStorage::F32(v) => Ok(v),
+        _ => bail!("{op}: expects f32"),
+    }
+}
+
+struct Linear {
+    layout: Weight,
+}
+
+impl Linear {
+    /// y (N, O) = x · W(ᵀ) [+ b].
+    fn forward(
+        &self,
+        x: Mat,
+        w: Mat,
+        b: Option<&[f32]>,
+        (n, i, o): (usize, usize, usize),
+    ) -> Vec<f32> {
+        let mut y = vec![0f32; n * o]; // (N, O)
+        if let Some(b) = b {
+            y.par_chunks_mut(o * rows_per_task(o))
+                .for_each(|rows| rows.chunks_mut(o).for_each(|r| r.copy_from_slice(b)));
+        }
+        let w = if self.layout == Weight::OutIn {
+            w.t()
+        } else {
+            w
+        }; // (I, O)
+        mm(n, o, i, &mut y, b.is_some(), x, w);
+        y
+    }
+
+    /// (dx (N, I), dW in W's layout, db (O)) from x, W and dy (N, O), all detached.
+    fn backward(
+        &self,
+        x: &Tensor,
+        w: &Tensor,
+        dy: &Tensor,
+        bias: bool,
+    ) -> Result<[Option<Tensor>; 3]> {
+        let op = "linear backward";
+        let dy = dy.contiguous()?;
+        let ((xs, xl), (ws, wl), (gs, gl)) = (
+            x.storage_and_layout(),
+            w.storage_and_layout(),
+            dy.storage_and_layout(),
+        );
+        let (Storage::Cpu(xs), Storage::Cpu(ws), Storage::Cpu(gs)) = (&*xs, &*ws, &*gs) else {
+            bail!("{op}: CPU tensors only")
+        };
+        let (xm, wm, g) = (
+            Mat::of(op, f32s(op, xs)?, xl)?,
+            Mat::of(op, f32s(op, ws)?, wl)?,
+            Mat::of(op, f32s(op, gs)?, gl)?,
+        );
+        let (n, i) = xl.shape().dims2()?;
+        let o = gl.shape().dims2()?.1;
+        let w_oi = if self.layout == Weight::OutIn {
+            wm
+        } else {
+            wm.t()
+        }; // (O, I)
+        let mut dx = vec![0f32; n * i]; // (N, I) = dy (N, O) · W (O, I)
+        mm(n, i, o, &mut dx, false, g, w_oi);
+        let mut dw = vec![0f32; i * o];
+        match self.layout {
+            Weight::OutIn => mm(o, i, n, &mut dw, false, g.t(), xm), // (O, I) = dyᵀ · x
+            Weight::InOut => mm(i, o, n, &mut dw, false, xm.t(), g), // (I, O) = xᵀ · dy
+        }
+        let db = bias.then(|| {
+            let dy = &g.v[g.off..g.off + n * o];
+            dy.par_chunks(o * rows_per_task(o))
+                .map(|rows| {
+                    let mut s = vec![0f32; o];
+                    for r in rows.chunks(o) {
+                        s.iter_mut().zip(r).for_each(|(s, &d)| *s += d);
+                    }
+                    s
+                })
+                .reduce(
+                    || vec![0f32; o],
+                    |mut a, b| {
+                        a.iter_mut().zip(&b).for_each(|(a, b)| *a += b);
+                        a
+                    },
+                )
+        });
+        let dev = x.device();
+        Ok([
+            Some(Tensor::from_vec(dx, (n, i), dev)?),
+            Some(Tensor::from_vec(dw, w.shape(), dev)?),
+            db.map(|db| Tensor::from_vec(db, o, dev)).transpose()?,
+        ])
+    }
+}
+
+impl CustomOp2 for Linear {
+    fn name(&self) -> &'static str {
+        "memscope-linear"
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+    ) -> Result<(CpuStorage, Shape)> {
+        let op = "linear";
+        let (n, i) = l1.shape().dims2()?;
+        let o = if self.layout == Weight::OutIn {
+            l2.shape().dims2()?.0
+        } else {
+            l2.shape().dims2()?.1
+        };
+        let y = self.forward(
+            Mat::of(op, f32s(op, s1)?, l1)?,
+            Mat::of(op, f32s(op, s2)?, l2)?,
+            None,
+            (n, i, o),
+        );
+        Ok((CpuStorage::F32(y), Shape::from((n, o))))
+    }
+
+    fn bwd(
+        &self,
+        x: &Tensor,
+        w: &Tensor,
+        _y: &Tensor,
+        dy: &Tensor,
+    ) -> Result<(Option<Tensor>, Option<Tensor>)> {
+        let [dx, dw, _] = self.backward(x, w, dy, false)?;
+        Ok((dx, dw))
+    }
+}
+
+impl CustomOp3 for Linear {
+    fn name(&self) -> &'static str {
+        "memscope-linear-bias"
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+        s3: &CpuStorage,
+        l3: &Layout,
+    ) -> Result<(CpuStorage, Shape)> {
+        let op = "linear";
+        let (n, i) = l1.shape().dims2()?;
+        let o = l3.shape().dims1()?;
+        let Some((b0, b1)) = l3.contiguous_offsets() else {
+            bail!("{op}: the bias must be contiguous")
+        };
+        let b = &f32s(op, s3)?[b0..b1];
+        let y = self.forward(
+            Mat::of(op, f32s(op, s1)?, l1)?,
+            Mat::of(op, f32s(op, s2)?, l2)?,
+            Some(b),
+            (n, i, o),
+        );
+        Ok((CpuStorage::F32(y), Shape::from((n, o))))
+    }
+
+    fn bwd(
+        &self,
+        x: &Tensor,
+        w: &Tensor,
+        _b: &Tensor,
+        _y: &Tensor,
+        dy: &Tensor,
+    ) -> Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
+        let [dx, dw, db] = self.backward(x, w, dy, true)?;
+        Ok((dx, dw, db))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kernels::check::{against_reference, grad_check};
+    use candle_core::Device;
+
+    fn randn(s: &[usize]) -> Tensor {
+        Tensor::randn(0f32, 1.0, s.to_vec(), &Device::Cpu).unwrap()
+    }
+
+    #[test]
+    fn matches_candle_matmul_plus_bias_in_both_weight_layouts() {
+        let (x, b) = (randn(&[37, 19]), randn(&[23]));
+        against_reference(
+            &[x.clone(), randn(&[23, 19]), b.clone()],
+            |t| linear(&t[0], &t[1], Some(&t[2])),
+            |t| t[0].matmul(&t[1].t()?)?.broadcast_add(&t[2]),
+            1e-5,
+        );
+        against_reference(
+            &[x.clone(), randn(&[23, 19])],
+            |t| linear(&t[0], &t[1], None),
+            |t| t[0].matmul(&t[1].t()?),
+            1e-5,
+        );
+        against_reference(
+            &[x, randn(&[19, 23]), b],
+            |t| conv1d(&t[0], &t[1], &t[2]),
+            |t| t[0].matmul(&t[1])?.broadcast_add(&t[2]),
+            1e-5,
+        );
+    }
+
+    #[test]
+    fn a_transposed_input_is_read_in_place() {
+        let x = randn(&[19, 37]);
+        against_reference(
+            &[x, randn(&[23, 19])],
+            |t| linear(&t[0].t()?, &t[1], None),
+            |t| t[0].t()?.matmul(&t[1].t()?),
+            1e-5,
+        );
+    }
+
+    #[test]
+    fn gradients_match_finite_differences() {
+        grad_check(&[&[3, 4], &[5, 4], &[5]], |t| {
+            linear(&t[0], &t[1], Some(&t[2]))
+        });
+        grad_check(&[&[3, 4], &[4, 5], &[5]], |t| conv1d(&t[0], &t[1], &t[2]));
+    }
+
+    #[test]
+    fn half_precision_runs_candles_ops() {
+        let x = randn(&[4, 3]).to_dtype(DType::BF16).unwrap();
+        let w = randn(&[2, 3]).to_dtype(DType::BF16).unwrap();
+        assert_eq!(linear(&x, &w, None).unwrap().dtype(), DType::BF16);
+    }
+
+    #[test]
+    fn shapes_that_do_not_fit_are_errors_naming_them() {
+        let e = linear(&randn(&[4, 3]), &randn(&[2, 5]), None)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("[4, 3]") && e.contains("[2, 5]") && e.contains("(O, I)"),
+            "{e}"
+        );
+        let e = conv1d(&randn(&[4, 3]), &randn(&[3, 2]), &randn(&[3]))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("Some([3])"), "{e}");
+    }
+}

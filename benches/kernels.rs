@@ -1,5 +1,6 @@
 //! The fused kernels (`src/kernels/`) against the candle ops they replace, on gpt2-small's
-//! shapes (batch 2 × seq 128: N = 256 rows, C = 768, F = 3072, V = 50257), then each kernel's
+//! shapes (batch 2 × seq 128: N = 256 rows, C = 768, F = 3072, V = 50257, 12 heads of 64;
+//! attention and linear forward + backward), then each kernel's
 //! achieved rate as a fraction of this machine's ceilings (`memscope peaks`): GB/s over the
 //! bytes a kernel must read and write for the memory-bound ones, GFLOP/s for the product.
 //!
@@ -10,7 +11,9 @@
 use candle_core::{Device, Tensor, Var};
 use candle_nn::ParamsAdamW;
 use criterion::{black_box, criterion_group, Criterion, Throughput};
-use memscope::kernels::{adamw::AdamW, cross_entropy, gelu, layer_norm, rms_norm, swiglu};
+use memscope::kernels::{
+    adamw::AdamW, attention, cross_entropy, gelu, layer_norm, linear, rms_norm, swiglu,
+};
 use memscope::model::unfused;
 use std::path::PathBuf;
 
@@ -21,6 +24,11 @@ const N: usize = 256;
 const C: usize = 768;
 const F: usize = 3072;
 const V: usize = 50257;
+/// gpt2-small's attention: batch 2, 12 heads of 64, 128 positions.
+const B: usize = 2;
+const H: usize = 12;
+const T: usize = 128;
+const D: usize = 64;
 
 /// What a bench's throughput is measured against.
 #[derive(Clone, Copy)]
@@ -57,6 +65,29 @@ fn catalogue() -> Vec<(&'static str, f64, Ceiling)> {
             "adamw/in-place step",
             f4(7 * BLOCK_PARAMS),
             Ceiling::Bandwidth,
+        ),
+        // Useful products: QKᵀ and PV forward, dV, dP, dQ, dK backward, each over the full
+        // T×T (the kernel skips masked blocks and recomputes QKᵀ in backward).
+        (
+            "attention/fused fwd+bwd",
+            6.0 * 2.0 * (B * H * T * T * D) as f64,
+            Ceiling::Matmul,
+        ),
+        (
+            "attention/unfused fwd+bwd",
+            6.0 * 2.0 * (B * H * T * T * D) as f64,
+            Ceiling::Matmul,
+        ),
+        // y = x·Wᵀ + b, then dx and dW: three products.
+        (
+            "linear/fused fwd+bwd",
+            3.0 * 2.0 * (N * C * F) as f64,
+            Ceiling::Matmul,
+        ),
+        (
+            "linear/candle fwd+bwd",
+            3.0 * 2.0 * (N * C * F) as f64,
+            Ceiling::Matmul,
         ),
         (
             "matmul/(256×768)@(768×3072)",
@@ -175,6 +206,53 @@ fn matmul(c: &mut Criterion) {
     g.finish();
 }
 
+/// Forward, then backward of Σ y, for the fused kernel and the candle ops it replaces.
+fn with_backward(f: impl Fn() -> Tensor) -> impl FnMut() {
+    move || {
+        let y = f();
+        black_box(y.sum_all().unwrap().backward().unwrap());
+    }
+}
+
+fn products(c: &mut Criterion) {
+    let qkv = Var::from_tensor(&randn(&[B, T, 3 * H * D])).unwrap();
+    let mask = unfused::causal_mask(T, 0, candle_core::DType::F32, &Device::Cpu).unwrap();
+    let mut g = c.benchmark_group("attention");
+    g.sample_size(30);
+    g.bench_function("fused fwd+bwd", |b| {
+        b.iter(with_backward(|| attention::packed(&qkv, H, true).unwrap()))
+    });
+    g.bench_function("unfused fwd+bwd", |b| {
+        b.iter(with_backward(|| {
+            let p = qkv.reshape((B, T, 3, H, D)).unwrap();
+            let p = p.permute((2, 0, 3, 1, 4)).unwrap(); // (3, B, H, T, D)
+            let part = |i| p.get(i).unwrap().contiguous().unwrap();
+            let y = unfused::attention(&part(0), &part(1), &part(2), Some(&mask)).unwrap();
+            y.transpose(1, 2).unwrap().reshape((B, T, H * D)).unwrap()
+        }))
+    });
+    g.finish();
+    let x = Var::from_tensor(&randn(&[N, C])).unwrap();
+    let w = Var::from_tensor(&randn(&[F, C])).unwrap();
+    let bias = Var::from_tensor(&randn(&[F])).unwrap();
+    let mut g = c.benchmark_group("linear");
+    g.sample_size(30);
+    g.bench_function("fused fwd+bwd", |b| {
+        b.iter(with_backward(|| {
+            linear::linear(&x, &w, Some(&bias)).unwrap()
+        }))
+    });
+    g.bench_function("candle fwd+bwd", |b| {
+        b.iter(with_backward(|| {
+            x.matmul(&w.t().unwrap())
+                .unwrap()
+                .broadcast_add(&bias)
+                .unwrap()
+        }))
+    });
+    g.finish();
+}
+
 fn out_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("criterion")
 }
@@ -188,7 +266,7 @@ fn config() -> Criterion {
 criterion_group! {
     name = kernels;
     config = config();
-    targets = elementwise, norms, loss, optimizer, matmul
+    targets = elementwise, norms, loss, optimizer, products, matmul
 }
 
 /// criterion's median time per iteration (ns) for `id`, from its estimates file.

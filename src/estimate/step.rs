@@ -300,8 +300,9 @@ fn train(sim: &mut Sim, model: &Built, p: &Params, req: &Request) -> Estimate {
     }
     est.notes.push(
         "gradients and optimizer state are exact; activations and the peak replay candle 0.11's \
-         tensor lifetimes (graph kept until backward ends, gradient temporaries) and memscope's \
-         fused kernels (in-place AdamW with f32 moments, norms, GELU, loss)"
+         tensor lifetimes (backward one block at a time, gradient temporaries) and memscope's \
+         fused kernels (in-place AdamW with f32 moments, linear, attention, norms, GELU, \
+         SwiGLU, loss)"
             .into(),
     );
     est

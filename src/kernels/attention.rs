@@ -30,7 +30,10 @@ pub const BLOCK: usize = 64;
 /// (H, D) with C = H·D, as GPT-2's `c_attn` produces them → (B, T, C). Differentiable; the
 /// gradient is one packed (B, T, 3C) tensor.
 pub fn packed(qkv: &Tensor, heads: usize, causal: bool) -> Result<Tensor> {
-    let (_, _, c3) = qkv.dims3()?;
+    let (_, t, c3) = qkv.dims3()?;
+    if t == 0 {
+        bail!("attention: no queries (T = 0)")
+    }
     if heads == 0 || c3 % (3 * heads) != 0 {
         bail!("attention: the packed projection's width {c3} is not 3 × heads ({heads}) × head dim")
     }
@@ -49,6 +52,9 @@ pub fn packed(qkv: &Tensor, heads: usize, causal: bool) -> Result<Tensor> {
 pub fn split(q: &Tensor, k: &Tensor, v: &Tensor, causal: bool) -> Result<Tensor> {
     let (b, h, t, d) = q.dims4()?;
     let (kb, kv, s, kd) = k.dims4()?;
+    if t == 0 {
+        bail!("attention: no queries (T = 0)")
+    }
     if v.dims() != k.dims() || (kb, kd) != (b, d) || kv == 0 || h % kv != 0 || s < t {
         bail!(
             "attention: q {:?}, k {:?} and v {:?} do not fit (B, H, T, D), (B, KV, S, D) with H a \
@@ -720,5 +726,7 @@ mod tests {
             e.contains("[1, 3, 4, 2]") && e.contains("multiple of KV"),
             "{e}"
         );
+        let e = packed(&randn(&[1, 0, 6]), 1, true).unwrap_err().to_string();
+        assert!(e.contains("T = 0"), "{e}");
     }
 }

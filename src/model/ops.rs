@@ -1,8 +1,8 @@
 //! Differentiable building blocks shared by the model families.
 //!
 //! candle-nn's fast `layer_norm`, `softmax_last_dim` and `rms_norm` have no backward: gradients
-//! silently stop there (DESIGN.md). Everything here is built from ops that candle can
-//! differentiate; `tests/models.rs` checks that every parameter receives a gradient.
+//! silently stop there (DESIGN.md). Everything here is differentiable: memscope's kernels carry
+//! their own backward; `tests/models.rs` checks that every parameter receives a gradient.
 //! Shape vocabulary: B batch, T query length, S key length, C d_model, H heads, D head dim.
 
 use candle_core::{DType, Result, Tensor};

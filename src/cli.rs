@@ -283,7 +283,7 @@ pub fn set_threads(n: usize) {
     let _ = rayon::ThreadPoolBuilder::new()
         .num_threads(n)
         .build_global();
-    crate::kernels::gemm_slabs::allocate_on_every_thread();
+    crate::kernels::product::allocate_slabs_on_every_thread();
 }
 
 fn bench(a: BenchArgs) -> anyhow::Result<ExitCode> {

@@ -97,7 +97,7 @@ pub struct Categories {
 
 /// gemm's per-thread packing slab, L2-sized (read from sysfs; 1 MiB when unknown), on the
 /// calling thread and each of the `threads` rayon workers: memscope allocates them all at
-/// start-up (`kernels::gemm_slabs`) so that the count does not depend on scheduling.
+/// start-up (`kernels::product`) so that the count does not depend on scheduling.
 pub fn runtime_buffers(threads: usize) -> u64 {
     (1 + threads as u64) * l2_bytes().unwrap_or(1 << 20)
 }

@@ -15,11 +15,11 @@
 //! Shape vocabulary: B batch, T queries, S keys, H query heads, KV key/value heads, D head dim.
 
 use super::elems::{self, fast_exp};
+use super::product::{product, Operand};
 use candle_core::backend::BackendStorage;
 use candle_core::{
     bail, CpuStorage, CustomOp1, CustomOp3, DType, Layout, Result, Shape, Storage, Tensor,
 };
-use gemm::Parallelism;
 use rayon::prelude::*;
 use std::sync::Mutex;
 
@@ -187,27 +187,19 @@ unsafe fn mm(
     (rhs_rs, rhs_cs): (usize, usize),
     beta: f32,
 ) {
-    gemm::gemm(
-        m,
-        n,
-        k,
-        dst,
-        1,
-        dst_rs as isize,
-        acc,
-        lhs,
-        lhs_cs as isize,
-        lhs_rs as isize,
-        rhs,
-        rhs_cs as isize,
-        rhs_rs as isize,
-        1.0,
-        beta,
-        false,
-        false,
-        false,
-        Parallelism::None,
-    )
+    let (lhs, rhs) = (
+        Operand {
+            ptr: lhs,
+            rs: lhs_rs,
+            cs: lhs_cs,
+        },
+        Operand {
+            ptr: rhs,
+            rs: rhs_rs,
+            cs: rhs_cs,
+        },
+    );
+    product((m, n, k), dst, dst_rs, acc, lhs, rhs, beta, false)
 }
 
 /// One block of scaled scores: p (br, n) = scale · Q[r0..r0+br] · K[..n]ᵀ, row stride `s`.

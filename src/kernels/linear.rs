@@ -12,10 +12,10 @@
 //! Shape vocabulary: N rows, I in features, O out features.
 
 use super::elems::rows_per_task;
+use super::product::{product, Operand};
 use candle_core::{
     bail, CpuStorage, CustomOp2, CustomOp3, DType, Layout, Result, Shape, Storage, Tensor,
 };
-use gemm::Parallelism;
 use rayon::prelude::*;
 
 /// `x (N, I) @ w (O, I)ᵀ + b (O)` → (N, O): the `nn.Linear` layout. Differentiable. Half
@@ -113,35 +113,23 @@ impl<'a> Mat<'a> {
 /// threads when gemm finds it worth it (candle's own matmul does the same).
 fn mm(m: usize, n: usize, k: usize, dst: &mut [f32], acc: bool, lhs: Mat, rhs: Mat) {
     assert_eq!(dst.len(), m * n);
-    let threads = rayon::current_num_threads();
-    let par = if threads > 1 {
-        Parallelism::Rayon(threads)
-    } else {
-        Parallelism::None
+    let op = |m: Mat| Operand {
+        ptr: m.ptr(),
+        rs: m.rs,
+        cs: m.cs,
     };
     // SAFETY: `dst` is m×n; `Mat::of` took the operands' offsets and strides from layouts
     // candle checked against their storages, and `apply` checked the shapes fit together.
     unsafe {
-        gemm::gemm(
-            m,
-            n,
-            k,
+        product(
+            (m, n, k),
             dst.as_mut_ptr(),
-            1,
-            n as isize,
+            n,
             acc,
-            lhs.ptr(),
-            lhs.cs as isize,
-            lhs.rs as isize,
-            rhs.ptr(),
-            rhs.cs as isize,
-            rhs.rs as isize,
+            op(lhs),
+            op(rhs),
             1.0,
-            1.0,
-            false,
-            false,
-            false,
-            par,
+            true,
         )
     }
 }

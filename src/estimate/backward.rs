@@ -99,6 +99,7 @@ pub fn segmented_backward(
     rc: &dyn Recompute,
 ) -> Grads {
     let mut kept = Grads::new();
+    sim.sink = Some(Grads::new());
     let mut all = backward(sim, loss, rc);
     sim.release(loss);
     let mut g = take_input(sim, &mut all, head_input);
@@ -116,6 +117,17 @@ pub fn segmented_backward(
             g = take_input(sim, &mut sub, v);
         }
         keep_params(sim, sub, vars, &mut kept);
+    }
+    for (v, g) in sim.sink.take().unwrap_or_default() {
+        let g = match kept.remove(&v) {
+            Some(prev) => {
+                let s = sim.binary(Bin::Add, prev, g);
+                release_all(sim, &[prev, g]);
+                s
+            }
+            None => g,
+        };
+        kept.insert(v, g);
     }
     kept
 }
@@ -222,13 +234,26 @@ fn checkpoint_rule(
 /// A fused kernel's backward (candle's CustomOp rule): every input gradient is computed first,
 /// then each is added into the store.
 fn fused_rule(sim: &mut Sim, grads: &mut Grads, kind: Fused, inputs: &[Id], grad: Id) {
+    // The linear and embedding kernels hand a variable weight's gradient to the sink while one
+    // is open (`kernels::sink`): made once, or added in place to what is there.
+    let sunk = match kind {
+        Fused::Linear => Some(inputs[1]),
+        Fused::Embedding => Some(inputs[0]),
+        _ => None,
+    }
+    .filter(|&w| sim.sink.is_some() && sim.nodes[w].is_var);
     let targets: Vec<Id> = inputs
         .iter()
         .copied()
-        .filter(|&i| sim.nodes[i].tracked && !sim.nodes[i].is_int)
+        .filter(|&i| sim.nodes[i].tracked && !sim.nodes[i].is_int && Some(i) != sunk)
         .collect();
     match kind {
-        Fused::Gelu | Fused::LayerNorm | Fused::RmsNorm | Fused::SwiGlu | Fused::CrossEntropy => {}
+        Fused::Gelu
+        | Fused::LayerNorm
+        | Fused::RmsNorm
+        | Fused::SwiGlu
+        | Fused::CrossEntropy
+        | Fused::Embedding => {}
         Fused::Linear => {
             let (n, i) = (sim.shape(inputs[0])[0], sim.shape(inputs[0])[1]);
             let o = sim.shape(grad)[1];
@@ -252,6 +277,12 @@ fn fused_rule(sim: &mut Sim, grads: &mut Grads, kind: Fused, inputs: &[Id], grad
         }
     }
     let gs: Vec<Id> = targets.iter().map(|&t| sim.zeros_like(t)).collect();
+    if let Some(w) = sunk {
+        if !sim.sink.as_ref().is_some_and(|s| s.contains_key(&w)) {
+            let g = sim.zeros_like(w);
+            sim.sink.as_mut().map(|s| s.insert(w, g));
+        }
+    }
     for (&t, &g) in targets.iter().zip(&gs) {
         acc(sim, grads, t, g);
     }

@@ -161,9 +161,9 @@ impl Built<'_> {
         let (wte, wpe) = (p.get("wte.weight"), p.get("wpe.weight"));
         let pos = sim.ints(&[t]); // (T)
         let flat = sim.reshape(ids, &[b * t]);
-        let e = sim.index_select(wte, flat); // (N, C)
+        let e = embedding(sim, wte, flat); // (N, C)
         let tok = sim.reshape(e, &[b, t, c]); // (B, T, C)
-        let pe = sim.index_select(wpe, pos); // (T, C)
+        let pe = embedding(sim, wpe, pos); // (T, C)
         let mut x = sim.broadcast(Bin::Add, tok, pe); // (B, T, C)
         drop_all(sim, &[pos, flat, e, tok, pe]);
         let mask = self.mask(sim, t, offset);
@@ -325,7 +325,7 @@ impl Built<'_> {
         sim.kind = "embeddings";
         let embed = p.get("model.embed_tokens.weight");
         let flat = sim.reshape(ids, &[b * t]);
-        let e = sim.index_select(embed, flat);
+        let e = embedding(sim, embed, flat);
         let mut x = sim.reshape(e, &[b, t, c]); // (B, T, C)
         drop_all(sim, &[flat, e]);
         let cos = sim.leaf(&[t, hd], self.dtype); // (T, D)
@@ -434,9 +434,9 @@ impl Built<'_> {
         let (ew, eb) = (e("LayerNorm.weight"), e("LayerNorm.bias"));
         let pos = sim.ints(&[t]);
         let flat = sim.reshape(ids, &[b * t]);
-        let e = sim.index_select(word, flat);
+        let e = embedding(sim, word, flat);
         let x0 = sim.reshape(e, &[b, t, c]);
-        let pe = sim.index_select(posw, pos);
+        let pe = embedding(sim, posw, pos);
         let mut x = sim.broadcast(Bin::Add, x0, pe);
         drop_all(sim, &[pos, flat, e, x0, pe]);
         if let Some(tt) = tt {
@@ -589,6 +589,16 @@ fn linear(sim: &mut Sim, x: Id, w: Id, b: Option<Id>) -> Id {
         }
         None => y,
     }
+}
+
+/// `kernels::embedding` in f32 (table (V, C), ids (N) → (N, C)), candle's `embedding`
+/// (index_select) otherwise.
+fn embedding(sim: &mut Sim, table: Id, ids: Id) -> Id {
+    if sim.nodes[table].dtype != 4 {
+        return sim.index_select(table, ids);
+    }
+    let shape = [sim.shape(ids)[0], sim.shape(table)[1]];
+    sim.fused(Fused::Embedding, &[table, ids], table, &shape)
 }
 
 /// `kernels::linear` over x (N, I) → (N, O): keeps nothing but its inputs; backward makes dx,

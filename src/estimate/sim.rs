@@ -91,8 +91,12 @@ pub enum Fused {
     /// `kernels::cross_entropy` (logits, targets) → f32 scalar; backward makes one
     /// logits-sized gradient.
     CrossEntropy,
-    /// `kernels::linear` (x, W[, b]): keeps its inputs; backward makes dx, dW and db.
+    /// `kernels::linear` (x, W[, b]): keeps its inputs; backward makes dx, dW and db (dW into
+    /// the sink when one is open).
     Linear,
+    /// `kernels::embedding` (table, ids): backward scatters into the table's gradient (in the
+    /// sink when one is open).
+    Embedding,
     /// `kernels::attention` (a packed qkv, or q, k, v; then the lse (B, H, T) f32): saves its
     /// inputs, its output and the lse instead of the (B, H, T, S) probabilities; backward
     /// recomputes the scores block by block and makes one gradient per input.
@@ -205,6 +209,9 @@ pub struct Sim {
     pub segments: Vec<(Option<Id>, Id)>,
     /// The input variable of the segment being built (after the last cut).
     pub segment_input: Option<Id>,
+    /// While segmented backward runs: the weights' gradients the linear and embedding kernels
+    /// accumulate outside candle's store (`kernels::sink`), by weight.
+    pub sink: Option<HashMap<Id, Id>>,
 }
 
 impl Default for Sim {
@@ -233,6 +240,7 @@ impl Sim {
             segmenting: false,
             segments: Vec::new(),
             segment_input: None,
+            sink: None,
         };
         s.enter(crate::model::scope::OUTSIDE);
         s

@@ -13,8 +13,10 @@
 
 use super::elems::rows_per_task;
 use super::product::{product, Operand};
+use super::sink;
 use candle_core::{
-    bail, CpuStorage, CustomOp2, CustomOp3, DType, Layout, Result, Shape, Storage, Tensor,
+    bail, CpuStorage, CustomOp2, CustomOp3, DType, InplaceOp3, Layout, Result, Shape, Storage,
+    Tensor,
 };
 use rayon::prelude::*;
 
@@ -145,6 +147,67 @@ struct Linear {
     layout: Weight,
 }
 
+/// Σ over rows of `dy` (rows of `o`) → (O).
+fn column_sums(dy: &[f32], o: usize) -> Vec<f32> {
+    dy.par_chunks(o * rows_per_task(o))
+        .map(|rows| {
+            let mut s = vec![0f32; o];
+            for r in rows.chunks(o) {
+                s.iter_mut().zip(r).for_each(|(s, &d)| *s += d);
+            }
+            s
+        })
+        .reduce(
+            || vec![0f32; o],
+            |mut a, b| {
+                a.iter_mut().zip(&b).for_each(|(a, b)| *a += b);
+                a
+            },
+        )
+}
+
+/// The f32 elements of a CPU tensor's storage.
+fn cpu<'a>(op: &str, s: &'a Storage) -> Result<&'a [f32]> {
+    match s {
+        Storage::Cpu(s) => f32s(op, s),
+        _ => bail!("{op}: CPU tensors only"),
+    }
+}
+
+/// In place: dW (the sink's) += the weight gradient of (x, dy).
+struct AccWeight<'a> {
+    of: &'a Linear,
+}
+
+impl InplaceOp3 for AccWeight<'_> {
+    fn name(&self) -> &'static str {
+        "memscope-linear-acc-weight"
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &mut CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+        s3: &CpuStorage,
+        l3: &Layout,
+    ) -> Result<()> {
+        let op = "linear backward";
+        let (n, i) = l2.shape().dims2()?;
+        let o = l3.shape().dims2()?.1;
+        let (x, dy) = (
+            Mat::of(op, f32s(op, s2)?, l2)?,
+            Mat::of(op, f32s(op, s3)?, l3)?,
+        );
+        let (CpuStorage::F32(dw), Some((a, b))) = (s1, l1.contiguous_offsets()) else {
+            bail!("{op}: the gradient must be contiguous f32")
+        };
+        self.of.weight_grad(&mut dw[a..b], true, x, dy, (n, i, o));
+        Ok(())
+    }
+}
+
 impl Linear {
     /// y (N, O) = x · W(ᵀ) [+ b].
     fn forward(
@@ -168,7 +231,23 @@ impl Linear {
         y
     }
 
-    /// (dx (N, I), dW in W's layout, db (O)) from x, W and dy (N, O), all detached.
+    /// dW (W's layout) = dyᵀ · x or xᵀ · dy, written into `dw`, or added to it when `acc`.
+    fn weight_grad(
+        &self,
+        dw: &mut [f32],
+        acc: bool,
+        x: Mat,
+        dy: Mat,
+        (n, i, o): (usize, usize, usize),
+    ) {
+        match self.layout {
+            Weight::OutIn => mm(o, i, n, dw, acc, dy.t(), x), // (O, I) = dyᵀ · x
+            Weight::InOut => mm(i, o, n, dw, acc, x.t(), dy), // (I, O) = xᵀ · dy
+        }
+    }
+
+    /// (dx (N, I), dW in W's layout, db (O)) from x, W and dy (N, O), all detached. With a
+    /// gradient sink open and W a variable, dW goes to the sink instead (`kernels::sink`).
     fn backward(
         &self,
         x: &Tensor,
@@ -178,55 +257,45 @@ impl Linear {
     ) -> Result<[Option<Tensor>; 3]> {
         let op = "linear backward";
         let dy = dy.contiguous()?;
-        let ((xs, xl), (ws, wl), (gs, gl)) = (
-            x.storage_and_layout(),
-            w.storage_and_layout(),
-            dy.storage_and_layout(),
-        );
-        let (Storage::Cpu(xs), Storage::Cpu(ws), Storage::Cpu(gs)) = (&*xs, &*ws, &*gs) else {
-            bail!("{op}: CPU tensors only")
-        };
-        let (xm, wm, g) = (
-            Mat::of(op, f32s(op, xs)?, xl)?,
-            Mat::of(op, f32s(op, ws)?, wl)?,
-            Mat::of(op, f32s(op, gs)?, gl)?,
-        );
-        let (n, i) = xl.shape().dims2()?;
-        let o = gl.shape().dims2()?.1;
-        let w_oi = if self.layout == Weight::OutIn {
-            wm
-        } else {
-            wm.t()
-        }; // (O, I)
-        let mut dx = vec![0f32; n * i]; // (N, I) = dy (N, O) · W (O, I)
-        mm(n, i, o, &mut dx, false, g, w_oi);
-        let mut dw = vec![0f32; i * o];
-        match self.layout {
-            Weight::OutIn => mm(o, i, n, &mut dw, false, g.t(), xm), // (O, I) = dyᵀ · x
-            Weight::InOut => mm(i, o, n, &mut dw, false, xm.t(), g), // (I, O) = xᵀ · dy
-        }
-        let db = bias.then(|| {
-            let dy = &g.v[g.off..g.off + n * o];
-            dy.par_chunks(o * rows_per_task(o))
-                .map(|rows| {
-                    let mut s = vec![0f32; o];
-                    for r in rows.chunks(o) {
-                        s.iter_mut().zip(r).for_each(|(s, &d)| *s += d);
-                    }
-                    s
-                })
-                .reduce(
-                    || vec![0f32; o],
-                    |mut a, b| {
-                        a.iter_mut().zip(&b).for_each(|(a, b)| *a += b);
-                        a
-                    },
-                )
-        });
+        let (n, i) = x.dims2()?;
+        let o = dy.dims2()?.1;
         let dev = x.device();
+        let (dx, db) = {
+            let ((ws, wl), (gs, gl)) = (w.storage_and_layout(), dy.storage_and_layout());
+            let (wm, g) = (
+                Mat::of(op, cpu(op, &ws)?, wl)?,
+                Mat::of(op, cpu(op, &gs)?, gl)?,
+            );
+            let w_oi = if self.layout == Weight::OutIn {
+                wm
+            } else {
+                wm.t()
+            }; // (O, I)
+            let mut dx = vec![0f32; n * i]; // (N, I) = dy (N, O) · W (O, I)
+            mm(n, i, o, &mut dx, false, g, w_oi);
+            let db = bias.then(|| column_sums(&g.v[g.off..g.off + n * o], o));
+            (dx, db)
+        };
+        let fresh = || -> Result<Tensor> {
+            let ((xs, xl), (gs, gl)) = (x.storage_and_layout(), dy.storage_and_layout());
+            let (xm, g) = (
+                Mat::of(op, cpu(op, &xs)?, xl)?,
+                Mat::of(op, cpu(op, &gs)?, gl)?,
+            );
+            let mut dw = vec![0f32; i * o];
+            self.weight_grad(&mut dw, false, xm, g, (n, i, o));
+            Tensor::from_vec(dw, w.shape(), dev)
+        };
+        let dw = if sink::takes(w) {
+            let acc = AccWeight { of: self };
+            sink::add(w, fresh, |g| g.inplace_op3(x, &dy, &acc))?;
+            None
+        } else {
+            Some(fresh()?)
+        };
         Ok([
             Some(Tensor::from_vec(dx, (n, i), dev)?),
-            Some(Tensor::from_vec(dw, w.shape(), dev)?),
+            dw,
             db.map(|db| Tensor::from_vec(db, o, dev)).transpose()?,
         ])
     }
@@ -365,6 +434,26 @@ mod tests {
             linear(&t[0], &t[1], Some(&t[2]))
         });
         grad_check(&[&[3, 4], &[4, 5], &[5]], |t| conv1d(&t[0], &t[1], &t[2]));
+    }
+
+    #[test]
+    fn with_a_sink_open_the_weight_gradient_goes_there_and_adds_in_place() {
+        use candle_core::Var;
+        let x = randn(&[6, 4]);
+        let w = Var::from_tensor(&randn(&[4, 3])).unwrap();
+        let loss = || conv1d(&x, &w, &randn(&[3])).unwrap().sum_all().unwrap();
+        let alone = loss().backward().unwrap();
+        let alone: Vec<Vec<f32>> = alone.get(w.as_tensor()).unwrap().to_vec2().unwrap();
+        let (store, sunk) = sink::collect(|| {
+            loss().backward()?;
+            loss().backward()
+        })
+        .unwrap();
+        assert!(store.get(w.as_tensor()).is_none(), "candle's store gets none");
+        let twice: Vec<Vec<f32>> = sunk[&w.as_tensor().id()].to_vec2().unwrap();
+        for (a, b) in alone.iter().flatten().zip(twice.iter().flatten()) {
+            assert!((2.0 * a - b).abs() <= 1e-5 * b.abs().max(1.0), "{a} vs {b}");
+        }
     }
 
     #[test]

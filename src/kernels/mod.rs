@@ -11,12 +11,14 @@ pub mod adamw;
 pub mod attention;
 pub mod cross_entropy;
 pub mod elems;
+pub mod embedding;
 pub mod gelu;
 pub mod layer_norm;
 pub mod linear;
 pub mod product;
 pub mod rms_norm;
 pub mod sgd;
+pub mod sink;
 pub mod swiglu;
 
 #[cfg(test)]

@@ -3,6 +3,7 @@
 //! embedding. Names follow Hugging Face's `BertForMaskedLM`.
 
 use crate::kernels::attention;
+use crate::kernels::embedding::embedding;
 use crate::model::config::ModelConfig;
 use crate::model::ops::{layer_norm, linear};
 use crate::model::scope;
@@ -178,11 +179,8 @@ impl Bert {
         let (c, eps) = (self.cfg.d_model, self.cfg.norm_eps);
         crate::model::scope::enter(crate::model::scope::EMBEDDING_ID);
         let pos = Tensor::arange(0u32, t as u32, ids.device())?; // (T)
-        let mut x = self
-            .word
-            .embedding(&ids.flatten_all()?)?
-            .reshape((b, t, c))?; // (B, T, C)
-        x = x.broadcast_add(&self.pos.embedding(&pos)?)?; // (B, T, C)
+        let mut x = embedding(&self.word, &ids.flatten_all()?)?.reshape((b, t, c))?; // (B, T, C)
+        x = x.broadcast_add(&embedding(&self.pos, &pos)?)?; // (B, T, C)
         if let Some(tt) = &self.token_type {
             x = x.broadcast_add(&tt.get(0)?)?; // (B, T, C)
         }

@@ -3,6 +3,7 @@
 //! checkpoint (`h.{i}.attn.c_attn.weight` is a Conv1D: (in, out)).
 
 use crate::kernels::attention;
+use crate::kernels::embedding::embedding;
 use crate::model::config::ModelConfig;
 use crate::model::kv_cache::KvCache;
 use crate::model::ops::{conv1d, layer_norm, linear};
@@ -127,11 +128,8 @@ impl Gpt2 {
         let offset = cache.as_ref().map_or(0, |k| k.len());
         scope::enter(scope::EMBEDDING_ID);
         let pos = Tensor::arange(offset as u32, (offset + t) as u32, ids.device())?; // (T)
-        let tok = self
-            .wte
-            .embedding(&ids.flatten_all()?)?
-            .reshape((b, t, c))?; // (B, T, C)
-        let x = tok.broadcast_add(&self.wpe.embedding(&pos)?)?; // (B, T, C)
+        let tok = embedding(&self.wte, &ids.flatten_all()?)?.reshape((b, t, c))?; // (B, T, C)
+        let x = tok.broadcast_add(&embedding(&self.wpe, &pos)?)?; // (B, T, C)
         let mut x = cut(x)?;
         for (i, blk) in self.blocks.iter().enumerate() {
             x = cut(self.block(i, blk, &x, cache.as_deref_mut().map(|k| (i, k)))?)?;

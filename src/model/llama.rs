@@ -3,6 +3,7 @@
 //! (`model.layers.{i}.self_attn.q_proj.weight`, PyTorch Linear layout (out, in)).
 
 use crate::kernels::attention;
+use crate::kernels::embedding::embedding;
 use crate::model::config::ModelConfig;
 use crate::model::kv_cache::KvCache;
 use crate::model::ops::{linear, rms_norm};
@@ -107,10 +108,7 @@ impl Llama {
         let c = self.cfg.d_model;
         let offset = cache.as_ref().map_or(0, |k| k.len());
         scope::enter(scope::EMBEDDING_ID);
-        let mut x = self
-            .embed
-            .embedding(&ids.flatten_all()?)?
-            .reshape((b, t, c))?; // (B, T, C)
+        let mut x = embedding(&self.embed, &ids.flatten_all()?)?.reshape((b, t, c))?; // (B, T, C)
         let (cos, sin) = rope_tables(&self.cfg, offset, t, x.dtype(), x.device())?; // (T, D)
         x = cut(x)?;
         for (i, blk) in self.blocks.iter().enumerate() {

@@ -10,6 +10,7 @@
 //! Each cut copies the residual stream (B, T, C) into a fresh `Var`: the next segment's graph
 //! starts there, and that variable's gradient is the one injected into the segment below.
 
+use crate::kernels::sink;
 use candle_core::backprop::GradStore;
 use candle_core::{CpuStorage, CustomOp1, Layout, Result, Shape, Tensor, Var};
 
@@ -44,6 +45,23 @@ impl Segments {
     /// Backward from `loss` (a scalar computed from the forward's output), segment by segment →
     /// the gradients of `vars` only, detached.
     pub fn backward(self, loss: Tensor, vars: &[Var]) -> Result<GradStore> {
+        // The linear and embedding kernels put their weights' gradients in the sink, added in
+        // place across segments (`kernels::sink`); the rest comes through candle's stores.
+        let (mut kept, mut sunk) = sink::collect(|| self.backward_segments(loss, vars))?;
+        for v in vars {
+            let Some(g) = sunk.remove(&v.as_tensor().id()) else {
+                continue;
+            };
+            let g = match kept.remove(v.as_tensor()) {
+                Some(prev) => (prev + g)?.detach(),
+                None => g,
+            };
+            kept.insert(v.as_tensor(), g);
+        }
+        Ok(kept)
+    }
+
+    fn backward_segments(self, loss: Tensor, vars: &[Var]) -> Result<GradStore> {
         let Segments { parts, head_input } = self;
         let mut kept = GradStore::default();
         let mut all = loss.backward()?;

@@ -1,0 +1,56 @@
+//! Parameter gradients accumulated where the kernels compute them, instead of through candle's
+//! gradient store.
+//!
+//! candle adds every gradient into its store as `zeros_like(param) + grad`: for a weight that is
+//! two more weight-sized buffers alive beside the gradient (441 MiB at GPT-2 small's tied
+//! 50257×768 head, the heap peak of its train step). While a sink is open (segmented backward,
+//! `model::segments`), `kernels::linear` and `kernels::embedding` hand a variable weight's
+//! gradient here and return none to candle: the first contribution is stored as computed, and
+//! later ones (a tied embedding's second use, the next segment) are added into it in place.
+//! Backward runs on the calling thread, so the sink is that thread's.
+
+use candle_core::{Result, Tensor, TensorId};
+use std::cell::RefCell;
+use std::collections::HashMap;
+
+thread_local! {
+    static SINK: RefCell<Option<HashMap<TensorId, Tensor>>> = const { RefCell::new(None) };
+}
+
+/// Runs `f` (backward passes) with a sink open → its result and the gradients the kernels put
+/// in the sink, by the parameter's tensor id. The sink is closed again when `f` fails.
+pub fn collect<T>(f: impl FnOnce() -> Result<T>) -> Result<(T, HashMap<TensorId, Tensor>)> {
+    SINK.with(|s| *s.borrow_mut() = Some(HashMap::new()));
+    let out = f();
+    let grads = SINK.with(|s| s.borrow_mut().take()).unwrap_or_default();
+    Ok((out?, grads))
+}
+
+/// Whether `w`'s gradient goes to the sink: one is open and `w` is a variable.
+pub fn takes(w: &Tensor) -> bool {
+    w.is_variable() && SINK.with(|s| s.borrow().is_some())
+}
+
+/// Adds a contribution to `w`'s gradient: `add_into(existing)` in place when the sink holds
+/// one, else `fresh()` becomes it. Call only when [`takes`] is true.
+pub fn add(
+    w: &Tensor,
+    fresh: impl FnOnce() -> Result<Tensor>,
+    add_into: impl FnOnce(&Tensor) -> Result<()>,
+) -> Result<()> {
+    let id = w.id();
+    let existing = SINK.with(|s| s.borrow_mut().as_mut().and_then(|m| m.remove(&id)));
+    let g = match existing {
+        Some(g) => {
+            add_into(&g)?;
+            g
+        }
+        None => fresh()?,
+    };
+    SINK.with(|s| {
+        if let Some(m) = s.borrow_mut().as_mut() {
+            m.insert(id, g);
+        }
+    });
+    Ok(())
+}

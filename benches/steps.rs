@@ -46,7 +46,7 @@ fn train_step(model: &Model, ids: &Tensor, targets: &Tensor, vars: &[Var], opt: 
     let n = targets.elem_count();
     let loss = ops::cross_entropy(&logits.reshape((n, v)).unwrap(), targets).unwrap();
     drop(logits);
-    let grads = segs.backward(loss, vars).unwrap();
+    let grads = segs.backward(loss, vars, None).unwrap();
     opt.step(&grads).unwrap();
 }
 

@@ -125,7 +125,7 @@ fn segmented_backward_gives_the_same_gradients_as_the_whole_graph() {
         let loss = loss_from_logits(&logits, &ids, c.vocab_size);
         drop(logits);
         let vars = store.vars();
-        let seg = segs.backward(loss, &vars).unwrap();
+        let seg = segs.backward(loss, &vars, None).unwrap();
         for (pname, t) in store.tensors() {
             let (a, b) = (whole.get(t).unwrap(), seg.get(t));
             let b = b.unwrap_or_else(|| panic!("{name}: segmented backward lost {pname}"));
@@ -141,6 +141,43 @@ fn segmented_backward_gives_the_same_gradients_as_the_whole_graph() {
             vars.len(),
             "{name}: only parameters are kept"
         );
+    }
+}
+
+#[test]
+fn micro_batches_add_into_the_gradients_so_far() {
+    // Two micro-batches through the segmented backward, the second adding into the first's
+    // gradients (weights in place, in the sink) = the sum of two whole-graph backwards.
+    for name in TINY {
+        let (c, store, model) = build(name, true, DType::F32);
+        let vars = store.vars();
+        let batches = [
+            tokens(2, 16, c.vocab_size, 3),
+            tokens(2, 16, c.vocab_size, 7),
+        ];
+        let mut acc = None;
+        for ids in &batches {
+            let (logits, segs) =
+                segments::forward(|cut| model.forward_cut(ids, None, cut)).unwrap();
+            let loss = loss_from_logits(&logits, ids, c.vocab_size);
+            drop(logits);
+            acc = Some(segs.backward(loss, &vars, acc.take()).unwrap());
+        }
+        let acc = acc.unwrap();
+        let whole: Vec<_> = batches
+            .iter()
+            .map(|ids| loss_of(&model, ids, c.vocab_size).backward().unwrap())
+            .collect();
+        for (pname, t) in store.tensors() {
+            let sum = (whole[0].get(t).unwrap() + whole[1].get(t).unwrap()).unwrap();
+            let got = acc.get(t).unwrap_or_else(|| panic!("{name}: lost {pname}"));
+            let scale = max_abs_diff(&sum, &sum.zeros_like().unwrap()).max(1e-6);
+            let d = max_abs_diff(&sum, got);
+            assert!(
+                d <= 1e-5 * scale.max(1.0),
+                "{name} {pname}: off by {d} (max {scale})"
+            );
+        }
     }
 }
 

@@ -97,9 +97,11 @@ pub fn segmented_backward(
     head_input: Id,
     vars: &[Id],
     rc: &dyn Recompute,
+    earlier: Option<Grads>,
 ) -> Grads {
     let mut kept = Grads::new();
-    sim.sink = Some(Grads::new());
+    // Earlier micro-batches' gradients seed the sink, as in `model::segments`.
+    sim.sink = Some(earlier.unwrap_or_default());
     let mut all = backward(sim, loss, rc);
     sim.release(loss);
     let mut g = take_input(sim, &mut all, head_input);

@@ -4,7 +4,7 @@
 
 use super::backward::segmented_backward;
 use super::models::{cross_entropy, Built, Params, WithParams};
-use super::sim::{Bin, Id, Phase, Sim};
+use super::sim::{Id, Phase, Sim};
 use super::{
     runtime_buffers, ActivationRow, Attention, Categories, Estimate, Flops, Hotspot, Optimizer,
     PhaseEstimate, Request,
@@ -199,19 +199,9 @@ fn train(sim: &mut Sim, model: &Built, p: &Params, req: &Request) -> Estimate {
             }
             let ((), bw) = phase(sim, Phase::Backward, |sim| {
                 let rc = WithParams(model, p);
-                let kept = segmented_backward(sim, loss, parts, head_input, &p.ids, &rc);
-                match acc.as_mut() {
-                    None => acc = Some(kept),
-                    Some(a) => {
-                        for (v, g) in kept {
-                            let old = a.remove(&v).expect("same parameters every micro-step");
-                            let sum = sim.binary(Bin::Add, old, g);
-                            sim.release(old);
-                            sim.release(g);
-                            a.insert(v, sum);
-                        }
-                    }
-                }
+                let prev = acc.take();
+                let kept = segmented_backward(sim, loss, parts, head_input, &p.ids, &rc, prev);
+                acc = Some(kept);
             });
             if last && micro == 0 {
                 est.hotspots_backward = hotspots(sim, &sim.peak.by_module, &baseline);

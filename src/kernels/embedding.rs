@@ -166,7 +166,7 @@ mod tests {
     fn with_a_sink_open_the_gradient_goes_there_and_adds_in_place() {
         let t = Var::from_tensor(&Tensor::randn(0f32, 1.0, (7, 5), &Device::Cpu).unwrap()).unwrap();
         let loss = || embedding(t.as_tensor(), &ids()).unwrap().sum_all().unwrap();
-        let (store, sunk) = sink::collect(|| {
+        let (store, sunk) = sink::collect(Default::default(), || {
             loss().backward()?;
             loss().backward()
         })

@@ -444,12 +444,15 @@ mod tests {
         let loss = || conv1d(&x, &w, &randn(&[3])).unwrap().sum_all().unwrap();
         let alone = loss().backward().unwrap();
         let alone: Vec<Vec<f32>> = alone.get(w.as_tensor()).unwrap().to_vec2().unwrap();
-        let (store, sunk) = sink::collect(|| {
+        let (store, sunk) = sink::collect(Default::default(), || {
             loss().backward()?;
             loss().backward()
         })
         .unwrap();
-        assert!(store.get(w.as_tensor()).is_none(), "candle's store gets none");
+        assert!(
+            store.get(w.as_tensor()).is_none(),
+            "candle's store gets none"
+        );
         let twice: Vec<Vec<f32>> = sunk[&w.as_tensor().id()].to_vec2().unwrap();
         for (a, b) in alone.iter().flatten().zip(twice.iter().flatten()) {
             assert!((2.0 * a - b).abs() <= 1e-5 * b.abs().max(1.0), "{a} vs {b}");

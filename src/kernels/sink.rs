@@ -17,10 +17,14 @@ thread_local! {
     static SINK: RefCell<Option<HashMap<TensorId, Tensor>>> = const { RefCell::new(None) };
 }
 
-/// Runs `f` (backward passes) with a sink open → its result and the gradients the kernels put
-/// in the sink, by the parameter's tensor id. The sink is closed again when `f` fails.
-pub fn collect<T>(f: impl FnOnce() -> Result<T>) -> Result<(T, HashMap<TensorId, Tensor>)> {
-    SINK.with(|s| *s.borrow_mut() = Some(HashMap::new()));
+/// Runs `f` (backward passes) with a sink open, holding `seed` (gradients accumulated so far,
+/// which the kernels add into in place) → its result and the sink's gradients, by the
+/// parameter's tensor id. The sink is closed again when `f` fails.
+pub fn collect<T>(
+    seed: HashMap<TensorId, Tensor>,
+    f: impl FnOnce() -> Result<T>,
+) -> Result<(T, HashMap<TensorId, Tensor>)> {
+    SINK.with(|s| *s.borrow_mut() = Some(seed));
     let out = f();
     let grads = SINK.with(|s| s.borrow_mut().take()).unwrap_or_default();
     Ok((out?, grads))

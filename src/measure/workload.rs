@@ -313,11 +313,8 @@ impl Run<'_> {
                 time_ms(dev, || {
                     // Segment by segment: each block's activations are freed once its
                     // gradients are out (model::segments).
-                    let g = segs.backward(loss, vars)?;
-                    match grads.as_mut() {
-                        None => grads = Some(g),
-                        Some(acc) => acc.extend(g)?, // accumulate micro-batch gradients
-                    }
+                    // Micro-batches add into the gradients so far (weights in place).
+                    grads = Some(segs.backward(loss, vars, grads.take())?);
                     Ok(())
                 })
             })?;

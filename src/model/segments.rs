@@ -43,11 +43,21 @@ pub fn forward(forward: impl FnOnce(Cut) -> Result<Tensor>) -> Result<(Tensor, S
 
 impl Segments {
     /// Backward from `loss` (a scalar computed from the forward's output), segment by segment →
-    /// the gradients of `vars` only, detached.
-    pub fn backward(self, loss: Tensor, vars: &[Var]) -> Result<GradStore> {
+    /// the gradients of `vars` only, detached, added to `acc` (earlier micro-batches'
+    /// gradients) when given.
+    pub fn backward(self, loss: Tensor, vars: &[Var], acc: Option<GradStore>) -> Result<GradStore> {
         // The linear and embedding kernels put their weights' gradients in the sink, added in
-        // place across segments (`kernels::sink`); the rest comes through candle's stores.
-        let (mut kept, mut sunk) = sink::collect(|| self.backward_segments(loss, vars))?;
+        // place across segments and micro-batches (`kernels::sink`); the rest comes through
+        // candle's stores and is added here.
+        let mut seed = std::collections::HashMap::new();
+        if let Some(mut acc) = acc {
+            for v in vars {
+                if let Some(g) = acc.remove(v.as_tensor()) {
+                    seed.insert(v.as_tensor().id(), g);
+                }
+            }
+        }
+        let (mut kept, mut sunk) = sink::collect(seed, || self.backward_segments(loss, vars))?;
         for v in vars {
             let Some(g) = sunk.remove(&v.as_tensor().id()) else {
                 continue;

@@ -16,10 +16,7 @@
 
 use super::elems::{self, fast_exp};
 use super::product::{product, Operand};
-use candle_core::backend::BackendStorage;
-use candle_core::{
-    bail, CpuStorage, CustomOp1, CustomOp3, DType, Layout, Result, Shape, Storage, Tensor,
-};
+use candle_core::{bail, CpuStorage, CustomOp1, CustomOp3, DType, Layout, Result, Shape, Tensor};
 use rayon::prelude::*;
 use std::sync::Mutex;
 
@@ -403,22 +400,6 @@ fn backward(
     });
 }
 
-/// The f32 elements of a CPU storage (all of them: views index with their own offsets).
-fn f32s<'a>(op: &str, s: &'a CpuStorage) -> Result<&'a [f32]> {
-    match s {
-        CpuStorage::F32(x) => Ok(x),
-        other => bail!("{op}: expects f32, got {:?}", other.dtype()),
-    }
-}
-
-/// The same for a tensor's storage, which `storage_and_layout` hands out behind a lock guard.
-fn cpu<'a>(op: &str, s: &'a Storage) -> Result<&'a [f32]> {
-    match s {
-        Storage::Cpu(s) => f32s(op, s),
-        _ => bail!("{op}: CPU tensors only (memscope's kernels run on the CPU)"),
-    }
-}
-
 /// The three views of a packed (B, T, 3C) layout.
 fn packed_views(op: &str, l: &Layout, heads: usize, causal: bool) -> Result<(Dims, [View; 3])> {
     let (b, t, c3) = l.shape().dims3()?;
@@ -461,7 +442,7 @@ impl CustomOp1 for Packed {
 
     fn cpu_fwd(&self, s: &CpuStorage, l: &Layout) -> Result<(CpuStorage, Shape)> {
         let op = "attention";
-        let x = f32s(op, s)?;
+        let x = elems::all_f32(op, s)?;
         let (dm, [qv, kv, vv]) = packed_views(op, l, self.heads, self.causal)?;
         let c = dm.h * dm.d;
         let mut y = vec![0f32; dm.b * dm.t * c]; // (B, T, C)
@@ -490,7 +471,7 @@ impl CustomOp1 for Packed {
             dk: at(1),
             dv: at(2),
         };
-        let x = cpu(op, &xs)?;
+        let x = elems::all_f32_of(op, &xs)?;
         let rows = |l: &Layout| View::rows(l.start_offset(), dm.t, c, dm.d);
         let lse = self.lse.lock().unwrap();
         backward(
@@ -498,8 +479,8 @@ impl CustomOp1 for Packed {
             (x, qv),
             (x, kv),
             (x, vv),
-            (cpu(op, &ys)?, rows(yl)),
-            (cpu(op, &ds)?, rows(dl)),
+            (elems::all_f32_of(op, &ys)?, rows(yl)),
+            (elems::all_f32_of(op, &ds)?, rows(dl)),
             &lse,
             &g,
         );
@@ -552,9 +533,9 @@ impl CustomOp3 for Split {
         let mut lse = vec![0f32; dm.b * dm.h * dm.t]; // (B, H, T)
         forward(
             dm,
-            (f32s(op, s1)?, View::of4(op, l1)?),
-            (f32s(op, s2)?, View::of4(op, l2)?),
-            (f32s(op, s3)?, View::of4(op, l3)?),
+            (elems::all_f32(op, s1)?, View::of4(op, l1)?),
+            (elems::all_f32(op, s2)?, View::of4(op, l2)?),
+            (elems::all_f32(op, s3)?, View::of4(op, l3)?),
             (&mut y, View::rows(0, dm.t, c, dm.d)),
             &mut lse,
         );
@@ -593,11 +574,11 @@ impl CustomOp3 for Split {
             let lse = self.lse.lock().unwrap();
             backward(
                 dm,
-                (cpu(op, &qs)?, View::of4(op, ql)?),
-                (cpu(op, &ks)?, View::of4(op, kl)?),
-                (cpu(op, &vs)?, View::of4(op, vl)?),
-                (cpu(op, &ys)?, rows(yl)),
-                (cpu(op, &ds)?, rows(dl)),
+                (elems::all_f32_of(op, &qs)?, View::of4(op, ql)?),
+                (elems::all_f32_of(op, &ks)?, View::of4(op, kl)?),
+                (elems::all_f32_of(op, &vs)?, View::of4(op, vl)?),
+                (elems::all_f32_of(op, &ys)?, rows(yl)),
+                (elems::all_f32_of(op, &ds)?, rows(dl)),
                 &lse,
                 &g,
             );

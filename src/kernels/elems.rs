@@ -31,6 +31,23 @@ pub fn write(op: &str, v: Vec<f32>, dtype: DType) -> Result<CpuStorage> {
     })
 }
 
+/// All of an f32 storage's elements, for kernels that index strided views themselves with
+/// their layouts' offsets and strides. `op` names the kernel in errors.
+pub fn all_f32<'a>(op: &str, s: &'a CpuStorage) -> Result<&'a [f32]> {
+    match s {
+        CpuStorage::F32(x) => Ok(x),
+        other => bail!("{op}: expects f32, got {:?}", other.dtype()),
+    }
+}
+
+/// The same for a tensor's storage, which `storage_and_layout` hands out behind a lock guard.
+pub fn all_f32_of<'a>(op: &str, s: &'a candle_core::Storage) -> Result<&'a [f32]> {
+    match s {
+        candle_core::Storage::Cpu(s) => all_f32(op, s),
+        _ => bail!("{op}: CPU tensors only (memscope's kernels run on the CPU)"),
+    }
+}
+
 /// Rows per parallel task so that each task handles about 16 K elements.
 pub fn rows_per_task(row_len: usize) -> usize {
     (16_384 / row_len.max(1)).max(1)

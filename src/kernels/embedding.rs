@@ -8,7 +8,7 @@
 //! tied LM head put its part there first); otherwise the gradient is made once.
 //! Shape vocabulary: V table rows, C features, N ids.
 
-use super::sink;
+use super::{elems, sink};
 use candle_core::{
     bail, CpuStorage, CustomOp2, DType, InplaceOp3, Layout, Result, Shape, Storage, Tensor,
 };
@@ -41,13 +41,6 @@ fn read_ids<'a>(s: &'a CpuStorage, l: &Layout, v: usize) -> Result<&'a [u32]> {
     Ok(ids)
 }
 
-fn f32s<'a>(s: &'a CpuStorage, l: &Layout) -> Result<&'a [f32]> {
-    match (s, l.contiguous_offsets()) {
-        (CpuStorage::F32(x), Some((a, b))) => Ok(&x[a..b]),
-        _ => bail!("embedding: expects a contiguous f32 tensor"),
-    }
-}
-
 /// grad (V, C) += the rows of dy (N, C) at ids.
 fn scatter(grad: &mut [f32], ids: &[u32], dy: &[f32], c: usize) {
     for (&i, row) in ids.iter().zip(dy.chunks(c)) {
@@ -72,7 +65,7 @@ impl CustomOp2 for Embedding {
         l2: &Layout,
     ) -> Result<(CpuStorage, Shape)> {
         let (v, c) = l1.shape().dims2()?;
-        let table = f32s(s1, l1)?;
+        let table = elems::read("embedding", s1, l1)?;
         let ids = read_ids(s2, l2, v)?;
         let mut y = vec![0f32; ids.len() * c]; // (N, C)
         y.par_chunks_mut(c)
@@ -98,7 +91,12 @@ impl CustomOp2 for Embedding {
             let (Storage::Cpu(is), Storage::Cpu(ds)) = (&*is, &*ds) else {
                 bail!("embedding backward: CPU tensors only")
             };
-            scatter(&mut g, read_ids(is, il, v)?, f32s(ds, dl)?, c);
+            scatter(
+                &mut g,
+                read_ids(is, il, v)?,
+                &elems::read("embedding backward", ds, dl)?,
+                c,
+            );
             Tensor::from_vec(g, (v, c), table.device())
         };
         if !sink::takes(table) {
@@ -127,11 +125,14 @@ impl InplaceOp3 for ScatterAdd {
         l3: &Layout,
     ) -> Result<()> {
         let (v, c) = l1.shape().dims2()?;
-        let (ids, dy) = (read_ids(s2, l2, v)?, f32s(s3, l3)?);
+        let (ids, dy) = (
+            read_ids(s2, l2, v)?,
+            elems::read("embedding backward", s3, l3)?,
+        );
         let (CpuStorage::F32(g), Some((a, b))) = (s1, l1.contiguous_offsets()) else {
             bail!("embedding backward: the gradient must be contiguous f32")
         };
-        scatter(&mut g[a..b], ids, dy, c);
+        scatter(&mut g[a..b], ids, &dy, c);
         Ok(())
     }
 }

@@ -11,12 +11,11 @@
 //! straight from strided views (no transposed copies).
 //! Shape vocabulary: N rows, I in features, O out features.
 
-use super::elems::rows_per_task;
+use super::elems::{self, rows_per_task};
 use super::product::{product, Operand};
 use super::sink;
 use candle_core::{
-    bail, CpuStorage, CustomOp2, CustomOp3, DType, InplaceOp3, Layout, Result, Shape, Storage,
-    Tensor,
+    bail, CpuStorage, CustomOp2, CustomOp3, DType, InplaceOp3, Layout, Result, Shape, Tensor,
 };
 use rayon::prelude::*;
 
@@ -136,13 +135,6 @@ fn mm(m: usize, n: usize, k: usize, dst: &mut [f32], acc: bool, lhs: Mat, rhs: M
     }
 }
 
-fn f32s<'a>(op: &str, s: &'a CpuStorage) -> Result<&'a [f32]> {
-    match s {
-        CpuStorage::F32(v) => Ok(v),
-        _ => bail!("{op}: expects f32"),
-    }
-}
-
 struct Linear {
     layout: Weight,
 }
@@ -164,14 +156,6 @@ fn column_sums(dy: &[f32], o: usize) -> Vec<f32> {
                 a
             },
         )
-}
-
-/// The f32 elements of a CPU tensor's storage.
-fn cpu<'a>(op: &str, s: &'a Storage) -> Result<&'a [f32]> {
-    match s {
-        Storage::Cpu(s) => f32s(op, s),
-        _ => bail!("{op}: CPU tensors only"),
-    }
 }
 
 /// In place: dW (the sink's) += the weight gradient of (x, dy).
@@ -197,8 +181,8 @@ impl InplaceOp3 for AccWeight<'_> {
         let (n, i) = l2.shape().dims2()?;
         let o = l3.shape().dims2()?.1;
         let (x, dy) = (
-            Mat::of(op, f32s(op, s2)?, l2)?,
-            Mat::of(op, f32s(op, s3)?, l3)?,
+            Mat::of(op, elems::all_f32(op, s2)?, l2)?,
+            Mat::of(op, elems::all_f32(op, s3)?, l3)?,
         );
         let (CpuStorage::F32(dw), Some((a, b))) = (s1, l1.contiguous_offsets()) else {
             bail!("{op}: the gradient must be contiguous f32")
@@ -263,8 +247,8 @@ impl Linear {
         let (dx, db) = {
             let ((ws, wl), (gs, gl)) = (w.storage_and_layout(), dy.storage_and_layout());
             let (wm, g) = (
-                Mat::of(op, cpu(op, &ws)?, wl)?,
-                Mat::of(op, cpu(op, &gs)?, gl)?,
+                Mat::of(op, elems::all_f32_of(op, &ws)?, wl)?,
+                Mat::of(op, elems::all_f32_of(op, &gs)?, gl)?,
             );
             let w_oi = if self.layout == Weight::OutIn {
                 wm
@@ -279,8 +263,8 @@ impl Linear {
         let fresh = || -> Result<Tensor> {
             let ((xs, xl), (gs, gl)) = (x.storage_and_layout(), dy.storage_and_layout());
             let (xm, g) = (
-                Mat::of(op, cpu(op, &xs)?, xl)?,
-                Mat::of(op, cpu(op, &gs)?, gl)?,
+                Mat::of(op, elems::all_f32_of(op, &xs)?, xl)?,
+                Mat::of(op, elems::all_f32_of(op, &gs)?, gl)?,
             );
             let mut dw = vec![0f32; i * o];
             self.weight_grad(&mut dw, false, xm, g, (n, i, o));
@@ -321,8 +305,8 @@ impl CustomOp2 for Linear {
             l2.shape().dims2()?.1
         };
         let y = self.forward(
-            Mat::of(op, f32s(op, s1)?, l1)?,
-            Mat::of(op, f32s(op, s2)?, l2)?,
+            Mat::of(op, elems::all_f32(op, s1)?, l1)?,
+            Mat::of(op, elems::all_f32(op, s2)?, l2)?,
             None,
             (n, i, o),
         );
@@ -361,10 +345,10 @@ impl CustomOp3 for Linear {
         let Some((b0, b1)) = l3.contiguous_offsets() else {
             bail!("{op}: the bias must be contiguous")
         };
-        let b = &f32s(op, s3)?[b0..b1];
+        let b = &elems::all_f32(op, s3)?[b0..b1];
         let y = self.forward(
-            Mat::of(op, f32s(op, s1)?, l1)?,
-            Mat::of(op, f32s(op, s2)?, l2)?,
+            Mat::of(op, elems::all_f32(op, s1)?, l1)?,
+            Mat::of(op, elems::all_f32(op, s2)?, l2)?,
             Some(b),
             (n, i, o),
         );

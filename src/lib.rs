@@ -2,17 +2,18 @@
 //! with exact heap accounting. See ARCHITECTURE.md for the code map.
 
 pub mod analysis;
-pub mod bench;
 pub mod cli;
 pub mod environment;
 pub mod estimate;
 pub mod input;
 pub mod kernels;
-pub mod leak;
 pub mod measure;
 pub mod model;
+pub mod output;
 pub mod progress;
 pub mod record;
 pub mod report;
+pub mod runner;
 pub mod spec;
 pub mod sweep;
+pub mod units;

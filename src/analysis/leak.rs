@@ -299,10 +299,10 @@ fn inconclusive_reason(full: &Trend, rising: bool, late_rise: bool, span: f64, d
     } else {
         format!(
             "the slope's confidence interval ({} to {} over the {:.0} steps after warm-up) is too wide to tell a plateau (within ±{}) from a leak",
-            crate::analysis::bytes::fmt_bytes(full.ci[0] * span),
-            crate::analysis::bytes::fmt_bytes(full.ci[1] * span),
+            crate::units::fmt_bytes(full.ci[0] * span),
+            crate::units::fmt_bytes(full.ci[1] * span),
             span,
-            crate::analysis::bytes::fmt_bytes(dp)
+            crate::units::fmt_bytes(dp)
         )
     }
 }

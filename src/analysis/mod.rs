@@ -2,11 +2,11 @@
 
 pub mod aggregate;
 pub mod breakdown;
-pub mod bytes;
 pub mod fit;
 pub mod leak;
 pub mod leak_text;
 pub mod leak_types;
+pub mod record_series;
 pub mod scaling;
 pub mod stats;
 pub mod targets;

@@ -7,8 +7,8 @@
 
 use serde::Serialize;
 
-use crate::analysis::bytes::{fmt_bytes, parse_size, UNIT_NAMES};
 use crate::analysis::leak::{LeakReport, Verdict};
+use crate::units::{fmt_bytes, parse_size, UNIT_NAMES};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 pub enum TargetKind {

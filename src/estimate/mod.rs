@@ -5,7 +5,6 @@
 //! candle's tensor lifetimes and are checked against measurements in `tests/estimate.rs`.
 
 pub mod backward;
-pub mod cli;
 pub mod fits;
 pub mod models;
 pub mod sim;

@@ -11,9 +11,9 @@
 
 use thiserror::Error;
 
-pub use crate::analysis::bytes::Unit;
 use crate::analysis::leak::MemorySeries;
 use crate::input::series_fields::{label_for, score, split_unit, time_factor, Role};
+pub use crate::units::Unit;
 
 /// The layout of a memory log.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

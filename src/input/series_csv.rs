@@ -5,13 +5,13 @@
 //! column 2 the value (a single column is the value, numbered in file order), or give 1-based column
 //! numbers. Lines starting with `#` are comments.
 
-use crate::analysis::bytes::{check_number, Unit};
 use crate::analysis::leak::MemorySeries;
 use crate::input::series::{
     choose_columns, csv_delimiter, last_nonblank_line, Collector, Columns, ParseOptions,
     SeriesError,
 };
 use crate::input::series_fields::{parse_iso8601, parse_step, parse_time, parse_value, CellError};
+use crate::units::{check_number, Unit};
 
 pub(crate) fn parse(
     text: &str,

@@ -5,7 +5,7 @@
 //! seconds. "NaN", "inf", "1e400" and negative numbers are rejected explicitly (Rust's float parser
 //! accepts the first two).
 
-use crate::analysis::bytes::{check_number, number_to_bytes, Unit, UNIT_NAMES};
+use crate::units::{check_number, number_to_bytes, Unit, UNIT_NAMES};
 
 /// What a column or key holds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

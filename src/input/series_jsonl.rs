@@ -4,12 +4,12 @@
 
 use serde_json::{Map, Value};
 
-use crate::analysis::bytes::Unit;
 use crate::analysis::leak::MemorySeries;
 use crate::input::series::{
     choose_columns, last_nonblank_line, Collector, Columns, ParseOptions, SeriesError,
 };
 use crate::input::series_fields::{parse_step, parse_time, parse_value, CellError};
+use crate::units::Unit;
 
 pub(crate) fn parse(
     text: &str,

@@ -8,10 +8,10 @@
 
 use regex::Regex;
 
-use crate::analysis::bytes::Unit;
 use crate::analysis::leak::MemorySeries;
 use crate::input::series::{last_nonblank_line, Collector, ParseOptions, SeriesError};
 use crate::input::series_fields::{label_for, parse_step, parse_time, parse_value, CellError};
+use crate::units::Unit;
 
 /// The default log pattern.
 pub const DEFAULT_PATTERN: &str = r"(?i)^(?:\[?(?P<time>\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(?:[.,]\d+)?(?:Z|[+-]\d{2}:?\d{2})?)\]?)?.*?\b(?:global[_ ]?step|step|iteration|iter|it)\b\s*[:=#]?\s*(?P<step>\d+(?:,\d{3})*)\b.*?(?P<value>\d+(?:,\d{3})*(?:\.\d+)?)\s*(?P<unit>[KMGT]i?B|bytes)\b";
@@ -50,10 +50,7 @@ pub(crate) fn parse(
             {
                 None => None,
                 Some(u) => Some(Unit::parse(u).ok_or_else(|| CellError {
-                    message: format!(
-                        "unknown unit '{u}' (valid: {})",
-                        crate::analysis::bytes::UNIT_NAMES
-                    ),
+                    message: format!("unknown unit '{u}' (valid: {})", crate::units::UNIT_NAMES),
                     fatal: false,
                 })?),
             };

@@ -6,6 +6,7 @@ pub mod clock;
 pub mod peaks;
 pub mod phases;
 pub mod procfs;
+pub mod threads;
 pub mod workload;
 
 pub use workload::{measure, measure_with, Measurement};

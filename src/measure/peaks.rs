@@ -199,7 +199,7 @@ pub fn fingerprint(threads: usize) -> String {
         .unwrap_or_else(|| "?".into());
     format!(
         "{model} | {} logical cores | L2 {} L3 {} | {mem} kB | {threads} threads | memscope {}",
-        crate::cli::all_cores(),
+        crate::measure::threads::all_cores(),
         cache(2),
         cache(3),
         env!("CARGO_PKG_VERSION")
@@ -232,4 +232,20 @@ pub fn cached(threads: usize) -> Option<Peaks> {
     let text = std::fs::read_to_string(cache_path(&fp)).ok()?;
     let p: Peaks = serde_json::from_str(&text).ok()?;
     (p.fingerprint == fp).then_some(p)
+}
+
+/// (name, in, out) of a model's linear layers, as `memscope peaks` times them.
+pub fn linear_shapes(cfg: &crate::model::config::ModelConfig) -> Vec<(String, usize, usize)> {
+    use crate::model::config::Family;
+    let (c, f, v) = (cfg.d_model, cfg.d_ff, cfg.vocab_size);
+    let kv = cfg.n_kv_heads * cfg.head_dim();
+    let mut s = match cfg.family {
+        Family::Gpt2 => vec![("attention qkv", c, 3 * c), ("attention out", c, c)],
+        Family::Llama => vec![("attention q / out", c, c), ("attention k / v", c, kv)],
+        Family::Bert => vec![("attention q / k / v / out", c, c)],
+    };
+    s.extend([("mlp up", c, f), ("mlp down", f, c), ("lm head", c, v)]);
+    s.into_iter()
+        .map(|(n, k, o)| (n.to_string(), k, o))
+        .collect()
 }

@@ -3,7 +3,7 @@
 
 use crate::estimate::fits::FitReport;
 use crate::estimate::Estimate;
-use crate::report::units::{bytes, thousands};
+use crate::units::{bytes, thousands};
 use comfy_table::{presets::UTF8_FULL_CONDENSED, CellAlignment, Table};
 use std::collections::BTreeMap;
 use std::fmt::Write;

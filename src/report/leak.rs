@@ -4,10 +4,10 @@
 //! prints bytes in binary units (KiB, MiB, GiB) and lists every parameter used. Unknown numbers are
 //! written "—" (text, Markdown), empty (CSV) or null (JSON); never NaN. Reports never measure.
 
-use crate::analysis::bytes::{fmt_bytes, fmt_range};
 use crate::analysis::leak::LeakReport;
 use crate::analysis::leak_text::{group, rate};
 use crate::analysis::targets::TargetRow;
+use crate::units::{fmt_bytes, fmt_range};
 
 /// The key facts as (name, value) pairs, shared by text and Markdown.
 fn facts(r: &LeakReport) -> Vec<(&'static str, String)> {

@@ -173,7 +173,7 @@ fn analysis_and_report_do_not_import_candle() {
         include_str!("../analysis/trend.rs"),
         include_str!("../analysis/warmup.rs"),
         include_str!("../analysis/aggregate.rs"),
-        include_str!("../analysis/bytes.rs"),
+        include_str!("../units.rs"),
         include_str!("../analysis/targets.rs"),
     ];
     let needle = ["candle", "_core"].concat();

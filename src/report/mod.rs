@@ -12,7 +12,6 @@ pub mod peaks;
 pub mod scaling;
 pub mod summary;
 pub mod terminal;
-pub mod units;
 
 use crate::record::Record;
 

@@ -1,6 +1,6 @@
 //! The `memscope models` listing: every preset with its exact size.
 
-use crate::report::units::{bytes, thousands};
+use crate::units::{bytes, thousands};
 use serde::Serialize;
 
 #[derive(Clone, Debug, Serialize)]

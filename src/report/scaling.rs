@@ -6,8 +6,8 @@
 //! appears with several warm-ups, the row with the most warm-up steps stands for it.
 
 use crate::analysis::scaling::{choose, describe, fit_linear, warmup_axis, Pattern};
-use crate::report::units::{ms, rate};
 use crate::sweep::rows::{Row, RowSummary, Status};
+use crate::units::{ms, rate};
 use std::collections::BTreeMap;
 use std::fmt::Write;
 

@@ -3,7 +3,7 @@
 
 use crate::record::Record;
 use crate::report::phase_meaning;
-use crate::report::units::{bytes, ms, rate, thousands};
+use crate::units::{bytes, ms, rate, thousands};
 
 pub struct Table {
     pub title: String,

@@ -1,7 +1,11 @@
 //! Sweeps: many configurations, each in its own worker process, every outcome a row.
 
-pub mod cli;
+pub mod fit;
+pub mod interrupt;
+pub mod local;
 pub mod plan;
+pub mod progress;
 pub mod rows;
 pub mod run;
+pub mod scratch;
 pub mod worker;

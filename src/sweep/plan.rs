@@ -337,6 +337,13 @@ fn sorted_unique(xs: &[usize]) -> Vec<usize> {
     v
 }
 
+/// Why a point is skipped after an earlier OOM, if it is.
+pub fn skip_reason(ooms: &[Point], p: &Point) -> Option<String> {
+    ooms.iter()
+        .find(|a| strictly_larger(a, p))
+        .map(|a| format!("oom at batch {} seq {}", a.batch, a.seq))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -703,5 +710,26 @@ mod tests {
             .map(|q| (q.seq, q.batch))
             .collect();
         assert_eq!(skipped, vec![(128, 8), (256, 4), (256, 8)]);
+    }
+
+    #[test]
+    fn skip_only_strictly_larger_on_the_same_model_dtype_mode() {
+        let p = |batch, seq| Point {
+            model: "m".into(),
+            mode: "train".into(),
+            dtype: "f32".into(),
+            batch,
+            seq,
+            warmup: 0,
+            grad_accum: 1,
+            index: 0,
+        };
+        let ooms = vec![p(8, 128)];
+        assert_eq!(
+            skip_reason(&ooms, &p(16, 128)).unwrap(),
+            "oom at batch 8 seq 128"
+        );
+        assert_eq!(skip_reason(&ooms, &p(8, 128)), None, "equal is not larger");
+        assert_eq!(skip_reason(&ooms, &p(16, 64)), None);
     }
 }

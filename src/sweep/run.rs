@@ -14,6 +14,7 @@
 use crate::record::StepMemory;
 use crate::spec::Spec;
 use crate::sweep::rows::{Row, RowSummary, Status};
+use crate::units::human_duration;
 use std::collections::VecDeque;
 use std::ffi::CString;
 use std::io::{BufRead, BufReader, Write};
@@ -75,7 +76,7 @@ impl Enforcement {
 
     /// One sentence for the user.
     pub fn describe(&self, limit: Option<u64>) -> String {
-        let lim = limit.map_or(String::new(), |b| crate::report::units::bytes(b as f64));
+        let lim = limit.map_or(String::new(), |b| crate::units::bytes(b as f64));
         match self {
             Enforcement::None => "no memory limit per worker (set one with --memory-limit)".into(),
             Enforcement::CgroupV2 { parent } => format!(
@@ -502,7 +503,7 @@ pub struct Outcome<'a> {
 /// 101), clean errors (exit 2), other exit codes, then signals; a SIGKILL with no evidence of
 /// OOM is a crash, "killed (unknown cause)".
 pub fn classify(o: &Outcome) -> (Status, Option<String>) {
-    let bytes = |b: u64| crate::report::units::bytes(b as f64);
+    let bytes = |b: u64| crate::units::bytes(b as f64);
     let find = |needle: &str| o.stderr.iter().find(|l| l.contains(needle)).cloned();
     let last = || {
         o.stderr
@@ -605,20 +606,6 @@ pub fn classify(o: &Outcome) -> (Status, Option<String>) {
         s => format!("killed by {}", signal_name(s)),
     };
     (Status::Crash, Some(reason))
-}
-
-/// `2s`, `10m`, `1h30m`-style short form for messages.
-pub fn human_duration(d: Duration) -> String {
-    let s = d.as_secs();
-    if s > 0 && s % 3600 == 0 {
-        format!("{}h", s / 3600)
-    } else if s > 0 && s % 60 == 0 {
-        format!("{}m", s / 60)
-    } else if d.subsec_millis() == 0 {
-        format!("{s}s")
-    } else {
-        format!("{:.1}s", d.as_secs_f64())
-    }
 }
 
 #[cfg(test)]

@@ -13,7 +13,6 @@
 use crate::record::StepMemory;
 use crate::spec::Spec;
 use anyhow::{bail, Context};
-use clap::Args;
 use serde::{Deserialize, Serialize};
 use std::io::{Read, Write};
 use std::path::PathBuf;
@@ -28,16 +27,14 @@ pub const FAULT_ENV: &str = "MEMSCOPE_TEST_FAULT";
 /// How often the progress thread looks at the step counter.
 const PROGRESS_POLL: Duration = Duration::from_millis(50);
 
-#[derive(Args, Debug)]
-pub struct WorkerArgs {
-    /// Where the Record goes (written to a temporary file beside it, then renamed)
-    #[arg(long, value_name = "FILE")]
+/// Where a worker writes (from the hidden `memscope worker` command's flags).
+#[derive(Debug, Clone)]
+pub struct WorkerOptions {
+    /// Where the Record goes (written to a temporary file beside it, then renamed).
     pub out: PathBuf,
-    /// Side file: one JSON line per finished step (its memory entry)
-    #[arg(long, value_name = "FILE")]
+    /// Side file: one JSON line per finished step (its memory entry).
     pub series: Option<PathBuf>,
-    /// Position of this configuration in the sweep (for fault injection and messages)
-    #[arg(long, default_value_t = 0)]
+    /// Position of this configuration in the sweep (for fault injection and messages).
     pub index: usize,
 }
 
@@ -90,7 +87,7 @@ fn fault_for(index: usize) -> anyhow::Result<Option<Fault>> {
     Ok((only.is_none() || only == Some(index)).then_some(fault))
 }
 
-pub fn run(args: WorkerArgs) -> anyhow::Result<ExitCode> {
+pub fn run(args: WorkerOptions) -> anyhow::Result<ExitCode> {
     // Die with the parent (the parent also sets this between fork and exec).
     #[cfg(target_os = "linux")]
     unsafe {
@@ -108,7 +105,7 @@ pub fn run(args: WorkerArgs) -> anyhow::Result<ExitCode> {
         .context("reading the Spec on stdin")?;
     let spec: Spec = serde_json::from_str(&text).context("parsing the Spec on stdin")?;
     spec.validate()?;
-    crate::cli::set_threads(spec.threads);
+    crate::measure::threads::set_threads(spec.threads);
     let fault = fault_for(args.index)?;
     emit(&Event::Start {
         pid: std::process::id(),
@@ -152,7 +149,7 @@ pub fn run(args: WorkerArgs) -> anyhow::Result<ExitCode> {
             inject(fault);
         }
     };
-    let result = crate::bench::run_with(&spec, &steps, &mut on_step);
+    let result = crate::runner::run_with(&spec, &steps, &mut on_step);
     done.store(true, Ordering::Release);
     let _ = poller.join();
     let record = result?;

@@ -1,8 +1,9 @@
 //! `memscope estimate`: flags → [`Request`]s (one per dtype) → report, JSON, `--fits`.
 
-use super::fits::fits;
-use super::{estimate, Attention, Optimizer, Request};
-use crate::cli::{resolve_model, write_atomic, ModelArgs};
+use super::args::{resolve_model, ModelArgs};
+use crate::estimate::fits::fits;
+use crate::estimate::{estimate, Attention, Optimizer, Request};
+use crate::output::write_atomic;
 use crate::report;
 use crate::spec::{Dtype, Mode};
 use anyhow::{bail, Context};
@@ -80,7 +81,7 @@ pub fn run(a: EstimateArgs) -> anyhow::Result<ExitCode> {
     let budget = a
         .fits
         .as_deref()
-        .map(|f| crate::sweep::cli::parse_bytes("--fits", f))
+        .map(|f| crate::units::parse_bytes("--fits", f))
         .transpose()?;
     let prompt_len = a.prompt_len.unwrap_or(a.seq);
     // The same checks as a run's Spec, so an estimate is never given for a run memscope rejects.
@@ -93,7 +94,7 @@ pub fn run(a: EstimateArgs) -> anyhow::Result<ExitCode> {
         batch: a.batch,
         seq: a.seq,
         dtype: dts[0],
-        threads: a.threads.unwrap_or_else(crate::cli::all_cores),
+        threads: a.threads.unwrap_or_else(crate::measure::threads::all_cores),
         seed: 0,
         warmup: 0,
         steps: 1,

@@ -1,12 +1,17 @@
-//! Byte quantities: units, exact parsing of sizes ("1.5GiB", "500 MB", "12,345"), and human formatting.
+//! Units for the whole tool: byte quantities (exact parsing of sizes such as "1.5GiB", "500 MB",
+//! "12,345"; the size flags; human formatting) and durations (the duration flags; short forms).
 //!
 //! Invariants: decimal units are powers of 1000 (KB, MB, GB, TB), binary units powers of 1024 (KiB, MiB,
 //! GiB, TiB). A parsed size is finite and ≥ 0: "NaN", "inf", "1e400" and negative numbers are errors
 //! (Rust's `f64::from_str` accepts "NaN" and "inf", so the grammar is checked before parsing).
 //! Conversion is exact up to the one rounding of the final `f64`: a decimal unit shifts the decimal
 //! exponent of the text before the (correctly rounded) parse, a binary unit multiplies by a power of two.
+//! Formatting: reports print binary units; [`bytes`] with fixed decimals for table columns,
+//! [`fmt_bytes`] with three significant figures for sentences.
 
+use anyhow::{bail, Context};
 use serde::Serialize;
+use std::time::Duration;
 
 /// A unit of memory size.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -256,6 +261,126 @@ fn sig3(v: f64) -> String {
     }
 }
 
+/// Bytes in binary units with one decimal: "512 B", "1.5 KiB", "474.7 MiB", "2.31 GiB".
+pub fn bytes(b: f64) -> String {
+    let sign = if b < 0.0 { "-" } else { "" };
+    let a = b.abs();
+    const K: f64 = 1024.0;
+    if a < K {
+        format!("{sign}{a:.0} B")
+    } else if a < K * K {
+        format!("{sign}{:.1} KiB", a / K)
+    } else if a < K * K * K {
+        format!("{sign}{:.1} MiB", a / (K * K))
+    } else {
+        format!("{sign}{:.2} GiB", a / (K * K * K))
+    }
+}
+
+/// Milliseconds with precision that suits their size: "0.042", "3.17", "41.2", "1234".
+pub fn ms(v: f64) -> String {
+    let a = v.abs();
+    if a < 1.0 {
+        format!("{v:.3}")
+    } else if a < 10.0 {
+        format!("{v:.2}")
+    } else if a < 1000.0 {
+        format!("{v:.1}")
+    } else {
+        format!("{v:.0}")
+    }
+}
+
+/// An integer with thousands separators: 124439808 → "124,439,808".
+pub fn thousands(n: u64) -> String {
+    let s = n.to_string();
+    let mut out = String::with_capacity(s.len() + s.len() / 3);
+    for (i, c) in s.chars().enumerate() {
+        if i > 0 && (s.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// A rate with 3 significant-ish digits: "12.3", "1,234".
+pub fn rate(v: f64) -> String {
+    if v >= 1000.0 {
+        thousands(v.round() as u64)
+    } else if v >= 10.0 {
+        format!("{v:.1}")
+    } else {
+        format!("{v:.2}")
+    }
+}
+
+/// Parses a byte count: a number with an optional unit B, KB, MB, GB, TB (powers of 1000) or
+/// KiB, MiB, GiB, TiB (powers of 1024); case-insensitive, spaces allowed, decimals allowed.
+pub fn parse_bytes(flag: &str, text: &str) -> anyhow::Result<u64> {
+    let t = text.trim();
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
+    let (num, unit) = (t[..split].trim(), t[split..].trim());
+    let hint = "use a number with B, KB, MB, GB, KiB, MiB or GiB, e.g. 512MiB or 8GiB";
+    let value: f64 = num
+        .parse()
+        .ok()
+        .filter(|v: &f64| v.is_finite())
+        .with_context(|| format!("{flag} {text}: not a size; {hint}"))?;
+    let mult: f64 = match unit.to_ascii_lowercase().as_str() {
+        "" | "b" => 1.0,
+        "kb" | "k" => 1e3,
+        "mb" | "m" => 1e6,
+        "gb" | "g" => 1e9,
+        "tb" | "t" => 1e12,
+        "kib" => 1024.0,
+        "mib" => 1024.0 * 1024.0,
+        "gib" => 1024.0 * 1024.0 * 1024.0,
+        "tib" => 1024f64.powi(4),
+        _ => bail!("{flag} {text}: unknown unit \"{unit}\"; {hint}"),
+    };
+    let b = (value * mult).round();
+    if b < 1.0 || b >= u64::MAX as f64 {
+        bail!("{flag} {text}: must be between 1 B and 16 EiB; {hint}");
+    }
+    Ok(b as u64)
+}
+
+/// Parses a duration: a number with s, m or h (a bare number is seconds), e.g. 90s, 10m, 1.5h.
+pub fn parse_duration(flag: &str, text: &str) -> anyhow::Result<Duration> {
+    let t = text.trim();
+    let hint = "use a number with s, m or h, e.g. 90s, 10m, 1h";
+    let (num, mult) = match t.chars().last() {
+        Some('s') => (&t[..t.len() - 1], 1.0),
+        Some('m') => (&t[..t.len() - 1], 60.0),
+        Some('h') => (&t[..t.len() - 1], 3600.0),
+        _ => (t, 1.0),
+    };
+    let v: f64 = num
+        .trim()
+        .parse()
+        .ok()
+        .filter(|v: &f64| v.is_finite() && *v > 0.0)
+        .with_context(|| format!("{flag} {text}: not a positive duration; {hint}"))?;
+    Ok(Duration::from_secs_f64(v * mult))
+}
+
+/// `2s`, `10m`, `1h30m`-style short form for messages.
+pub fn human_duration(d: Duration) -> String {
+    let s = d.as_secs();
+    if s > 0 && s % 3600 == 0 {
+        format!("{}h", s / 3600)
+    } else if s > 0 && s % 60 == 0 {
+        format!("{}m", s / 60)
+    } else if d.subsec_millis() == 0 {
+        format!("{s}s")
+    } else {
+        format!("{:.1}s", d.as_secs_f64())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -310,5 +435,64 @@ mod tests {
             fmt_range(17.0 * 1073741824.0, 17.7 * 1073741824.0),
             "17.0–17.7 GiB"
         );
+    }
+
+    #[test]
+    fn formats() {
+        assert_eq!(bytes(512.0), "512 B");
+        assert_eq!(bytes(1536.0), "1.5 KiB");
+        assert_eq!(bytes(497_759_232.0), "474.7 MiB");
+        assert_eq!(bytes(-2.0 * 1024.0 * 1024.0), "-2.0 MiB");
+        assert_eq!(bytes(3.0 * (1u64 << 30) as f64), "3.00 GiB");
+        assert_eq!(thousands(124_439_808), "124,439,808");
+        assert_eq!(thousands(999), "999");
+        assert_eq!(thousands(1000), "1,000");
+        assert_eq!(ms(0.0421), "0.042");
+        assert_eq!(ms(41.25), "41.2");
+        assert_eq!(rate(1234.4), "1,234");
+    }
+
+    #[test]
+    fn bytes_units() {
+        assert_eq!(parse_bytes("--m", "512").unwrap(), 512);
+        assert_eq!(parse_bytes("--m", "1KB").unwrap(), 1000);
+        assert_eq!(parse_bytes("--m", "1KiB").unwrap(), 1024);
+        assert_eq!(parse_bytes("--m", "8GiB").unwrap(), 8 << 30);
+        assert_eq!(parse_bytes("--m", "2 GB").unwrap(), 2_000_000_000);
+        assert_eq!(parse_bytes("--m", "1.5MiB").unwrap(), 1_572_864);
+        assert_eq!(parse_bytes("--m", "300mib").unwrap(), 300 << 20);
+        let e = parse_bytes("--memory-limit", "8 gigs")
+            .unwrap_err()
+            .to_string();
+        assert!(e.starts_with("--memory-limit 8 gigs: unknown unit"), "{e}");
+        assert!(parse_bytes("--m", "").is_err());
+        assert!(parse_bytes("--m", "0").is_err());
+        assert!(parse_bytes("--m", "-1GiB").is_err());
+    }
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("--t", "2s").unwrap(), Duration::from_secs(2));
+        assert_eq!(
+            parse_duration("--t", "10m").unwrap(),
+            Duration::from_secs(600)
+        );
+        assert_eq!(
+            parse_duration("--t", "1h").unwrap(),
+            Duration::from_secs(3600)
+        );
+        assert_eq!(
+            parse_duration("--t", "90").unwrap(),
+            Duration::from_secs(90)
+        );
+        assert_eq!(
+            parse_duration("--t", "0.5s").unwrap(),
+            Duration::from_millis(500)
+        );
+        assert!(parse_duration("--timeout", "soon")
+            .unwrap_err()
+            .to_string()
+            .starts_with("--timeout soon"));
+        assert!(parse_duration("--t", "0s").is_err());
     }
 }

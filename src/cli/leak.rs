@@ -1,16 +1,16 @@
 //! The `leak` and `analyze` commands: run a workload for many identical steps (or read a memory
 //! log someone else wrote), then state whether live memory keeps growing, and check CI targets.
 
-use crate::analysis::bytes::Unit;
-use crate::analysis::leak::{
-    analyze as verdict, cross_check, LeakParams, LeakReport, MemorySeries,
-};
+use super::args::{build_spec, ModelArgs, WorkloadArgs};
+use crate::analysis::leak::{analyze as verdict, cross_check, LeakParams, LeakReport};
+use crate::analysis::record_series::{series, steps_per_hour};
 use crate::analysis::targets::{all_pass, evaluate, parse_bytes, Target, TargetKind, TargetRow};
-use crate::cli::{build_spec, set_threads, write_atomic, ModelArgs, WorkloadArgs};
 use crate::input::series::{parse_series, ParseOptions, SeriesFormat};
+use crate::measure::threads::set_threads;
+use crate::output::write_atomic;
 use crate::progress::Progress;
-use crate::record::Record;
 use crate::report::leak as render;
+use crate::units::Unit;
 use anyhow::Context;
 use clap::Args;
 use std::path::PathBuf;
@@ -174,7 +174,7 @@ pub fn leak(mut a: LeakArgs) -> anyhow::Result<ExitCode> {
         format!("{} {} leak", spec.model, spec.mode.name()),
         a.quiet,
     );
-    let result = crate::bench::run(&spec, &progress.steps);
+    let result = crate::runner::run(&spec, &progress.steps);
     progress.finish();
     let record = result?;
     if let Some(p) = &a.record {
@@ -257,32 +257,4 @@ fn exit_for(rows: &[TargetRow]) -> ExitCode {
     } else {
         ExitCode::from(1)
     }
-}
-
-fn series(
-    r: &Record,
-    label: &str,
-    value: impl Fn(&crate::record::StepMemory) -> Option<u64>,
-) -> MemorySeries {
-    let (steps, values) = r
-        .memory
-        .series
-        .iter()
-        .filter_map(|s| value(s).map(|v| (s.step, v as f64)))
-        .unzip();
-    MemorySeries {
-        steps,
-        values,
-        seconds: None,
-        label: label.to_string(),
-    }
-}
-
-/// Steps per hour from the measured median step time.
-fn steps_per_hour(r: &Record) -> Option<f64> {
-    let med = |k: &str| r.timing.get(k).map(|t| t.median_ms);
-    let step_ms = med("step")
-        .or_else(|| med("forward"))
-        .or_else(|| Some(med("prefill")? + med("decode")? * r.spec.new_tokens as f64))?;
-    (step_ms > 0.0).then(|| 3.6e6 / step_ms)
 }

@@ -1,4 +1,5 @@
-//! One benchmark run end to end: measure a Spec, summarise its samples, and assemble the Record.
+//! Runs one Spec end to end: measure it, summarise its samples, and assemble the Record (used by
+//! bench, leak and the sweep worker).
 
 use crate::analysis::timing::{phase_timings, throughput};
 use crate::measure::measure_with;

@@ -1,0 +1,160 @@
+//! The argument groups several commands share — which model (--model / --config / --weights), which
+//! workload (mode, sizes, dtype, steps, threads), which output files — and their conversion into a
+//! validated Spec, once.
+
+use crate::measure::threads::all_cores;
+use crate::model::config::ModelConfig;
+use crate::output::{check_parent_dir, write_atomic};
+use crate::record::Record;
+use crate::report::{self, Export};
+use crate::spec::{Dtype, Mode, Spec};
+use anyhow::{bail, Context};
+use clap::Args;
+use std::path::PathBuf;
+
+#[derive(Args, Debug, Clone)]
+pub struct ModelArgs {
+    /// Built-in preset (see `memscope models`)
+    #[arg(long, default_value = "gpt2-small", conflicts_with = "config")]
+    pub model: String,
+    /// Model config JSON: our schema (with `family`) or a Hugging Face config.json
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Load Hugging Face-named weights (a .safetensors file or a model.safetensors.index.json)
+    #[arg(long, value_name = "FILE")]
+    pub weights: Option<PathBuf>,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct WorkloadArgs {
+    #[arg(long, value_enum, default_value_t = Mode::Train)]
+    pub mode: Mode,
+    #[arg(long, default_value_t = 2)]
+    pub batch: usize,
+    /// Sequence length (train, infer)
+    #[arg(long, default_value_t = 128)]
+    pub seq: usize,
+    #[arg(long, value_enum, default_value_t = Dtype::F32)]
+    pub dtype: Dtype,
+    /// Unmeasured steps before the measured ones [default: bench 2, leak 0]
+    #[arg(long)]
+    pub warmup: Option<usize>,
+    /// Measured steps [default: bench 10, leak 300]
+    #[arg(long)]
+    pub steps: Option<usize>,
+    /// CPU threads (default: all cores)
+    #[arg(long)]
+    pub threads: Option<usize>,
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Micro-batches per optimizer step (train)
+    #[arg(long, default_value_t = 1)]
+    pub grad_accum: usize,
+    /// Prompt tokens prefilled before decoding (generate; default: --seq)
+    #[arg(long)]
+    pub prompt_len: Option<usize>,
+    /// Tokens decoded per measured step (generate)
+    #[arg(long, default_value_t = 32)]
+    pub new_tokens: usize,
+    /// AdamW learning rate (train)
+    #[arg(long, default_value_t = 1e-3)]
+    pub lr: f64,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct OutputArgs {
+    /// Write the Record as JSON
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+    /// Write one CSV row per run (units in column names)
+    #[arg(long, value_name = "FILE")]
+    pub csv: Option<PathBuf>,
+    /// Write the summary as Markdown tables
+    #[arg(long, value_name = "FILE")]
+    pub markdown: Option<PathBuf>,
+    /// No progress bar
+    #[arg(long, short)]
+    pub quiet: bool,
+}
+
+pub const BENCH_WARMUP: usize = 2;
+pub const BENCH_STEPS: usize = 10;
+
+/// Resolves --model / --config into a name and a validated config.
+pub fn resolve_model(m: &ModelArgs) -> anyhow::Result<(String, ModelConfig)> {
+    match &m.config {
+        Some(path) => {
+            let cfg = ModelConfig::from_file(path)?;
+            Ok((cfg.name.clone(), cfg))
+        }
+        None => {
+            let Some(cfg) = ModelConfig::preset(&m.model) else {
+                let names: Vec<String> =
+                    ModelConfig::presets().into_iter().map(|c| c.name).collect();
+                bail!(
+                    "--model {}: no such preset; choose one of {} (or pass --config FILE)",
+                    m.model,
+                    names.join(", ")
+                );
+            };
+            Ok((m.model.clone(), cfg))
+        }
+    }
+}
+
+pub fn build_spec(m: &ModelArgs, w: &WorkloadArgs) -> anyhow::Result<Spec> {
+    let (name, config) = resolve_model(m)?;
+    let threads = w.threads.unwrap_or_else(all_cores);
+    let spec = Spec {
+        model: name,
+        config,
+        config_path: m.config.clone(),
+        weights: m.weights.clone(),
+        mode: w.mode,
+        batch: w.batch,
+        seq: w
+            .prompt_len
+            .filter(|_| w.mode == Mode::Generate)
+            .unwrap_or(w.seq),
+        dtype: w.dtype,
+        threads,
+        seed: w.seed,
+        warmup: w.warmup.unwrap_or(BENCH_WARMUP),
+        steps: w.steps.unwrap_or(BENCH_STEPS),
+        grad_accum: w.grad_accum,
+        prompt_len: w.prompt_len.unwrap_or(w.seq),
+        new_tokens: w.new_tokens,
+        lr: w.lr,
+    };
+    spec.validate()?;
+    Ok(spec)
+}
+
+/// Fails before measuring when an output file cannot be created, so no run is wasted.
+pub fn check_outputs(o: &OutputArgs) -> anyhow::Result<()> {
+    for (flag, path) in [
+        ("--json", &o.json),
+        ("--csv", &o.csv),
+        ("--markdown", &o.markdown),
+    ] {
+        if let Some(p) = path {
+            check_parent_dir(flag, p)?;
+        }
+    }
+    Ok(())
+}
+
+pub fn write_outputs(o: &OutputArgs, records: &[Record]) -> anyhow::Result<()> {
+    let exports: [(&str, &Option<PathBuf>, &dyn Export); 3] = [
+        ("--json", &o.json, &report::json::Json),
+        ("--csv", &o.csv, &report::csv::Csv),
+        ("--markdown", &o.markdown, &report::markdown::Markdown),
+    ];
+    for (flag, path, export) in exports {
+        if let Some(p) = path {
+            let text = export.render(records)?;
+            write_atomic(p, &text).with_context(|| format!("{flag} {}", p.display()))?;
+        }
+    }
+    Ok(())
+}

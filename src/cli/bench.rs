@@ -1,0 +1,35 @@
+//! `memscope bench`: run a model and report time per phase and where memory goes.
+
+use super::args::{build_spec, check_outputs, write_outputs, ModelArgs, OutputArgs, WorkloadArgs};
+use crate::measure::threads::set_threads;
+use crate::progress::Progress;
+use crate::report;
+use clap::Args;
+use std::process::ExitCode;
+
+#[derive(Args, Debug)]
+pub struct BenchArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    #[command(flatten)]
+    pub workload: WorkloadArgs,
+    #[command(flatten)]
+    pub output: OutputArgs,
+}
+
+pub fn run(a: BenchArgs) -> anyhow::Result<ExitCode> {
+    let spec = build_spec(&a.model, &a.workload)?;
+    set_threads(spec.threads);
+    check_outputs(&a.output)?;
+    let progress = Progress::start(
+        spec.warmup + spec.steps,
+        format!("{} {}", spec.model, spec.mode.name()),
+        a.output.quiet,
+    );
+    let result = crate::runner::run(&spec, &progress.steps);
+    progress.finish();
+    let record = result?;
+    print!("{}", report::terminal::render(&record));
+    write_outputs(&a.output, std::slice::from_ref(&record))?;
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,152 @@
+//! `memscope fit`: the largest batch (or sequence length) that fits in a memory budget.
+
+use super::args::{resolve_model, ModelArgs};
+use crate::measure::threads::all_cores;
+use crate::output::write_atomic;
+use crate::spec::{Dtype, Mode, Spec};
+use crate::sweep::fit::{search, FitRequest, Vary};
+use crate::sweep::interrupt::EXIT_INTERRUPTED;
+use crate::units::{bytes as fmt_bytes, parse_bytes, parse_duration};
+use anyhow::{bail, Context};
+use clap::Args;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+#[derive(Args, Debug)]
+pub struct FitArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    #[arg(long, value_enum, default_value_t = Mode::Train)]
+    pub mode: Mode,
+    #[arg(long, value_enum, default_value_t = Dtype::F32)]
+    pub dtype: Dtype,
+    /// Which size to search for
+    #[arg(long, value_enum, default_value_t = Vary::Batch)]
+    pub vary: Vary,
+    /// Batch size (fixed when --vary seq)
+    #[arg(long, default_value_t = 1)]
+    pub batch: usize,
+    /// Sequence length (fixed when --vary batch)
+    #[arg(long, default_value_t = 128)]
+    pub seq: usize,
+    /// Unmeasured steps per trial (train: the second step holds optimizer state and activations)
+    #[arg(long, default_value_t = 1)]
+    pub warmup: usize,
+    /// Measured steps per trial
+    #[arg(long, default_value_t = 1)]
+    pub steps: usize,
+    #[arg(long)]
+    pub threads: Option<usize>,
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    #[arg(long, default_value_t = 1)]
+    pub grad_accum: usize,
+    #[arg(long, default_value_t = 32)]
+    pub new_tokens: usize,
+    #[arg(long, default_value_t = 1e-3)]
+    pub lr: f64,
+    /// The memory budget to fit in: 512MiB, 16GiB, …
+    #[arg(long, value_name = "BYTES")]
+    pub memory_limit: String,
+    /// Time limit per trial: 90s, 10m, 1h
+    #[arg(long, value_name = "DURATION")]
+    pub timeout: Option<String>,
+    /// Largest size tried when nothing runs out of memory (default: 65536 for batch, the model's context for seq)
+    #[arg(long)]
+    pub max: Option<usize>,
+    /// Write the result (max_batch or max_seq, peak, headroom, every trial) as JSON
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+    #[arg(long, short)]
+    pub quiet: bool,
+}
+
+pub fn run(a: FitArgs) -> anyhow::Result<ExitCode> {
+    let limit = parse_bytes("--memory-limit", &a.memory_limit)?;
+    let timeout = a
+        .timeout
+        .as_deref()
+        .map(|t| parse_duration("--timeout", t))
+        .transpose()?;
+    let (name, config) = resolve_model(&a.model)?;
+    let base = Spec {
+        model: name,
+        config: config.clone(),
+        config_path: a.model.config.clone(),
+        weights: a.model.weights.clone(),
+        mode: a.mode,
+        batch: a.batch,
+        seq: a.seq,
+        dtype: a.dtype,
+        threads: a.threads.unwrap_or_else(all_cores),
+        seed: a.seed,
+        warmup: a.warmup,
+        steps: a.steps,
+        grad_accum: a.grad_accum,
+        prompt_len: a.seq,
+        new_tokens: a.new_tokens,
+        lr: a.lr,
+    };
+    base.validate()?;
+    let cap = match a.vary {
+        Vary::Batch => a.max.unwrap_or(65_536),
+        Vary::Seq => a.max.unwrap_or(config.max_seq_len).min(match a.mode {
+            Mode::Generate => config.max_seq_len.saturating_sub(a.new_tokens),
+            _ => config.max_seq_len,
+        }),
+    };
+    if cap == 0 {
+        bail!("--max must be at least 1");
+    }
+    let Some(result) = search(&FitRequest {
+        base,
+        vary: a.vary,
+        cap,
+        limit,
+        timeout,
+        quiet: a.quiet,
+    })?
+    else {
+        return Ok(ExitCode::from(EXIT_INTERRUPTED));
+    };
+    let vary_name = result.vary;
+    let lo = result.max_batch.or(result.max_seq).filter(|&l| l > 0);
+    let hi = result.first_oom;
+    match lo {
+        None => println!(
+            "{vary_name} 1 does not fit in {}: max_{vary_name} = 0",
+            fmt_bytes(limit as f64)
+        ),
+        Some(l) => {
+            println!("max_{vary_name} = {l}");
+            if let Some(heap) = result.heap_peak_bytes {
+                println!(
+                    "peak at {vary_name} {l}: heap peak {}, worker VmHWM {}",
+                    fmt_bytes(heap as f64),
+                    result
+                        .rss_peak_bytes
+                        .map_or("unavailable".into(), |b| fmt_bytes(b as f64))
+                );
+            }
+            if let Some(h) = result.headroom_bytes {
+                println!(
+                    "headroom: {} of --memory-limit {} (limit − VmHWM)",
+                    fmt_bytes(h as f64),
+                    fmt_bytes(limit as f64)
+                );
+            }
+            match hi {
+                Some(h) => println!("{vary_name} {h} ran out of memory"),
+                None => println!(
+                    "no size up to {cap} ran out of memory (raise --max to search further)"
+                ),
+            }
+        }
+    }
+    println!("{}.", result.enforcement);
+    if let Some(p) = &a.json {
+        write_atomic(p, &serde_json::to_string_pretty(&result)?)
+            .with_context(|| format!("--json {}", p.display()))?;
+    }
+    Ok(ExitCode::SUCCESS)
+}

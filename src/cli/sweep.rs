@@ -1,0 +1,247 @@
+//! `memscope sweep`: comma lists and ranges → one Spec per configuration → the local backend (each in
+//! its own worker) → rows, the scaling report, CSV and Markdown.
+
+use super::args::{resolve_model, ModelArgs};
+use crate::measure::threads::all_cores;
+use crate::model::cost;
+use crate::output::{check_parent_dir, write_atomic};
+use crate::spec::{Dtype, Mode, Spec};
+use crate::sweep::interrupt::{install_interrupt_handler, EXIT_INTERRUPTED};
+use crate::sweep::local::{run_planned, SweepOutcome};
+use crate::sweep::plan::{self, Axes, Point};
+use crate::sweep::progress::SweepProgress;
+use crate::sweep::rows::{self, JsonlWriter};
+use crate::sweep::run::{Enforcement, RunOptions};
+use crate::sweep::scratch::Scratch;
+use crate::units::{human_duration, parse_bytes, parse_duration};
+use anyhow::{bail, Context};
+use clap::{Args, ValueEnum};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Instant;
+
+#[derive(Args, Debug)]
+pub struct SweepArgs {
+    /// Presets, comma-separated (see `memscope models`)
+    #[arg(long, default_value = "gpt2-small", conflicts_with = "config")]
+    pub model: String,
+    /// One model config JSON instead of presets
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Hugging Face-named weights for every configuration
+    #[arg(long, value_name = "FILE")]
+    pub weights: Option<PathBuf>,
+    /// Modes, comma-separated: train, infer, generate
+    #[arg(long, default_value = "train")]
+    pub mode: String,
+    /// Batch sizes: a list (1,2,4) or ranges (1-8, 1-64*2, 0-8+2)
+    #[arg(long, default_value = "2")]
+    pub batch: String,
+    /// Sequence lengths (the prompt length for generate): list or ranges (128-1024*2)
+    #[arg(long, default_value = "128")]
+    pub seq: String,
+    /// dtypes, comma-separated: f32, bf16, f16
+    #[arg(long, default_value = "f32")]
+    pub dtype: String,
+    /// Unmeasured steps before the measured ones: list or ranges (0,1,2,5)
+    #[arg(long, default_value = "2")]
+    pub warmup: String,
+    /// Micro-batches per optimizer step (train): list or ranges
+    #[arg(long, default_value = "1")]
+    pub grad_accum: String,
+    /// Measured steps per configuration
+    #[arg(long, default_value_t = 10)]
+    pub steps: usize,
+    /// CPU threads per worker (default: all cores)
+    #[arg(long)]
+    pub threads: Option<usize>,
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Tokens decoded per measured step (generate)
+    #[arg(long, default_value_t = 32)]
+    pub new_tokens: usize,
+    /// AdamW learning rate (train)
+    #[arg(long, default_value_t = 1e-3)]
+    pub lr: f64,
+    /// Memory budget per worker: 512MiB, 8GiB, 2GB, … (cgroup v2 where delegated, else RLIMIT_DATA; plus a PSS watchdog)
+    #[arg(long, value_name = "BYTES")]
+    pub memory_limit: Option<String>,
+    /// Time limit per configuration: 90s, 10m, 1h
+    #[arg(long, value_name = "DURATION")]
+    pub timeout: Option<String>,
+    /// Append one JSON row per configuration, flushed as each one ends
+    #[arg(long, value_name = "FILE")]
+    pub jsonl: Option<PathBuf>,
+    /// Write all rows as CSV at the end
+    #[arg(long, value_name = "FILE")]
+    pub csv: Option<PathBuf>,
+    /// Write the rows and the scaling analysis as Markdown at the end
+    #[arg(long, value_name = "FILE")]
+    pub markdown: Option<PathBuf>,
+    /// Run configurations larger than one that ran out of memory instead of skipping them
+    #[arg(long)]
+    pub no_skip: bool,
+    /// No progress bar or per-configuration lines
+    #[arg(long, short)]
+    pub quiet: bool,
+}
+
+/// The Spec of one sweep point (not validated: an invalid one becomes an `error` row).
+fn spec_for(a: &SweepArgs, p: &Point) -> anyhow::Result<Spec> {
+    let (name, config) = resolve_model(&ModelArgs {
+        model: p.model.clone(),
+        config: a.config.clone(),
+        weights: a.weights.clone(),
+    })?;
+    let mode = Mode::from_str(&p.mode, true)
+        .map_err(|_| anyhow::anyhow!("--mode {}: use train, infer or generate", p.mode))?;
+    let dtype = Dtype::from_str(&p.dtype, true)
+        .map_err(|_| anyhow::anyhow!("--dtype {}: use f32, bf16 or f16", p.dtype))?;
+    Ok(Spec {
+        model: name,
+        config,
+        config_path: a.config.clone(),
+        weights: a.weights.clone(),
+        mode,
+        batch: p.batch,
+        seq: p.seq,
+        dtype,
+        threads: a.threads.unwrap_or_else(all_cores),
+        seed: a.seed,
+        warmup: p.warmup,
+        steps: a.steps,
+        grad_accum: p.grad_accum,
+        prompt_len: p.seq,
+        new_tokens: a.new_tokens,
+        lr: a.lr,
+    })
+}
+
+/// Builds every Spec of the sweep, in plan order. Unknown models, modes and dtypes are usage
+/// errors (nothing runs); a Spec that fails validation is kept for an `error` row.
+pub fn plan_specs(a: &SweepArgs) -> anyhow::Result<Vec<(Point, Spec)>> {
+    let models = match &a.config {
+        Some(_) => vec![
+            resolve_model(&ModelArgs {
+                model: String::new(),
+                config: a.config.clone(),
+                weights: None,
+            })?
+            .0,
+        ],
+        None => plan::parse_axis_str("--model", &a.model)?,
+    };
+    let mut sizes = std::collections::HashMap::new();
+    for m in &models {
+        let (_, cfg) = resolve_model(&ModelArgs {
+            model: m.clone(),
+            config: a.config.clone(),
+            weights: None,
+        })?;
+        sizes.insert(m.clone(), cost::param_count(&cfg).unwrap_or(u64::MAX));
+    }
+    let modes = plan::parse_axis_str("--mode", &a.mode)?;
+    let dtypes = plan::parse_axis_str("--dtype", &a.dtype)?;
+    for m in &modes {
+        Mode::from_str(m, true)
+            .map_err(|_| anyhow::anyhow!("--mode {m}: use train, infer or generate"))?;
+    }
+    for d in &dtypes {
+        Dtype::from_str(d, true)
+            .map_err(|_| anyhow::anyhow!("--dtype {d}: use f32, bf16 or f16"))?;
+    }
+    let axes = Axes {
+        models,
+        modes,
+        dtypes,
+        batches: plan::parse_axis_usize("--batch", &a.batch, 1)?,
+        seqs: plan::parse_axis_usize("--seq", &a.seq, 1)?,
+        warmups: plan::parse_axis_usize("--warmup", &a.warmup, 0)?,
+        grad_accums: plan::parse_axis_usize("--grad-accum", &a.grad_accum, 1)?,
+    };
+    let points = plan::plan(&axes, |m| sizes.get(m).copied().unwrap_or(u64::MAX));
+    points
+        .into_iter()
+        .map(|p| spec_for(a, &p).map(|s| (p, s)))
+        .collect()
+}
+
+pub fn run(a: SweepArgs) -> anyhow::Result<ExitCode> {
+    let planned = plan_specs(&a)?;
+    if planned.is_empty() {
+        bail!("nothing to run: every axis needs at least one value");
+    }
+    let memory_limit = a
+        .memory_limit
+        .as_deref()
+        .map(|t| parse_bytes("--memory-limit", t))
+        .transpose()?;
+    let timeout = a
+        .timeout
+        .as_deref()
+        .map(|t| parse_duration("--timeout", t))
+        .transpose()?;
+    for (flag, path) in [("--csv", &a.csv), ("--markdown", &a.markdown)] {
+        if let Some(p) = path {
+            check_parent_dir(flag, p)?;
+        }
+    }
+    let jsonl = a.jsonl.as_deref().map(JsonlWriter::open).transpose()?;
+    let enforcement = Enforcement::detect(memory_limit);
+    let scratch = Scratch::new()?;
+    let opts = RunOptions {
+        memory_limit,
+        enforcement: enforcement.clone(),
+        timeout,
+        scratch: scratch.0.clone(),
+    };
+    install_interrupt_handler();
+    if !a.quiet {
+        eprintln!(
+            "memscope sweep: {} configurations; {}{}",
+            planned.len(),
+            enforcement.describe(memory_limit),
+            timeout.map_or(String::new(), |t| format!(
+                "; timeout {} per configuration",
+                human_duration(t)
+            ))
+        );
+    }
+    let progress = SweepProgress::new(planned.len(), a.quiet);
+    let started = Instant::now();
+    let jsonl = jsonl.map(|w| (w, a.jsonl.as_deref().unwrap_or(Path::new(""))));
+    let SweepOutcome { rows, interrupted } =
+        run_planned(&planned, &opts, a.no_skip, jsonl, &progress)?;
+    progress.done();
+    let wall = started.elapsed().as_secs_f64();
+    if let Some(p) = &a.csv {
+        write_atomic(p, &rows::to_csv(&rows)?).with_context(|| format!("--csv {}", p.display()))?;
+    }
+    let text = crate::report::scaling::render(&rows);
+    if let Some(p) = &a.markdown {
+        let md = format!(
+            "# memscope sweep\n\n{}.\n\n{text}",
+            enforcement.describe(memory_limit)
+        );
+        write_atomic(p, &md).with_context(|| format!("--markdown {}", p.display()))?;
+    }
+    println!("{}.", enforcement.describe(memory_limit));
+    print!("{text}");
+    let measured: f64 = rows
+        .iter()
+        .filter_map(|r| r.summary.as_ref())
+        .map(|s| s.step_samples_ms.iter().sum::<f64>() / 1e3)
+        .sum();
+    println!(
+        "\nSweep wall time {wall:.1} s; measured steps {measured:.1} s ({:.0}% of the wall time; the rest is process start, model build, warm-up and analysis).",
+        if wall > 0.0 { 100.0 * measured / wall } else { 0.0 }
+    );
+    if interrupted {
+        eprintln!(
+            "memscope sweep: interrupted; {} finished configurations kept",
+            rows.len()
+        );
+        return Ok(ExitCode::from(EXIT_INTERRUPTED));
+    }
+    Ok(ExitCode::SUCCESS)
+}

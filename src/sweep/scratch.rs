@@ -1,0 +1,22 @@
+//! The scratch directory where workers write their Records and step series.
+
+use anyhow::Context;
+use std::path::PathBuf;
+
+/// Scratch directory for the workers' Records and series, removed on drop.
+pub struct Scratch(pub PathBuf);
+
+impl Scratch {
+    pub fn new() -> anyhow::Result<Scratch> {
+        let dir = std::env::temp_dir().join(format!("memscope-sweep-{}", std::process::id()));
+        std::fs::create_dir_all(&dir)
+            .with_context(|| format!("creating {} (set TMPDIR)", dir.display()))?;
+        Ok(Scratch(dir))
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}

@@ -4,7 +4,7 @@
 use crate::analysis::breakdown::{diff_pct, reconcile};
 use crate::model::scope::OUTSIDE;
 use crate::record::Record;
-use crate::report::summary::Table;
+use crate::report::table::Table;
 use crate::units::bytes;
 
 const ORDER: [(&str, &str); 7] = [

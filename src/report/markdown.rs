@@ -1,7 +1,8 @@
 //! Markdown export: the same tables as the terminal summary, as GitHub pipe tables.
 
 use crate::record::Record;
-use crate::report::summary::{self, Table};
+use crate::report::summary;
+use crate::report::table::Table;
 use crate::report::Export;
 
 pub struct Markdown;

@@ -11,6 +11,7 @@ pub mod models;
 pub mod peaks;
 pub mod scaling;
 pub mod summary;
+pub mod table;
 pub mod terminal;
 
 use crate::record::Record;

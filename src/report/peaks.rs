@@ -1,7 +1,7 @@
 //! `memscope peaks`: this machine's matmul and bandwidth ceilings as tables.
 
 use crate::measure::peaks::{Peaks, ShapeRate};
-use crate::report::summary::Table;
+use crate::report::table::Table;
 use crate::report::terminal::render_table;
 use std::fmt::Write;
 

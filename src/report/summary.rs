@@ -3,13 +3,8 @@
 
 use crate::record::Record;
 use crate::report::phase_meaning;
+use crate::report::table::Table;
 use crate::units::{bytes, ms, rate, thousands};
-
-pub struct Table {
-    pub title: String,
-    pub header: Vec<String>,
-    pub rows: Vec<Vec<String>>,
-}
 
 fn row(cells: &[&str]) -> Vec<String> {
     cells.iter().map(|s| s.to_string()).collect()

@@ -1,7 +1,8 @@
 //! The terminal summary of a run: a headline, tables, and warnings.
 
 use crate::record::Record;
-use crate::report::summary::{self, Table};
+use crate::report::summary;
+use crate::report::table::Table;
 use comfy_table::{presets::UTF8_FULL_CONDENSED, CellAlignment, ContentArrangement};
 
 pub fn render_table(t: &Table) -> String {

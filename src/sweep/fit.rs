@@ -4,8 +4,9 @@
 
 use crate::spec::Spec;
 use crate::sweep::interrupt::{install_interrupt_handler, INTERRUPTED};
+use crate::sweep::limits::Enforcement;
 use crate::sweep::rows::{Row, Status};
-use crate::sweep::run::{run_worker, Enforcement, Live, RunOptions};
+use crate::sweep::run::{run_worker, Live, RunOptions};
 use crate::sweep::scratch::Scratch;
 use crate::units::bytes as fmt_bytes;
 use anyhow::bail;

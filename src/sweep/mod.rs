@@ -1,7 +1,9 @@
 //! Sweeps: many configurations, each in its own worker process, every outcome a row.
 
+pub mod classify;
 pub mod fit;
 pub mod interrupt;
+pub mod limits;
 pub mod local;
 pub mod plan;
 pub mod progress;

@@ -1,0 +1,227 @@
+//! How a worker ended → a row's status and reason: the parent's own actions (timeout, watchdog),
+//! cgroup OOM kills, Rust's allocation-failure abort, stack overflow, panics, clean errors, other
+//! exit codes, then signals.
+
+use crate::sweep::limits::GRACE;
+use crate::sweep::rows::Status;
+use crate::units::human_duration;
+use std::time::Duration;
+
+pub fn signal_name(sig: i32) -> String {
+    match sig {
+        libc::SIGABRT => "SIGABRT".into(),
+        libc::SIGSEGV => "SIGSEGV".into(),
+        libc::SIGKILL => "SIGKILL".into(),
+        libc::SIGTERM => "SIGTERM".into(),
+        libc::SIGBUS => "SIGBUS".into(),
+        libc::SIGILL => "SIGILL".into(),
+        libc::SIGFPE => "SIGFPE".into(),
+        libc::SIGINT => "SIGINT".into(),
+        other => format!("signal {other}"),
+    }
+}
+
+/// Everything [`classify`] looks at.
+#[derive(Debug, Clone)]
+pub struct Outcome<'a> {
+    pub exit_code: Option<i32>,
+    pub signal: Option<i32>,
+    pub stderr: &'a [String],
+    pub watchdog_pss: Option<u64>,
+    pub cgroup_oom_kills: u64,
+    pub timed_out: bool,
+    pub has_record: bool,
+    pub memory_limit: Option<u64>,
+    pub timeout: Option<Duration>,
+}
+
+/// How a worker ended → status and reason. In order: the parent's own actions (timeout,
+/// watchdog), cgroup OOM kills, Rust's allocation-failure abort, stack overflow, panics (exit
+/// 101), clean errors (exit 2), other exit codes, then signals; a SIGKILL with no evidence of
+/// OOM is a crash, "killed (unknown cause)".
+pub fn classify(o: &Outcome) -> (Status, Option<String>) {
+    let bytes = |b: u64| crate::units::bytes(b as f64);
+    let find = |needle: &str| o.stderr.iter().find(|l| l.contains(needle)).cloned();
+    let last = || {
+        o.stderr
+            .iter()
+            .rev()
+            .find(|l| !l.trim().is_empty())
+            .cloned()
+    };
+    if o.timed_out {
+        let t = o
+            .timeout
+            .map_or(String::new(), |t| format!(" {}", human_duration(t)));
+        return (
+            Status::Timeout,
+            Some(format!(
+                "exceeded --timeout{t} (SIGTERM to the process group, SIGKILL after {} s)",
+                GRACE.as_secs()
+            )),
+        );
+    }
+    if let Some(pss) = o.watchdog_pss {
+        let lim = o.memory_limit.map_or(String::new(), bytes);
+        return (
+            Status::Oom,
+            Some(format!(
+                "PSS {} exceeded --memory-limit {lim}: killed by the watchdog",
+                bytes(pss)
+            )),
+        );
+    }
+    if o.cgroup_oom_kills > 0 {
+        return (
+            Status::Oom,
+            Some("killed by the kernel at cgroup memory.max (--memory-limit)".into()),
+        );
+    }
+    let aborted = o.signal == Some(libc::SIGABRT);
+    if let (true, Some(line)) = (aborted, find("memory allocation of")) {
+        return (Status::Oom, Some(line.trim().to_string()));
+    }
+    if let Some(line) = find("has overflowed its stack") {
+        return (
+            Status::Crash,
+            Some(format!("stack overflow: {}", line.trim())),
+        );
+    }
+    if o.exit_code == Some(0) {
+        if o.has_record {
+            return (Status::Ok, None);
+        }
+        return (
+            Status::Crash,
+            Some("the worker exited 0 without writing its Record".into()),
+        );
+    }
+    if o.exit_code == Some(101) {
+        // "thread 'main' panicked at src/x.rs:1:2:" then the message on the next line.
+        let msg = o
+            .stderr
+            .iter()
+            .position(|l| l.contains("panicked at"))
+            .map(|i| {
+                let at = o.stderr[i].trim();
+                match o.stderr.get(i + 1) {
+                    Some(m) if !m.trim().is_empty() && !m.starts_with("note:") => {
+                        format!("{} ({at})", m.trim())
+                    }
+                    _ => at.to_string(),
+                }
+            })
+            .or_else(last)
+            .unwrap_or_default();
+        return (Status::Crash, Some(format!("panic: {msg}")));
+    }
+    if o.memory_limit.is_some()
+        && (find("Cannot allocate memory").is_some() || find("os error 12").is_some())
+    {
+        let line = find("Cannot allocate memory")
+            .or_else(|| find("os error 12"))
+            .unwrap_or_default();
+        return (Status::Oom, Some(line.trim().to_string()));
+    }
+    if let Some(code) = o.exit_code {
+        let line = last().unwrap_or_default();
+        if code == 2 {
+            if let Some(msg) = line.trim().strip_prefix("error: ") {
+                return (Status::Error, Some(msg.to_string()));
+            }
+        }
+        return (
+            Status::Crash,
+            Some(format!("exit code {code}: {}", line.trim())),
+        );
+    }
+    let sig = o.signal.unwrap_or(0);
+    let reason = match sig {
+        libc::SIGSEGV => "segmentation fault (SIGSEGV)".to_string(),
+        libc::SIGABRT => "aborted (SIGABRT)".to_string(),
+        libc::SIGKILL => "killed (unknown cause): SIGKILL with no evidence of OOM".to_string(),
+        s => format!("killed by {}", signal_name(s)),
+    };
+    (Status::Crash, Some(reason))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn outcome<'a>(code: Option<i32>, sig: Option<i32>, stderr: &'a [String]) -> Outcome<'a> {
+        Outcome {
+            exit_code: code,
+            signal: sig,
+            stderr,
+            watchdog_pss: None,
+            cgroup_oom_kills: 0,
+            timed_out: false,
+            has_record: false,
+            memory_limit: Some(1 << 30),
+            timeout: None,
+        }
+    }
+
+    fn lines(v: &[&str]) -> Vec<String> {
+        v.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn classification_table() {
+        let none: Vec<String> = vec![];
+        let mut ok = outcome(Some(0), None, &none);
+        ok.has_record = true;
+        assert_eq!(classify(&ok), (Status::Ok, None));
+
+        let e = lines(&["memory allocation of 16777216 bytes failed"]);
+        let (s, r) = classify(&outcome(None, Some(libc::SIGABRT), &e));
+        assert_eq!(s, Status::Oom);
+        assert_eq!(r.unwrap(), "memory allocation of 16777216 bytes failed");
+
+        let (s, r) = classify(&outcome(None, Some(libc::SIGABRT), &none));
+        assert_eq!((s, r.unwrap()), (Status::Crash, "aborted (SIGABRT)".into()));
+
+        let e = lines(&[
+            "",
+            "thread 'main' has overflowed its stack",
+            "fatal runtime error: stack overflow",
+        ]);
+        let (s, r) = classify(&outcome(None, Some(libc::SIGABRT), &e));
+        assert_eq!(s, Status::Crash);
+        assert!(r.unwrap().starts_with("stack overflow"));
+
+        let e = lines(&[
+            "thread 'main' panicked at src/x.rs:1:2:",
+            "boom",
+            "note: run with",
+        ]);
+        let (s, r) = classify(&outcome(Some(101), None, &e));
+        assert_eq!(s, Status::Crash);
+        assert_eq!(
+            r.unwrap(),
+            "panic: boom (thread 'main' panicked at src/x.rs:1:2:)"
+        );
+
+        let (s, r) = classify(&outcome(None, Some(libc::SIGKILL), &none));
+        assert_eq!(s, Status::Crash);
+        assert!(r.unwrap().starts_with("killed (unknown cause)"));
+
+        let mut w = outcome(None, Some(libc::SIGKILL), &none);
+        w.watchdog_pss = Some(2 << 30);
+        assert_eq!(classify(&w).0, Status::Oom);
+
+        let mut t = outcome(None, Some(libc::SIGTERM), &none);
+        t.timed_out = true;
+        t.timeout = Some(Duration::from_secs(2));
+        let (s, r) = classify(&t);
+        assert_eq!(s, Status::Timeout);
+        assert!(r.unwrap().contains("--timeout 2s"));
+
+        let e = lines(&["error: --weights x: no such file"]);
+        assert_eq!(
+            classify(&outcome(Some(2), None, &e)),
+            (Status::Error, Some("--weights x: no such file".into()))
+        );
+    }
+}

@@ -1,0 +1,130 @@
+//! The limits a worker runs under: how its memory budget is enforced (cgroup v2 `memory.max` in a
+//! child cgroup where a delegated, writable v2 hierarchy offers the memory controller — detected,
+//! never assumed — otherwise `RLIMIT_DATA`; the parent's PSS watchdog every [`POLL`] either way),
+//! and the grace between SIGTERM and SIGKILL on a timeout.
+
+use std::ffi::CString;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// How often the parent checks the worker's PSS, the clock and the interrupt flag.
+pub const POLL: Duration = Duration::from_millis(100);
+/// Time between SIGTERM and SIGKILL on a timeout.
+pub const GRACE: Duration = Duration::from_secs(2);
+
+/// How the per-worker memory budget is enforced.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Enforcement {
+    /// No `--memory-limit`.
+    None,
+    /// cgroup v2 `memory.max` in child cgroups of this directory, plus the PSS watchdog.
+    CgroupV2 { parent: PathBuf },
+    /// `RLIMIT_DATA` plus the PSS watchdog; `why` says why cgroup v2 was not used.
+    RlimitData { why: String },
+}
+
+impl Enforcement {
+    /// Chooses the enforcement for a limit (detecting cgroup v2; nothing is created here).
+    pub fn detect(limit: Option<u64>) -> Enforcement {
+        if limit.is_none() {
+            return Enforcement::None;
+        }
+        match delegated_cgroup_v2() {
+            Ok(parent) => Enforcement::CgroupV2 { parent },
+            Err(why) => Enforcement::RlimitData { why },
+        }
+    }
+
+    /// A short name for rows: `cgroup-v2 memory.max + PSS watchdog`, `RLIMIT_DATA + PSS watchdog`.
+    pub fn name(&self) -> Option<&'static str> {
+        match self {
+            Enforcement::None => None,
+            Enforcement::CgroupV2 { .. } => Some("cgroup-v2 memory.max + PSS watchdog"),
+            Enforcement::RlimitData { .. } => Some("RLIMIT_DATA + PSS watchdog"),
+        }
+    }
+
+    /// One sentence for the user.
+    pub fn describe(&self, limit: Option<u64>) -> String {
+        let lim = limit.map_or(String::new(), |b| crate::units::bytes(b as f64));
+        match self {
+            Enforcement::None => "no memory limit per worker (set one with --memory-limit)".into(),
+            Enforcement::CgroupV2 { parent } => format!(
+                "memory limit {lim} per worker, enforced by cgroup v2 memory.max (under {}) and a PSS watchdog every {} ms",
+                parent.display(),
+                POLL.as_millis()
+            ),
+            Enforcement::RlimitData { why } => format!(
+                "memory limit {lim} per worker, enforced by RLIMIT_DATA and a PSS watchdog every {} ms (cgroup v2 not used: {why})",
+                POLL.as_millis()
+            ),
+        }
+    }
+}
+
+/// The cgroup v2 directory of this process when it is writable and offers the memory controller
+/// to children; otherwise why not. Reads only.
+fn delegated_cgroup_v2() -> Result<PathBuf, String> {
+    let cg = std::fs::read_to_string("/proc/self/cgroup")
+        .map_err(|e| format!("/proc/self/cgroup: {e}"))?;
+    let rel = cg
+        .lines()
+        .find_map(|l| l.strip_prefix("0::"))
+        .ok_or("no cgroup v2 membership")?
+        .trim()
+        .to_string();
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo")
+        .map_err(|e| format!("/proc/self/mountinfo: {e}"))?;
+    let mount = mounts
+        .lines()
+        .find_map(|l| {
+            let (left, right) = l.split_once(" - ")?;
+            right
+                .starts_with("cgroup2 ")
+                .then(|| left.split(' ').nth(4).map(PathBuf::from))?
+        })
+        .ok_or("no cgroup v2 hierarchy mounted (cgroup v1 only)")?;
+    let dir = mount.join(rel.trim_start_matches('/'));
+    let controllers = std::fs::read_to_string(dir.join("cgroup.controllers"))
+        .map_err(|e| format!("{}: {e}", dir.join("cgroup.controllers").display()))?;
+    if !controllers.split_whitespace().any(|c| c == "memory") {
+        return Err(format!(
+            "the cgroup v2 hierarchy at {} has no memory controller",
+            dir.display()
+        ));
+    }
+    let subtree = std::fs::read_to_string(dir.join("cgroup.subtree_control")).unwrap_or_default();
+    if !subtree.split_whitespace().any(|c| c == "memory") {
+        return Err(format!(
+            "{} does not delegate the memory controller to children (cgroup.subtree_control)",
+            dir.display()
+        ));
+    }
+    let c = CString::new(dir.as_os_str().as_encoded_bytes()).map_err(|e| e.to_string())?;
+    if unsafe { libc::access(c.as_ptr(), libc::W_OK) } != 0 {
+        return Err(format!("{} is not writable by this user", dir.display()));
+    }
+    Ok(dir)
+}
+
+pub fn make_cgroup(parent: &Path, index: usize, limit: u64) -> std::io::Result<PathBuf> {
+    let dir = parent.join(format!("memscope-{}-{index}", std::process::id()));
+    std::fs::create_dir(&dir)?;
+    let set = std::fs::write(dir.join("memory.max"), limit.to_string())
+        .and_then(|_| std::fs::write(dir.join("memory.swap.max"), "0").or(Ok(())));
+    if let Err(e) = set {
+        let _ = std::fs::remove_dir(&dir);
+        return Err(e);
+    }
+    Ok(dir)
+}
+
+pub fn cgroup_oom_kills(dir: &Path) -> u64 {
+    std::fs::read_to_string(dir.join("memory.events"))
+        .ok()
+        .and_then(|t| {
+            t.lines()
+                .find_map(|l| l.strip_prefix("oom_kill ")?.trim().parse().ok())
+        })
+        .unwrap_or(0)
+}

@@ -1,0 +1,338 @@
+//! The layout rules of ARCHITECTURE.md, checked on the source tree:
+//! - no import circle between files (every `crate::…` and `super::…` path, `use` trees included,
+//!   resolved to the file that defines it; a strongly connected set of two or more files fails);
+//! - capabilities never import the CLI (`crate::cli` appears only under `src/cli/`, `main.rs`);
+//! - `analysis/` and `report/` never import candle;
+//! - no file holds more than 600 lines of non-test code unless its header comment says why
+//!   ("over 600 lines because …").
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+const SRC: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/src");
+
+fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    for e in std::fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.is_dir() {
+            rust_files(&p, out);
+        } else if p.extension().is_some_and(|x| x == "rs") {
+            out.push(p);
+        }
+    }
+}
+
+/// `src/a/b.rs` → `a/b` (relative, no extension).
+fn rel(p: &Path) -> String {
+    let r = p.strip_prefix(SRC).unwrap().with_extension("");
+    r.to_string_lossy().into_owned()
+}
+
+/// The module path of a file: `a/b.rs` → [a, b]; `a/mod.rs` → [a]; `a/b_tests.rs` (a `#[path]`
+/// test module of `a/b.rs`) → [a, b, tests].
+fn module_of(file: &str) -> Vec<String> {
+    let mut segs: Vec<String> = file.split('/').map(String::from).collect();
+    let last = segs.pop().unwrap();
+    if let Some(stem) = last.strip_suffix("_tests") {
+        segs.push(stem.to_string());
+        segs.push("tests".into());
+    } else if !matches!(last.as_str(), "mod" | "lib" | "main") {
+        segs.push(last);
+    }
+    segs
+}
+
+/// The file that defines the longest prefix of `segs`.
+fn resolve(segs: &[String], files: &BTreeSet<String>) -> Option<String> {
+    for n in (1..=segs.len()).rev() {
+        let base = segs[..n].join("/");
+        for cand in [base.clone(), format!("{base}/mod")] {
+            if files.contains(&cand) {
+                return Some(cand);
+            }
+        }
+    }
+    None
+}
+
+/// Drops `//` comments (doc comments included) and the contents of string literals.
+fn strip(src: &str) -> String {
+    let mut out = String::with_capacity(src.len());
+    for line in src.lines() {
+        let mut in_str = false;
+        let mut prev = ' ';
+        let mut kept = String::new();
+        for (i, c) in line.char_indices() {
+            if !in_str && c == '/' && line[i..].starts_with("//") {
+                break;
+            }
+            if c == '"' && prev != '\\' && !(prev == '\'' && line[i + 1..].starts_with('\'')) {
+                in_str = !in_str;
+                kept.push(c);
+            } else if !in_str {
+                kept.push(c);
+            }
+            prev = c;
+        }
+        out.push_str(&kept);
+        out.push('\n');
+    }
+    out
+}
+
+/// Paths of a `use` tree starting at `s` (after `crate::` or `super::`), each prefixed by `prefix`.
+fn use_tree(s: &[u8], mut i: usize, prefix: Vec<String>, out: &mut Vec<Vec<String>>) -> usize {
+    let mut segs = prefix;
+    loop {
+        while i < s.len() && s[i].is_ascii_whitespace() {
+            i += 1;
+        }
+        if i >= s.len() {
+            out.push(segs);
+            return i;
+        }
+        if s[i] == b'{' {
+            i += 1;
+            loop {
+                i = use_tree(s, i, segs.clone(), out);
+                while i < s.len() && (s[i].is_ascii_whitespace() || s[i] == b',') {
+                    i += 1;
+                }
+                if i >= s.len() || s[i] == b'}' {
+                    return i + 1;
+                }
+            }
+        }
+        if s[i] == b'*' {
+            out.push(segs);
+            return i + 1;
+        }
+        let start = i;
+        while i < s.len() && (s[i].is_ascii_alphanumeric() || s[i] == b'_') {
+            i += 1;
+        }
+        if start == i {
+            out.push(segs);
+            return i;
+        }
+        let word = std::str::from_utf8(&s[start..i]).unwrap();
+        if word != "self" {
+            segs.push(word.to_string());
+        }
+        if s[i..].starts_with(b"::") {
+            i += 2;
+        } else {
+            out.push(segs);
+            return i;
+        }
+    }
+}
+
+fn sources() -> BTreeMap<String, String> {
+    let mut paths = Vec::new();
+    rust_files(Path::new(SRC), &mut paths);
+    paths
+        .iter()
+        .map(|p| (rel(p), std::fs::read_to_string(p).unwrap()))
+        .collect()
+}
+
+/// file → the files it names.
+fn edges(srcs: &BTreeMap<String, String>) -> BTreeMap<String, BTreeSet<String>> {
+    let files: BTreeSet<String> = srcs.keys().cloned().collect();
+    let mut g = BTreeMap::new();
+    for (file, text) in srcs {
+        let text = strip(text);
+        let b = text.as_bytes();
+        let me = module_of(file);
+        let mut targets = BTreeSet::new();
+        for kw in ["crate::", "super::"] {
+            let mut from = 0;
+            while let Some(k) = text[from..].find(kw) {
+                let at = from + k;
+                from = at + kw.len();
+                let word_start =
+                    at == 0 || !(b[at - 1].is_ascii_alphanumeric() || b[at - 1] == b'_');
+                if !word_start || (kw == "super::" && at >= 2 && &b[at - 2..at] == b"::") {
+                    continue; // part of a longer path (`super::super::`, handled as one)
+                }
+                let mut prefix = if kw == "crate::" {
+                    vec![]
+                } else {
+                    me[..me.len().saturating_sub(1)].to_vec()
+                };
+                let mut i = from;
+                while text[i..].starts_with("super::") {
+                    prefix.pop();
+                    i += "super::".len();
+                }
+                if kw == "super::" && text[i..].trim_start().starts_with('*') {
+                    continue; // `use super::*` in a test module: its own parent
+                }
+                let mut paths = Vec::new();
+                use_tree(b, i, prefix, &mut paths);
+                for segs in paths {
+                    if let Some(t) = resolve(&segs, &files) {
+                        if &t != file {
+                            targets.insert(t);
+                        }
+                    }
+                }
+            }
+        }
+        g.insert(file.clone(), targets);
+    }
+    g
+}
+
+/// Strongly connected sets of two or more files (Tarjan).
+fn circles(g: &BTreeMap<String, BTreeSet<String>>) -> Vec<Vec<String>> {
+    struct T<'a> {
+        g: &'a BTreeMap<String, BTreeSet<String>>,
+        index: BTreeMap<&'a str, usize>,
+        low: BTreeMap<&'a str, usize>,
+        stack: Vec<&'a str>,
+        on: BTreeSet<&'a str>,
+        out: Vec<Vec<String>>,
+    }
+    fn visit<'a>(t: &mut T<'a>, v: &'a str) {
+        let n = t.index.len();
+        t.index.insert(v, n);
+        t.low.insert(v, n);
+        t.stack.push(v);
+        t.on.insert(v);
+        for w in t.g.get(v).into_iter().flatten() {
+            if !t.index.contains_key(w.as_str()) {
+                visit(t, w);
+                let lw = t.low[w.as_str()];
+                let lv = t.low.get_mut(v).unwrap();
+                *lv = (*lv).min(lw);
+            } else if t.on.contains(w.as_str()) {
+                let iw = t.index[w.as_str()];
+                let lv = t.low.get_mut(v).unwrap();
+                *lv = (*lv).min(iw);
+            }
+        }
+        if t.low[v] == t.index[v] {
+            let mut comp = Vec::new();
+            loop {
+                let w = t.stack.pop().unwrap();
+                t.on.remove(w);
+                comp.push(w.to_string());
+                if w == v {
+                    break;
+                }
+            }
+            if comp.len() > 1 {
+                comp.sort();
+                t.out.push(comp);
+            }
+        }
+    }
+    let mut t = T {
+        g,
+        index: BTreeMap::new(),
+        low: BTreeMap::new(),
+        stack: vec![],
+        on: BTreeSet::new(),
+        out: vec![],
+    };
+    for v in g.keys() {
+        if !t.index.contains_key(v.as_str()) {
+            visit(&mut t, v);
+        }
+    }
+    t.out
+}
+
+#[test]
+fn the_checker_finds_a_circle_through_use_trees_and_super() {
+    let srcs: BTreeMap<String, String> = [
+        ("a/mod", "pub mod x; pub mod y;"),
+        ("a/x", "use crate::{b::{self, z::Q}, c};"),
+        (
+            "a/y",
+            "// use crate::a::x;\nfn f() { let s = \"crate::a::x\"; }",
+        ),
+        ("b/mod", "pub mod z;"),
+        ("b/z", "use super::super::a::x::P;"),
+        ("c", ""),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect();
+    let g = edges(&srcs);
+    assert_eq!(
+        g["a/x"],
+        BTreeSet::from(["b/mod".into(), "b/z".into(), "c".into()])
+    );
+    assert!(
+        g["a/y"].is_empty(),
+        "comments and strings are not imports: {:?}",
+        g["a/y"]
+    );
+    assert_eq!(
+        circles(&g),
+        vec![vec!["a/x".to_string(), "b/z".to_string()]]
+    );
+}
+
+#[test]
+fn no_import_circle_between_files() {
+    let c = circles(&edges(&sources()));
+    assert!(
+        c.is_empty(),
+        "import circles (move what both need down into a file both import): {c:#?}"
+    );
+}
+
+#[test]
+fn capabilities_never_import_the_cli() {
+    let bad: Vec<String> = sources()
+        .into_iter()
+        .filter(|(f, t)| {
+            !f.starts_with("cli/") && f != "main" && f != "lib" && strip(t).contains("crate::cli")
+        })
+        .map(|(f, _)| f)
+        .collect();
+    assert!(
+        bad.is_empty(),
+        "these capability files import crate::cli: {bad:?}"
+    );
+}
+
+#[test]
+fn analysis_and_report_never_import_candle() {
+    let bad: Vec<String> = sources()
+        .into_iter()
+        .filter(|(f, t)| {
+            (f.starts_with("analysis/") || f.starts_with("report/"))
+                && ["candle_core", "candle_nn", "candle::", "use candle"]
+                    .iter()
+                    .any(|n| strip(t).contains(n))
+        })
+        .map(|(f, _)| f)
+        .collect();
+    assert!(
+        bad.is_empty(),
+        "analysis/report must not import candle: {bad:?}"
+    );
+}
+
+#[test]
+fn no_file_over_600_lines_of_non_test_code_without_a_reason() {
+    let bad: Vec<String> = sources()
+        .into_iter()
+        .filter(|(f, _)| !f.ends_with("_tests"))
+        .filter_map(|(f, t)| {
+            let code = t.split("#[cfg(test)]").next().unwrap().lines().count();
+            let header: String = t.lines().take_while(|l| l.starts_with("//!")).collect();
+            (code > 600 && !header.contains("over 600 lines because"))
+                .then(|| format!("{f}.rs: {code} lines"))
+        })
+        .collect();
+    assert!(
+        bad.is_empty(),
+        "split these or say why in the header comment: {bad:?}"
+    );
+}

@@ -13,6 +13,8 @@ fn main() -> ExitCode {
     }
     match memscope::cli::run() {
         Ok(code) => code,
+        // `memscope … | head`: the reader has what it wanted.
+        Err(e) if e.is::<memscope::output::StdoutClosed>() => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e:#}");
             ExitCode::from(2)

@@ -27,7 +27,11 @@ pub fn run_with(
     let mut m = measure_with(spec, progress, on_step)?;
     m.memory.estimate = estimated(spec);
     m.memory.breakdown = crate::analysis::breakdown::breakdown(&m.memory, spec.mode);
-    let (timing, mut warnings) = phase_timings(&m.samples_ms);
+    let (timing, timing_warnings) = phase_timings(&m.samples_ms);
+    let mut warnings = oversubscription(spec.threads)
+        .into_iter()
+        .collect::<Vec<_>>();
+    warnings.extend(timing_warnings);
     warnings.extend(m.warnings);
     let decoded = if spec.mode == Mode::Generate {
         spec.new_tokens as u64
@@ -127,4 +131,59 @@ fn estimated(spec: &Spec) -> Option<EstimatedMemory> {
         peak_phase: e.peak_phase,
         single_micro_batch_peak_bytes: single,
     })
+}
+
+/// More threads than cores: every step waits on descheduled threads, and the spread that follows is
+/// this, not a noisy machine. Said first, so the noise warnings after it are read in its light.
+fn oversubscription(threads: usize) -> Option<String> {
+    let cores = crate::measure::threads::all_cores();
+    (threads > cores).then(|| {
+        format!(
+            "--threads {threads} on {cores} available cores: threads wait for each other's time slices, \
+             so steps are slower and noisier than at --threads {cores} (the cause of any noise warning below)"
+        )
+    })
+}
+
+/// Layer counts above this skip the estimate in [`check_machine_memory`] (its replay grows with
+/// depth); the parameter bytes still decide.
+const ESTIMATE_MAX_LAYERS: usize = 1000;
+
+/// Refuses, before anything is allocated, a Spec this machine's memory could never hold: its
+/// parameters alone, or its estimated heap peak, above MemTotal. The message gives the numbers.
+pub fn check_machine_memory(spec: &Spec) -> anyhow::Result<()> {
+    use crate::units::fmt_bytes;
+    let Some(total) = crate::measure::procfs::mem_total_bytes() else {
+        return Ok(());
+    };
+    let params = crate::model::cost::param_count(&spec.config).unwrap_or(u64::MAX);
+    let param_bytes = params.saturating_mul(spec.dtype.size_bytes());
+    let hint =
+        "nothing was allocated; choose a smaller model or size, or pass --force to run it anyway";
+    if param_bytes > total {
+        anyhow::bail!(
+            "{}: its {params} parameters alone take {} in {}, more than this machine's {} of memory (MemTotal); {hint}",
+            spec.model,
+            fmt_bytes(param_bytes as f64),
+            spec.dtype.name(),
+            fmt_bytes(total as f64),
+        );
+    }
+    if spec.config.n_layers <= ESTIMATE_MAX_LAYERS {
+        let req = crate::estimate::Request::for_spec(spec);
+        if let Ok(e) = crate::estimate::estimate(&req) {
+            if e.peak_bytes > total {
+                anyhow::bail!(
+                    "{} {} batch {} seq {}: the estimated heap peak is {}, more than this machine's {} of memory (MemTotal; `memscope estimate` shows where it goes); {hint}",
+                    spec.model,
+                    spec.mode.name(),
+                    spec.batch,
+                    spec.seq,
+                    fmt_bytes(e.peak_bytes as f64),
+                    fmt_bytes(total as f64),
+                );
+            }
+        }
+    }
+    Ok(())
 }

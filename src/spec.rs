@@ -100,10 +100,26 @@ pub enum SpecError {
     GradAccumNotTrain(usize),
     #[error("--lr must be a finite positive number (got {0})")]
     BadLr(f64),
+    #[error("{flag} {value} is more than memscope runs ({max} at most); a leak verdict needs a few hundred steps, timing statistics a few dozen")]
+    TooMany {
+        flag: &'static str,
+        value: usize,
+        max: usize,
+    },
 }
+
+/// The most measured steps, and the most warm-up steps, one run may ask for (each measured step
+/// keeps its samples in buffers allocated before timing starts).
+pub const MAX_STEPS: usize = 1_000_000;
 
 impl Spec {
     pub fn validate(&self) -> Result<(), SpecError> {
+        // For generate, --seq is the prompt length: name the flag the user gave.
+        if self.mode == Mode::Generate && self.prompt_len == 0 {
+            return Err(SpecError::Zero {
+                flag: "--prompt-len",
+            });
+        }
         let nonzero = [
             ("--batch", self.batch),
             ("--seq", self.seq),
@@ -114,17 +130,21 @@ impl Spec {
         if let Some((flag, _)) = nonzero.iter().find(|(_, v)| *v == 0) {
             return Err(SpecError::Zero { flag });
         }
+        for (flag, value) in [("--steps", self.steps), ("--warmup", self.warmup)] {
+            if value > MAX_STEPS {
+                return Err(SpecError::TooMany {
+                    flag,
+                    value,
+                    max: MAX_STEPS,
+                });
+            }
+        }
         let max = self.config.max_seq_len;
         match self.mode {
             Mode::Generate => {
                 if self.config.family == Family::Bert {
                     return Err(SpecError::EncoderCannotGenerate {
                         model: self.model.clone(),
-                    });
-                }
-                if self.prompt_len == 0 {
-                    return Err(SpecError::Zero {
-                        flag: "--prompt-len",
                     });
                 }
                 if self.new_tokens == 0 {
@@ -165,9 +185,9 @@ impl Spec {
     /// Tokens processed by one measured step (prompt + decoded tokens for generate).
     pub fn tokens_per_step(&self) -> u64 {
         let per_seq = match self.mode {
-            Mode::Generate => self.prompt_len + self.new_tokens,
-            _ => self.seq * self.grad_accum,
-        };
-        (self.batch * per_seq) as u64
+            Mode::Generate => self.prompt_len.saturating_add(self.new_tokens),
+            _ => self.seq.saturating_mul(self.grad_accum),
+        } as u64;
+        (self.batch as u64).saturating_mul(per_seq)
     }
 }

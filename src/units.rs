@@ -195,6 +195,9 @@ pub fn parse_size(s: &str) -> Result<f64, String> {
     if num.is_empty() {
         return Err(invalid());
     }
+    if num.starts_with('-') {
+        return Err(format!("invalid size '{s}': negative; sizes are positive"));
+    }
     let unit = if unit.is_empty() {
         Unit::B
     } else {
@@ -319,6 +322,9 @@ pub fn rate(v: f64) -> String {
 /// KiB, MiB, GiB, TiB (powers of 1024); case-insensitive, spaces allowed, decimals allowed.
 pub fn parse_bytes(flag: &str, text: &str) -> anyhow::Result<u64> {
     let t = text.trim();
+    if t.starts_with('-') {
+        bail!("{flag} {text}: sizes are positive; e.g. 512MiB or 8GiB");
+    }
     let split = t
         .find(|c: char| !(c.is_ascii_digit() || c == '.'))
         .unwrap_or(t.len());

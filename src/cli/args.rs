@@ -4,7 +4,7 @@
 
 use crate::measure::threads::all_cores;
 use crate::model::config::ModelConfig;
-use crate::output::{check_parent_dir, write_atomic};
+use crate::output::{self, write_atomic};
 use crate::record::Record;
 use crate::report::{self, Export};
 use crate::spec::{Dtype, Mode, Spec};
@@ -59,6 +59,9 @@ pub struct WorkloadArgs {
     /// AdamW learning rate (train)
     #[arg(long, default_value_t = 1e-3)]
     pub lr: f64,
+    /// Run even when the parameters or the estimated peak exceed this machine's memory
+    #[arg(long)]
+    pub force: bool,
 }
 
 #[derive(Args, Debug, Clone)]
@@ -130,18 +133,13 @@ pub fn build_spec(m: &ModelArgs, w: &WorkloadArgs) -> anyhow::Result<Spec> {
     Ok(spec)
 }
 
-/// Fails before measuring when an output file cannot be created, so no run is wasted.
+/// Fails before measuring when an output cannot be written (see `output::check_outputs`).
 pub fn check_outputs(o: &OutputArgs) -> anyhow::Result<()> {
-    for (flag, path) in [
-        ("--json", &o.json),
-        ("--csv", &o.csv),
-        ("--markdown", &o.markdown),
-    ] {
-        if let Some(p) = path {
-            check_parent_dir(flag, p)?;
-        }
-    }
-    Ok(())
+    output::check_outputs(&[
+        ("--json", o.json.as_deref()),
+        ("--csv", o.csv.as_deref()),
+        ("--markdown", o.markdown.as_deref()),
+    ])
 }
 
 pub fn write_outputs(o: &OutputArgs, records: &[Record]) -> anyhow::Result<()> {

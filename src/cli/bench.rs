@@ -2,6 +2,7 @@
 
 use super::args::{build_spec, check_outputs, write_outputs, ModelArgs, OutputArgs, WorkloadArgs};
 use crate::measure::threads::set_threads;
+use crate::out;
 use crate::progress::Progress;
 use crate::report;
 use clap::Args;
@@ -18,9 +19,12 @@ pub struct BenchArgs {
 }
 
 pub fn run(a: BenchArgs) -> anyhow::Result<ExitCode> {
-    let spec = build_spec(&a.model, &a.workload)?;
-    set_threads(spec.threads);
     check_outputs(&a.output)?;
+    let spec = build_spec(&a.model, &a.workload)?;
+    if !a.workload.force {
+        crate::runner::check_machine_memory(&spec)?;
+    }
+    set_threads(spec.threads);
     let progress = Progress::start(
         spec.warmup + spec.steps,
         format!("{} {}", spec.model, spec.mode.name()),
@@ -29,7 +33,7 @@ pub fn run(a: BenchArgs) -> anyhow::Result<ExitCode> {
     let result = crate::runner::run(&spec, &progress.steps);
     progress.finish();
     let record = result?;
-    print!("{}", report::terminal::render(&record));
     write_outputs(&a.output, std::slice::from_ref(&record))?;
+    out!("{}", report::terminal::render(&record))?;
     Ok(ExitCode::SUCCESS)
 }

@@ -3,7 +3,8 @@
 use super::args::{resolve_model, ModelArgs};
 use crate::estimate::fits::fits;
 use crate::estimate::{estimate, Attention, Optimizer, Request};
-use crate::output::write_atomic;
+use crate::out;
+use crate::output::{check_outputs, write_atomic};
 use crate::report;
 use crate::spec::{Dtype, Mode};
 use anyhow::{bail, Context};
@@ -46,7 +47,7 @@ pub struct EstimateArgs {
     #[arg(long)]
     pub threads: Option<usize>,
     /// A memory budget (16GiB, 512MB, …): does the peak fit, and which single change makes it fit
-    #[arg(long, value_name = "BYTES")]
+    #[arg(long, value_name = "BYTES", allow_hyphen_values = true)]
     pub fits: Option<String>,
     /// Rows in the hotspot tables
     #[arg(long, default_value_t = 10)]
@@ -70,6 +71,7 @@ fn dtypes(list: &str) -> anyhow::Result<Vec<Dtype>> {
 }
 
 pub fn run(a: EstimateArgs) -> anyhow::Result<ExitCode> {
+    check_outputs(&[("--json", a.json.as_deref())])?;
     if a.model.weights.is_some() {
         bail!("--weights: estimate needs only the architecture; pass --model or --config");
     }
@@ -118,11 +120,11 @@ pub fn run(a: EstimateArgs) -> anyhow::Result<ExitCode> {
         .iter()
         .map(estimate)
         .collect::<anyhow::Result<Vec<_>>>()?;
-    print!("{}", report::estimate::render(&ests, a.top));
+    out!("{}", report::estimate::render(&ests, a.top))?;
     let fit = match budget {
         Some(b) => {
             let f = fits(&reqs[0], b)?;
-            print!("{}", report::estimate::render_fits(&f));
+            out!("{}", report::estimate::render_fits(&f))?;
             Some(f)
         }
         None => None,

@@ -2,7 +2,8 @@
 
 use super::args::{resolve_model, ModelArgs};
 use crate::measure::threads::all_cores;
-use crate::output::write_atomic;
+use crate::outln;
+use crate::output::{check_outputs, write_atomic};
 use crate::spec::{Dtype, Mode, Spec};
 use crate::sweep::fit::{search, FitRequest, Vary};
 use crate::sweep::interrupt::EXIT_INTERRUPTED;
@@ -46,7 +47,7 @@ pub struct FitArgs {
     #[arg(long, default_value_t = 1e-3)]
     pub lr: f64,
     /// The memory budget to fit in: 512MiB, 16GiB, …
-    #[arg(long, value_name = "BYTES")]
+    #[arg(long, value_name = "BYTES", allow_hyphen_values = true)]
     pub memory_limit: String,
     /// Time limit per trial: 90s, 10m, 1h
     #[arg(long, value_name = "DURATION")]
@@ -62,6 +63,7 @@ pub struct FitArgs {
 }
 
 pub fn run(a: FitArgs) -> anyhow::Result<ExitCode> {
+    check_outputs(&[("--json", a.json.as_deref())])?;
     let limit = parse_bytes("--memory-limit", &a.memory_limit)?;
     let timeout = a
         .timeout
@@ -98,6 +100,15 @@ pub fn run(a: FitArgs) -> anyhow::Result<ExitCode> {
     if cap == 0 {
         bail!("--max must be at least 1");
     }
+    let context_cap = a.vary == Vary::Seq && a.max.is_none_or(|m| m >= cap);
+    if let Some(total) = crate::measure::procfs::mem_total_bytes().filter(|&t| limit > t) {
+        eprintln!(
+            "warning: --memory-limit {} is more than this machine's {} of memory (MemTotal): \
+             the machine, not the limit, decides what fits",
+            fmt_bytes(limit as f64),
+            fmt_bytes(total as f64)
+        );
+    }
     let Some(result) = search(&FitRequest {
         base,
         vary: a.vary,
@@ -113,37 +124,43 @@ pub fn run(a: FitArgs) -> anyhow::Result<ExitCode> {
     let lo = result.max_batch.or(result.max_seq).filter(|&l| l > 0);
     let hi = result.first_oom;
     match lo {
-        None => println!(
+        None => outln!(
             "{vary_name} 1 does not fit in {}: max_{vary_name} = 0",
             fmt_bytes(limit as f64)
-        ),
+        )?,
         Some(l) => {
-            println!("max_{vary_name} = {l}");
+            outln!("max_{vary_name} = {l}")?;
             if let Some(heap) = result.heap_peak_bytes {
-                println!(
+                outln!(
                     "peak at {vary_name} {l}: heap peak {}, worker VmHWM {}",
                     fmt_bytes(heap as f64),
                     result
                         .rss_peak_bytes
                         .map_or("unavailable".into(), |b| fmt_bytes(b as f64))
-                );
+                )?;
             }
             if let Some(h) = result.headroom_bytes {
-                println!(
+                outln!(
                     "headroom: {} of --memory-limit {} (limit − VmHWM)",
                     fmt_bytes(h as f64),
                     fmt_bytes(limit as f64)
-                );
+                )?;
             }
             match hi {
-                Some(h) => println!("{vary_name} {h} ran out of memory"),
-                None => println!(
-                    "no size up to {cap} ran out of memory (raise --max to search further)"
-                ),
+                Some(h) => outln!("{vary_name} {h} ran out of memory")?,
+                None => {
+                    if context_cap {
+                        outln!("no size up to {cap} ran out of memory: {cap} is the longest sequence the model takes (its context, max_seq_len)")?
+                    } else {
+                        outln!(
+                            "no size up to {cap} ran out of memory (raise --max to search further)"
+                        )?
+                    }
+                }
             }
         }
     }
-    println!("{}.", result.enforcement);
+    outln!("{}.", result.enforcement)?;
     if let Some(p) = &a.json {
         write_atomic(p, &serde_json::to_string_pretty(&result)?)
             .with_context(|| format!("--json {}", p.display()))?;

@@ -7,10 +7,11 @@ use crate::analysis::record_series::{series, steps_per_hour};
 use crate::analysis::targets::{all_pass, evaluate, parse_bytes, Target, TargetKind, TargetRow};
 use crate::input::series::{parse_series, ParseOptions, SeriesFormat};
 use crate::measure::threads::set_threads;
-use crate::output::write_atomic;
+use crate::output::{check_outputs, write_atomic};
 use crate::progress::Progress;
 use crate::report::leak as render;
 use crate::units::Unit;
+use crate::{out, outln};
 use anyhow::Context;
 use clap::Args;
 use std::path::PathBuf;
@@ -19,22 +20,22 @@ use std::process::ExitCode;
 #[derive(Args, Debug, Clone, Default)]
 pub struct TargetArgs {
     /// Fail unless growth after warm-up stays under this rate (e.g. 10MB/h or 1MiB/step)
-    #[arg(long, value_name = "RATE")]
+    #[arg(long, value_name = "RATE", allow_hyphen_values = true)]
     pub max_growth: Option<String>,
     /// Fail unless growth after warm-up stays under this many bytes per step (e.g. 1MiB)
-    #[arg(long, value_name = "SIZE")]
+    #[arg(long, value_name = "SIZE", allow_hyphen_values = true)]
     pub max_growth_per_step: Option<String>,
     /// Fail unless memory after warm-up stays within this range (max − min, e.g. 500MB)
-    #[arg(long, value_name = "SIZE")]
+    #[arg(long, value_name = "SIZE", allow_hyphen_values = true)]
     pub max_post_warmup_range: Option<String>,
     /// Fail unless model load stays under this size (heap live retained by load; bench runs only)
-    #[arg(long, value_name = "SIZE")]
+    #[arg(long, value_name = "SIZE", allow_hyphen_values = true)]
     pub max_load: Option<String>,
     /// Fail unless peak memory stays under this size (heap peak for runs; series maximum for logs)
-    #[arg(long, value_name = "SIZE")]
+    #[arg(long, value_name = "SIZE", allow_hyphen_values = true)]
     pub max_peak: Option<String>,
     /// Memory budget: report the steps and hours until it is exhausted (e.g. 16GiB)
-    #[arg(long, value_name = "SIZE")]
+    #[arg(long, value_name = "SIZE", allow_hyphen_values = true)]
     pub budget: Option<String>,
     /// Steps per hour, for growth per hour (default: from timestamps or the measured step time)
     #[arg(long, value_name = "N")]
@@ -92,6 +93,14 @@ pub struct ReportFiles {
 }
 
 impl ReportFiles {
+    fn flags(&self) -> [(&'static str, Option<&std::path::Path>); 3] {
+        [
+            ("--json", self.json.as_deref()),
+            ("--csv", self.csv.as_deref()),
+            ("--markdown", self.markdown.as_deref()),
+        ]
+    }
+
     fn write(&self, r: &LeakReport, rows: &[TargetRow]) -> anyhow::Result<()> {
         let outs = [
             ("--json", &self.json, render::to_json(r, rows)),
@@ -167,7 +176,14 @@ pub fn leak(mut a: LeakArgs) -> anyhow::Result<ExitCode> {
     a.workload.warmup.get_or_insert(0);
     a.workload.steps.get_or_insert(LEAK_STEPS);
     let spec = build_spec(&a.model, &a.workload)?;
+    if !a.workload.force {
+        crate::runner::check_machine_memory(&spec)?;
+    }
     let targets = a.targets.targets()?;
+    a.targets.params(None)?; // its flags are checked before the run, not after
+    let mut outputs = a.files.flags().to_vec();
+    outputs.push(("--record", a.record.as_deref()));
+    check_outputs(&outputs)?;
     set_threads(spec.threads);
     let progress = Progress::start(
         spec.warmup + spec.steps,
@@ -193,16 +209,17 @@ pub fn leak(mut a: LeakArgs) -> anyhow::Result<ExitCode> {
         Some(record.memory.load_bytes as f64),
         Some(record.memory.heap_peak_bytes as f64),
     );
-    print!("{}", render::to_text(&heap, &rows));
-    println!("\nRSS (what the OS sees): {}", rss.sentence);
-    if let Some(note) = cross_check(&heap, &rss) {
-        println!("{note}");
-    }
     a.files.write(&heap, &rows)?;
+    out!("{}", render::to_text(&heap, &rows))?;
+    outln!("\nRSS (what the OS sees): {}", rss.sentence)?;
+    if let Some(note) = cross_check(&heap, &rss) {
+        outln!("{note}")?;
+    }
     Ok(exit_for(&rows))
 }
 
 pub fn analyze(a: AnalyzeArgs) -> anyhow::Result<ExitCode> {
+    check_outputs(&a.files.flags())?;
     let text =
         std::fs::read(&a.file).with_context(|| format!("cannot read {}", a.file.display()))?;
     let text = String::from_utf8(text).map_err(|e| {
@@ -245,8 +262,8 @@ pub fn analyze(a: AnalyzeArgs) -> anyhow::Result<ExitCode> {
         .cloned()
         .fold(None, |m: Option<f64>, v| Some(m.map_or(v, |m| m.max(v))));
     let rows = evaluate(&targets, &report, None, peak);
-    print!("{}", render::to_text(&report, &rows));
     a.files.write(&report, &rows)?;
+    out!("{}", render::to_text(&report, &rows))?;
     Ok(exit_for(&rows))
 }
 

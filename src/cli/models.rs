@@ -3,6 +3,7 @@
 use crate::model::config::ModelConfig;
 use crate::model::cost;
 use crate::report;
+use crate::{out, outln};
 use clap::Args;
 use std::process::ExitCode;
 
@@ -34,9 +35,9 @@ pub fn run(a: ModelsArgs) -> anyhow::Result<ExitCode> {
         })
         .collect();
     if a.json {
-        println!("{}", serde_json::to_string_pretty(&rows)?);
+        outln!("{}", serde_json::to_string_pretty(&rows)?)?;
     } else {
-        print!("{}", report::models::render_table(&rows));
+        out!("{}", report::models::render_table(&rows))?;
     }
     Ok(ExitCode::SUCCESS)
 }

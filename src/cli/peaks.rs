@@ -2,7 +2,8 @@
 
 use super::args::{resolve_model, ModelArgs};
 use crate::measure::threads::{all_cores, set_threads};
-use crate::output::write_atomic;
+use crate::out;
+use crate::output::{check_outputs, write_atomic};
 use anyhow::{bail, Context};
 use clap::Args;
 use std::path::PathBuf;
@@ -34,16 +35,29 @@ pub fn run(a: PeaksArgs) -> anyhow::Result<ExitCode> {
     if threads == 0 || a.batch == 0 || a.seq == 0 {
         bail!("--threads, --batch and --seq must be at least 1");
     }
+    check_outputs(&[("--json", a.json.as_deref())])?;
+    // The model is checked first: a cache hit must not hide a bad --model or --config.
+    let (_, cfg) = resolve_model(&a.model)?;
+    let shapes = peaks::linear_shapes(&cfg);
+    let rows = a.batch * a.seq;
     set_threads(threads);
     let path = peaks::cache_path(&peaks::fingerprint(threads));
-    let (p, source) = match peaks::cached(threads).filter(|_| !a.refresh) {
+    // The cache holds this machine's ceilings and the shapes last timed: other shapes are timed now.
+    let same_shapes = |p: &peaks::Peaks| {
+        p.model_shapes.len() == shapes.len()
+            && p.model_shapes
+                .iter()
+                .zip(&shapes)
+                .all(|(s, (n, k, o))| &s.name == n && s.m == rows && s.k == *k && s.n == *o)
+    };
+    let cached = peaks::cached(threads).filter(|p| !a.refresh && same_shapes(p));
+    let (p, source) = match cached {
         Some(p) => (
             p,
             format!("cached in {} (--refresh to measure again)", path.display()),
         ),
         None => {
-            let (_, cfg) = resolve_model(&a.model)?;
-            let p = peaks::measure(threads, a.batch * a.seq, &peaks::linear_shapes(&cfg))?;
+            let p = peaks::measure(threads, rows, &shapes)?;
             let text = serde_json::to_string_pretty(&p)?;
             let saved = std::fs::create_dir_all(peaks::cache_dir())
                 .map_err(anyhow::Error::from)
@@ -55,10 +69,10 @@ pub fn run(a: PeaksArgs) -> anyhow::Result<ExitCode> {
             (p, source)
         }
     };
-    print!("{}", crate::report::peaks::render(&p, &source));
     if let Some(j) = &a.json {
         write_atomic(j, &serde_json::to_string_pretty(&p)?)
             .with_context(|| format!("--json {}", j.display()))?;
     }
+    out!("{}", crate::report::peaks::render(&p, &source))?;
     Ok(ExitCode::SUCCESS)
 }

@@ -1,5 +1,6 @@
 //! `memscope scaling`: the scaling analysis of a sweep's --jsonl file.
 
+use crate::out;
 use crate::sweep::rows;
 use anyhow::bail;
 use clap::Args;
@@ -21,6 +22,6 @@ pub fn run(a: ScalingArgs) -> anyhow::Result<ExitCode> {
             a.file.display()
         );
     }
-    print!("{}", crate::report::scaling::render(&rows));
+    out!("{}", crate::report::scaling::render(&rows))?;
     Ok(ExitCode::SUCCESS)
 }

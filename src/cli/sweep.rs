@@ -4,8 +4,9 @@
 use super::args::{resolve_model, ModelArgs};
 use crate::measure::threads::all_cores;
 use crate::model::cost;
-use crate::output::{check_parent_dir, write_atomic};
+use crate::output::{check_outputs, write_atomic};
 use crate::spec::{Dtype, Mode, Spec};
+use crate::sweep::eta;
 use crate::sweep::interrupt::{install_interrupt_handler, EXIT_INTERRUPTED};
 use crate::sweep::limits::Enforcement;
 use crate::sweep::local::{run_planned, SweepOutcome};
@@ -15,8 +16,10 @@ use crate::sweep::rows::{self, JsonlWriter};
 use crate::sweep::run::RunOptions;
 use crate::sweep::scratch::Scratch;
 use crate::units::{human_duration, parse_bytes, parse_duration};
+use crate::{out, outln};
 use anyhow::{bail, Context};
 use clap::{Args, ValueEnum};
+use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Instant;
@@ -64,8 +67,14 @@ pub struct SweepArgs {
     /// AdamW learning rate (train)
     #[arg(long, default_value_t = 1e-3)]
     pub lr: f64,
+    /// Run configurations whose parameters or estimated peak exceed this machine's memory (without --memory-limit they are error rows)
+    #[arg(long)]
+    pub force: bool,
+    /// Start a sweep of more than 1,000 configurations without asking
+    #[arg(long)]
+    pub yes: bool,
     /// Memory budget per worker: 512MiB, 8GiB, 2GB, … (cgroup v2 where delegated, else RLIMIT_DATA; plus a PSS watchdog)
-    #[arg(long, value_name = "BYTES")]
+    #[arg(long, value_name = "BYTES", allow_hyphen_values = true)]
     pub memory_limit: Option<String>,
     /// Time limit per configuration: 90s, 10m, 1h
     #[arg(long, value_name = "DURATION")]
@@ -118,9 +127,9 @@ fn spec_for(a: &SweepArgs, p: &Point) -> anyhow::Result<Spec> {
     })
 }
 
-/// Builds every Spec of the sweep, in plan order. Unknown models, modes and dtypes are usage
-/// errors (nothing runs); a Spec that fails validation is kept for an `error` row.
-pub fn plan_specs(a: &SweepArgs) -> anyhow::Result<Vec<(Point, Spec)>> {
+/// Every point of the sweep, in plan order. Unknown models, modes and dtypes are usage errors
+/// (nothing runs); a point whose Spec fails validation is kept for an `error` row.
+fn plan_points(a: &SweepArgs) -> anyhow::Result<Vec<Point>> {
     let models = match &a.config {
         Some(_) => vec![
             resolve_model(&ModelArgs {
@@ -160,16 +169,59 @@ pub fn plan_specs(a: &SweepArgs) -> anyhow::Result<Vec<(Point, Spec)>> {
         warmups: plan::parse_axis_usize("--warmup", &a.warmup, 0)?,
         grad_accums: plan::parse_axis_usize("--grad-accum", &a.grad_accum, 1)?,
     };
-    let points = plan::plan(&axes, |m| sizes.get(m).copied().unwrap_or(u64::MAX));
-    points
-        .into_iter()
-        .map(|p| spec_for(a, &p).map(|s| (p, s)))
-        .collect()
+    Ok(plan::plan(&axes, |m| {
+        sizes.get(m).copied().unwrap_or(u64::MAX)
+    }))
+}
+
+/// Above this many configurations a sweep starts only with --yes or a "y" at the terminal.
+const CONFIRM_ABOVE: usize = 1000;
+
+/// Says how many configurations will run and about how long they take; a large sweep needs
+/// --yes (or a "y" typed at the terminal) before anything starts.
+fn confirm_size(
+    points: &[Point],
+    spec_of: &dyn Fn(&Point) -> anyhow::Result<Spec>,
+    yes: bool,
+    quiet: bool,
+) -> anyhow::Result<()> {
+    let n = points.len();
+    let eta = match eta::estimate(points, spec_of) {
+        Some(d) => format!(
+            "about {} (the estimator's FLOPs at half this machine's f32 matmul peak, plus 1 s per worker)",
+            eta::rough(d)
+        ),
+        None => "no time estimate: run `memscope peaks` once to cache this machine's ceilings".into(),
+    };
+    if n <= CONFIRM_ABOVE || yes {
+        if !quiet && n > 1 {
+            eprintln!("memscope sweep: {n} configurations, {eta}");
+        }
+        return Ok(());
+    }
+    if !std::io::stdin().is_terminal() {
+        bail!(
+            "{n} configurations, {eta}: more than {CONFIRM_ABOVE}; pass --yes to run them all, or narrow --batch / --seq / --model"
+        );
+    }
+    eprint!("memscope sweep: {n} configurations, {eta}. Run them all? [y/N] ");
+    let mut answer = String::new();
+    std::io::stdin().read_line(&mut answer)?;
+    if !matches!(answer.trim(), "y" | "Y" | "yes") {
+        bail!("not started ({n} configurations); narrow --batch / --seq / --model, or answer y");
+    }
+    Ok(())
 }
 
 pub fn run(a: SweepArgs) -> anyhow::Result<ExitCode> {
-    let planned = plan_specs(&a)?;
-    if planned.is_empty() {
+    // --jsonl is appended to (earlier sweeps' rows stay); --csv and --markdown are replaced.
+    check_outputs(&[
+        ("--jsonl", a.jsonl.as_deref()),
+        ("--csv", a.csv.as_deref()),
+        ("--markdown", a.markdown.as_deref()),
+    ])?;
+    let points = plan_points(&a)?;
+    if points.is_empty() {
         bail!("nothing to run: every axis needs at least one value");
     }
     let memory_limit = a
@@ -182,11 +234,11 @@ pub fn run(a: SweepArgs) -> anyhow::Result<ExitCode> {
         .as_deref()
         .map(|t| parse_duration("--timeout", t))
         .transpose()?;
-    for (flag, path) in [("--csv", &a.csv), ("--markdown", &a.markdown)] {
-        if let Some(p) = path {
-            check_parent_dir(flag, p)?;
-        }
-    }
+    confirm_size(&points, &|p| spec_for(&a, p), a.yes, a.quiet)?;
+    let planned = points
+        .into_iter()
+        .map(|p| spec_for(&a, &p).map(|s| (p, s)))
+        .collect::<anyhow::Result<Vec<_>>>()?;
     let jsonl = a.jsonl.as_deref().map(JsonlWriter::open).transpose()?;
     let enforcement = Enforcement::detect(memory_limit);
     let scratch = Scratch::new()?;
@@ -211,8 +263,14 @@ pub fn run(a: SweepArgs) -> anyhow::Result<ExitCode> {
     let progress = SweepProgress::new(planned.len(), a.quiet);
     let started = Instant::now();
     let jsonl = jsonl.map(|w| (w, a.jsonl.as_deref().unwrap_or(Path::new(""))));
-    let SweepOutcome { rows, interrupted } =
-        run_planned(&planned, &opts, a.no_skip, jsonl, &progress)?;
+    let SweepOutcome { rows, interrupted } = run_planned(
+        &planned,
+        &opts,
+        a.no_skip,
+        !a.force && memory_limit.is_none(),
+        jsonl,
+        &progress,
+    )?;
     progress.done();
     let wall = started.elapsed().as_secs_f64();
     if let Some(p) = &a.csv {
@@ -226,17 +284,17 @@ pub fn run(a: SweepArgs) -> anyhow::Result<ExitCode> {
         );
         write_atomic(p, &md).with_context(|| format!("--markdown {}", p.display()))?;
     }
-    println!("{}.", enforcement.describe(memory_limit));
-    print!("{text}");
+    outln!("{}.", enforcement.describe(memory_limit))?;
+    out!("{text}")?;
     let measured: f64 = rows
         .iter()
         .filter_map(|r| r.summary.as_ref())
         .map(|s| s.step_samples_ms.iter().sum::<f64>() / 1e3)
         .sum();
-    println!(
+    outln!(
         "\nSweep wall time {wall:.1} s; measured steps {measured:.1} s ({:.0}% of the wall time; the rest is process start, model build, warm-up and analysis).",
         if wall > 0.0 { 100.0 * measured / wall } else { 0.0 }
-    );
+    )?;
     if interrupted {
         eprintln!(
             "memscope sweep: interrupted; {} finished configurations kept",

@@ -1,4 +1,5 @@
-//! What the OS sees of this process (or another one): RSS, peak RSS (VmHWM) and PSS, from /proc.
+//! What the OS sees of this process (or another one): RSS, peak RSS (VmHWM) and PSS, and the
+//! machine's total memory, from /proc.
 //! Each returns None where /proc cannot tell (not Linux, process gone, field missing).
 
 use procfs::process::Process;
@@ -23,6 +24,12 @@ pub fn pss_bytes(pid: Option<i32>) -> Option<u64> {
         .memory_map_rollup
         .iter()
         .find_map(|m| m.extension.map.get("Pss").copied())
+}
+
+/// This machine's memory, bytes (MemTotal in /proc/meminfo).
+pub fn mem_total_bytes() -> Option<u64> {
+    use procfs::Current;
+    procfs::Meminfo::current().ok().map(|m| m.mem_total)
 }
 
 fn process(pid: Option<i32>) -> Option<Process> {

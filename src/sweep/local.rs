@@ -18,11 +18,13 @@ pub struct SweepOutcome {
     pub interrupted: bool,
 }
 
-/// Runs `planned` in order. `jsonl` is the writer and the path its errors name.
+/// Runs `planned` in order. `jsonl` is the writer and the path its errors name; `check_machine`
+/// turns a configuration this machine's memory could never hold into an error row.
 pub fn run_planned(
     planned: &[(Point, Spec)],
     opts: &RunOptions,
     no_skip: bool,
+    check_machine: bool,
     mut jsonl: Option<(JsonlWriter, &Path)>,
     progress: &SweepProgress,
 ) -> anyhow::Result<SweepOutcome> {
@@ -35,7 +37,13 @@ pub fn run_planned(
             interrupted = true;
             break;
         }
+        let fits = || match check_machine {
+            true => crate::runner::check_machine_memory(spec),
+            false => Ok(()),
+        };
         let row = if let Err(e) = spec.validate() {
+            Row::not_run(Status::Error, e.to_string(), point.index, spec.clone())
+        } else if let Err(e) = fits() {
             Row::not_run(Status::Error, e.to_string(), point.index, spec.clone())
         } else if let Some(reason) = (!no_skip).then(|| skip_reason(&ooms, point)).flatten() {
             Row::not_run(Status::Skipped, reason, point.index, spec.clone())

@@ -1,6 +1,7 @@
 //! Sweeps: many configurations, each in its own worker process, every outcome a row.
 
 pub mod classify;
+pub mod eta;
 pub mod fit;
 pub mod interrupt;
 pub mod limits;

@@ -1,0 +1,345 @@
+//! Regression tests for bad input and hostile outputs, through the binary: outputs never destroy
+//! what is there and are checked before any measurement, stdout errors are errors (not panics),
+//! absurd sizes are refused before anything is allocated.
+
+use assert_cmd::Command;
+use std::io::Read;
+use std::path::Path;
+use std::process::Stdio;
+use std::time::Duration;
+
+fn memscope() -> Command {
+    let mut c = Command::cargo_bin("memscope").unwrap();
+    c.timeout(Duration::from_secs(120)); // a guard against hangs, not a timing assertion
+    c
+}
+
+fn stderr_of(out: &std::process::Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+fn mkfifo(p: &Path) {
+    let c = std::ffi::CString::new(p.as_os_str().as_encoded_bytes()).unwrap();
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0);
+}
+
+#[test]
+fn json_onto_a_fifo_is_written_through_not_replaced() {
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("out.json");
+    mkfifo(&fifo);
+    let reader = {
+        let fifo = fifo.clone();
+        std::thread::spawn(move || {
+            let mut s = String::new();
+            std::fs::File::open(fifo)
+                .unwrap()
+                .read_to_string(&mut s)
+                .unwrap();
+            s
+        })
+    };
+    let out = memscope()
+        .args(["estimate", "--model", "tiny-gpt2", "--json"])
+        .arg(&fifo)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr_of(&out));
+    let text = reader.join().unwrap();
+    let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(v["model"], "tiny-gpt2");
+    use std::os::unix::fs::FileTypeExt;
+    assert!(
+        std::fs::metadata(&fifo).unwrap().file_type().is_fifo(),
+        "the FIFO was replaced"
+    );
+}
+
+#[test]
+fn json_onto_a_symlink_writes_the_file_it_names() {
+    let dir = tempfile::tempdir().unwrap();
+    let target = dir.path().join("real.json");
+    std::fs::write(&target, "old").unwrap();
+    let link = dir.path().join("link.json");
+    std::os::unix::fs::symlink("real.json", &link).unwrap();
+    memscope()
+        .args(["estimate", "--model", "tiny-gpt2", "--json"])
+        .arg(&link)
+        .assert()
+        .success();
+    assert!(std::fs::symlink_metadata(&link)
+        .unwrap()
+        .file_type()
+        .is_symlink());
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&target).unwrap()).unwrap();
+    assert_eq!(v["model"], "tiny-gpt2");
+}
+
+#[test]
+fn two_outputs_on_one_path_are_refused_naming_both_flags() {
+    let dir = tempfile::tempdir().unwrap();
+    let r = dir.path().join("r");
+    let out = memscope()
+        .args(["bench", "--model", "tiny-gpt2", "--steps", "1", "--json"])
+        .arg(&r)
+        .arg("--csv")
+        .arg(dir.path().join(".").join("r"))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let e = stderr_of(&out);
+    assert!(e.contains("--json and --csv both name"), "{e}");
+    assert!(!r.exists(), "nothing may be written");
+
+    // sweep: the appended JSONL history must not be replaced by the Markdown.
+    let k = dir.path().join("k");
+    std::fs::write(&k, "{\"earlier\": \"sweep\"}\n").unwrap();
+    let out = memscope()
+        .args(["sweep", "--model", "tiny-gpt2", "--steps", "1", "--jsonl"])
+        .arg(&k)
+        .arg("--markdown")
+        .arg(&k)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr_of(&out).contains("--jsonl and --markdown both name"));
+    assert_eq!(
+        std::fs::read_to_string(&k).unwrap(),
+        "{\"earlier\": \"sweep\"}\n"
+    );
+}
+
+/// A directory nobody may create files in: /proc for root (permission bits do not bind root),
+/// else a directory without write permission.
+fn unwritable_dir(tmp: &Path) -> std::path::PathBuf {
+    if unsafe { libc::geteuid() } == 0 {
+        "/proc".into()
+    } else {
+        use std::os::unix::fs::PermissionsExt;
+        let d = tmp.join("ro");
+        std::fs::create_dir(&d).unwrap();
+        std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o555)).unwrap();
+        d
+    }
+}
+
+#[test]
+fn unwritable_csv_is_refused_before_any_worker_starts() {
+    let dir = tempfile::tempdir().unwrap();
+    let jsonl = dir.path().join("rows.jsonl");
+    let csv = unwritable_dir(dir.path()).join("x.csv");
+    let out = memscope()
+        .args([
+            "sweep",
+            "--model",
+            "tiny-gpt2",
+            "--batch",
+            "1,2",
+            "--steps",
+            "1",
+        ])
+        .arg("--jsonl")
+        .arg(&jsonl)
+        .arg("--csv")
+        .arg(&csv)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let e = stderr_of(&out);
+    assert!(
+        e.contains("--csv") && e.contains("cannot create a file"),
+        "{e}"
+    );
+    assert!(
+        !jsonl.exists(),
+        "a worker ran (or the JSONL was opened) before the check"
+    );
+}
+
+#[test]
+fn json_onto_a_directory_is_refused_and_leaves_no_temp_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let sub = dir.path().join("d");
+    std::fs::create_dir(&sub).unwrap();
+    let out = memscope()
+        .args(["estimate", "--model", "tiny-gpt2", "--json"])
+        .arg(&sub)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr_of(&out).contains("is a directory"));
+    let names: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(
+        names,
+        vec![std::ffi::OsString::from("d")],
+        "left behind: {names:?}"
+    );
+}
+
+#[test]
+fn stdout_on_a_full_disk_exits_2_without_a_panic() {
+    for args in [&["models"][..], &["estimate", "--model", "tiny-gpt2"][..]] {
+        let full = std::fs::OpenOptions::new()
+            .write(true)
+            .open("/dev/full")
+            .unwrap();
+        let out = std::process::Command::new(assert_cmd::cargo::cargo_bin("memscope"))
+            .args(args)
+            .stdout(Stdio::from(full))
+            .output()
+            .unwrap();
+        let e = stderr_of(&out);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {e}");
+        assert!(e.contains("writing to standard output"), "{e}");
+        assert!(!e.contains("panicked"), "{e}");
+    }
+}
+
+#[test]
+fn a_closed_stdout_pipe_is_silent_success() {
+    let mut child = std::process::Command::new(assert_cmd::cargo::cargo_bin("memscope"))
+        .arg("models")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take()); // the reader goes away before memscope writes
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "{}", stderr_of(&out));
+    assert!(out.stderr.is_empty(), "{}", stderr_of(&out));
+}
+
+#[test]
+fn absurd_step_counts_are_refused_by_name() {
+    for flag in ["--steps", "--warmup"] {
+        let out = memscope()
+            .args([
+                "bench",
+                "--model",
+                "tiny-gpt2",
+                flag,
+                "18446744073709551615",
+            ])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2));
+        let e = stderr_of(&out);
+        assert!(e.contains(flag) && e.contains("1000000 at most"), "{e}");
+    }
+}
+
+#[test]
+fn a_million_layer_config_is_refused_before_allocating() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("huge.json");
+    std::fs::write(
+        &cfg,
+        r#"{"family": "gpt2", "n_layers": 1000000, "d_model": 768, "n_heads": 12,
+            "vocab_size": 50257, "max_seq_len": 1024, "d_ff": 3072}"#,
+    )
+    .unwrap();
+    for cmd in ["bench", "leak"] {
+        let out = memscope()
+            .arg(cmd)
+            .arg("--config")
+            .arg(&cfg)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2));
+        let e = stderr_of(&out);
+        assert!(
+            e.contains("parameters alone take") && e.contains("MemTotal") && e.contains("--force"),
+            "{e}"
+        );
+    }
+}
+
+#[test]
+fn a_sweep_of_a_million_configurations_needs_yes() {
+    let out = memscope()
+        .args([
+            "sweep",
+            "--model",
+            "tiny-gpt2",
+            "--batch",
+            "1-1000",
+            "--seq",
+            "1-1000",
+        ])
+        .write_stdin("")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let e = stderr_of(&out);
+    assert!(
+        e.contains("1000000 configurations") && e.contains("--yes"),
+        "{e}"
+    );
+}
+
+#[test]
+fn negative_sizes_say_sizes_are_positive() {
+    let out = memscope()
+        .args(["estimate", "--model", "tiny-gpt2", "--fits", "-5GiB"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr_of(&out).contains("sizes are positive"),
+        "{}",
+        stderr_of(&out)
+    );
+}
+
+#[test]
+fn prompt_len_zero_names_prompt_len() {
+    let out = memscope()
+        .args([
+            "bench",
+            "--model",
+            "tiny-gpt2",
+            "--mode",
+            "generate",
+            "--prompt-len",
+            "0",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        stderr_of(&out).contains("--prompt-len must be at least 1"),
+        "{}",
+        stderr_of(&out)
+    );
+}
+
+#[test]
+fn peaks_checks_the_model_before_the_cache() {
+    let out = memscope()
+        .args(["peaks", "--model", "nope"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr_of(&out).contains("--model nope: no such preset"));
+}
+
+#[test]
+fn leak_checks_steps_per_hour_before_the_run() {
+    let out = memscope()
+        .args([
+            "leak",
+            "--model",
+            "tiny-gpt2",
+            "--steps-per-hour",
+            "0",
+            "--steps",
+            "100000",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr_of(&out).contains("--steps-per-hour must be a positive number"));
+}

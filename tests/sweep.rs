@@ -136,7 +136,7 @@ fn one_configuration_over_the_memory_limit_is_an_oom_row_and_the_sweep_carries_o
     let s = memscope().arg("scaling").arg(&jsonl).output().unwrap();
     assert!(s.status.success());
     assert!(String::from_utf8_lossy(&s.stdout)
-        .contains("| Seq | Batch | Peak MB | Memory per token | Scaling |"));
+        .contains("| Seq | Batch | Peak MiB | Memory per token | Scaling |"));
 }
 
 #[test]

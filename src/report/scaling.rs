@@ -11,8 +11,9 @@ use crate::units::{ms, rate};
 use std::collections::BTreeMap;
 use std::fmt::Write;
 
-fn mb(b: f64) -> String {
-    format!("{:.1}", b / 1e6)
+/// Bytes as MiB (2^20 bytes, the tool's one convention) with one decimal, for table cells.
+fn mib(b: f64) -> String {
+    format!("{:.1}", b / 1048576.0)
 }
 
 /// Everything after a sweep: every configuration, then per model/mode/dtype the batch and
@@ -52,7 +53,7 @@ fn summary(r: &Row) -> &RowSummary {
 }
 
 fn configurations(rows: &[Row]) -> String {
-    let mut out = String::from("## Configurations\n\n| # | Configuration | Status | Step ms (median) | CV % | tokens/s | samples/s | Peak MB (heap) | VmHWM MB | Reason |\n|---|---|---|---|---|---|---|---|---|---|\n");
+    let mut out = String::from("## Configurations\n\n| # | Configuration | Status | Step ms (median) | CV % | tokens/s | samples/s | Peak MiB (heap) | VmHWM MiB | Reason |\n|---|---|---|---|---|---|---|---|---|---|\n");
     for r in rows {
         let s = r.summary.as_ref();
         let _ = writeln!(
@@ -66,9 +67,9 @@ fn configurations(rows: &[Row]) -> String {
                 .map_or("".into(), |c| format!("{c:.1}")),
             s.and_then(|s| s.tokens_per_s).map_or("".into(), rate),
             s.and_then(|s| s.samples_per_s).map_or("".into(), rate),
-            s.map_or("".into(), |s| mb(s.heap_peak_bytes as f64)),
+            s.map_or("".into(), |s| mib(s.heap_peak_bytes as f64)),
             s.and_then(|s| s.rss_peak_bytes)
-                .map_or("".into(), |b| mb(b as f64)),
+                .map_or("".into(), |b| mib(b as f64)),
             r.reason.as_deref().unwrap_or("").replace('|', "\\|"),
         );
     }
@@ -101,17 +102,17 @@ fn batch_section(rs: &[&Row]) -> String {
     for (seq, rows) in by_seq.iter().filter(|(_, v)| v.len() >= 2) {
         let _ = writeln!(
             out,
-            "Peak memory vs batch at seq {seq} (Peak MB: heap peak; Avg MB: mean heap live after each step; MB = 10^6 bytes):\n"
+            "Peak memory vs batch at seq {seq} (Peak MiB: heap peak; Avg MiB: mean heap live after each step; MiB = 2^20 bytes):\n"
         );
-        out.push_str("| Batch | Peak MB | Avg MB | samples/s |\n|---|---|---|---|\n");
+        out.push_str("| Batch | Peak MiB | Avg MiB | samples/s |\n|---|---|---|---|\n");
         for r in rows {
             let s = summary(r);
             let _ = writeln!(
                 out,
                 "| {} | {} | {} | {} |",
                 r.spec.batch,
-                mb(s.heap_peak_bytes as f64),
-                mb(s.heap_avg_bytes as f64),
+                mib(s.heap_peak_bytes as f64),
+                mib(s.heap_avg_bytes as f64),
                 s.samples_per_s.map_or("".into(), rate)
             );
         }
@@ -124,9 +125,9 @@ fn batch_section(rs: &[&Row]) -> String {
             Some(f) => {
                 let _ = writeln!(
                     out,
-                    "\nLinear fit: {} MB per sample (slope), {} MB fixed (intercept), R² = {:.4}.\n",
-                    mb(f.coefficients[1]),
-                    mb(f.coefficients[0]),
+                    "\nLinear fit: {} MiB per sample (slope), {} MiB fixed (intercept), R² = {:.4}.\n",
+                    mib(f.coefficients[1]),
+                    mib(f.coefficients[0]),
                     f.r2
                 );
             }
@@ -159,10 +160,10 @@ fn seq_section(rs: &[&Row]) -> String {
         let fixed = choice.as_ref().map(|c| c.chosen.coefficients[0]);
         let _ = writeln!(
             out,
-            "Peak memory vs sequence length at batch {batch} (Peak MB: heap peak, 10^6 bytes):\n"
+            "Peak memory vs sequence length at batch {batch} (Peak MiB: heap peak, 2^20 bytes):\n"
         );
         out.push_str(
-            "| Seq | Batch | Peak MB | Memory per token | Scaling |\n|---|---|---|---|---|\n",
+            "| Seq | Batch | Peak MiB | Memory per token | Scaling |\n|---|---|---|---|---|\n",
         );
         for (i, r) in rows.iter().enumerate() {
             let s = summary(r);
@@ -179,7 +180,7 @@ fn seq_section(rs: &[&Row]) -> String {
                 "| {} | {} | {} | {} | {} |",
                 r.spec.seq,
                 r.spec.batch,
-                mb(s.heap_peak_bytes as f64),
+                mib(s.heap_peak_bytes as f64),
                 per_token,
                 if i == 0 { scaling.as_str() } else { "" }
             );
@@ -194,11 +195,11 @@ fn seq_section(rs: &[&Row]) -> String {
             });
             let _ = writeln!(
                 out,
-                "\nScaling: {} ({}; p = {p}; linear R² = {:.4}). Memory per token = (peak − fixed {} MB) / tokens.\n",
+                "\nScaling: {} ({}; p = {p}; linear R² = {:.4}). Memory per token = (peak − fixed {} MiB) / tokens.\n",
                 describe(&c.pattern),
                 c.method,
                 c.linear.r2,
-                mb(c.chosen.coefficients[0])
+                mib(c.chosen.coefficients[0])
             );
             if let Pattern::Quadratic { .. } = c.pattern {
                 out.push_str("The T² term is attention's score matrix (B·H·T² per layer).\n\n");
@@ -296,33 +297,33 @@ mod tests {
 
     #[test]
     fn batch_table_and_exact_linear_fit() {
-        // peak = 100 MB + 3 MB × batch.
+        // peak = 100 MiB + 3 MiB × batch.
         let rows: Vec<Row> = [1, 2, 4]
             .iter()
-            .map(|&b| row(b, 128, 100_000_000 + 3_000_000 * b as u64))
+            .map(|&b| row(b, 128, (100 << 20) + (3 << 20) * b as u64))
             .collect();
         let text = render(&rows);
         assert!(
-            text.contains("| Batch | Peak MB | Avg MB | samples/s |"),
+            text.contains("| Batch | Peak MiB | Avg MiB | samples/s |"),
             "{text}"
         );
         assert!(text.contains("| 4 | 112.0 | 56.0 | 100.0 |"), "{text}");
         assert!(
-            text.contains("3.0 MB per sample (slope), 100.0 MB fixed (intercept), R² = 1.0000"),
+            text.contains("3.0 MiB per sample (slope), 100.0 MiB fixed (intercept), R² = 1.0000"),
             "{text}"
         );
     }
 
     #[test]
     fn seq_table_says_quadratic() {
-        // peak = 50 MB + 1000·T + 100·T², exactly.
+        // peak = 50 MiB + 1000·T + 100·T², exactly.
         let rows: Vec<Row> = [64, 128, 192, 256]
             .iter()
-            .map(|&t| row(2, t, 50_000_000 + 1000 * t as u64 + 100 * (t * t) as u64))
+            .map(|&t| row(2, t, (50 << 20) + 1000 * t as u64 + 100 * (t * t) as u64))
             .collect();
         let text = render(&rows);
         assert!(
-            text.contains("| Seq | Batch | Peak MB | Memory per token | Scaling |"),
+            text.contains("| Seq | Batch | Peak MiB | Memory per token | Scaling |"),
             "{text}"
         );
         assert!(text.contains("quadratic: the T² term is"), "{text}");

@@ -242,6 +242,22 @@ fn a_million_layer_config_is_refused_before_allocating() {
             "vocab_size": 50257, "max_seq_len": 1024, "d_ff": 3072}"#,
     )
     .unwrap();
+    let start = std::time::Instant::now();
+    let out = memscope()
+        .arg("estimate")
+        .arg("--config")
+        .arg(&cfg)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let e = stderr_of(&out);
+    assert!(e.contains("1000000 layers") && e.contains("--force"), "{e}");
+    // Refused without replaying (the replay of a million layers takes minutes): generous bound.
+    assert!(
+        start.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        start.elapsed()
+    );
     for cmd in ["bench", "leak"] {
         let out = memscope()
             .arg(cmd)
@@ -342,4 +358,69 @@ fn leak_checks_steps_per_hour_before_the_run() {
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
     assert!(stderr_of(&out).contains("--steps-per-hour must be a positive number"));
+}
+
+#[test]
+fn a_text_file_as_weights_is_not_a_safetensors_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let txt = dir.path().join("notes.txt");
+    std::fs::write(&txt, "these are my training notes\n").unwrap();
+    let out = memscope()
+        .args(["bench", "--model", "tiny-gpt2", "--weights"])
+        .arg(&txt)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let e = stderr_of(&out);
+    assert!(e.contains("not a safetensors file"), "{e}");
+}
+
+#[test]
+fn a_missing_weights_file_says_why_once() {
+    let out = memscope()
+        .args([
+            "bench",
+            "--model",
+            "tiny-gpt2",
+            "--weights",
+            "no-such.safetensors",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let e = stderr_of(&out);
+    assert_eq!(e.matches("No such file or directory").count(), 1, "{e}");
+}
+
+#[test]
+fn fits_lists_only_changes_that_lower_the_peak() {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("fits.json");
+    // At 16 tokens checkpointing and fused attention save nothing; they must not be offered.
+    let out = memscope()
+        .args([
+            "estimate",
+            "--model",
+            "gpt2-small",
+            "--batch",
+            "2",
+            "--seq",
+            "16",
+        ])
+        .args(["--fits", "100MiB", "--json"])
+        .arg(&json)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", stderr_of(&out)); // 1: does not fit
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let fit = &v["fits"];
+    let peak = fit["peak_bytes"].as_u64().unwrap();
+    let changes = fit["changes"].as_array().unwrap();
+    assert!(!changes.is_empty());
+    for c in changes {
+        assert!(
+            c["peak_bytes"].as_u64().unwrap() < peak,
+            "{c} does not help"
+        );
+    }
 }

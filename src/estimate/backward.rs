@@ -100,12 +100,16 @@ pub fn segmented_backward(
     earlier: Option<Grads>,
 ) -> Grads {
     let mut kept = Grads::new();
+    let mut order: HashMap<Id, usize> = HashMap::new();
+    for (i, &v) in vars.iter().enumerate() {
+        order.entry(v).or_insert(i); // a variable listed twice is taken at its first place
+    }
     // Earlier micro-batches' gradients seed the sink, as in `model::segments`.
     sim.sink = Some(earlier.unwrap_or_default());
     let mut all = backward(sim, loss, rc);
     sim.release(loss);
     let mut g = take_input(sim, &mut all, head_input);
-    keep_params(sim, all, vars, &mut kept);
+    keep_params(sim, all, &order, &mut kept);
     for (input, out) in parts.into_iter().rev() {
         let mut sub = Grads::new();
         let injected = g
@@ -118,7 +122,7 @@ pub fn segmented_backward(
         if let Some(v) = input {
             g = take_input(sim, &mut sub, v);
         }
-        keep_params(sim, sub, vars, &mut kept);
+        keep_params(sim, sub, &order, &mut kept);
     }
     for (v, g) in sim.sink.take().unwrap_or_default() {
         let g = match kept.remove(&v) {
@@ -146,9 +150,16 @@ fn take_input(sim: &mut Sim, all: &mut Grads, v: Id) -> Option<Id> {
 }
 
 /// Moves the parameters' gradients into `kept` (detached, summed with an earlier segment's);
-/// drops the rest of the store.
-fn keep_params(sim: &mut Sim, mut all: Grads, vars: &[Id], kept: &mut Grads) {
-    for &v in vars {
+/// drops the rest of the store. Parameters are taken in the order of `vars` (`order` maps a
+/// variable to its position there), so the replay is the same whatever the store's size: the
+/// cost is the store's, not all parameters' (linear in depth, not quadratic).
+fn keep_params(sim: &mut Sim, mut all: Grads, order: &HashMap<Id, usize>, kept: &mut Grads) {
+    let mut params: Vec<(usize, Id)> = all
+        .keys()
+        .filter_map(|id| order.get(id).map(|&i| (i, *id)))
+        .collect();
+    params.sort_unstable();
+    for (_, v) in params {
         let Some(g) = all.remove(&v) else { continue };
         let g = match kept.remove(&v) {
             Some(prev) => {

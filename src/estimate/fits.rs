@@ -20,7 +20,8 @@ pub struct FitReport {
     pub fits: bool,
     /// Budget minus peak (negative: over by that much).
     pub headroom_bytes: i64,
-    /// Single changes, each tried alone, smallest peak first. Empty when it already fits.
+    /// Single changes that lower the peak, each tried alone, smallest peak first. Empty when it
+    /// already fits.
     pub changes: Vec<Change>,
 }
 
@@ -32,6 +33,9 @@ pub fn fits(req: &Request, budget: u64) -> anyhow::Result<FitReport> {
     if !fits {
         for (label, alt) in alternatives(req) {
             let e = estimate(&alt)?;
+            if e.peak_bytes >= base.peak_bytes {
+                continue; // does not help (e.g. checkpointing when the optimizer step is the peak)
+            }
             changes.push(Change {
                 change: label,
                 peak_bytes: e.peak_bytes,

@@ -194,8 +194,15 @@ pub struct Sim {
     pub live: u64,
     live_by_phase: [u64; N_PHASES],
     live_by_module: Vec<u64>,
-    /// Peak since the last [`Sim::reset_peak`], with what was live at that moment.
+    /// Peak since the last [`Sim::reset_peak`], with what was live at that moment. `by_module` is
+    /// completed by [`Sim::settle_peak`] (a copy of `live_by_module` at every new peak made the
+    /// replay quadratic in depth): today's figures minus the log entries after the peak.
     pub peak: PeakSnapshot,
+    peak_stale: bool,
+    /// (module, bytes, allocated?) of every allocation and free since the peak window opened.
+    module_log: Vec<(usize, u64, bool)>,
+    /// `module_log`'s length when the peak was reached.
+    peak_log_len: usize,
     /// Matmul FLOPs executed so far, by phase (2·m·k·n per product).
     pub flops: [u64; N_PHASES],
     /// Set when a tensor's byte size overflowed u64 (the estimate is then refused).
@@ -234,6 +241,9 @@ impl Sim {
             live_by_phase: [0; N_PHASES],
             live_by_module: Vec::new(),
             peak: PeakSnapshot::default(),
+            peak_stale: false,
+            module_log: Vec::new(),
+            peak_log_len: 0,
             flops: [0; N_PHASES],
             overflow: false,
             no_grad: false,
@@ -259,6 +269,26 @@ impl Sim {
 
     pub fn reset_peak(&mut self) {
         self.peak = self.snapshot();
+        self.peak_stale = false;
+        self.module_log.clear();
+        self.peak_log_len = 0;
+    }
+
+    /// Completes `peak.by_module` with what was live at the peak (see the field's docs).
+    pub fn settle_peak(&mut self) {
+        if !self.peak_stale {
+            return;
+        }
+        let mut by_module = self.live_by_module.clone();
+        for &(m, bytes, allocated) in &self.module_log[self.peak_log_len..] {
+            if allocated {
+                by_module[m] -= bytes;
+            } else {
+                by_module[m] += bytes;
+            }
+        }
+        self.peak.by_module = by_module;
+        self.peak_stale = false;
     }
 
     pub fn snapshot(&self) -> PeakSnapshot {
@@ -310,8 +340,12 @@ impl Sim {
         self.live += bytes;
         self.live_by_phase[self.phase as usize] += bytes;
         self.live_by_module[self.module] += bytes;
+        self.module_log.push((self.module, bytes, true));
         if self.live > self.peak.bytes {
-            self.peak = self.snapshot();
+            self.peak.bytes = self.live;
+            self.peak.by_phase = self.live_by_phase;
+            self.peak_log_len = self.module_log.len();
+            self.peak_stale = true;
         }
         self.storages.len() - 1
     }
@@ -401,6 +435,7 @@ impl Sim {
             st.rc -= 1;
             if st.rc == 0 {
                 let (bytes, phase, module) = (st.bytes, st.phase, st.module);
+                self.module_log.push((module, bytes, false));
                 self.live -= bytes;
                 self.live_by_phase[phase as usize] -= bytes;
                 self.live_by_module[module] -= bytes;

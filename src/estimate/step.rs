@@ -138,6 +138,7 @@ fn phase<T>(sim: &mut Sim, p: Phase, f: impl FnOnce(&mut Sim) -> T) -> (T, Phase
     sim.reset_peak();
     let before = sim.live_of(p) as i64;
     let out = f(sim);
+    sim.settle_peak();
     let run = PhaseRun {
         peak: sim.peak.bytes,
         retained: sim.live_of(p) as i64 - before,

@@ -34,8 +34,15 @@ const SUPPORTED_DTYPES: &str = "BOOL, U8, I8, I16, U16, I32, U32, I64, U64, F16,
 /// Everything that can be wrong with a weights file or a sharded index.
 #[derive(Debug, Error)]
 pub enum WeightsError {
-    #[error("{}: cannot read: {source}", path.display())]
-    Io { path: PathBuf, source: io::Error },
+    // Not named `source`: the reason is part of this message, not a cause printed again after it.
+    #[error("{}: cannot read: {error}", path.display())]
+    Io { path: PathBuf, error: io::Error },
+    #[error(
+        "{}: not a safetensors file: it starts with text ({start:?}); a safetensors file starts \
+         with an 8-byte little-endian header length followed by a JSON header",
+        path.display()
+    )]
+    NotSafetensors { path: PathBuf, start: String },
     #[error("{}: is not a regular file; pass a `.safetensors` file or a `*.index.json`", path.display())]
     NotAFile { path: PathBuf },
     #[error(
@@ -199,7 +206,7 @@ pub enum WeightsError {
         tensor: String,
     },
     #[error(
-        "{}: shard {} (named for tensor {tensor:?} and {others} other tensors) does not exist: {source}",
+        "{}: shard {} (named for tensor {tensor:?} and {others} other tensors) does not exist: {error}",
         path.display(), shard.display()
     )]
     ShardMissing {
@@ -207,7 +214,7 @@ pub enum WeightsError {
         shard: PathBuf,
         tensor: String,
         others: usize,
-        source: io::Error,
+        error: io::Error,
     },
     #[error(
         "{}: tensor {name:?} is in the headers of two shards, {} and {}; each tensor must be in exactly one shard",
@@ -515,6 +522,13 @@ fn split_header<'a>(bytes: &'a [u8], path: &Path) -> Result<(&'a [u8], usize), W
         }
     };
     let header_len = u64::from_le_bytes(*len_bytes);
+    let text = |b: &u8| b.is_ascii_graphic() || b.is_ascii_whitespace();
+    if header_len > MAX_HEADER_LEN && len_bytes.iter().all(text) {
+        return Err(WeightsError::NotSafetensors {
+            path: path.into(),
+            start: String::from_utf8_lossy(len_bytes).into_owned(),
+        });
+    }
     if header_len > MAX_HEADER_LEN {
         return Err(WeightsError::HeaderTooLarge {
             path: path.into(),
@@ -846,9 +860,9 @@ pub struct SafetensorsFile {
 impl SafetensorsFile {
     /// Maps the file and validates its whole header and layout.
     pub fn open(path: &Path) -> Result<Self, WeightsError> {
-        let io_err = |source| WeightsError::Io {
+        let io_err = |error| WeightsError::Io {
             path: path.into(),
-            source,
+            error,
         };
         let file = File::open(path).map_err(io_err)?;
         if !file.metadata().map_err(io_err)?.is_file() {
@@ -1039,9 +1053,9 @@ impl<'de> Visitor<'de> for IndexVisitor {
 
 /// Reads and parses an index file (size-capped, strict UTF-8 JSON).
 fn read_index_json(path: &Path) -> Result<IndexJson, WeightsError> {
-    let io_err = |source| WeightsError::Io {
+    let io_err = |error| WeightsError::Io {
         path: path.into(),
-        source,
+        error,
     };
     let bad = |problem: String| WeightsError::InvalidIndex {
         path: path.into(),
@@ -1142,13 +1156,13 @@ fn open_shard(
     names: &[&str],
 ) -> Result<SafetensorsFile, WeightsError> {
     match SafetensorsFile::open(shard) {
-        Err(WeightsError::Io { source, .. }) if source.kind() == io::ErrorKind::NotFound => {
+        Err(WeightsError::Io { error, .. }) if error.kind() == io::ErrorKind::NotFound => {
             Err(WeightsError::ShardMissing {
                 path: index_path.into(),
                 shard: shard.into(),
                 tensor: names.first().map_or(String::new(), |n| n.to_string()),
                 others: names.len().saturating_sub(1),
-                source,
+                error,
             })
         }
         other => other,

@@ -211,6 +211,11 @@ pub fn render_fits(f: &FitReport) -> String {
                 "No single change is enough: combine them, or use a larger budget."
             );
         }
+    } else if !f.fits {
+        let _ = writeln!(
+            out,
+            "None of the single changes memscope tries (smaller batch, bf16, SGD, checkpointing, fused attention, gradient accumulation) lowers this peak: use a larger budget."
+        );
     }
     out
 }

@@ -4,7 +4,7 @@
 //! - capabilities never import the CLI (`crate::cli` appears only under `src/cli/`, `main.rs`);
 //! - `analysis/` and `report/` never import candle;
 //! - no file holds more than 600 lines of non-test code unless its header comment says why
-//!   ("over 600 lines because …").
+//!   ("over 600 lines because …"); `*_tests.rs` and `tests.rs` files are test code.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -323,11 +323,11 @@ fn analysis_and_report_never_import_candle() {
 fn no_file_over_600_lines_of_non_test_code_without_a_reason() {
     let bad: Vec<String> = sources()
         .into_iter()
-        .filter(|(f, _)| !f.ends_with("_tests"))
+        .filter(|(f, _)| !f.ends_with("_tests") && !f.ends_with("/tests"))
         .filter_map(|(f, t)| {
             let code = t.split("#[cfg(test)]").next().unwrap().lines().count();
             let header: String = t.lines().take_while(|l| l.starts_with("//!")).collect();
-            (code > 600 && !header.contains("over 600 lines because"))
+            (code > 600 && !header.to_lowercase().contains("over 600 lines because"))
                 .then(|| format!("{f}.rs: {code} lines"))
         })
         .collect();

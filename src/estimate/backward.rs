@@ -283,7 +283,7 @@ fn fused_rule(sim: &mut Sim, grads: &mut Grads, kind: Fused, inputs: &[Id], grad
             } else {
                 sim.shape(inputs[1])[2]
             };
-            let cols = super::models::attention_columns(t, s, causal);
+            let cols = super::ops::attention_columns(t, s, causal);
             for _ in 0..5 {
                 sim.add_matmul_flops((lse[0] * h) as u64, cols, d, 1);
             }

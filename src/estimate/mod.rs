@@ -6,7 +6,9 @@
 
 pub mod backward;
 pub mod fits;
+pub mod graph;
 pub mod models;
+pub mod ops;
 pub mod sim;
 mod step;
 

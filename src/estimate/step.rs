@@ -3,7 +3,8 @@
 //! measured steps repeat), or a forward, or a prefill plus one decode step.
 
 use super::backward::segmented_backward;
-use super::models::{cross_entropy, Built, Params, WithParams};
+use super::models::{Built, Params, WithParams};
+use super::ops::cross_entropy;
 use super::sim::{Id, Phase, Sim};
 use super::{
     runtime_buffers, ActivationRow, Attention, Categories, Estimate, Flops, Hotspot, Optimizer,

@@ -5,18 +5,6 @@
 //! their own backward; `tests/models.rs` checks that every parameter receives a gradient.
 //! Shape vocabulary: B batch, T query length, S key length, C d_model, H heads, D head dim.
 
-use candle_core::{DType, Result, Tensor};
-
-/// Runs `f` in f32 when `x` is a half type, for the reductions that lose precision in bf16/f16.
-pub(crate) fn in_f32(x: &Tensor, f: impl FnOnce(&Tensor) -> Result<Tensor>) -> Result<Tensor> {
-    let dtype = x.dtype();
-    if dtype == DType::F32 || dtype == DType::F64 {
-        f(x)
-    } else {
-        f(&x.to_dtype(DType::F32)?)?.to_dtype(dtype)
-    }
-}
-
 // Linear layers, LayerNorm, RMSNorm, attention and the loss run as fused kernels
 // (`src/kernels/`); the op-by-op versions they are tested against are in `unfused.rs`.
 pub use crate::kernels::cross_entropy::cross_entropy;
@@ -27,7 +15,7 @@ pub use crate::kernels::rms_norm::rms_norm;
 #[cfg(test)]
 mod tests {
     use super::*;
-    use candle_core::Device;
+    use candle_core::{DType, Device, Tensor};
 
     #[test]
     fn cross_entropy_of_uniform_logits_is_ln_vocab() {

@@ -4,8 +4,17 @@
 //! Shape vocabulary: N rows, C features, V vocabulary, B batch, H heads, T query length,
 //! S key length, D head dim.
 
-use super::ops::in_f32;
 use candle_core::{DType, Device, Result, Tensor, D};
+
+/// Runs `f` in f32 when `x` is a half type, for the reductions that lose precision in bf16/f16.
+pub(crate) fn in_f32(x: &Tensor, f: impl FnOnce(&Tensor) -> Result<Tensor>) -> Result<Tensor> {
+    let dtype = x.dtype();
+    if dtype == DType::F32 || dtype == DType::F64 {
+        f(x)
+    } else {
+        f(&x.to_dtype(DType::F32)?)?.to_dtype(dtype)
+    }
+}
 
 /// LayerNorm over the last dim: (…, C) → (…, C).
 pub fn layer_norm(x: &Tensor, w: &Tensor, b: &Tensor, eps: f64) -> Result<Tensor> {

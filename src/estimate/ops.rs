@@ -1,0 +1,284 @@
+//! The ops the model families are built from, on the shape-only [`Sim`], each as its candle
+//! or fused-kernel counterpart allocates: norms, GELU, linear, embedding, the causal mask,
+//! softmax, attention (op by op or the fused kernel), the KV-cache append, RoPE, repeat_kv and
+//! the loss. Shape vocabulary: B batch, H heads, T query length, S key length, D head dim,
+//! N rows, C features, V vocab.
+
+use super::sim::{Bin, Fused, Id, Sim, Un};
+use crate::kernels::attention::BLOCK;
+
+pub fn drop_all(sim: &mut Sim, ts: &[Id]) {
+    for &t in ts {
+        sim.release(t);
+    }
+}
+
+/// Runs `f` in f32 when `x` is a half type (`ops::in_f32`).
+pub fn in_f32(sim: &mut Sim, x: Id, f: impl FnOnce(&mut Sim, Id) -> Id) -> Id {
+    let dt = sim.nodes[x].dtype;
+    if dt >= 4 {
+        return f(sim, x);
+    }
+    let x32 = sim.to_dtype(x, 4);
+    let y = f(sim, x32);
+    let out = sim.to_dtype(y, dt);
+    drop_all(sim, &[x32, y]);
+    out
+}
+
+/// The fused kernels take contiguous inputs (a copy when they are not).
+pub fn kernel(sim: &mut Sim, kind: Fused, args: &[Id]) -> Id {
+    let cs: Vec<Id> = args.iter().map(|&a| sim.contiguous(a)).collect();
+    let shape = sim.shape(cs[0]).to_vec();
+    let out = sim.fused(kind, &cs, cs[0], &shape);
+    drop_all(sim, &cs);
+    out
+}
+
+pub fn layer_norm(sim: &mut Sim, x: Id, w: Id, b: Id) -> Id {
+    kernel(sim, Fused::LayerNorm, &[x, w, b])
+}
+
+pub fn rms_norm(sim: &mut Sim, x: Id, w: Id) -> Id {
+    kernel(sim, Fused::RmsNorm, &[x, w])
+}
+
+pub fn gelu(sim: &mut Sim, x: Id) -> Id {
+    kernel(sim, Fused::Gelu, &[x])
+}
+
+/// `x @ wᵀ + b` (nn.Linear layout): `kernels::linear` in f32, candle's ops otherwise.
+pub fn linear(sim: &mut Sim, x: Id, w: Id, b: Option<Id>) -> Id {
+    if sim.nodes[x].dtype == 4 {
+        return linear_kernel(sim, x, w, b, sim.shape(w)[0]);
+    }
+    let wt = sim.t(w);
+    let y = sim.matmul(x, wt);
+    sim.release(wt);
+    match b {
+        Some(b) => {
+            let out = sim.broadcast(Bin::Add, y, b);
+            sim.release(y);
+            out
+        }
+        None => y,
+    }
+}
+
+/// `kernels::embedding` in f32 (table (V, C), ids (N) → (N, C)), candle's `embedding`
+/// (index_select) otherwise.
+pub fn embedding(sim: &mut Sim, table: Id, ids: Id) -> Id {
+    if sim.nodes[table].dtype != 4 {
+        return sim.index_select(table, ids);
+    }
+    let shape = [sim.shape(ids)[0], sim.shape(table)[1]];
+    sim.fused(Fused::Embedding, &[table, ids], table, &shape)
+}
+
+/// `kernels::linear` over x (N, I) → (N, O): keeps nothing but its inputs; backward makes dx,
+/// dW and db once each.
+pub fn linear_kernel(sim: &mut Sim, x: Id, w: Id, b: Option<Id>, o: usize) -> Id {
+    let (n, i) = (sim.shape(x)[0], sim.shape(x)[1]);
+    sim.add_matmul_flops(1, n, i, o);
+    let inputs: Vec<Id> = [x, w].into_iter().chain(b).collect();
+    sim.fused(Fused::Linear, &inputs, x, &[n, o])
+}
+
+/// `x @ w + b` (GPT-2 Conv1D layout).
+pub fn conv1d(sim: &mut Sim, x: Id, w: Id, b: Id) -> Id {
+    if sim.nodes[x].dtype == 4 {
+        return linear_kernel(sim, x, w, Some(b), sim.shape(w)[1]);
+    }
+    let y = sim.matmul(x, w);
+    let out = sim.broadcast(Bin::Add, y, b);
+    sim.release(y);
+    out
+}
+
+pub fn causal_mask(sim: &mut Sim, t: usize, offset: usize, dtype: u64) -> Id {
+    sim.kind = "embeddings";
+    let m = sim.leaf(&[t, offset + t], 4); // built in f32
+    let out = sim.to_dtype(m, dtype);
+    sim.release(m);
+    out
+}
+
+pub fn softmax_last(sim: &mut Sim, x: Id) -> Id {
+    let last = sim.shape(x).len() - 1;
+    let mx = sim.max_keepdim(x, last);
+    let md = sim.detach(mx);
+    let sh = sim.broadcast(Bin::Sub, x, md);
+    let e = sim.unary(Un::Exp, sh);
+    let s = sim.sum_keepdim(e, &[last]);
+    let out = sim.broadcast(Bin::Div, e, s);
+    drop_all(sim, &[mx, md, sh, e, s]);
+    out
+}
+
+/// q (B, H, T, D), k and v (B, KV, S, D), any layout → (N, C): memscope's kernel, or the
+/// naive what-if (contiguous copies, K/V heads repeated, scores and probabilities kept).
+pub fn attention(sim: &mut Sim, naive: bool, q: Id, k: Id, v: Id, mask: Option<Id>) -> Id {
+    let (b, h, t, d) = (
+        sim.shape(q)[0],
+        sim.shape(q)[1],
+        sim.shape(q)[2],
+        sim.shape(q)[3],
+    );
+    let s = sim.shape(k)[2];
+    if !naive {
+        let y = attention_kernel(sim, &[q, k, v], (b, h, t, s, d), true); // (B, T, C)
+        let y2 = sim.reshape(y, &[b * t, h * d]);
+        sim.release(y);
+        return y2;
+    }
+    let rep = h / sim.shape(k)[1];
+    let cs: Vec<Id> = [q, k, v].iter().map(|&x| sim.contiguous(x)).collect();
+    let kr = repeat_kv(sim, cs[1], rep); // (B, H, S, D)
+    let vr = repeat_kv(sim, cs[2], rep);
+    let y = naive_attention(sim, cs[0], kr, vr, mask);
+    drop_all(sim, &[kr, vr]);
+    drop_all(sim, &cs);
+    y
+}
+
+/// candle's op-by-op attention (`model::unfused::attention`) then the (N, C) layout:
+/// q (B, H, T, D), k and v (B, H, S, D) contiguous.
+pub fn naive_attention(sim: &mut Sim, q: Id, k: Id, v: Id, mask: Option<Id>) -> Id {
+    let before = sim.kind;
+    let (b, h, t, d) = (
+        sim.shape(q)[0],
+        sim.shape(q)[1],
+        sim.shape(q)[2],
+        sim.shape(q)[3],
+    );
+    sim.kind = "scores + probabilities";
+    let kt = sim.t(k);
+    let s0 = sim.matmul(q, kt); // (B, H, T, S)
+    let s1 = sim.affine(s0, 1.0);
+    drop_all(sim, &[kt, s0]);
+    let s2 = match mask {
+        Some(m) => {
+            let s = sim.broadcast(Bin::Add, s1, m);
+            sim.release(s1);
+            s
+        }
+        None => s1,
+    };
+    let probs = in_f32(sim, s2, softmax_last);
+    sim.kind = "attention output";
+    let y = sim.matmul(probs, v); // (B, H, T, D)
+    let yt = sim.transpose(y, 1, 2);
+    let y2 = sim.reshape(yt, &[b * t, h * d]); // (N, C)
+    drop_all(sim, &[s2, probs, y, yt]);
+    sim.kind = before;
+    y2
+}
+
+/// `kernels::attention` over `inputs` (a packed (B, T, 3C) projection, or q, k, v) of
+/// `(B, H, T, S, D)` → (B, T, H·D), run in f32 for half types. It keeps its inputs and the row
+/// log-sum-exp (B, H, T) f32; the mask is applied inside. Its per-thread (64, S) score blocks
+/// are not counted (under 1 MiB per thread up to S = 2048).
+pub fn attention_kernel(
+    sim: &mut Sim,
+    inputs: &[Id],
+    (b, h, t, s, d): (usize, usize, usize, usize, usize),
+    causal: bool,
+) -> Id {
+    let before = sim.kind;
+    let dt = sim.nodes[inputs[0]].dtype;
+    let mut xs: Vec<Id> = inputs
+        .iter()
+        .map(|&x| {
+            if dt >= 4 {
+                sim.hold(x)
+            } else {
+                sim.to_dtype(x, 4)
+            }
+        })
+        .collect();
+    sim.kind = "scores + probabilities";
+    let lse = sim.leaf(&[b, h, t], 4);
+    xs.push(lse);
+    sim.kind = "attention output";
+    let cols = attention_columns(t, s, causal);
+    for _ in 0..2 {
+        sim.add_matmul_flops((b * h) as u64, cols, d, 1); // QKᵀ, then PV
+    }
+    let y = sim.fused(Fused::Attention { causal }, &xs, xs[0], &[b, t, h * d]);
+    drop_all(sim, &xs);
+    let out = if dt >= 4 {
+        y
+    } else {
+        let o = sim.to_dtype(y, dt);
+        sim.release(y);
+        o
+    };
+    sim.kind = before;
+    out
+}
+
+/// Σ over the kernel's query blocks of rows × keys multiplied: T·S without a mask; with the
+/// causal mask, each block of [`BLOCK`] rows stops at the last key its last row sees.
+pub fn attention_columns(t: usize, s: usize, causal: bool) -> usize {
+    (0..t)
+        .step_by(BLOCK)
+        .map(|r0| {
+            let br = BLOCK.min(t - r0);
+            br * if causal { s - t + r0 + br } else { s }
+        })
+        .sum()
+}
+
+/// The KV cache's `append`: copies k and v into the cache (through a contiguous copy when
+/// they are views) and returns views of the filled prefix.
+pub fn append(sim: &mut Sim, cache: Option<(Id, Id)>, k: Id, v: Id, offset: usize) -> (Id, Id) {
+    match cache {
+        None => (sim.hold(k), sim.hold(v)),
+        Some((ck, cv)) => {
+            let s = offset + sim.shape(k)[2];
+            let filled = |sim: &mut Sim, c: Id, new: Id| {
+                let staged = sim.contiguous(new);
+                sim.release(staged);
+                // The cache holds S_max positions; the prefix in use is offset + T of them.
+                sim.narrow(c, 2, 0, s)
+            };
+            (filled(sim, ck, k), filled(sim, cv, v))
+        }
+    }
+}
+
+/// x·cos + rotate_half(x)·sin.
+pub fn rope(sim: &mut Sim, x: Id, cos: Id, sin: Id) -> Id {
+    let last = sim.shape(x).len() - 1;
+    let half = sim.shape(x)[last] / 2;
+    let x1 = sim.narrow(x, last, 0, half);
+    let x2 = sim.narrow(x, last, half, half);
+    let n2 = sim.unary(Un::Neg, x2);
+    let rot = sim.cat(&[n2, x1], last);
+    let a = sim.broadcast(Bin::Mul, x, cos);
+    let b = sim.broadcast(Bin::Mul, rot, sin);
+    let out = sim.binary(Bin::Add, a, b);
+    drop_all(sim, &[x1, x2, n2, rot, a, b]);
+    out
+}
+
+pub fn repeat_kv(sim: &mut Sim, x: Id, rep: usize) -> Id {
+    if rep == 1 {
+        return sim.hold(x);
+    }
+    let s = sim.shape(x).to_vec();
+    let u = sim.unsqueeze(x, 2);
+    let bc = sim.broadcast_as(u, &[s[0], s[1], rep, s[2], s[3]]);
+    let out = sim.reshape(bc, &[s[0], s[1] * rep, s[2], s[3]]);
+    drop_all(sim, &[u, bc]);
+    out
+}
+
+/// `kernels::cross_entropy`: logits (N, V), targets (N) → f32 scalar.
+pub fn cross_entropy(sim: &mut Sim, logits: Id, targets: Id) -> Id {
+    sim.kind = "loss";
+    let l = sim.contiguous(logits);
+    let loss = sim.fused_as(Fused::CrossEntropy, &[l, targets], &[], 4);
+    sim.release(l);
+    loss
+}

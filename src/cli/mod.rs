@@ -10,6 +10,7 @@ mod fit;
 mod leak;
 mod models;
 mod peaks;
+mod report;
 mod scaling;
 mod sweep;
 mod worker;
@@ -50,6 +51,8 @@ pub enum Command {
     Analyze(leak::AnalyzeArgs),
     /// Measure this machine's ceilings: matmul GFLOP/s per dtype and memory bandwidth (cached)
     Peaks(peaks::PeaksArgs),
+    /// Draw one self-contained HTML report (charts) from Records, verdicts, estimates and sweeps
+    Report(report::ReportArgs),
     /// Runs one Spec from stdin (used by sweep and fit)
     #[command(hide = true)]
     Worker(worker::WorkerArgs),
@@ -67,6 +70,7 @@ pub fn run() -> anyhow::Result<ExitCode> {
         Command::Leak(a) => leak::leak(a),
         Command::Analyze(a) => leak::analyze(a),
         Command::Peaks(a) => peaks::run(a),
+        Command::Report(a) => report::run(a),
         Command::Worker(a) => worker::run(a),
     }
 }

@@ -4,6 +4,8 @@
 pub mod breakdown;
 pub mod csv;
 pub mod estimate;
+pub mod html;
+pub mod inputs;
 pub mod json;
 pub mod leak;
 pub mod markdown;

@@ -5,6 +5,7 @@
 
 mod args;
 mod bench;
+mod compare;
 mod estimate;
 mod fit;
 mod leak;
@@ -51,6 +52,8 @@ pub enum Command {
     Analyze(leak::AnalyzeArgs),
     /// Measure this machine's ceilings: matmul GFLOP/s per dtype and memory bandwidth (cached)
     Peaks(peaks::PeaksArgs),
+    /// Compare two Records (or two sweeps): change per phase and memory figure with a bootstrap CI; exit 1 on regression
+    Compare(compare::CompareArgs),
     /// Draw one self-contained HTML report (charts) from Records, verdicts, estimates and sweeps
     Report(report::ReportArgs),
     /// Runs one Spec from stdin (used by sweep and fit)
@@ -70,6 +73,7 @@ pub fn run() -> anyhow::Result<ExitCode> {
         Command::Leak(a) => leak::leak(a),
         Command::Analyze(a) => leak::analyze(a),
         Command::Peaks(a) => peaks::run(a),
+        Command::Compare(a) => compare::run(a),
         Command::Report(a) => report::run(a),
         Command::Worker(a) => worker::run(a),
     }

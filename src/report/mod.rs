@@ -2,6 +2,7 @@
 //! measure and never import candle.
 
 pub mod breakdown;
+pub mod compare;
 pub mod csv;
 pub mod estimate;
 pub mod html;

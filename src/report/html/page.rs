@@ -61,7 +61,7 @@ pub fn records_table(records: &[(usize, String, &Record)]) -> String {
         ("parameters", vec![]),
         ("workload", vec![]),
         ("steps", vec![]),
-        ("step time (median, IQR via MAD, min–max)", vec![]),
+        ("step time (median ± MAD, min–max)", vec![]),
         ("throughput", vec![]),
         ("heap peak (whole run)", vec![]),
         ("heap live retained by load", vec![]),

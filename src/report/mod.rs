@@ -16,6 +16,7 @@ pub mod scaling;
 pub mod summary;
 pub mod table;
 pub mod terminal;
+pub mod trace;
 
 use crate::record::Record;
 

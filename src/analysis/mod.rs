@@ -4,6 +4,7 @@ pub mod aggregate;
 pub mod bootstrap;
 pub mod breakdown;
 pub mod compare;
+pub mod diff;
 pub mod fit;
 pub mod leak;
 pub mod leak_text;

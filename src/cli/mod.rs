@@ -6,6 +6,7 @@
 mod args;
 mod bench;
 mod compare;
+mod diff;
 mod estimate;
 mod fit;
 mod leak;
@@ -54,6 +55,8 @@ pub enum Command {
     Peaks(peaks::PeaksArgs),
     /// Compare two Records (or two sweeps): change per phase and memory figure with a bootstrap CI; exit 1 on regression
     Compare(compare::CompareArgs),
+    /// Two Records' memory side by side: per category and phase, and what moved the peak
+    Diff(diff::DiffArgs),
     /// Draw one self-contained HTML report (charts) from Records, verdicts, estimates and sweeps
     Report(report::ReportArgs),
     /// Runs one Spec from stdin (used by sweep and fit)
@@ -74,6 +77,7 @@ pub fn run() -> anyhow::Result<ExitCode> {
         Command::Analyze(a) => leak::analyze(a),
         Command::Peaks(a) => peaks::run(a),
         Command::Compare(a) => compare::run(a),
+        Command::Diff(a) => diff::run(a),
         Command::Report(a) => report::run(a),
         Command::Worker(a) => worker::run(a),
     }

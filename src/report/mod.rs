@@ -4,6 +4,7 @@
 pub mod breakdown;
 pub mod compare;
 pub mod csv;
+pub mod diff;
 pub mod estimate;
 pub mod html;
 pub mod inputs;

@@ -1,7 +1,10 @@
 //! Analysis: pure functions from Records (or their raw samples) to results. No candle, no I/O.
 
 pub mod aggregate;
+pub mod bootstrap;
 pub mod breakdown;
+pub mod compare;
+pub mod diff;
 pub mod fit;
 pub mod leak;
 pub mod leak_text;

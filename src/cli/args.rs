@@ -75,6 +75,9 @@ pub struct OutputArgs {
     /// Write the summary as Markdown tables
     #[arg(long, value_name = "FILE")]
     pub markdown: Option<PathBuf>,
+    /// Write a Chrome trace (Perfetto, chrome://tracing): phases per step, memory counters
+    #[arg(long, value_name = "FILE")]
+    pub trace: Option<PathBuf>,
     /// No progress bar
     #[arg(long, short)]
     pub quiet: bool,
@@ -139,6 +142,7 @@ pub fn check_outputs(o: &OutputArgs) -> anyhow::Result<()> {
         ("--json", o.json.as_deref()),
         ("--csv", o.csv.as_deref()),
         ("--markdown", o.markdown.as_deref()),
+        ("--trace", o.trace.as_deref()),
     ])
 }
 
@@ -153,6 +157,10 @@ pub fn write_outputs(o: &OutputArgs, records: &[Record]) -> anyhow::Result<()> {
             let text = export.render(records)?;
             write_atomic(p, &text).with_context(|| format!("{flag} {}", p.display()))?;
         }
+    }
+    if let (Some(p), [r]) = (&o.trace, records) {
+        let text = report::trace::to_json(r)?;
+        write_atomic(p, &text).with_context(|| format!("--trace {}", p.display()))?;
     }
     Ok(())
 }

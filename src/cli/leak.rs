@@ -129,6 +129,9 @@ pub struct LeakArgs {
     /// Also write the full benchmark Record (every step's heap live, RSS, PSS) as JSON
     #[arg(long, value_name = "FILE")]
     pub record: Option<PathBuf>,
+    /// Write a Chrome trace (Perfetto, chrome://tracing): phases per step, memory counters
+    #[arg(long, value_name = "FILE")]
+    pub trace: Option<PathBuf>,
     /// No progress bar
     #[arg(long, short)]
     pub quiet: bool,
@@ -183,6 +186,7 @@ pub fn leak(mut a: LeakArgs) -> anyhow::Result<ExitCode> {
     a.targets.params(None)?; // its flags are checked before the run, not after
     let mut outputs = a.files.flags().to_vec();
     outputs.push(("--record", a.record.as_deref()));
+    outputs.push(("--trace", a.trace.as_deref()));
     check_outputs(&outputs)?;
     set_threads(spec.threads);
     let progress = Progress::start(
@@ -196,6 +200,10 @@ pub fn leak(mut a: LeakArgs) -> anyhow::Result<ExitCode> {
     if let Some(p) = &a.record {
         let text = serde_json::to_string_pretty(&record)? + "\n";
         write_atomic(p, &text).with_context(|| format!("--record {}", p.display()))?;
+    }
+    if let Some(p) = &a.trace {
+        let text = crate::report::trace::to_json(&record)?;
+        write_atomic(p, &text).with_context(|| format!("--trace {}", p.display()))?;
     }
     let params = a.targets.params(steps_per_hour(&record))?;
     let heap = verdict(

@@ -5,11 +5,14 @@
 
 mod args;
 mod bench;
+mod compare;
+mod diff;
 mod estimate;
 mod fit;
 mod leak;
 mod models;
 mod peaks;
+mod report;
 mod scaling;
 mod sweep;
 mod worker;
@@ -50,6 +53,12 @@ pub enum Command {
     Analyze(leak::AnalyzeArgs),
     /// Measure this machine's ceilings: matmul GFLOP/s per dtype and memory bandwidth (cached)
     Peaks(peaks::PeaksArgs),
+    /// Compare two Records (or two sweeps): change per phase and memory figure with a bootstrap CI; exit 1 on regression
+    Compare(compare::CompareArgs),
+    /// Two Records' memory side by side: per category and phase, and what moved the peak
+    Diff(diff::DiffArgs),
+    /// Draw one self-contained HTML report (charts) from Records, verdicts, estimates and sweeps
+    Report(report::ReportArgs),
     /// Runs one Spec from stdin (used by sweep and fit)
     #[command(hide = true)]
     Worker(worker::WorkerArgs),
@@ -67,6 +76,9 @@ pub fn run() -> anyhow::Result<ExitCode> {
         Command::Leak(a) => leak::leak(a),
         Command::Analyze(a) => leak::analyze(a),
         Command::Peaks(a) => peaks::run(a),
+        Command::Compare(a) => compare::run(a),
+        Command::Diff(a) => diff::run(a),
+        Command::Report(a) => report::run(a),
         Command::Worker(a) => worker::run(a),
     }
 }

@@ -2,8 +2,12 @@
 //! measure and never import candle.
 
 pub mod breakdown;
+pub mod compare;
 pub mod csv;
+pub mod diff;
 pub mod estimate;
+pub mod html;
+pub mod inputs;
 pub mod json;
 pub mod leak;
 pub mod markdown;
@@ -13,6 +17,7 @@ pub mod scaling;
 pub mod summary;
 pub mod table;
 pub mod terminal;
+pub mod trace;
 
 use crate::record::Record;
 

@@ -1,0 +1,284 @@
+//! `memscope compare`: two runs figure by figure. Timing: every phase's raw samples, the
+//! difference of medians with a seeded bootstrap CI ([`crate::analysis::bootstrap`]). Memory:
+//! heap figures per step (samples = measured steps, bootstrapped the same way) and the run's
+//! single figures (heap peak, heap live retained by load: exact counts; RSS peak: one reading).
+//!
+//! Verdict of a figure, where larger is worse for every figure compared:
+//! - **regressed**: the change is beyond the threshold (relative to base) and, when there is an
+//!   interval, the interval excludes 0 (the change is not resampling noise);
+//! - **improved**: the same, downwards;
+//! - **no change**: otherwise.
+
+use crate::analysis::bootstrap::{median_diff, BootstrapParams};
+use crate::record::Record;
+use crate::sweep::rows::{label, Row, Status};
+use serde::{Deserialize, Serialize};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Verdict {
+    Improved,
+    Regressed,
+    NoChange,
+}
+
+impl Verdict {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Verdict::Improved => "improved",
+            Verdict::Regressed => "regressed",
+            Verdict::NoChange => "no change",
+        }
+    }
+}
+
+/// What a row's numbers are.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Unit {
+    Ms,
+    Bytes,
+}
+
+/// One compared figure.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Change {
+    /// "step time: forward", "heap peak per step", …; with sweeps, prefixed by the configuration.
+    pub figure: String,
+    pub unit: Unit,
+    /// Base and new: the median of the samples, or the single value.
+    pub base: f64,
+    pub new: f64,
+    /// new − base.
+    pub diff: f64,
+    /// diff / base (0 when base is 0 and diff is 0).
+    pub relative: f64,
+    /// Bootstrap interval of `diff`; None for single values.
+    pub ci: Option<[f64; 2]>,
+    /// Samples behind base and new (1 for single values).
+    pub n_base: usize,
+    pub n_new: usize,
+    pub verdict: Verdict,
+}
+
+/// The whole comparison and how it was made.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Comparison {
+    pub threshold: f64,
+    pub bootstrap: BootstrapParams,
+    pub changes: Vec<Change>,
+    /// Configurations only in one of two sweeps, or not ok in one of them.
+    pub unmatched: Vec<String>,
+}
+
+impl Comparison {
+    pub fn regressed(&self) -> bool {
+        self.changes.iter().any(|c| c.verdict == Verdict::Regressed)
+    }
+}
+
+fn relative(base: f64, diff: f64) -> f64 {
+    if base != 0.0 {
+        diff / base.abs()
+    } else if diff == 0.0 {
+        0.0
+    } else {
+        diff.signum() * f64::INFINITY
+    }
+}
+
+fn verdict(rel: f64, ci: Option<[f64; 2]>, threshold: f64) -> Verdict {
+    let excludes_zero = ci.is_none_or(|[lo, hi]| lo > 0.0 || hi < 0.0);
+    if excludes_zero && rel > threshold {
+        Verdict::Regressed
+    } else if excludes_zero && rel < -threshold {
+        Verdict::Improved
+    } else {
+        Verdict::NoChange
+    }
+}
+
+/// A figure with samples on both sides.
+fn sampled(
+    figure: String,
+    unit: Unit,
+    base: &[f64],
+    new: &[f64],
+    t: f64,
+    p: &BootstrapParams,
+) -> Option<Change> {
+    let d = median_diff(base, new, p)?;
+    let rel = relative(d.base_median, d.diff);
+    let ci = (base.len() > 1 || new.len() > 1).then_some(d.ci);
+    Some(Change {
+        figure,
+        unit,
+        base: d.base_median,
+        new: d.new_median,
+        diff: d.diff,
+        relative: rel,
+        ci,
+        n_base: base.len(),
+        n_new: new.len(),
+        verdict: verdict(rel, ci, t),
+    })
+}
+
+/// A figure that is one number on each side.
+fn single(figure: String, unit: Unit, base: f64, new: f64, t: f64) -> Change {
+    let diff = new - base;
+    let rel = relative(base, diff);
+    Change {
+        figure,
+        unit,
+        base,
+        new,
+        diff,
+        relative: rel,
+        ci: None,
+        n_base: 1,
+        n_new: 1,
+        verdict: verdict(rel, None, t),
+    }
+}
+
+/// Per-step heap figures of the measured (non-warm-up) steps.
+fn steady(r: &Record, f: impl Fn(&crate::record::StepMemory) -> u64) -> Vec<f64> {
+    r.memory
+        .series
+        .iter()
+        .filter(|s| !s.warmup)
+        .map(|s| f(s) as f64)
+        .collect()
+}
+
+/// Two Records: every phase both timed, then memory.
+pub fn records(base: &Record, new: &Record, threshold: f64, p: &BootstrapParams) -> Comparison {
+    let mut changes = Vec::new();
+    let mut unmatched = Vec::new();
+    for (phase, bt) in &base.timing {
+        match new.timing.get(phase) {
+            Some(nt) => changes.extend(sampled(
+                format!("step time: {phase}"),
+                Unit::Ms,
+                &bt.samples_ms,
+                &nt.samples_ms,
+                threshold,
+                p,
+            )),
+            None => unmatched.push(format!("phase {phase}: only in base")),
+        }
+    }
+    for phase in new.timing.keys().filter(|k| !base.timing.contains_key(*k)) {
+        unmatched.push(format!("phase {phase}: only in new"));
+    }
+    if base.memory.counting && new.memory.counting {
+        for (name, f) in [
+            (
+                "heap peak per step",
+                (|s: &crate::record::StepMemory| s.heap_peak_bytes) as fn(&_) -> u64,
+            ),
+            ("heap live after each step", |s| s.heap_live_bytes),
+        ] {
+            let (b, n) = (steady(base, f), steady(new, f));
+            if !b.is_empty() && !n.is_empty() {
+                changes.extend(sampled(name.into(), Unit::Bytes, &b, &n, threshold, p));
+            }
+        }
+        changes.push(single(
+            "heap peak (whole run)".into(),
+            Unit::Bytes,
+            base.memory.heap_peak_bytes as f64,
+            new.memory.heap_peak_bytes as f64,
+            threshold,
+        ));
+        changes.push(single(
+            "heap live retained by load".into(),
+            Unit::Bytes,
+            base.memory.load_bytes as f64,
+            new.memory.load_bytes as f64,
+            threshold,
+        ));
+    } else {
+        unmatched.push("heap figures: counting was off in one run (MEMSCOPE_NO_COUNT)".into());
+    }
+    if let (Some(b), Some(n)) = (base.memory.rss_peak_bytes, new.memory.rss_peak_bytes) {
+        changes.push(single(
+            "RSS peak (VmHWM)".into(),
+            Unit::Bytes,
+            b as f64,
+            n as f64,
+            threshold,
+        ));
+    }
+    Comparison {
+        threshold,
+        bootstrap: *p,
+        changes,
+        unmatched,
+    }
+}
+
+/// Two sweeps, configurations matched by their label (model, mode, dtype, batch, seq, warm-up,
+/// grad-accum; not threads or seed, so sweeps from two machines pair up): step time and heap peak of each pair.
+pub fn sweeps(base: &[Row], new: &[Row], threshold: f64, p: &BootstrapParams) -> Comparison {
+    let mut changes = Vec::new();
+    let mut unmatched = Vec::new();
+    for b in base {
+        let key = label(&b.spec);
+        let Some(n) = new.iter().find(|n| label(&n.spec) == key) else {
+            unmatched.push(format!("{key}: only in base"));
+            continue;
+        };
+        match (&b.summary, &n.summary, b.status, n.status) {
+            (Some(bs), Some(ns), Status::Ok, Status::Ok) => {
+                changes.extend(sampled(
+                    format!("{key} step time"),
+                    Unit::Ms,
+                    &bs.step_samples_ms,
+                    &ns.step_samples_ms,
+                    threshold,
+                    p,
+                ));
+                changes.push(single(
+                    format!("{key} heap peak"),
+                    Unit::Bytes,
+                    bs.heap_peak_bytes as f64,
+                    ns.heap_peak_bytes as f64,
+                    threshold,
+                ));
+            }
+            _ => unmatched.push(format!(
+                "{key}: base {}, new {}",
+                b.status.name(),
+                n.status.name()
+            )),
+        }
+    }
+    for n in new
+        .iter()
+        .filter(|n| !base.iter().any(|b| label(&b.spec) == label(&n.spec)))
+    {
+        unmatched.push(format!("{}: only in new", label(&n.spec)));
+    }
+    Comparison {
+        threshold,
+        bootstrap: *p,
+        changes,
+        unmatched,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn verdict_needs_both_threshold_and_an_interval_off_zero() {
+        assert_eq!(verdict(0.5, Some([1.0, 2.0]), 0.02), Verdict::Regressed);
+        assert_eq!(verdict(0.5, Some([-1.0, 2.0]), 0.02), Verdict::NoChange);
+        assert_eq!(verdict(0.01, Some([0.1, 0.2]), 0.02), Verdict::NoChange);
+        assert_eq!(verdict(-0.3, Some([-2.0, -1.0]), 0.02), Verdict::Improved);
+        assert_eq!(verdict(0.03, None, 0.02), Verdict::Regressed);
+    }
+}

@@ -1,0 +1,106 @@
+//! `memscope compare BASE NEW`: two Records (or two sweeps' JSONL) figure by figure, with a
+//! bootstrap interval on each difference of medians; exit 1 when anything regressed beyond the
+//! threshold (for CI).
+
+use crate::analysis::bootstrap::BootstrapParams;
+use crate::analysis::compare::{records, sweeps};
+use crate::out;
+use crate::output::{check_outputs, write_atomic};
+use crate::report::compare::{to_json, to_markdown};
+use crate::report::inputs::{load, Input};
+use anyhow::{bail, Context};
+use clap::Args;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+#[derive(Args, Debug)]
+pub struct CompareArgs {
+    /// The reference: a Record (bench --json, leak --record) or a sweep's --jsonl
+    pub base: PathBuf,
+    /// The run to judge, of the same kind as BASE
+    pub new: PathBuf,
+    /// Noise threshold: smaller changes are "no change" (a percentage, e.g. 2%)
+    #[arg(long, default_value = "2%", value_name = "PERCENT")]
+    pub threshold: String,
+    /// Bootstrap resamples for each interval
+    #[arg(long, default_value_t = 10_000)]
+    pub resamples: usize,
+    /// Seed of the bootstrap (the same inputs and seed give the same intervals)
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Confidence of the intervals, in (0, 1)
+    #[arg(long, default_value_t = 0.95)]
+    pub confidence: f64,
+    /// Also write the comparison as JSON
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+    /// Also write the Markdown table to a file
+    #[arg(long, value_name = "FILE")]
+    pub markdown: Option<PathBuf>,
+}
+
+/// "2%" → 0.02.
+pub fn parse_threshold(s: &str) -> anyhow::Result<f64> {
+    let Some(num) = s.trim().strip_suffix('%') else {
+        bail!("--threshold {s}: write a percentage with its sign, e.g. --threshold 2%");
+    };
+    let v: f64 = num
+        .trim()
+        .parse()
+        .map_err(|_| anyhow::anyhow!("--threshold {s}: not a number before the %"))?;
+    if !v.is_finite() || v < 0.0 {
+        bail!("--threshold {s}: must be 0% or more");
+    }
+    Ok(v / 100.0)
+}
+
+pub fn run(a: CompareArgs) -> anyhow::Result<ExitCode> {
+    let threshold = parse_threshold(&a.threshold)?;
+    if a.resamples == 0 || a.resamples > 10_000_000 {
+        bail!(
+            "--resamples must be between 1 and 10,000,000 (got {})",
+            a.resamples
+        );
+    }
+    if !(a.confidence > 0.0 && a.confidence < 1.0) {
+        bail!(
+            "--confidence must lie strictly between 0 and 1 (got {})",
+            a.confidence
+        );
+    }
+    check_outputs(&[
+        ("--json", a.json.as_deref()),
+        ("--markdown", a.markdown.as_deref()),
+    ])?;
+    let p = BootstrapParams {
+        resamples: a.resamples,
+        seed: a.seed,
+        confidence: a.confidence,
+    };
+    let (b, n) = (load(&a.base)?, load(&a.new)?);
+    let c = match (&b.input, &n.input) {
+        (Input::Record(x), Input::Record(y)) => records(x, y, threshold, &p),
+        (Input::Sweep(x), Input::Sweep(y)) => sweeps(x, y, threshold, &p),
+        (x, y) => bail!(
+            "{} is a {} and {} a {}: compare takes two Records or two sweep JSONL files",
+            b.name,
+            x.kind(),
+            n.name,
+            y.kind()
+        ),
+    };
+    let md = to_markdown(&b.name, &n.name, &c);
+    if let Some(path) = &a.json {
+        write_atomic(path, &to_json(&b.name, &n.name, &c)?)
+            .with_context(|| format!("--json {}", path.display()))?;
+    }
+    if let Some(path) = &a.markdown {
+        write_atomic(path, &md).with_context(|| format!("--markdown {}", path.display()))?;
+    }
+    out!("{md}")?;
+    Ok(if c.regressed() {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    })
+}

@@ -1,0 +1,45 @@
+//! `memscope diff BASE NEW`: two Records' memory side by side and what moved the peak.
+
+use crate::analysis::diff::diff;
+use crate::out;
+use crate::output::{check_outputs, write_atomic};
+use crate::report::diff::to_markdown;
+use crate::report::inputs::{load, Input};
+use anyhow::{bail, Context};
+use clap::Args;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+#[derive(Args, Debug)]
+pub struct DiffArgs {
+    /// The reference Record (bench --json, leak --record)
+    pub base: PathBuf,
+    /// The Record to compare with it
+    pub new: PathBuf,
+    /// Also write the tables as Markdown to a file
+    #[arg(long, value_name = "FILE")]
+    pub markdown: Option<PathBuf>,
+}
+
+pub fn run(a: DiffArgs) -> anyhow::Result<ExitCode> {
+    check_outputs(&[("--markdown", a.markdown.as_deref())])?;
+    let (b, n) = (load(&a.base)?, load(&a.new)?);
+    let (Input::Record(x), Input::Record(y)) = (&b.input, &n.input) else {
+        bail!(
+            "{} is a {} and {} a {}: diff takes two Records (bench --json, leak --record)",
+            b.name,
+            b.input.kind(),
+            n.name,
+            n.input.kind()
+        );
+    };
+    if !x.memory.counting || !y.memory.counting {
+        bail!("diff needs heap figures: counting was off (MEMSCOPE_NO_COUNT=1) in one of the runs");
+    }
+    let md = to_markdown(&b.name, &n.name, &diff(x, y));
+    if let Some(p) = &a.markdown {
+        write_atomic(p, &md).with_context(|| format!("--markdown {}", p.display()))?;
+    }
+    out!("{md}")?;
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,44 @@
+//! `memscope report FILE… -o report.html`: reads Records, leak verdicts, estimates and sweeps
+//! (recognised by content) and writes one self-contained HTML page of charts.
+
+use crate::outln;
+use crate::output::{check_outputs, write_atomic};
+use crate::report::html;
+use crate::report::inputs::load;
+use crate::units::fmt_bytes;
+use anyhow::Context;
+use clap::Args;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+#[derive(Args, Debug)]
+pub struct ReportArgs {
+    /// Records (bench --json, leak --record), leak verdicts (leak/analyze --json), estimates
+    /// (estimate --json), sweeps (sweep --jsonl); several of one kind share a chart
+    #[arg(value_name = "FILE", required = true)]
+    pub files: Vec<PathBuf>,
+    /// The HTML file to write (self-contained: inline SVG and CSS, no script, no network)
+    #[arg(long, short = 'o', value_name = "FILE")]
+    pub output: PathBuf,
+}
+
+pub fn run(a: ReportArgs) -> anyhow::Result<ExitCode> {
+    check_outputs(&[("--output", Some(a.output.as_path()))])?;
+    let inputs = a
+        .files
+        .iter()
+        .map(|f| load(f))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let page = html::render(&inputs)?;
+    write_atomic(&a.output, &page).with_context(|| format!("--output {}", a.output.display()))?;
+    let charts = html::chart_ids(&page);
+    outln!(
+        "{}: {} ({} bytes), {} chart(s): {}",
+        a.output.display(),
+        fmt_bytes(page.len() as f64),
+        page.len(),
+        charts.len(),
+        charts.join(", ")
+    )?;
+    Ok(ExitCode::SUCCESS)
+}

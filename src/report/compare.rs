@@ -1,0 +1,120 @@
+//! `memscope compare` as Markdown (the terminal prints the same) and JSON.
+
+use crate::analysis::compare::{Change, Comparison, Unit, Verdict};
+use crate::units::{fmt_bytes, ms};
+
+fn value(u: Unit, v: f64) -> String {
+    match u {
+        Unit::Ms => format!("{} ms", ms(v)),
+        Unit::Bytes => fmt_bytes(v),
+    }
+}
+
+fn signed(u: Unit, v: f64) -> String {
+    let s = value(u, v.abs());
+    if v > 0.0 {
+        format!("+{s}")
+    } else if v < 0.0 {
+        format!("−{s}")
+    } else {
+        s
+    }
+}
+
+fn pct(r: f64) -> String {
+    if r.is_infinite() {
+        return if r > 0.0 { "+∞%" } else { "−∞%" }.into();
+    }
+    let v = r * 100.0;
+    if v > 0.0 {
+        format!("+{v:.1}%")
+    } else if v < 0.0 {
+        format!("−{:.1}%", -v)
+    } else {
+        "0.0%".into()
+    }
+}
+
+fn row(c: &Change, confidence: f64) -> String {
+    let ci = match c.ci {
+        Some([lo, hi]) => format!(
+            "{} to {} ({:.0}%)",
+            signed(c.unit, lo),
+            signed(c.unit, hi),
+            confidence * 100.0
+        ),
+        None if c.n_base == 1 => "single value".into(),
+        None => "—".into(),
+    };
+    let mark = match c.verdict {
+        Verdict::Regressed => "**regressed**",
+        Verdict::Improved => "improved",
+        Verdict::NoChange => "no change",
+    };
+    let n = if c.n_base == 1 && c.n_new == 1 {
+        "1".into()
+    } else {
+        format!("{} / {}", c.n_base, c.n_new)
+    };
+    format!(
+        "| {} | {} | {} | {} ({}) | {} | {} | {} |\n",
+        c.figure.replace('|', "\\|"),
+        value(c.unit, c.base),
+        value(c.unit, c.new),
+        signed(c.unit, c.diff),
+        pct(c.relative),
+        ci,
+        n,
+        mark
+    )
+}
+
+/// The Markdown report: what was compared, the table, the verdict line.
+pub fn to_markdown(base: &str, new: &str, c: &Comparison) -> String {
+    let mut out = format!(
+        "## memscope compare\n\nbase: `{base}`  \nnew: `{new}`\n\nNoise threshold {:.1}%: a \
+         figure regressed (or improved) when it changed by more than that and, for sampled \
+         figures, the {:.0}% bootstrap interval of the difference of medians excludes 0 ({} \
+         resamples, seed {}). Timing medians are over measured steps; heap figures are exact \
+         counts.\n\n",
+        c.threshold * 100.0,
+        c.bootstrap.confidence * 100.0,
+        c.bootstrap.resamples,
+        c.bootstrap.seed
+    );
+    out += "| figure | base | new | change | CI of change | n (base / new) | verdict |\n";
+    out += "|---|---:|---:|---:|---:|---:|---|\n";
+    for ch in &c.changes {
+        out += &row(ch, c.bootstrap.confidence);
+    }
+    if !c.unmatched.is_empty() {
+        out += "\nNot compared:\n\n";
+        for u in &c.unmatched {
+            out += &format!("- {u}\n");
+        }
+    }
+    let count = |v: Verdict| c.changes.iter().filter(|x| x.verdict == v).count();
+    out += &format!(
+        "\n{} regressed, {} improved, {} no change.{}\n",
+        count(Verdict::Regressed),
+        count(Verdict::Improved),
+        count(Verdict::NoChange),
+        if c.regressed() {
+            " Exit status 1 (regression beyond the threshold)."
+        } else {
+            ""
+        }
+    );
+    out
+}
+
+/// The comparison as JSON (every field of [`Comparison`], plus the two file names).
+pub fn to_json(base: &str, new: &str, c: &Comparison) -> anyhow::Result<String> {
+    let mut v = serde_json::to_value(c)?;
+    if let Some(o) = v.as_object_mut() {
+        o.insert("base".into(), base.into());
+        o.insert("new".into(), new.into());
+        o.insert("regressed".into(), c.regressed().into());
+    }
+    Ok(serde_json::to_string_pretty(&v)? + "\n")
+}

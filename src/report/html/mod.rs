@@ -1,0 +1,184 @@
+//! `memscope report`: one self-contained HTML file (inline SVG drawn by plotters, inline CSS, no
+//! script, no network) from any mix of Records, leak verdicts, estimates and sweeps. Sections
+//! appear only when the inputs hold their data; several inputs of one kind share a chart, each in
+//! its own colour (the same colour everywhere in the page).
+//!
+//! Chart ids (`data-chart` on each `<svg>`): `timing-<phase>`, `memory-timeline`,
+//! `memory-breakdown`, `scaling-batch`, `scaling-seq`, `leak-<input #>`.
+
+pub mod charts_leak;
+pub mod charts_memory;
+pub mod charts_scaling;
+pub mod charts_timing;
+pub mod page;
+pub mod svg;
+
+use crate::record::Record;
+use crate::report::inputs::{record_label, Input, Named};
+use crate::sweep::rows::Row;
+use charts_memory::Bars;
+use std::collections::BTreeMap;
+
+/// The ids of the charts `render` draws for these inputs, in page order (tests check each one
+/// is in the page and not empty).
+pub fn expected_charts(inputs: &[Named]) -> Vec<String> {
+    let html = render(inputs).unwrap_or_default();
+    chart_ids(&html)
+}
+
+/// Every `data-chart` id in a page, in order.
+pub fn chart_ids(html: &str) -> Vec<String> {
+    html.split("data-chart=\"")
+        .skip(1)
+        .filter_map(|s| s.split('"').next().map(String::from))
+        .collect()
+}
+
+/// The page for these inputs.
+pub fn render(inputs: &[Named]) -> anyhow::Result<String> {
+    let mut records: Vec<(usize, String, &Record)> = Vec::new();
+    let mut leaks = Vec::new();
+    let mut sweeps: Vec<(usize, String, &[Row])> = Vec::new();
+    let mut bars: Vec<Bars> = Vec::new();
+    let mut table = Vec::new();
+    for (i, n) in inputs.iter().enumerate() {
+        match &n.input {
+            Input::Record(r) => {
+                let label = record_label(r);
+                table.push((i, n.name.clone(), format!("Record: {label}")));
+                records.push((i, label, r));
+            }
+            Input::Leak(v) => {
+                table.push((i, n.name.clone(), format!("leak verdict ({})", v.label)));
+                leaks.push((i, n.name.clone(), (**v).clone()));
+            }
+            Input::Sweep(rows) => {
+                table.push((i, n.name.clone(), format!("sweep: {} rows", rows.len())));
+                sweeps.push((i, n.name.clone(), rows));
+            }
+            Input::Estimate(v) => {
+                let label = estimate_label(v);
+                table.push((i, n.name.clone(), format!("estimate: {label}")));
+                bars.push(Bars {
+                    index: i,
+                    label: format!("#{} estimated ({label})", i + 1),
+                    categories: estimate_categories(v),
+                });
+            }
+        }
+    }
+    // Records' leak verdicts, recomputed from their series (long runs only).
+    for (i, label, r) in &records {
+        if r.memory.series.len() >= charts_leak::MIN_STEPS {
+            leaks.push((*i, label.clone(), charts_leak::verdict(r)));
+        }
+    }
+    leaks.sort_by_key(|l| l.0);
+    let mut measured: Vec<Bars> = Vec::new();
+    for (i, label, r) in &records {
+        let b = &r.memory.breakdown;
+        if b.is_empty() {
+            continue;
+        }
+        measured.push(Bars {
+            index: *i,
+            label: format!("#{} measured ({label})", i + 1),
+            categories: b
+                .iter()
+                .map(|(k, v)| (k.clone(), v.measured_bytes))
+                .collect(),
+        });
+        let est: BTreeMap<String, u64> = b
+            .iter()
+            .filter_map(|(k, v)| Some((k.clone(), v.estimated_bytes?)))
+            .collect();
+        if !est.is_empty() {
+            measured.push(Bars {
+                index: *i,
+                label: format!("#{} estimated ({label})", i + 1),
+                categories: est,
+            });
+        }
+    }
+    measured.extend(bars);
+
+    let mut sections = vec![(
+        "summary".to_string(),
+        "Summary and verdicts".to_string(),
+        summary(&table, &leaks, &records),
+    )];
+    let timing = charts_timing::section(&records)?;
+    if !timing.is_empty() {
+        sections.push((
+            "timing".into(),
+            "Step time per phase".into(),
+            format!(
+                "<p class=\"muted\">Box: quartiles and median; whiskers: min and max; dots: every \
+                 measured step (warm-up excluded). Inputs are numbered as in the summary.</p>\n\
+                 <div class=\"grid\">{timing}</div>\n"
+            ),
+        ));
+    }
+    let timeline = charts_memory::timeline(&records)?;
+    let breakdown = charts_memory::breakdown(&measured)?;
+    if !timeline.is_empty() || !breakdown.is_empty() {
+        sections.push(("memory".into(), "Memory".into(), timeline + &breakdown));
+    }
+    let scaling = charts_scaling::section(&sweeps)?;
+    if !scaling.is_empty() {
+        sections.push(("scaling".into(), "Scaling (sweeps)".into(), scaling));
+    }
+    let leak = charts_leak::section(&records)?;
+    if !leak.is_empty() {
+        sections.push(("leak".into(), "Leak check".into(), leak));
+    }
+    Ok(page::document(
+        "memscope report",
+        &format!(
+            "{} input file(s). All memory in binary units (1 MiB = 2^20 bytes). Self-contained: \
+             no script, no network.",
+            inputs.len()
+        ),
+        &sections,
+    ))
+}
+
+fn summary(
+    table: &[(usize, String, String)],
+    leaks: &[(usize, String, crate::analysis::leak::LeakReport)],
+    records: &[(usize, String, &Record)],
+) -> String {
+    let mut h = page::inputs_table(table);
+    h += "<h3>Verdicts</h3>\n";
+    h += &page::verdicts(leaks, records);
+    if !records.is_empty() {
+        h += "<h3>Runs</h3>\n";
+        h += &page::records_table(records);
+    }
+    h
+}
+
+fn estimate_label(v: &serde_json::Value) -> String {
+    let g = |k: &str| {
+        v.get(k)
+            .map(|x| x.to_string().trim_matches('"').to_string())
+    };
+    format!(
+        "{} {} b{} s{}",
+        g("model").unwrap_or_default(),
+        g("mode").unwrap_or_default(),
+        g("batch").unwrap_or_default(),
+        g("seq").unwrap_or_default()
+    )
+}
+
+fn estimate_categories(v: &serde_json::Value) -> BTreeMap<String, u64> {
+    v.get("categories")
+        .and_then(|c| c.as_object())
+        .map(|o| {
+            o.iter()
+                .filter_map(|(k, x)| Some((k.clone(), x.as_u64()?)))
+                .collect()
+        })
+        .unwrap_or_default()
+}

@@ -1,0 +1,156 @@
+//! What `report`, `compare` and `diff` read: any file memscope writes, recognised by its content
+//! (not its name) so that files from another machine work. A bad file is refused naming it and
+//! saying what it is not.
+//!
+//! - a benchmark Record: `bench --json`, `leak --record` (has `schema_version`);
+//! - a leak verdict: `leak --json`, `analyze --json` (has `verdict` and `sentence`);
+//! - an estimate: `estimate --json` (has `categories` and `peak_bytes`, no `schema_version`);
+//! - a sweep: `sweep --jsonl` (one row per line, each with `status` and `spec`).
+
+use crate::analysis::leak::LeakReport;
+use crate::record::{Record, SCHEMA_VERSION};
+use crate::sweep::rows::Row;
+use anyhow::{bail, Context};
+use serde_json::Value;
+
+/// One input file, parsed.
+#[derive(Clone, Debug)]
+pub enum Input {
+    Record(Box<Record>),
+    Leak(Box<LeakReport>),
+    Estimate(Box<Value>),
+    Sweep(Vec<Row>),
+}
+
+impl Input {
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Input::Record(_) => "Record",
+            Input::Leak(_) => "leak verdict",
+            Input::Estimate(_) => "estimate",
+            Input::Sweep(_) => "sweep JSONL",
+        }
+    }
+}
+
+/// An input and the name it is shown under (the file name as given).
+#[derive(Clone, Debug)]
+pub struct Named {
+    pub name: String,
+    pub input: Input,
+}
+
+const WHAT: &str = "expected a memscope Record (bench --json, leak --record), a leak verdict \
+                    (leak --json, analyze --json), an estimate (estimate --json) or a sweep's --jsonl";
+
+/// Parses one file's text; `name` is the file as the user gave it, used in every error.
+pub fn parse(name: &str, text: &str) -> anyhow::Result<Input> {
+    let trimmed = text.trim();
+    if trimmed.is_empty() {
+        bail!("{name}: the file is empty; {WHAT}");
+    }
+    if let Ok(v) = serde_json::from_str::<Value>(trimmed) {
+        return parse_value(name, v);
+    }
+    // Not one JSON value: JSON Lines (a sweep).
+    let mut rows = Vec::new();
+    for (i, line) in trimmed.lines().enumerate() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        let v: Value = serde_json::from_str(line)
+            .map_err(|e| anyhow::anyhow!("{name}: line {}: not JSON ({e}); {WHAT}", i + 1))?;
+        if v.get("status").is_none() || v.get("spec").is_none() {
+            bail!(
+                "{name}: line {}: a JSON line without `status` and `spec` is not a sweep row; {WHAT}",
+                i + 1
+            );
+        }
+        let row: Row = serde_json::from_value(v)
+            .with_context(|| format!("{name}: line {}: not a sweep row", i + 1))?;
+        rows.push(row);
+    }
+    Ok(Input::Sweep(rows))
+}
+
+fn parse_value(name: &str, v: Value) -> anyhow::Result<Input> {
+    let Some(obj) = v.as_object() else {
+        bail!("{name}: the JSON is not an object; {WHAT}");
+    };
+    if let Some(ver) = obj.get("schema_version") {
+        let ver = ver.as_u64().unwrap_or(0);
+        if ver != SCHEMA_VERSION as u64 {
+            bail!(
+                "{name}: Record schema_version {ver}; this memscope reads schema_version \
+                 {SCHEMA_VERSION} (re-run the benchmark with this version, or use the memscope \
+                 that wrote it)"
+            );
+        }
+        let r: Record = serde_json::from_value(v)
+            .with_context(|| format!("{name}: schema_version {ver} but not a valid Record"))?;
+        return Ok(Input::Record(Box::new(r)));
+    }
+    if obj.contains_key("verdict") && obj.contains_key("sentence") {
+        let r: LeakReport = serde_json::from_value(v)
+            .with_context(|| format!("{name}: has `verdict` but is not a leak verdict"))?;
+        return Ok(Input::Leak(Box::new(r)));
+    }
+    if obj.contains_key("categories") && obj.contains_key("peak_bytes") {
+        return Ok(Input::Estimate(Box::new(v)));
+    }
+    if obj.contains_key("status") && obj.contains_key("spec") {
+        let row: Row = serde_json::from_value(v)
+            .with_context(|| format!("{name}: has `status` but is not a sweep row"))?;
+        return Ok(Input::Sweep(vec![row]));
+    }
+    bail!("{name}: no `schema_version`, `verdict`, `categories` or `status` field; {WHAT}")
+}
+
+/// Reads and parses `path`.
+pub fn load(path: &std::path::Path) -> anyhow::Result<Named> {
+    let name = path.display().to_string();
+    let text = std::fs::read_to_string(path).with_context(|| format!("{name}: cannot read"))?;
+    let input = parse(&name, &text)?;
+    if let Input::Sweep(rows) = &input {
+        if rows.is_empty() {
+            bail!("{name}: no rows; {WHAT}");
+        }
+    }
+    Ok(Named { name, input })
+}
+
+/// A short label for a Record: model, mode, batch × seq, dtype.
+pub fn record_label(r: &Record) -> String {
+    format!(
+        "{} {} b{} s{} {}",
+        r.spec.model,
+        r.spec.mode.name(),
+        r.spec.batch,
+        r.spec.seq,
+        r.spec.dtype.name()
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn empty_and_foreign_files_name_the_file() {
+        let e = parse("x.json", "  \n").unwrap_err().to_string();
+        assert!(e.contains("x.json") && e.contains("empty"), "{e}");
+        let e = parse("y.json", "{\"a\": 1}").unwrap_err().to_string();
+        assert!(e.contains("y.json") && e.contains("schema_version"), "{e}");
+        let e = parse("z.json", "{\"schema_version\": 7}")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("z.json") && e.contains("schema_version 7"),
+            "{e}"
+        );
+        let e = parse("w.jsonl", "{\"a\":1}\n{\"b\":2}")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("w.jsonl") && e.contains("line 1"), "{e}");
+    }
+}

@@ -1,0 +1,140 @@
+//! `memscope compare` through the binary on fixture Records written by the real tool
+//! (tests/fixtures/, `bench --model tiny-gpt2 --steps 20 --json`, a 6-configuration sweep): the
+//! Markdown is snapshotted; a Record against itself is "no change" (exit 0), against a copy with
+//! every sample 1.5× slower "regressed" (exit 1), against a copy with noise inside the threshold
+//! "no change" (exit 0).
+
+use assert_cmd::Command;
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+
+fn fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(name)
+}
+
+/// A copy of the train fixture with every timing sample mapped by `f(index, sample)`.
+fn scaled(dir: &Path, name: &str, f: impl Fn(usize, f64) -> f64) -> PathBuf {
+    let mut v: Value =
+        serde_json::from_str(&std::fs::read_to_string(fixture("bench-train.json")).unwrap())
+            .unwrap();
+    for t in v["timing"].as_object_mut().unwrap().values_mut() {
+        let s: Vec<f64> = t["samples_ms"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .enumerate()
+            .map(|(i, x)| f(i, x.as_f64().unwrap()))
+            .collect();
+        t["samples_ms"] = serde_json::json!(s);
+    }
+    let p = dir.join(name);
+    std::fs::write(&p, serde_json::to_string(&v).unwrap()).unwrap();
+    p
+}
+
+/// Runs compare from the fixtures directory (so the file names in the Markdown are stable).
+fn compare(dir: &Path, base: &str, new: &str, extra: &[&str]) -> (i32, String, String) {
+    let out = Command::cargo_bin("memscope")
+        .unwrap()
+        .current_dir(dir)
+        .args(["compare", base, new])
+        .args(extra)
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8(out.stdout).unwrap(),
+        String::from_utf8(out.stderr).unwrap(),
+    )
+}
+
+#[test]
+fn a_record_against_itself_is_no_change_exit_0() {
+    let (code, md, err) = compare(&fixture(""), "bench-train.json", "bench-train.json", &[]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        !md.contains("regressed |") && !md.contains("improved |"),
+        "{md}"
+    );
+    insta::assert_snapshot!("compare_self", md);
+}
+
+#[test]
+fn every_sample_one_and_a_half_times_slower_regresses_exit_1() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::copy(fixture("bench-train.json"), dir.path().join("base.json")).unwrap();
+    scaled(dir.path(), "slow.json", |_, x| x * 1.5);
+    let (code, md, err) = compare(dir.path(), "base.json", "slow.json", &["--json", "c.json"]);
+    assert_eq!(code, 1, "{md}{err}");
+    assert!(
+        md.contains("| step time: step |") && md.contains("**regressed**"),
+        "{md}"
+    );
+    let j: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join("c.json")).unwrap()).unwrap();
+    assert_eq!(j["regressed"], true);
+    assert_eq!(j["bootstrap"]["resamples"], 10000);
+    let step = j["changes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["figure"] == "step time: step")
+        .unwrap();
+    assert_eq!(step["verdict"], "regressed");
+    insta::assert_snapshot!("compare_slower", md);
+}
+
+#[test]
+fn noise_inside_the_threshold_is_no_change_exit_0() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::copy(fixture("bench-train.json"), dir.path().join("base.json")).unwrap();
+    // ±0.5% per sample, alternating: medians move by less than the 2% threshold.
+    scaled(dir.path(), "noisy.json", |i, x| {
+        x * (1.0 + 0.005 * [1.0, -1.0, 0.5][i % 3])
+    });
+    let (code, md, err) = compare(
+        dir.path(),
+        "base.json",
+        "noisy.json",
+        &["--threshold", "2%"],
+    );
+    assert_eq!(code, 0, "{md}{err}");
+    assert!(!md.contains("regressed |"), "{md}");
+}
+
+#[test]
+fn two_sweeps_match_by_configuration() {
+    let (code, md, err) = compare(&fixture(""), "sweep.jsonl", "sweep.jsonl", &[]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        md.contains("tiny-gpt2 train f32 b4 s32 w1 step time"),
+        "{md}"
+    );
+    insta::assert_snapshot!("compare_sweep_self", md);
+}
+
+#[test]
+fn bad_inputs_name_the_file_and_the_flag() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("empty.json"), "").unwrap();
+    std::fs::write(dir.path().join("other.json"), "{\"x\": 1}").unwrap();
+    std::fs::copy(fixture("bench-train.json"), dir.path().join("b.json")).unwrap();
+    let (code, _, err) = compare(dir.path(), "b.json", "empty.json", &[]);
+    assert_eq!(code, 2);
+    assert!(err.contains("empty.json") && err.contains("empty"), "{err}");
+    let (code, _, err) = compare(dir.path(), "other.json", "b.json", &[]);
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("other.json") && err.contains("schema_version"),
+        "{err}"
+    );
+    let (code, _, err) = compare(dir.path(), "b.json", "b.json", &["--threshold", "2"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("--threshold"), "{err}");
+    std::fs::copy(fixture("sweep.jsonl"), dir.path().join("s.jsonl")).unwrap();
+    let (code, _, err) = compare(dir.path(), "b.json", "s.jsonl", &[]);
+    assert_eq!(code, 2);
+    assert!(err.contains("two Records or two sweep"), "{err}");
+}

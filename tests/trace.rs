@@ -1,0 +1,147 @@
+//! `--trace`: the Chrome trace written by bench (train and generate) and leak, parsed and checked
+//! against the Trace Event Format's required fields (docs/trace.md): every event has name, ph,
+//! pid, tid; X events ts and dur ≥ 0; C events ts and numeric args; M events args.name; X events
+//! on one thread do not overlap; every measured step and phase is there.
+
+use assert_cmd::Command;
+use serde_json::Value;
+
+fn trace(args: &[&str]) -> Value {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("t.json");
+    let out = Command::cargo_bin("memscope")
+        .unwrap()
+        .args(args)
+        .args([
+            "--model",
+            "tiny-gpt2",
+            "--batch",
+            "1",
+            "--seq",
+            "16",
+            "-q",
+            "--trace",
+        ])
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).expect("trace is JSON")
+}
+
+/// Validates the required fields; returns the events.
+fn validate(doc: &Value) -> Vec<Value> {
+    assert_eq!(doc["displayTimeUnit"], "ms");
+    let ev = doc["traceEvents"]
+        .as_array()
+        .expect("traceEvents array")
+        .clone();
+    assert!(!ev.is_empty());
+    for e in &ev {
+        assert!(e["name"].is_string(), "no name: {e}");
+        assert!(e["pid"].is_u64() && e["tid"].is_u64(), "pid/tid: {e}");
+        match e["ph"].as_str().expect("ph") {
+            "X" => {
+                assert!(e["ts"].as_f64().unwrap() >= 0.0, "{e}");
+                assert!(e["dur"].as_f64().unwrap() >= 0.0, "{e}");
+            }
+            "C" => {
+                assert!(e["ts"].as_f64().unwrap() >= 0.0, "{e}");
+                let args = e["args"].as_object().expect("counter args");
+                assert!(
+                    !args.is_empty() && args.values().all(|v| v.is_number()),
+                    "{e}"
+                );
+            }
+            "M" => assert!(e["args"]["name"].is_string(), "{e}"),
+            other => panic!("unexpected ph {other}: {e}"),
+        }
+    }
+    // Complete events on one thread never overlap (Perfetto nests or rejects overlaps).
+    for tid in [1, 2] {
+        let mut spans: Vec<(f64, f64)> = ev
+            .iter()
+            .filter(|e| e["ph"] == "X" && e["tid"] == tid)
+            .map(|e| (e["ts"].as_f64().unwrap(), e["dur"].as_f64().unwrap()))
+            .collect();
+        spans.sort_by(|a, b| a.0.total_cmp(&b.0));
+        for w in spans.windows(2) {
+            assert!(
+                w[0].0 + w[0].1 <= w[1].0 + 1e-3,
+                "overlap on tid {tid}: {w:?}"
+            );
+        }
+    }
+    ev
+}
+
+fn names(ev: &[Value], ph: &str) -> Vec<String> {
+    ev.iter()
+        .filter(|e| e["ph"] == ph)
+        .map(|e| e["name"].as_str().unwrap().to_string())
+        .collect()
+}
+
+#[test]
+fn bench_train_trace_has_every_step_phase_and_counter() {
+    let ev = validate(&trace(&["bench", "--steps", "3", "--warmup", "1"]));
+    let x = names(&ev, "X");
+    for s in ["step 1", "step 2", "step 3"] {
+        assert!(x.contains(&s.to_string()), "{x:?}");
+    }
+    for p in ["forward", "backward", "optimizer"] {
+        assert_eq!(x.iter().filter(|n| *n == p).count(), 3, "{p}: {x:?}");
+    }
+    let c = names(&ev, "C");
+    for n in [
+        "heap live (bytes)",
+        "heap peak in step (bytes)",
+        "RSS (bytes)",
+        "live allocations",
+    ] {
+        assert_eq!(c.iter().filter(|x| *x == n).count(), 3, "{n}: {c:?}");
+    }
+    assert!(c.contains(&"heap by category, measured (bytes)".to_string()));
+    let m = names(&ev, "M");
+    assert!(m.contains(&"process_name".into()) && m.contains(&"thread_name".into()));
+}
+
+#[test]
+fn generate_trace_spans_decode_over_its_tokens() {
+    let ev = validate(&trace(&[
+        "bench",
+        "--mode",
+        "generate",
+        "--new-tokens",
+        "4",
+        "--steps",
+        "2",
+        "--warmup",
+        "1",
+    ]));
+    let decode: Vec<&Value> = ev.iter().filter(|e| e["name"] == "decode").collect();
+    assert_eq!(decode.len(), 2);
+    for d in decode {
+        let per = d["args"]["per_token_ms"].as_f64().unwrap();
+        assert!(
+            (d["dur"].as_f64().unwrap() - per * 4000.0).abs() < 1e-2,
+            "{d}"
+        );
+    }
+}
+
+#[test]
+fn leak_writes_a_trace_too() {
+    let ev = validate(&trace(&["leak", "--steps", "12"]));
+    assert_eq!(
+        names(&ev, "X")
+            .iter()
+            .filter(|n| n.starts_with("step "))
+            .count(),
+        12
+    );
+}

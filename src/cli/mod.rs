@@ -12,6 +12,7 @@ mod models;
 mod peaks;
 mod scaling;
 mod sweep;
+mod watch;
 mod worker;
 
 pub use args::{build_spec, resolve_model, ModelArgs, OutputArgs, WorkloadArgs};
@@ -48,6 +49,8 @@ pub enum Command {
     Leak(leak::LeakArgs),
     /// Give the leak verdict for a memory log written by another program (CSV, JSONL, text)
     Analyze(leak::AnalyzeArgs),
+    /// Start a command (or attach to --pid) and watch its process tree's memory: leak or warm-up?
+    Watch(watch::WatchArgs),
     /// Measure this machine's ceilings: matmul GFLOP/s per dtype and memory bandwidth (cached)
     Peaks(peaks::PeaksArgs),
     /// Runs one Spec from stdin (used by sweep and fit)
@@ -66,6 +69,7 @@ pub fn run() -> anyhow::Result<ExitCode> {
         Command::Scaling(a) => scaling::run(a),
         Command::Leak(a) => leak::leak(a),
         Command::Analyze(a) => leak::analyze(a),
+        Command::Watch(a) => watch::run(a),
         Command::Peaks(a) => peaks::run(a),
         Command::Worker(a) => worker::run(a),
     }

@@ -95,6 +95,7 @@ pub fn run(a: WatchArgs) -> anyhow::Result<ExitCode> {
         patterns,
         status: !a.quiet && std::io::stderr().is_terminal(),
         jsonl,
+        smaps_every_sample: matches!(judge, Judge::Pss | Judge::Uss),
     };
     let r = watch(cfg)?;
     let (total, per) = peaks(&r.samples);

@@ -30,6 +30,8 @@ pub struct WatchConfig {
     /// Draw the live status line (stderr is a terminal and not --quiet).
     pub status: bool,
     pub jsonl: Option<JsonlWriter>,
+    /// Read PSS/USS every sample (`--judge pss|uss`) instead of within the sampler's CPU budget.
+    pub smaps_every_sample: bool,
 }
 
 /// What a watch saw.
@@ -101,6 +103,7 @@ pub fn watch(mut cfg: WatchConfig) -> anyhow::Result<WatchResult> {
         .then(|| StatusLine::start(live.clone(), console.clone()));
 
     let mut sampler = Sampler::new();
+    sampler.every_sample = cfg.smaps_every_sample;
     let mut samples: Vec<TreeSample> = Vec::new();
     let mut notes = Vec::new();
     let mut interrupted = None;
@@ -203,6 +206,18 @@ pub fn watch(mut cfg: WatchConfig) -> anyhow::Result<WatchResult> {
     };
     if let Some(e) = jsonl_error {
         notes.push(format!("--jsonl: writing failed: {e}"));
+    }
+    if sampler.smaps_reads > 0 {
+        let avg_ms = sampler.smaps_cost_s / sampler.smaps_reads as f64 * 1e3;
+        notes.push(if cfg.smaps_every_sample {
+            format!("PSS/USS/swap read from smaps_rollup every sample ({} reads, {avg_ms:.2} ms each)", sampler.smaps_reads)
+        } else {
+            format!(
+                "PSS/USS/swap re-read from smaps_rollup within a {:.1}% CPU budget ({} reads, {avg_ms:.2} ms each; RSS, threads and CPU every sample; smaps_age_s in --jsonl/--json says how old)",
+                100.0 / crate::watch::sample::SMAPS_BUDGET,
+                sampler.smaps_reads
+            )
+        });
     }
     for (pid, comm) in &sampler.no_smaps {
         notes.push(format!(

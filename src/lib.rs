@@ -17,3 +17,4 @@ pub mod runner;
 pub mod spec;
 pub mod sweep;
 pub mod units;
+pub mod watch;

@@ -354,11 +354,13 @@ pub fn parse_bytes(flag: &str, text: &str) -> anyhow::Result<u64> {
     Ok(b as u64)
 }
 
-/// Parses a duration: a number with s, m or h (a bare number is seconds), e.g. 90s, 10m, 1.5h.
+/// Parses a duration: a number with ms, s, m or h (a bare number is seconds), e.g. 50ms, 90s, 10m,
+/// 1.5h.
 pub fn parse_duration(flag: &str, text: &str) -> anyhow::Result<Duration> {
     let t = text.trim();
-    let hint = "use a number with s, m or h, e.g. 90s, 10m, 1h";
+    let hint = "use a number with ms, s, m or h, e.g. 50ms, 90s, 10m, 1h";
     let (num, mult) = match t.chars().last() {
+        Some('s') if t.ends_with("ms") => (&t[..t.len() - 2], 0.001),
         Some('s') => (&t[..t.len() - 1], 1.0),
         Some('m') => (&t[..t.len() - 1], 60.0),
         Some('h') => (&t[..t.len() - 1], 3600.0),
@@ -500,5 +502,9 @@ mod tests {
             .to_string()
             .starts_with("--timeout soon"));
         assert!(parse_duration("--t", "0s").is_err());
+        assert_eq!(
+            parse_duration("--t", "50ms").unwrap(),
+            Duration::from_millis(50)
+        );
     }
 }

@@ -43,7 +43,7 @@ pub struct TargetArgs {
 }
 
 impl TargetArgs {
-    fn targets(&self) -> anyhow::Result<Vec<Target>> {
+    pub(super) fn targets(&self) -> anyhow::Result<Vec<Target>> {
         let flags = [
             (TargetKind::MaxGrowthPerHour, &self.max_growth),
             (TargetKind::MaxGrowthPerStep, &self.max_growth_per_step),
@@ -60,7 +60,10 @@ impl TargetArgs {
             .collect()
     }
 
-    fn params(&self, measured_steps_per_hour: Option<f64>) -> anyhow::Result<LeakParams> {
+    pub(super) fn params(
+        &self,
+        measured_steps_per_hour: Option<f64>,
+    ) -> anyhow::Result<LeakParams> {
         let budget_bytes = match &self.budget {
             Some(b) => Some(parse_bytes(b).map_err(|e| anyhow::anyhow!("--budget: {e}"))?),
             None => None,

@@ -15,6 +15,7 @@ mod peaks;
 mod report;
 mod scaling;
 mod sweep;
+mod watch;
 mod worker;
 
 pub use args::{build_spec, resolve_model, ModelArgs, OutputArgs, WorkloadArgs};
@@ -51,6 +52,8 @@ pub enum Command {
     Leak(leak::LeakArgs),
     /// Give the leak verdict for a memory log written by another program (CSV, JSONL, text)
     Analyze(leak::AnalyzeArgs),
+    /// Start a command (or attach to --pid) and watch its process tree's memory: leak or warm-up?
+    Watch(watch::WatchArgs),
     /// Measure this machine's ceilings: matmul GFLOP/s per dtype and memory bandwidth (cached)
     Peaks(peaks::PeaksArgs),
     /// Compare two Records (or two sweeps): change per phase and memory figure with a bootstrap CI; exit 1 on regression
@@ -75,6 +78,7 @@ pub fn run() -> anyhow::Result<ExitCode> {
         Command::Scaling(a) => scaling::run(a),
         Command::Leak(a) => leak::leak(a),
         Command::Analyze(a) => leak::analyze(a),
+        Command::Watch(a) => watch::run(a),
         Command::Peaks(a) => peaks::run(a),
         Command::Compare(a) => compare::run(a),
         Command::Diff(a) => diff::run(a),

@@ -1,0 +1,149 @@
+//! The `watch` command: start a command (or attach to a pid), sample its process tree until it ends,
+//! then give `analyze`'s leak / warm-up verdict with the same `--max-*` targets.
+
+use super::leak::TargetArgs;
+use crate::analysis::leak::analyze as verdict;
+use crate::analysis::targets::{all_pass, evaluate};
+use crate::output::{check_outputs, write_atomic};
+use crate::report::leak as render;
+use crate::units::parse_duration;
+use crate::watch::jsonl::JsonlWriter;
+use crate::watch::outputs;
+use crate::watch::run::{watch, Target, WatchConfig};
+use crate::watch::series::{judged, peaks, Judge};
+use crate::watch::steps::Patterns;
+use crate::{out, outln};
+use anyhow::Context;
+use clap::Args;
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+#[derive(Args, Debug)]
+#[command(
+    after_help = "Examples:\n  memscope watch -- python train.py --epochs 1\n  memscope watch --interval 50ms --jsonl mem.jsonl -- ./serve\n  memscope watch --pid 4242 --json watch.json"
+)]
+pub struct WatchArgs {
+    /// Attach to this running process (and its descendants) instead of starting a command
+    #[arg(long, value_name = "PID", conflicts_with = "command")]
+    pub pid: Option<u32>,
+    /// Time between samples (e.g. 50ms, 1s)
+    #[arg(long, value_name = "DURATION", default_value = "100ms")]
+    pub interval: String,
+    /// After forwarding Ctrl-C / SIGTERM, wait this long before SIGKILL
+    #[arg(long, value_name = "DURATION", default_value = "10s")]
+    pub grace: String,
+    /// Regex over output lines; each match closes a step (group `step`, else the first group).
+    /// Default recognises `step 12`, `Step 12:`, `iter 12`, `it 12/500`
+    #[arg(long, value_name = "REGEX")]
+    pub step_pattern: Option<String>,
+    /// Regex with named groups taken as extra series, unit in the name, e.g.
+    /// 'allocated=(?P<allocated_mb>[\d.]+)' (repeatable)
+    #[arg(long, value_name = "REGEX")]
+    pub value_pattern: Vec<String>,
+    /// Series the verdict judges: rss, pss, uss, gpu or a --value-pattern group name
+    #[arg(long, value_name = "SERIES", default_value = "rss")]
+    pub judge: String,
+    #[command(flatten)]
+    pub targets: TargetArgs,
+    /// Write the verdict, peaks, exit status and every sample (per process and summed) as JSON
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+    /// Write every sample as CSV: one row per process and a `total` row
+    #[arg(long, value_name = "FILE")]
+    pub csv: Option<PathBuf>,
+    /// Write one JSON line per sample, flushed as it is taken
+    #[arg(long, value_name = "FILE")]
+    pub jsonl: Option<PathBuf>,
+    /// No live status line (it is drawn only when stderr is a terminal)
+    #[arg(long, short)]
+    pub quiet: bool,
+    /// The command to start and its arguments, after `--`
+    #[arg(last = true, value_name = "COMMAND")]
+    pub command: Vec<String>,
+}
+
+pub fn run(a: WatchArgs) -> anyhow::Result<ExitCode> {
+    let target = match (a.pid, a.command.is_empty()) {
+        (Some(p), _) => Target::Pid(p),
+        (None, false) => Target::Command(a.command.clone()),
+        (None, true) => anyhow::bail!(
+            "nothing to watch: give a command after `--` (memscope watch -- python train.py) or --pid N"
+        ),
+    };
+    let interval = parse_duration("--interval", &a.interval)?;
+    anyhow::ensure!(
+        interval.as_millis() >= 1,
+        "--interval {}: at least 1ms",
+        a.interval
+    );
+    let grace = parse_duration("--grace", &a.grace)?;
+    let patterns = Patterns::new(a.step_pattern.as_deref(), &a.value_pattern)?;
+    let judge = Judge::parse(&a.judge);
+    let targets = a.targets.targets()?;
+    let params = a.targets.params(None)?;
+    check_outputs(&[
+        ("--json", a.json.as_deref()),
+        ("--csv", a.csv.as_deref()),
+        ("--jsonl", a.jsonl.as_deref()),
+    ])?;
+    let jsonl = a.jsonl.as_deref().map(JsonlWriter::create).transpose()?;
+    let cfg = WatchConfig {
+        target: target.clone(),
+        interval,
+        grace,
+        patterns,
+        status: !a.quiet && std::io::stderr().is_terminal(),
+        jsonl,
+        smaps_every_sample: matches!(judge, Judge::Pss | Judge::Uss),
+    };
+    let r = watch(cfg)?;
+    let (total, per) = peaks(&r.samples);
+    let (report, note, rows) = match judged(&r.samples, &r.log, &judge) {
+        Ok((series, note)) => {
+            let report = verdict(&series, &params);
+            let peak = series.values.iter().cloned().reduce(f64::max);
+            let rows = evaluate(&targets, &report, None, peak);
+            (Some(report), note, rows)
+        }
+        Err(e) => (None, e, vec![]),
+    };
+    let command = match &target {
+        Target::Command(c) => c.clone(),
+        Target::Pid(p) => vec![format!("--pid {p}")],
+    };
+    if let Some(p) = &a.csv {
+        write_atomic(p, &outputs::to_csv(&r)).with_context(|| format!("--csv {}", p.display()))?;
+    }
+    let report_or_empty = report.clone().unwrap_or_else(|| {
+        crate::analysis::leak::LeakReport::empty(&judge.label(), params.clone())
+    });
+    if let Some(p) = &a.json {
+        let text = outputs::to_json(
+            &r,
+            &command,
+            &report_or_empty,
+            &rows,
+            &total,
+            &per,
+            &note,
+            interval.as_secs_f64(),
+        );
+        write_atomic(p, &text).with_context(|| format!("--json {}", p.display()))?;
+    }
+    // The command's own output went to stdout: the report starts on a fresh block.
+    outln!("\n── memscope watch ──")?;
+    match &report {
+        Some(rep) => out!("{}", render::to_text(rep, &rows))?,
+        None => outln!("No verdict: {note}")?,
+    }
+    out!("{}", outputs::closing_text(&r, &total, &per, &note))?;
+    if !all_pass(&rows) {
+        return Ok(ExitCode::from(1));
+    }
+    Ok(match (&target, &r.exit) {
+        (Target::Pid(_), _) => ExitCode::SUCCESS,
+        (_, Some(e)) => ExitCode::from(e.exit_code()),
+        (_, None) => ExitCode::from(1),
+    })
+}

@@ -31,13 +31,8 @@ use crate::analysis::leak_text;
 use crate::analysis::trend::{mad_sigma, median, theil_sen, Trend};
 use crate::analysis::warmup::{check_break, hinge_fit, mser_cut, settle};
 
+use crate::analysis::leak_types::Context;
 pub use crate::analysis::leak_types::{LeakParams, LeakReport, MemorySeries, Verdict};
-
-/// Everything `leak_text` needs to phrase the verdict that is not in the report itself.
-pub(crate) struct Context {
-    pub reason: Option<String>,
-    pub falling: bool,
-}
 
 /// The verdict for one series. Never panics; never NaN (see the module invariants).
 pub fn analyze(series: &MemorySeries, params: &LeakParams) -> LeakReport {

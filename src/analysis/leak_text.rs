@@ -1,7 +1,7 @@
 //! Plain-language phrasing of a leak verdict (the one sentence stated first) and of the RSS vs heap
 //! cross-check. Pure: reads a finished [`LeakReport`], writes text.
 
-use crate::analysis::leak::{Context, LeakReport, Verdict};
+use crate::analysis::leak_types::{Context, LeakReport, Verdict};
 use crate::units::{fmt_bytes, fmt_range};
 
 /// What the series measured, as the subject of a sentence ("memory", "heap live", "RSS").

@@ -270,3 +270,9 @@ impl LeakParams {
         (q, notes)
     }
 }
+
+/// Everything `leak_text` needs to phrase the verdict that is not in the report itself.
+pub(crate) struct Context {
+    pub reason: Option<String>,
+    pub falling: bool,
+}

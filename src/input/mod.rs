@@ -5,3 +5,4 @@ pub mod series_csv;
 pub mod series_fields;
 pub mod series_jsonl;
 pub mod series_log;
+pub mod series_types;

@@ -6,11 +6,11 @@
 //! numbers. Lines starting with `#` are comments.
 
 use crate::analysis::leak::MemorySeries;
-use crate::input::series::{
+use crate::input::series_fields::{parse_iso8601, parse_step, parse_time, parse_value, CellError};
+use crate::input::series_types::{
     choose_columns, csv_delimiter, last_nonblank_line, Collector, Columns, ParseOptions,
     SeriesError,
 };
-use crate::input::series_fields::{parse_iso8601, parse_step, parse_time, parse_value, CellError};
 use crate::units::{check_number, Unit};
 
 pub(crate) fn parse(

@@ -5,10 +5,10 @@
 use serde_json::{Map, Value};
 
 use crate::analysis::leak::MemorySeries;
-use crate::input::series::{
+use crate::input::series_fields::{parse_step, parse_time, parse_value, CellError};
+use crate::input::series_types::{
     choose_columns, last_nonblank_line, Collector, Columns, ParseOptions, SeriesError,
 };
-use crate::input::series_fields::{parse_step, parse_time, parse_value, CellError};
 use crate::units::Unit;
 
 pub(crate) fn parse(

@@ -9,8 +9,8 @@
 use regex::Regex;
 
 use crate::analysis::leak::MemorySeries;
-use crate::input::series::{last_nonblank_line, Collector, ParseOptions, SeriesError};
 use crate::input::series_fields::{label_for, parse_step, parse_time, parse_value, CellError};
+use crate::input::series_types::{last_nonblank_line, Collector, ParseOptions, SeriesError};
 use crate::units::Unit;
 
 /// The default log pattern.

@@ -139,6 +139,9 @@ pub struct LeakReport {
     /// Points in the trend tail (after aggregation).
     pub tail_len: usize,
     pub label: String,
+    /// The last sample: where memory stands now (compared with the budget).
+    #[serde(default)]
+    pub current_bytes: Option<f64>,
     /// The unit the input was written in, if it was a log (figures are also shown in it).
     #[serde(default)]
     pub unit: Option<Unit>,
@@ -184,6 +187,7 @@ impl LeakReport {
             stride: 1,
             n_samples: 0,
             tail_len: 0,
+            current_bytes: None,
             unit: None,
             relative: false,
             label: if label.trim().is_empty() {
@@ -217,6 +221,7 @@ impl LeakReport {
             &mut self.steps_to_budget,
             &mut self.hours_to_budget,
             &mut self.min_detectable_bytes_per_step,
+            &mut self.current_bytes,
         ] {
             fin(v);
         }

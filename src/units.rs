@@ -85,7 +85,7 @@ impl Unit {
 
     /// Converts `number` (the text of a plain decimal number, already validated by [`check_number`])
     /// in this unit to bytes, with a single rounding.
-    fn to_bytes(self, number: &str) -> Result<f64, String> {
+    pub(crate) fn to_bytes(self, number: &str) -> Result<f64, String> {
         let (d, b) = self.exponents();
         let v: f64 = if d == 0 {
             number
@@ -100,8 +100,26 @@ impl Unit {
                 ),
                 None => (number, 0),
             };
-            format!("{mant}e{}", exp.saturating_add(d as i64))
-                .parse()
+            // Written on the stack when it fits (one value per line of a long log).
+            let mut buf = [0u8; 64];
+            let mut w = std::io::Cursor::new(&mut buf[..]);
+            let fits = std::io::Write::write_fmt(
+                &mut w,
+                format_args!("{mant}e{}", exp.saturating_add(d as i64)),
+            )
+            .is_ok();
+            let len = w.position() as usize;
+            let text = if fits {
+                std::str::from_utf8(&buf[..len])
+                    .ok()
+                    .map(std::borrow::Cow::Borrowed)
+            } else {
+                None
+            }
+            .unwrap_or_else(|| {
+                std::borrow::Cow::Owned(format!("{mant}e{}", exp.saturating_add(d as i64)))
+            });
+            text.parse()
                 .map_err(|_| format!("'{number}' is not a number"))?
         };
         let v = v * 2f64.powi(b);
@@ -115,9 +133,17 @@ impl Unit {
 /// Validates the grammar of a plain non-negative decimal number and removes thousands separators:
 /// `123`, `1.5`, `.5`, `1e9`, `12,345,678.9` (commas must group exactly three digits). Rejects
 /// `NaN`, `inf`, hex, empty text and negative numbers with a message saying what is valid.
-pub fn check_number(s: &str) -> Result<String, String> {
+pub fn check_number(s: &str) -> Result<std::borrow::Cow<'_, str>, String> {
     let t = s.trim();
     let t = t.strip_prefix('+').unwrap_or(t);
+    // Fast path: plain digits with at most one point (no allocation).
+    if !t.is_empty()
+        && t.bytes().any(|c| c.is_ascii_digit())
+        && t.bytes().all(|c| c.is_ascii_digit() || c == b'.')
+        && t.bytes().filter(|&c| c == b'.').count() <= 1
+    {
+        return Ok(std::borrow::Cow::Borrowed(t));
+    }
     if t.starts_with('-') {
         return Err(format!("'{s}' is negative; memory sizes must be ≥ 0"));
     }
@@ -169,7 +195,7 @@ pub fn check_number(s: &str) -> Result<String, String> {
         out.push('e');
         out.push_str(e);
     }
-    Ok(out)
+    Ok(std::borrow::Cow::Owned(out))
 }
 
 /// Converts a number written in `unit` to bytes, exactly (one rounding). Errors on NaN, inf, overflow

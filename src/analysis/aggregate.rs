@@ -67,7 +67,10 @@ pub fn floor_samples(steps: &[u64], values: &[f64], short_series: usize) -> Floo
     // The detrended second half, at most its last ACF_SAMPLES samples (periods up to 500 samples
     // show 40 times in them; the cost stays O(n) whatever the length).
     let lo = (n / 2).max(n.saturating_sub(ACF_SAMPLES));
-    let x: Vec<f64> = steps[lo..n].iter().map(|&s| (s - steps[lo]) as f64).collect();
+    let x: Vec<f64> = steps[lo..n]
+        .iter()
+        .map(|&s| (s - steps[lo]) as f64)
+        .collect();
     let resid = detrend_ls(&x, &values[lo..n]);
     let period = acf_period(&resid);
     let skew = skewness(&resid);

@@ -129,8 +129,7 @@ pub fn analyze(series: &MemorySeries, params: &LeakParams) -> LeakReport {
                 let end = settle(&ys[..p], h.idx, median(settled).unwrap_or(h.level), band);
                 r.warmup_end_step = Some(step_at(end));
                 let before = ys[..=end].iter().cloned().fold(f64::INFINITY, f64::min);
-                r.warmup_growth_bytes =
-                    median(&ys[end..p]).map(|after| (after - before).max(0.0));
+                r.warmup_growth_bytes = median(&ys[end..p]).map(|after| (after - before).max(0.0));
                 // MSER lands late on a slowly falling plateau (it treats the fall as more warm-up):
                 // when nothing grows between the break and the cut, the trend starts at the break.
                 let falls_to_cut = end < cut && ls_slope(&xs[end..=cut], &ys[end..=cut]) <= 0.0;
@@ -150,10 +149,10 @@ pub fn analyze(series: &MemorySeries, params: &LeakParams) -> LeakReport {
     {
         let post_from = r.warmup_end_step.unwrap_or(step_at(start));
         let from = steps.partition_point(|&s| s < post_from);
-        let mut post: Vec<f64> = values[from..].to_vec();
+        let post = &values[from..];
         r.plateau_min_bytes = post.iter().cloned().reduce(f64::min);
         r.plateau_max_bytes = post.iter().cloned().reduce(f64::max);
-        r.plateau_median_bytes = median_in_place(&mut post);
+        r.plateau_median_bytes = median_without_copy(post);
     }
 
     let thinned = thin_tail(&xs[start..], &ys[start..]);
@@ -411,6 +410,46 @@ fn find_warmup(xs: &[f64], ys: &[f64], dp: f64) -> Result<(Hinge, usize), String
 
 /// Points of the first prefix searched for the warm-up (see [`find_warmup`]).
 pub const WARMUP_PREFIX: usize = 1024;
+
+/// Exact median of a long slice without copying it: a histogram pass finds the bins that hold the
+/// middle order statistics, a second pass selects among the few values in them. O(n) time, O(bins
+/// + one bin) memory. Short slices are copied and selected directly.
+fn median_without_copy(v: &[f64]) -> Option<f64> {
+    const BINS: usize = 4096;
+    let n = v.len();
+    if n <= 4 * BINS {
+        return median_in_place(&mut v.to_vec());
+    }
+    let lo = v.iter().cloned().fold(f64::INFINITY, f64::min);
+    let hi = v.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+    if !(hi > lo) {
+        return lo.is_finite().then_some(lo);
+    }
+    let width = (hi - lo) / BINS as f64;
+    let bin = |x: f64| (((x - lo) / width) as usize).min(BINS - 1);
+    let mut counts = vec![0usize; BINS];
+    for &x in v {
+        counts[bin(x)] += 1;
+    }
+    // The k-th smallest (0-based) among all values.
+    let kth = |k: usize| -> Option<f64> {
+        let mut below = 0;
+        for (b, &c) in counts.iter().enumerate() {
+            if below + c > k {
+                let mut inside: Vec<f64> = v.iter().cloned().filter(|&x| bin(x) == b).collect();
+                let (_, x, _) = inside.select_nth_unstable_by(k - below, f64::total_cmp);
+                return Some(*x);
+            }
+            below += c;
+        }
+        None
+    };
+    if n % 2 == 1 {
+        kth(n / 2)
+    } else {
+        Some(0.5 * (kth(n / 2 - 1)? + kth(n / 2)?))
+    }
+}
 
 /// Median, reordering `v` (O(n)); `None` when empty.
 fn median_in_place(v: &mut [f64]) -> Option<f64> {

@@ -220,6 +220,8 @@ pub fn leak(mut a: LeakArgs) -> anyhow::Result<ExitCode> {
 
 pub fn analyze(a: AnalyzeArgs) -> anyhow::Result<ExitCode> {
     check_outputs(&a.files.flags())?;
+    // Nothing is measured here: give freed memory back so a long log costs only what it holds.
+    crate::measure::alloc::return_freed_memory();
     let stdin = a.file.as_os_str() == "-";
     let name = if stdin {
         "stdin".to_string()
@@ -245,6 +247,7 @@ pub fn analyze(a: AnalyzeArgs) -> anyhow::Result<ExitCode> {
         time_column: a.time_column.clone(),
         pattern: a.pattern.clone(),
         unit,
+        ..Default::default()
     };
     let targets = a.targets.targets()?;
     let parsed = if stdin {
@@ -255,6 +258,10 @@ pub fn analyze(a: AnalyzeArgs) -> anyhow::Result<ExitCode> {
             !f.metadata().is_ok_and(|m| m.is_dir()),
             "{name} is a directory; give a memory log file (or - for stdin)"
         );
+        let opts = ParseOptions {
+            size_hint_bytes: f.metadata().ok().map(|m| m.len()),
+            ..opts.clone()
+        };
         parse_reader(&mut std::io::BufReader::with_capacity(1 << 16, f), &opts)
     };
     let (series, warnings) = parsed.map_err(|e| anyhow::anyhow!("{name}: {e}"))?;

@@ -51,8 +51,17 @@ pub fn parse_reader(
     if opts.pattern.is_some() && format != SeriesFormat::Log {
         warnings.push("--pattern is only used for text logs; ignored".to_string());
     }
+    // Samples expected: the size over the mean length of the first lines, plus 5%.
+    let mut sized = opts.clone();
+    if let (Some(size), Some(lines)) = (
+        opts.size_hint_bytes,
+        std::num::NonZeroUsize::new(head.iter().filter(|&&b| b == b'\n').count()),
+    ) {
+        let per_line = head.len() as f64 / lines.get() as f64;
+        sized.expected_samples = Some((size as f64 / per_line * 1.05) as usize + 16);
+    }
     let mut input = head.chain(r);
-    let (series, more) = parse_as(format, &mut input, opts)?;
+    let (series, more) = parse_as(format, &mut input, &sized)?;
     warnings.extend(more);
     Ok((series, warnings))
 }

@@ -29,6 +29,24 @@ impl Read for TrackLast<'_> {
     }
 }
 
+/// The fields of one CSV row: one string and where each field ends in it.
+#[derive(Default)]
+struct Row {
+    text: String,
+    ends: Vec<usize>,
+}
+
+impl Row {
+    fn len(&self) -> usize {
+        self.ends.len()
+    }
+
+    fn get(&self, i: usize) -> &str {
+        let start = if i == 0 { 0 } else { self.ends[i - 1] };
+        self.text.get(start..self.ends[i]).unwrap_or("").trim()
+    }
+}
+
 /// A row that failed in a way a cut-off last line would (too few fields, a number cut short): an
 /// error only if another row follows.
 struct Pending {
@@ -54,12 +72,11 @@ pub(crate) fn parse(
         .has_headers(false)
         .flexible(true)
         .comment(Some(b'#'))
-        .trim(::csv::Trim::All)
-        .from_reader(&mut src);
+        .from_reader(&mut src); // fields are trimmed by `Row::get` (csv's trim allocates per row)
     let mut rec = ::csv::ByteRecord::new();
-    let mut fields: Vec<String> = Vec::new();
+    let mut fields = Row::default();
     // Reads the next non-empty record into `fields`; its line, or None at the end.
-    let mut next = |fields: &mut Vec<String>| -> Result<Option<usize>, SeriesError> {
+    let mut next = |fields: &mut Row| -> Result<Option<usize>, SeriesError> {
         loop {
             let more = rdr.read_byte_record(&mut rec).map_err(|e| {
                 let line = e.position().map_or(0, |p| p.line() as usize);
@@ -71,28 +88,33 @@ pub(crate) fn parse(
             if !more {
                 return Ok(None);
             }
-            if rec.iter().all(|f| f.is_empty()) {
+            if rec.iter().all(|f| f.trim_ascii().is_empty()) {
                 continue;
             }
             let line = rec.position().map_or(0, |p| p.line() as usize);
-            fields.clear();
-            for f in rec.iter() {
-                let f = std::str::from_utf8(f).map_err(|e| SeriesError::Line {
-                    line,
-                    message: format!(
-                        "not UTF-8 text (invalid byte {} bytes into a field); convert the file to UTF-8",
-                        e.valid_up_to()
-                    ),
-                })?;
-                fields.push(f.to_string());
-            }
+            let text = std::str::from_utf8(rec.as_slice()).map_err(|e| SeriesError::Line {
+                line,
+                message: format!(
+                    "not UTF-8 text (invalid byte {} bytes into the row's fields); convert the file to UTF-8",
+                    e.valid_up_to()
+                ),
+            })?;
+            // Fields as ranges into one reused string (no allocation per field).
+            fields.text.clear();
+            fields.text.push_str(text);
+            fields.ends.clear();
+            fields
+                .ends
+                .extend((0..rec.len()).map(|i| rec.range(i).map_or(0, |r| r.end)));
             return Ok(Some(line));
         }
     };
     let Some(head_line) = next(&mut fields)? else {
         return Err(SeriesError::Empty("the CSV has no rows".into()));
     };
-    let head = fields.clone();
+    let head: Vec<String> = (0..fields.len())
+        .map(|i| fields.get(i).to_string())
+        .collect();
     let data_like =
         |f: &str| check_number(f).is_ok() || parse_iso8601(f).is_some() || f.starts_with('-');
     let has_header = !head.iter().all(|f| data_like(f));
@@ -114,7 +136,10 @@ pub(crate) fn parse(
         cols.time.as_ref().map(index),
     );
     let width = names.len();
-    let mut c = Collector::new(opts.unit.is_some() || cols.value_unit.is_some());
+    let mut c = Collector::new(
+        opts.unit.is_some() || cols.value_unit.is_some(),
+        opts.expected_samples,
+    );
     c.warnings = warnings;
     c.relative_name = cols.relative;
     let mut pending: Option<Pending> = None;
@@ -201,24 +226,24 @@ fn pending_free(c: &Collector) -> bool {
     c.warnings.iter().all(|w| !w.contains("looks truncated"))
 }
 
-type Row = (Option<u64>, f64, Option<Unit>, Option<f64>);
+type Sample = (Option<u64>, f64, Option<Unit>, Option<f64>);
 
 fn read_row(
-    fields: &[String],
+    fields: &Row,
     step_i: Option<usize>,
     value_i: usize,
     time_i: Option<usize>,
     cols: &Columns,
     opts: &ParseOptions,
-) -> Result<Row, CellError> {
-    let step = step_i.map(|i| parse_step(&fields[i])).transpose()?;
+) -> Result<Sample, CellError> {
+    let step = step_i.map(|i| parse_step(fields.get(i))).transpose()?;
     let (value, stated) = parse_value(
-        &fields[value_i],
+        fields.get(value_i),
         cols.value_unit.unwrap_or(Unit::B),
         opts.unit,
     )?;
     let time = time_i
-        .map(|i| parse_time(&fields[i], cols.time_factor))
+        .map(|i| parse_time(fields.get(i), cols.time_factor))
         .transpose()?;
     Ok((step, value, stated, time))
 }

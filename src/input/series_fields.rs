@@ -5,7 +5,7 @@
 //! cumulative changes); a step is a non-negative integer; a time is finite seconds. "NaN", "inf" and
 //! "1e400" are rejected explicitly (Rust's float parser accepts the first two), as are negative steps.
 
-use crate::units::{check_number, number_to_bytes, Unit, UNIT_NAMES};
+use crate::units::{check_number, Unit, UNIT_NAMES};
 
 /// What a column or key holds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -188,8 +188,7 @@ pub fn parse_value(
         .find(|&(_, c)| c.is_ascii_alphabetic() && c != 'e' && c != 'E')
         .map_or(t.len(), |(i, _)| i);
     let (num, suffix) = (t[..split].trim(), t[split..].trim());
-    let lower = t.to_ascii_lowercase();
-    if lower.contains("nan") || lower.contains("inf") {
+    if has_nan_or_inf(t) {
         return Err(CellError::new(
             format!("value '{t}' is not a finite number"),
             true,
@@ -218,16 +217,27 @@ pub fn parse_value(
     };
     let u = override_unit.or(stated).unwrap_or(unit);
     let clean = check_number(num).map_err(|e| CellError::new(format!("value {e}"), false))?;
-    let bytes =
-        number_to_bytes(&clean, u).map_err(|e| CellError::new(format!("value {e}"), true))?;
+    let bytes = u
+        .to_bytes(&clean)
+        .map_err(|e| CellError::new(format!("value {e}"), true))?;
     Ok((if negative { -bytes } else { bytes }, stated))
+}
+
+/// Whether a cell spells NaN or infinity (checked before Rust's float parser, which accepts them).
+fn has_nan_or_inf(t: &str) -> bool {
+    t.bytes().any(|b| matches!(b, b'n' | b'N' | b'i' | b'I')) && {
+        let l = t.to_ascii_lowercase();
+        l.contains("nan") || l.contains("inf")
+    }
 }
 
 /// Reads a step: a non-negative integer (`12`, `1,000`, `12.0`).
 pub fn parse_step(cell: &str) -> Result<u64, CellError> {
     let t = cell.trim().trim_matches('"');
-    let lower = t.to_ascii_lowercase();
-    if lower.contains("nan") || lower.contains("inf") || t.starts_with('-') {
+    if let Ok(v) = t.parse::<u64>() {
+        return Ok(v);
+    }
+    if has_nan_or_inf(t) || t.starts_with('-') {
         return Err(CellError::new(
             format!("step '{t}' is not a non-negative integer"),
             true,

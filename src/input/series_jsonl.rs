@@ -17,7 +17,7 @@ pub(crate) fn parse(
     opts: &ParseOptions,
 ) -> Result<(MemorySeries, Vec<String>), SeriesError> {
     let mut lines = Lines::new(r);
-    let mut c = Collector::new(opts.unit.is_some());
+    let mut c = Collector::new(opts.unit.is_some(), opts.expected_samples);
     let mut cols: Option<Columns> = None;
     // A line cut off (JSON ends early): an error only if another line follows.
     let mut pending: Option<(usize, String)> = None;

@@ -32,7 +32,7 @@ pub(crate) fn parse(
         }
     }
     let mut lines = Lines::new(r);
-    let mut c = Collector::new(opts.unit.is_some());
+    let mut c = Collector::new(opts.unit.is_some(), opts.expected_samples);
     let mut skipped = 0usize;
     let mut label_hint: Option<String> = None;
     // A matching line with a number cut short: an error only if another matching line follows.

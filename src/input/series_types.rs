@@ -34,6 +34,10 @@ pub struct ParseOptions {
     pub pattern: Option<String>,
     /// Unit of the values (`--unit`), overriding any unit written in the file.
     pub unit: Option<Unit>,
+    /// The input's size in bytes when known (a file): memory for the samples is reserved once.
+    pub size_hint_bytes: Option<u64>,
+    /// Samples expected (set by the reader from the size and the first lines).
+    pub expected_samples: Option<usize>,
 }
 
 /// Why a memory log could not be read.
@@ -318,10 +322,14 @@ pub(crate) struct Collector {
 }
 
 impl Collector {
-    /// A collector; `unit_known` says whether the flag or a header gave a unit.
-    pub fn new(unit_known: bool) -> Self {
+    /// A collector; `unit_known` says whether the flag or a header gave a unit; `expected`
+    /// samples are reserved (capped: a wrong guess costs nothing but a reallocation).
+    pub fn new(unit_known: bool, expected: Option<usize>) -> Self {
+        let cap = expected.unwrap_or(0).min(1 << 28);
         Collector {
             unit_known,
+            steps: Vec::with_capacity(cap),
+            values: Vec::with_capacity(cap),
             ..Default::default()
         }
     }

@@ -259,6 +259,52 @@ pub fn fmt_bytes(b: f64) -> String {
     format!("{sign}{} {name}", sig3(a / f))
 }
 
+/// Formats bytes in the unit a log was written in when that is a decimal unit (KB, MB, GB, TB), with
+/// binary units beside it: `3,450 MB (3.21 GiB)`; otherwise as [`fmt_bytes`].
+pub fn fmt_bytes_in(b: f64, unit: Option<Unit>) -> String {
+    match decimal(unit) {
+        Some(u) if b.is_finite() => format!("{} {} ({})", in_unit(b, u), u.name(), fmt_bytes(b)),
+        _ => fmt_bytes(b),
+    }
+}
+
+/// [`fmt_range`] in the log's decimal unit, binary beside it: `3,240–3,270 MB (3.02–3.05 GiB)`.
+pub fn fmt_range_in(lo: f64, hi: f64, unit: Option<Unit>) -> String {
+    match decimal(unit) {
+        Some(u) if lo.is_finite() && hi.is_finite() => format!(
+            "{}–{} {} ({})",
+            in_unit(lo, u),
+            in_unit(hi, u),
+            u.name(),
+            fmt_range(lo, hi)
+        ),
+        _ => fmt_range(lo, hi),
+    }
+}
+
+fn decimal(unit: Option<Unit>) -> Option<Unit> {
+    unit.filter(|u| matches!(u, Unit::KB | Unit::MB | Unit::GB | Unit::TB))
+}
+
+/// A number of `u` with three significant figures (thousands grouped above 1,000).
+fn in_unit(b: f64, u: Unit) -> String {
+    let v = b / u.factor();
+    let a = v.abs();
+    let sign = if v < 0.0 { "-" } else { "" };
+    if a >= 1000.0 {
+        format!("{sign}{}", thousands(a.round() as u64))
+    } else if a >= 100.0 {
+        format!("{v:.0}")
+    } else if a >= 10.0 {
+        format!("{v:.1}")
+    } else if a >= 1.0 || a == 0.0 {
+        format!("{v:.2}")
+    } else {
+        let decimals = (2 - a.log10().floor() as i32).clamp(2, 12) as usize;
+        format!("{v:.decimals$}")
+    }
+}
+
 /// Formats a range `lo–hi` in the unit of `hi` so that both ends are comparable: `17.0–17.7 GiB`.
 pub fn fmt_range(lo: f64, hi: f64) -> String {
     let hi_s = fmt_bytes(hi);

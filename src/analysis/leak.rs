@@ -265,8 +265,13 @@ pub fn analyze(series: &MemorySeries, params: &LeakParams) -> LeakReport {
             r.steps_to_budget = Some(0.0);
             r.notes
                 .push("memory is already at or above the budget".into());
-        } else if full.slope > 0.0 {
+        } else if full.slope > 0.0 && r.verdict != Verdict::Plateau {
             r.steps_to_budget = Some((budget - current) / full.slope);
+        } else if r.verdict == Verdict::Plateau {
+            r.notes.push(
+                "memory does not grow after the warm-up (plateau): the budget is not reached"
+                    .into(),
+            );
         } else {
             r.notes.push(
                 "memory does not grow at the measured slope: the budget is never reached".into(),

@@ -10,11 +10,11 @@
 //! [`fmt_bytes`] with three significant figures for sentences.
 
 use anyhow::{bail, Context};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::time::Duration;
 
 /// A unit of memory size.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Unit {
     B,
     KB,
@@ -85,7 +85,7 @@ impl Unit {
 
     /// Converts `number` (the text of a plain decimal number, already validated by [`check_number`])
     /// in this unit to bytes, with a single rounding.
-    fn to_bytes(self, number: &str) -> Result<f64, String> {
+    pub(crate) fn to_bytes(self, number: &str) -> Result<f64, String> {
         let (d, b) = self.exponents();
         let v: f64 = if d == 0 {
             number
@@ -100,8 +100,26 @@ impl Unit {
                 ),
                 None => (number, 0),
             };
-            format!("{mant}e{}", exp.saturating_add(d as i64))
-                .parse()
+            // Written on the stack when it fits (one value per line of a long log).
+            let mut buf = [0u8; 64];
+            let mut w = std::io::Cursor::new(&mut buf[..]);
+            let fits = std::io::Write::write_fmt(
+                &mut w,
+                format_args!("{mant}e{}", exp.saturating_add(d as i64)),
+            )
+            .is_ok();
+            let len = w.position() as usize;
+            let text = if fits {
+                std::str::from_utf8(&buf[..len])
+                    .ok()
+                    .map(std::borrow::Cow::Borrowed)
+            } else {
+                None
+            }
+            .unwrap_or_else(|| {
+                std::borrow::Cow::Owned(format!("{mant}e{}", exp.saturating_add(d as i64)))
+            });
+            text.parse()
                 .map_err(|_| format!("'{number}' is not a number"))?
         };
         let v = v * 2f64.powi(b);
@@ -115,9 +133,17 @@ impl Unit {
 /// Validates the grammar of a plain non-negative decimal number and removes thousands separators:
 /// `123`, `1.5`, `.5`, `1e9`, `12,345,678.9` (commas must group exactly three digits). Rejects
 /// `NaN`, `inf`, hex, empty text and negative numbers with a message saying what is valid.
-pub fn check_number(s: &str) -> Result<String, String> {
+pub fn check_number(s: &str) -> Result<std::borrow::Cow<'_, str>, String> {
     let t = s.trim();
     let t = t.strip_prefix('+').unwrap_or(t);
+    // Fast path: plain digits with at most one point (no allocation).
+    if !t.is_empty()
+        && t.bytes().any(|c| c.is_ascii_digit())
+        && t.bytes().all(|c| c.is_ascii_digit() || c == b'.')
+        && t.bytes().filter(|&c| c == b'.').count() <= 1
+    {
+        return Ok(std::borrow::Cow::Borrowed(t));
+    }
     if t.starts_with('-') {
         return Err(format!("'{s}' is negative; memory sizes must be ≥ 0"));
     }
@@ -169,7 +195,7 @@ pub fn check_number(s: &str) -> Result<String, String> {
         out.push('e');
         out.push_str(e);
     }
-    Ok(out)
+    Ok(std::borrow::Cow::Owned(out))
 }
 
 /// Converts a number written in `unit` to bytes, exactly (one rounding). Errors on NaN, inf, overflow
@@ -231,6 +257,52 @@ pub fn fmt_bytes(b: f64) -> String {
         return format!("{sign}{} B", a.round() as u64);
     }
     format!("{sign}{} {name}", sig3(a / f))
+}
+
+/// Formats bytes in the unit a log was written in when that is a decimal unit (KB, MB, GB, TB), with
+/// binary units beside it: `3,450 MB (3.21 GiB)`; otherwise as [`fmt_bytes`].
+pub fn fmt_bytes_in(b: f64, unit: Option<Unit>) -> String {
+    match decimal(unit) {
+        Some(u) if b.is_finite() => format!("{} {} ({})", in_unit(b, u), u.name(), fmt_bytes(b)),
+        _ => fmt_bytes(b),
+    }
+}
+
+/// [`fmt_range`] in the log's decimal unit, binary beside it: `3,240–3,270 MB (3.02–3.05 GiB)`.
+pub fn fmt_range_in(lo: f64, hi: f64, unit: Option<Unit>) -> String {
+    match decimal(unit) {
+        Some(u) if lo.is_finite() && hi.is_finite() => format!(
+            "{}–{} {} ({})",
+            in_unit(lo, u),
+            in_unit(hi, u),
+            u.name(),
+            fmt_range(lo, hi)
+        ),
+        _ => fmt_range(lo, hi),
+    }
+}
+
+fn decimal(unit: Option<Unit>) -> Option<Unit> {
+    unit.filter(|u| matches!(u, Unit::KB | Unit::MB | Unit::GB | Unit::TB))
+}
+
+/// A number of `u` with three significant figures (thousands grouped above 1,000).
+fn in_unit(b: f64, u: Unit) -> String {
+    let v = b / u.factor();
+    let a = v.abs();
+    let sign = if v < 0.0 { "-" } else { "" };
+    if a >= 1000.0 {
+        format!("{sign}{}", thousands(a.round() as u64))
+    } else if a >= 100.0 {
+        format!("{v:.0}")
+    } else if a >= 10.0 {
+        format!("{v:.1}")
+    } else if a >= 1.0 || a == 0.0 {
+        format!("{v:.2}")
+    } else {
+        let decimals = (2 - a.log10().floor() as i32).clamp(2, 12) as usize;
+        format!("{v:.decimals$}")
+    }
 }
 
 /// Formats a range `lo–hi` in the unit of `hi` so that both ends are comparable: `17.0–17.7 GiB`.

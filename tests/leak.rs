@@ -195,7 +195,7 @@ fn bad_logs_give_the_line_number_and_a_truncated_tail_only_warns() {
         (format!("{good}40,NaN\n41,5\n"), "line 42"),
         (format!("{good}40,inf\n41,5\n"), "line 42"),
         (format!("{good}40,1e400\n41,5\n"), "line 42"),
-        (format!("{good}40,-5\n41,5\n"), "line 42"),
+        (format!("{good}40,-1e400\n41,5\n"), "line 42"),
         (format!("{good}3,5\n41,5\n"), "line 42"),
         (format!("{good}40,hello\n41,5\n"), "line 42"),
     ] {

@@ -12,7 +12,9 @@
 //!   zero pairwise slopes and pull a Theil–Sen slope towards 0);
 //! - the floor is used only when it helps (see [`floor_samples`]): with a period or one-sided noise;
 //! - the stride shrinks for series of 60–300 samples (stride = n / 60, at least 1) so that they still
-//!   give about 60 points, and grows above 10,000 samples so that the O(n²) trend stays cheap.
+//!   give about 60 points; it never grows with the length (the warm-up is found at one resolution
+//!   whatever the length; the trend thins long tails to keep its O(n²) cheap);
+//! - the period and skewness are measured on at most the last [`ACF_SAMPLES`] samples.
 //!
 //! Invariants: the returned indices are strictly increasing and index into the input; for fewer than
 //! `short_series` samples every sample is kept (window 1).
@@ -34,6 +36,9 @@ pub struct Floor {
 
 /// Most aggregated points kept (bounds the O(n²) trend).
 pub const MAX_POINTS: usize = 2000;
+
+/// Most samples of the second half searched for a period and skewness.
+pub const ACF_SAMPLES: usize = 20_000;
 
 /// Skewness above which the noise is treated as one-sided (transient allocations, spikes).
 pub const SKEW_FLOOR: f64 = 0.5;
@@ -59,18 +64,22 @@ pub fn floor_samples(steps: &[u64], values: &[f64], short_series: usize) -> Floo
     if n < short_series.max(10) {
         return all(None, None);
     }
-    let x: Vec<f64> = steps[n / 2..n].iter().map(|&s| s as f64).collect();
-    let resid = detrend_ls(&x, &values[n / 2..n]);
+    // The detrended second half, at most its last ACF_SAMPLES samples (periods up to 500 samples
+    // show 40 times in them; the cost stays O(n) whatever the length).
+    let lo = (n / 2).max(n.saturating_sub(ACF_SAMPLES));
+    let x: Vec<f64> = steps[lo..n]
+        .iter()
+        .map(|&s| (s - steps[lo]) as f64)
+        .collect();
+    let resid = detrend_ls(&x, &values[lo..n]);
     let period = acf_period(&resid);
     let skew = skewness(&resid);
     if period.is_none() && skew.abs() < SKEW_FLOOR && n <= MAX_POINTS {
         return all(None, Some(skew));
     }
-    let stride = if n < 300 {
-        (n / 60).max(1)
-    } else {
-        5usize.max(n.div_ceil(MAX_POINTS))
-    };
+    // The stride does not grow with the length: the warm-up is found at the same resolution in
+    // 1,000 or 1,000,000 samples (the trend thins long tails itself, see `leak::thin_tail`).
+    let stride = if n < 300 { (n / 60).max(1) } else { 5 };
     let window = period.unwrap_or(5).max(5).max(stride).min((n / 4).max(5));
     let mut idx = Vec::with_capacity(n / stride + 1);
     let mut start = 0;

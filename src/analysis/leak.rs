@@ -29,7 +29,7 @@
 use crate::analysis::aggregate::{floor_samples, ls_slope, SKEW_FLOOR};
 use crate::analysis::leak_text;
 use crate::analysis::trend::{mad_sigma, median, theil_sen, Trend};
-use crate::analysis::warmup::{check_break, hinge_fit, mser_cut, settle};
+use crate::analysis::warmup::{check_break, hinge_fit, mser_cut, settle, Hinge};
 
 use crate::analysis::leak_types::Context;
 pub use crate::analysis::leak_types::{LeakParams, LeakReport, MemorySeries, Verdict};
@@ -62,6 +62,12 @@ pub fn analyze(series: &MemorySeries, params: &LeakParams) -> LeakReport {
     }
     r.first_step = Some(series.steps[0]);
     r.last_step = Some(series.steps[n - 1]);
+    r.current_bytes = Some(series.values[n - 1]);
+    r.unit = series.unit;
+    r.relative = series.relative || series.values[..n].iter().any(|v| *v < 0.0);
+    if r.relative {
+        r.notes.push("the values are memory relative to a baseline (deltas or cumulative changes): judged the same way as absolute memory; levels and ranges are changes, not totals".into());
+    }
     if n < 3 {
         ctx.reason = Some(format!(
             "only {n} sample{}; a trend needs at least 3",
@@ -97,7 +103,10 @@ pub fn analyze(series: &MemorySeries, params: &LeakParams) -> LeakReport {
         r.notes
             .push("trend measured on every sample (no period, symmetric noise)".into());
     }
-    let xs: Vec<f64> = floor.idx.iter().map(|&i| steps[i] as f64).collect();
+    // x = steps after the first (exact in f64 even for steps near 2^64).
+    let x0 = steps[0];
+    let step_at = |k: usize| steps[floor.idx[k]];
+    let xs: Vec<f64> = floor.idx.iter().map(|&i| (steps[i] - x0) as f64).collect();
     let ys: Vec<f64> = floor.idx.iter().map(|&i| values[i]).collect();
     let m = xs.len();
 
@@ -111,15 +120,16 @@ pub fn analyze(series: &MemorySeries, params: &LeakParams) -> LeakReport {
         .max(r.params.plateau_rel * med_after_cut.abs());
     r.margin_plateau_bytes = Some(dp);
     let mut start = cut;
-    match hinge_fit(&xs, &ys) {
-        Some(h) => match check_break(&h, xs[0], dp) {
-            Ok(()) => {
-                let settled = &ys[cut.max(h.idx)..];
+    match find_warmup(&xs, &ys, dp) {
+        Ok((h, p)) => {
+            {
+                let lo = if cut < p { cut.max(h.idx) } else { h.idx };
+                let settled = &ys[lo..p];
                 let band = dp.max(3.0 * mad_sigma(settled).unwrap_or(0.0));
-                let end = settle(&ys, h.idx, median(settled).unwrap_or(h.level), band);
-                r.warmup_end_step = Some(xs[end] as u64);
+                let end = settle(&ys[..p], h.idx, median(settled).unwrap_or(h.level), band);
+                r.warmup_end_step = Some(step_at(end));
                 let before = ys[..=end].iter().cloned().fold(f64::INFINITY, f64::min);
-                r.warmup_growth_bytes = median(&ys[end..]).map(|after| (after - before).max(0.0));
+                r.warmup_growth_bytes = median(&ys[end..p]).map(|after| (after - before).max(0.0));
                 // MSER lands late on a slowly falling plateau (it treats the fall as more warm-up):
                 // when nothing grows between the break and the cut, the trend starts at the break.
                 let falls_to_cut = end < cut && ls_slope(&xs[end..=cut], &ys[end..=cut]) <= 0.0;
@@ -127,35 +137,42 @@ pub fn analyze(series: &MemorySeries, params: &LeakParams) -> LeakReport {
                     start = end;
                     r.notes.push(format!(
                         "the trend starts where growth ends (step {}), not at the MSER cut (step {})",
-                        xs[end] as u64,
-                        xs[cut] as u64
+                        step_at(end),
+                        step_at(cut)
                     ));
                 }
             }
-            Err(why) => r.notes.push(format!("no warm-up end reported: {why}")),
-        },
-        None => r
-            .notes
-            .push("no warm-up end reported: too few points for a two-segment fit".into()),
+        }
+        Err(why) => r.notes.push(format!("no warm-up end reported: {why}")),
     }
-    r.tail_start_step = Some(xs[start] as u64);
-    let post_from = r.warmup_end_step.unwrap_or(xs[start] as u64);
-    let post: Vec<f64> = (0..n)
-        .filter(|&i| steps[i] >= post_from)
-        .map(|i| values[i])
-        .collect();
-    r.plateau_median_bytes = median(&post);
-    r.plateau_min_bytes = post.iter().cloned().reduce(f64::min);
-    r.plateau_max_bytes = post.iter().cloned().reduce(f64::max);
+    r.tail_start_step = Some(step_at(start));
+    {
+        let post_from = r.warmup_end_step.unwrap_or(step_at(start));
+        let from = steps.partition_point(|&s| s < post_from);
+        let post = &values[from..];
+        r.plateau_min_bytes = post.iter().cloned().reduce(f64::min);
+        r.plateau_max_bytes = post.iter().cloned().reduce(f64::max);
+        r.plateau_median_bytes = median_without_copy(post);
+    }
 
-    let (tx, ty) = (&xs[start..], &ys[start..]);
+    let thinned = thin_tail(&xs[start..], &ys[start..]);
+    if let Some((_, _, block)) = &thinned {
+        r.notes.push(format!(
+            "the trend is measured on the minimum of each block of {block} points ({} points after the warm-up; at most {TAIL_POINTS} are kept so that the trend stays fast)",
+            m - start
+        ));
+    }
+    let (tx, ty): (&[f64], &[f64]) = match &thinned {
+        Some((x, y, _)) => (x, y),
+        None => (&xs[start..], &ys[start..]),
+    };
     r.tail_len = tx.len();
     if tx.len() < r.params.min_tail_points {
         ctx.reason = Some(format!(
             "only {} point{} after the warm-up cut at step {} (at least {} needed): the warm-up may not have finished",
             tx.len(),
             if tx.len() == 1 { "" } else { "s" },
-            xs[start] as u64,
+            step_at(start),
             r.params.min_tail_points
         ));
         let missing = 2 * (r.params.min_tail_points - tx.len());
@@ -169,7 +186,12 @@ pub fn analyze(series: &MemorySeries, params: &LeakParams) -> LeakReport {
     let first = theil_sen(&tx[..h], &ty[..h], r.params.halves_confidence);
     let second = theil_sen(&tx[h..], &ty[h..], r.params.halves_confidence);
     let Some(full) = full else {
-        ctx.reason = Some("the trend could not be estimated".into());
+        ctx.reason = Some(format!(
+            "no slope could be computed from the {} points of steps {}–{} (are the values finite and the steps distinct?)",
+            tx.len(),
+            step_at(start),
+            steps[n - 1]
+        ));
         return finish(r, &ctx);
     };
     r.slope_bytes_per_step = Some(full.slope);
@@ -243,8 +265,13 @@ pub fn analyze(series: &MemorySeries, params: &LeakParams) -> LeakReport {
             r.steps_to_budget = Some(0.0);
             r.notes
                 .push("memory is already at or above the budget".into());
-        } else if full.slope > 0.0 {
+        } else if full.slope > 0.0 && r.verdict != Verdict::Plateau {
             r.steps_to_budget = Some((budget - current) / full.slope);
+        } else if r.verdict == Verdict::Plateau {
+            r.notes.push(
+                "memory does not grow after the warm-up (plateau): the budget is not reached"
+                    .into(),
+            );
         } else {
             r.notes.push(
                 "memory does not grow at the measured slope: the budget is never reached".into(),
@@ -258,11 +285,21 @@ pub fn analyze(series: &MemorySeries, params: &LeakParams) -> LeakReport {
     finish(r, &ctx)
 }
 
+/// Largest magnitude analysed: 2^80 bytes (1 YiB). Beyond it differences of two values overflow
+/// nothing yet, but no memory is that large: the unit is wrong.
+pub const MAX_ABS_BYTES: f64 = 1_208_925_819_614_629_174_706_176.0;
+
 fn validate(steps: &[u64], values: &[f64]) -> Result<(), String> {
     if let Some(i) = values.iter().position(|v| !v.is_finite()) {
         return Err(format!(
             "the value at step {} is not a finite number",
             steps[i]
+        ));
+    }
+    if let Some(i) = values.iter().position(|v| v.abs() > MAX_ABS_BYTES) {
+        return Err(format!(
+            "the value at step {} is {:e} bytes, more than any memory (2^80 bytes = 1 YiB): check the unit (--unit)",
+            steps[i], values[i]
         ));
     }
     if let Some(i) = steps.windows(2).position(|w| w[1] <= w[0]) {
@@ -333,6 +370,107 @@ fn more_steps(full: &Trend, hw: f64, hw_halves: f64, span: f64, dp: f64, dl: f64
     (more.is_finite() && more < 1e15).then_some(more as u64)
 }
 
+/// Points kept for the trend when a tail is longer than [`crate::analysis::aggregate::MAX_POINTS`]
+/// (Theil–Sen holds every pairwise slope: 1,000 points are 0.5 million slopes, 4 MB).
+pub const TAIL_POINTS: usize = 1000;
+
+/// A tail longer than `MAX_POINTS` thinned to at most [`TAIL_POINTS`] points: the minimum of each
+/// block of consecutive points (the floor, as in aggregation), with its own x. `None`: keep it all.
+fn thin_tail(x: &[f64], y: &[f64]) -> Option<(Vec<f64>, Vec<f64>, usize)> {
+    let n = x.len().min(y.len());
+    if n <= crate::analysis::aggregate::MAX_POINTS {
+        return None;
+    }
+    let block = n.div_ceil(TAIL_POINTS);
+    let (mut tx, mut ty) = (Vec::new(), Vec::new());
+    for start in (0..n).step_by(block) {
+        let end = (start + block).min(n);
+        let k = (start..end)
+            .min_by(|&a, &b| y[a].total_cmp(&y[b]))
+            .unwrap_or(start);
+        tx.push(x[k]);
+        ty.push(y[k]);
+    }
+    Some((tx, ty, block))
+}
+
+/// The warm-up break, found on a prefix that doubles from [`WARMUP_PREFIX`] points until the break
+/// passes its checks in the first half of the prefix (or the prefix is everything): the answer
+/// depends on the start of the series, not on how long it ran. Returns the break and the prefix.
+fn find_warmup(xs: &[f64], ys: &[f64], dp: f64) -> Result<(Hinge, usize), String> {
+    let m = xs.len().min(ys.len());
+    let mut p = m.min(WARMUP_PREFIX);
+    loop {
+        let res = match hinge_fit(&xs[..p], &ys[..p]) {
+            Some(h) => check_break(&h, xs[0], dp).map(|()| h),
+            None => Err("too few points for a two-segment fit".to_string()),
+        };
+        match res {
+            Ok(h) if p == m || h.idx <= p / 2 => return Ok((h, p)),
+            Err(e) if p == m => return Err(e),
+            _ => p = (p * 2).min(m),
+        }
+    }
+}
+
+/// Points of the first prefix searched for the warm-up (see [`find_warmup`]).
+pub const WARMUP_PREFIX: usize = 1024;
+
+/// Exact median of a long slice without copying it: a histogram pass finds the bins that hold the
+/// middle order statistics, a second pass selects among the few values in them. O(n) time, O(bins
+/// + one bin) memory. Short slices are copied and selected directly.
+fn median_without_copy(v: &[f64]) -> Option<f64> {
+    const BINS: usize = 4096;
+    let n = v.len();
+    if n <= 4 * BINS {
+        return median_in_place(&mut v.to_vec());
+    }
+    let lo = v.iter().cloned().fold(f64::INFINITY, f64::min);
+    let hi = v.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+    if !(hi > lo) {
+        return lo.is_finite().then_some(lo);
+    }
+    let width = (hi - lo) / BINS as f64;
+    let bin = |x: f64| (((x - lo) / width) as usize).min(BINS - 1);
+    let mut counts = vec![0usize; BINS];
+    for &x in v {
+        counts[bin(x)] += 1;
+    }
+    // The k-th smallest (0-based) among all values.
+    let kth = |k: usize| -> Option<f64> {
+        let mut below = 0;
+        for (b, &c) in counts.iter().enumerate() {
+            if below + c > k {
+                let mut inside: Vec<f64> = v.iter().cloned().filter(|&x| bin(x) == b).collect();
+                let (_, x, _) = inside.select_nth_unstable_by(k - below, f64::total_cmp);
+                return Some(*x);
+            }
+            below += c;
+        }
+        None
+    };
+    if n % 2 == 1 {
+        kth(n / 2)
+    } else {
+        Some(0.5 * (kth(n / 2 - 1)? + kth(n / 2)?))
+    }
+}
+
+/// Median, reordering `v` (O(n)); `None` when empty.
+fn median_in_place(v: &mut [f64]) -> Option<f64> {
+    let n = v.len();
+    if n == 0 {
+        return None;
+    }
+    let (_, hi, _) = v.select_nth_unstable_by(n / 2, f64::total_cmp);
+    let hi = *hi;
+    if n % 2 == 1 {
+        return Some(hi);
+    }
+    let lo = v[..n / 2].iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+    Some(0.5 * (lo + hi))
+}
+
 /// Steps covered by `points` more samples at the series' mean spacing.
 fn steps_for_points(steps: &[u64], points: usize) -> u64 {
     let n = steps.len();
@@ -358,6 +496,16 @@ fn steps_for_points_xs(xs: &[f64], points: usize) -> u64 {
 /// Phrases the sentence after removing any non-finite number (defensive: the report never holds NaN).
 fn finish(mut r: LeakReport, ctx: &Context) -> LeakReport {
     r.drop_non_finite();
+    // Without a trend there is no time to the budget, but memory may already be past it.
+    if let (Some(budget), None, Some(now)) =
+        (r.params.budget_bytes, r.steps_to_budget, r.current_bytes)
+    {
+        if now >= budget && !r.notes.iter().any(|n| n.contains("above the budget")) {
+            r.steps_to_budget = Some(0.0);
+            r.notes
+                .push("memory is already at or above the budget".into());
+        }
+    }
     r.sentence = leak_text::sentence(&r, ctx);
     r
 }

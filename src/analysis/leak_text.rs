@@ -2,7 +2,7 @@
 //! cross-check. Pure: reads a finished [`LeakReport`], writes text.
 
 use crate::analysis::leak_types::{Context, LeakReport, Verdict};
-use crate::units::{fmt_bytes, fmt_range};
+use crate::units::{fmt_bytes, fmt_bytes_in, fmt_range_in, Unit};
 
 /// What the series measured, as the subject of a sentence ("memory", "heap live", "RSS").
 pub fn subject(label: &str) -> &str {
@@ -15,6 +15,20 @@ pub fn subject(label: &str) -> &str {
 /// A rate per step: "1.00 MiB/step".
 pub fn rate(b: f64) -> String {
     format!("{}/step", fmt_bytes(b))
+}
+
+/// A rate per step in the log's unit when it is decimal: "1.00 MB/step (977 KiB/step)".
+pub fn rate_in(b: f64, unit: Option<Unit>) -> String {
+    match unit.filter(|u| matches!(u, Unit::KB | Unit::MB | Unit::GB | Unit::TB)) {
+        Some(u) => {
+            let s = fmt_bytes_in(b, Some(u));
+            match s.split_once(" (") {
+                Some((a, rest)) => format!("{a}/step ({}/step)", rest.trim_end_matches(')')),
+                None => format!("{s}/step"),
+            }
+        }
+        None => rate(b),
+    }
 }
 
 /// Formats a count with thousands separators: 12345 -> "12,345".
@@ -31,7 +45,15 @@ pub fn group(n: u64) -> String {
 }
 
 pub(crate) fn sentence(r: &LeakReport, ctx: &Context) -> String {
-    let subj = subject(&r.label);
+    let fmt_bytes = |b: f64| fmt_bytes_in(b, r.unit);
+    let fmt_range = |lo: f64, hi: f64| fmt_range_in(lo, hi, r.unit);
+    let rate = |b: f64| rate_in(b, r.unit);
+    let relative_subject = format!("{} (relative to its baseline)", subject(&r.label));
+    let subj = if r.relative {
+        relative_subject.as_str()
+    } else {
+        subject(&r.label)
+    };
     let last = r.last_step.unwrap_or(0);
     let range = r
         .plateau_min_bytes

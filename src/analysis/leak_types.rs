@@ -6,6 +6,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::units::Unit;
+
 /// One memory sample per identical step, taken after the step completes.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct MemorySeries {
@@ -17,6 +19,10 @@ pub struct MemorySeries {
     pub seconds: Option<Vec<f64>>,
     /// What was measured: "heap live", "RSS", "PSS", or "value".
     pub label: String,
+    /// The unit the log was written in (reports show figures in it beside binary units).
+    pub unit: Option<Unit>,
+    /// Values are memory relative to a baseline (deltas, cumulative changes; may be negative).
+    pub relative: bool,
 }
 
 /// Every parameter of the verdict (reported with it).
@@ -133,6 +139,15 @@ pub struct LeakReport {
     /// Points in the trend tail (after aggregation).
     pub tail_len: usize,
     pub label: String,
+    /// The last sample: where memory stands now (compared with the budget).
+    #[serde(default)]
+    pub current_bytes: Option<f64>,
+    /// The unit the input was written in, if it was a log (figures are also shown in it).
+    #[serde(default)]
+    pub unit: Option<Unit>,
+    /// The values were relative to a baseline (deltas, cumulative changes), judged the same way.
+    #[serde(default)]
+    pub relative: bool,
 }
 
 impl LeakReport {
@@ -172,6 +187,9 @@ impl LeakReport {
             stride: 1,
             n_samples: 0,
             tail_len: 0,
+            current_bytes: None,
+            unit: None,
+            relative: false,
             label: if label.trim().is_empty() {
                 "value".into()
             } else {
@@ -203,6 +221,7 @@ impl LeakReport {
             &mut self.steps_to_budget,
             &mut self.hours_to_budget,
             &mut self.min_detectable_bytes_per_step,
+            &mut self.current_bytes,
         ] {
             fin(v);
         }

@@ -16,6 +16,7 @@ pub fn series(r: &Record, label: &str, value: impl Fn(&StepMemory) -> Option<u64
         values,
         seconds: None,
         label: label.to_string(),
+        ..Default::default()
     }
 }
 

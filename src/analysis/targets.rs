@@ -265,6 +265,7 @@ mod tests {
             values,
             seconds: None,
             label: "heap live".into(),
+            ..Default::default()
         };
         analyze(
             &s,
@@ -313,6 +314,7 @@ mod tests {
             values: vec![1e9; 5],
             seconds: None,
             label: String::new(),
+            ..Default::default()
         };
         let r = analyze(&s, &LeakParams::default());
         assert_eq!(r.verdict, Verdict::Inconclusive);

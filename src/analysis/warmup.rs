@@ -20,24 +20,29 @@ pub fn mser_cut(y: &[f64]) -> usize {
         return 0;
     }
     // Centre on the median for precision with byte-sized values.
-    let mut sorted = y.to_vec();
-    sorted.sort_unstable_by(f64::total_cmp);
-    let c = sorted[n / 2];
-    let mut suf_s = vec![0.0; n + 1];
-    let mut suf_q = vec![0.0; n + 1];
-    for i in (0..n).rev() {
-        let v = y[i] - c;
-        suf_s[i] = suf_s[i + 1] + v;
-        suf_q[i] = suf_q[i + 1] + v * v;
-    }
+    let c = {
+        let mut w = y.to_vec();
+        let (_, m, _) = w.select_nth_unstable_by(n / 2, f64::total_cmp);
+        *m
+    };
+    // Suffix sums from the totals minus a running prefix (no arrays: O(1) extra memory).
+    let (tot_s, tot_q) = y.iter().fold((0.0, 0.0), |(s, q), &v| {
+        let d = v - c;
+        (s + d, q + d * d)
+    });
+    let (mut pre_s, mut pre_q) = (0.0, 0.0);
     let mut best = (f64::INFINITY, 0);
     for d in 0..=n / 2 {
         let m = (n - d) as f64;
-        let ss = (suf_q[d] - suf_s[d] * suf_s[d] / m).max(0.0);
+        let (suf_s, suf_q) = (tot_s - pre_s, tot_q - pre_q);
+        let ss = (suf_q - suf_s * suf_s / m).max(0.0);
         let stat = ss / (m * m);
         if stat < best.0 * (1.0 - 1e-12) {
             best = (stat, d);
         }
+        let v = y[d] - c;
+        pre_s += v;
+        pre_q += v * v;
     }
     best.1
 }

@@ -5,7 +5,7 @@ use super::args::{build_spec, ModelArgs, WorkloadArgs};
 use crate::analysis::leak::{analyze as verdict, cross_check, LeakParams, LeakReport};
 use crate::analysis::record_series::{series, steps_per_hour};
 use crate::analysis::targets::{all_pass, evaluate, parse_bytes, Target, TargetKind, TargetRow};
-use crate::input::series::{parse_series, ParseOptions, SeriesFormat};
+use crate::input::series::{parse_reader, ParseOptions, SeriesFormat};
 use crate::measure::threads::set_threads;
 use crate::output::{check_outputs, write_atomic};
 use crate::progress::Progress;
@@ -142,7 +142,7 @@ pub struct LeakArgs {
 
 #[derive(Args, Debug)]
 pub struct AnalyzeArgs {
-    /// A memory log: CSV, JSONL, or a text log (with --pattern or the default "step N … X MB" pattern)
+    /// A memory log: CSV, JSONL, or a text log (with --pattern or the default "step N … X MB" pattern); - reads stdin
     pub file: PathBuf,
     #[arg(long, value_enum)]
     pub format: Option<FormatArg>,
@@ -231,15 +231,14 @@ pub fn leak(mut a: LeakArgs) -> anyhow::Result<ExitCode> {
 
 pub fn analyze(a: AnalyzeArgs) -> anyhow::Result<ExitCode> {
     check_outputs(&a.files.flags())?;
-    let text =
-        std::fs::read(&a.file).with_context(|| format!("cannot read {}", a.file.display()))?;
-    let text = String::from_utf8(text).map_err(|e| {
-        anyhow::anyhow!(
-            "{}: not UTF-8 text (invalid byte at offset {})",
-            a.file.display(),
-            e.utf8_error().valid_up_to()
-        )
-    })?;
+    // Nothing is measured here: give freed memory back so a long log costs only what it holds.
+    crate::measure::alloc::return_freed_memory();
+    let stdin = a.file.as_os_str() == "-";
+    let name = if stdin {
+        "stdin".to_string()
+    } else {
+        a.file.display().to_string()
+    };
     let unit = match &a.unit {
         Some(u) => Some(Unit::parse(u).ok_or_else(|| {
             anyhow::anyhow!(
@@ -259,12 +258,26 @@ pub fn analyze(a: AnalyzeArgs) -> anyhow::Result<ExitCode> {
         time_column: a.time_column.clone(),
         pattern: a.pattern.clone(),
         unit,
+        ..Default::default()
     };
     let targets = a.targets.targets()?;
-    let (series, warnings) =
-        parse_series(&text, &opts).map_err(|e| anyhow::anyhow!("{}: {e}", a.file.display()))?;
+    let parsed = if stdin {
+        parse_reader(&mut std::io::stdin().lock(), &opts)
+    } else {
+        let f = std::fs::File::open(&a.file).with_context(|| format!("cannot read {name}"))?;
+        anyhow::ensure!(
+            !f.metadata().is_ok_and(|m| m.is_dir()),
+            "{name} is a directory; give a memory log file (or - for stdin)"
+        );
+        let opts = ParseOptions {
+            size_hint_bytes: f.metadata().ok().map(|m| m.len()),
+            ..opts.clone()
+        };
+        parse_reader(&mut std::io::BufReader::with_capacity(1 << 16, f), &opts)
+    };
+    let (series, warnings) = parsed.map_err(|e| anyhow::anyhow!("{name}: {e}"))?;
     for w in warnings {
-        eprintln!("warning: {}: {w}", a.file.display());
+        eprintln!("warning: {name}: {w}");
     }
     let report = verdict(&series, &a.targets.params(None)?);
     let peak = series

@@ -15,7 +15,10 @@ pub struct ScalingArgs {
 }
 
 pub fn run(a: ScalingArgs) -> anyhow::Result<ExitCode> {
-    let rows = rows::read_jsonl(&a.file)?;
+    let (rows, warnings) = rows::read_jsonl(&a.file)?;
+    for w in warnings {
+        eprintln!("warning: {w}");
+    }
     if rows.is_empty() {
         bail!(
             "{}: no rows (was it written by sweep --jsonl?)",

@@ -1,11 +1,11 @@
 //! Fields of a memory log: which column or key is the step, the memory value and the time (by name,
 //! with a unit read from the name: `rss_mb`, `mem (MiB)`, `time_ms`), and how one cell is read.
 //!
-//! Invariants: a value is finite and ≥ 0 bytes; a step is a non-negative integer; a time is finite
-//! seconds. "NaN", "inf", "1e400" and negative numbers are rejected explicitly (Rust's float parser
-//! accepts the first two).
+//! Invariants: a value is finite bytes (negative values are memory relative to a baseline: deltas,
+//! cumulative changes); a step is a non-negative integer; a time is finite seconds. "NaN", "inf" and
+//! "1e400" are rejected explicitly (Rust's float parser accepts the first two), as are negative steps.
 
-use crate::units::{check_number, number_to_bytes, Unit, UNIT_NAMES};
+use crate::units::{check_number, Unit, UNIT_NAMES};
 
 /// What a column or key holds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -92,6 +92,7 @@ pub fn score(name: &str, role: Role) -> Option<u8> {
             "step" | "steps" | "global_step" | "global step" | "globalstep" => Some(9),
             "iteration" | "iter" | "it" | "iterations" => Some(8),
             "epoch" | "batch" | "batch_idx" => Some(6),
+            "run" | "runs" | "round" => Some(5),
             "n" | "i" | "idx" | "index" | "sample" => Some(4),
             _ => None,
         },
@@ -121,6 +122,8 @@ pub fn score(name: &str, role: Role) -> Option<u8> {
                 Some(5)
             } else if b == "value" || b == "bytes" || b == "size" {
                 Some(4)
+            } else if is_relative_name(b) {
+                Some(3)
             } else {
                 None
             }
@@ -138,6 +141,23 @@ pub fn score(name: &str, role: Role) -> Option<u8> {
             _ => None,
         },
     }
+}
+
+/// Whether a value's name says it is relative to a baseline: `delta`, `cumulative_mb`, `diff`,
+/// `change`, `increase`, `growth`.
+pub fn is_relative_name(name: &str) -> bool {
+    let l = name.to_ascii_lowercase();
+    [
+        "delta",
+        "cumulative",
+        "diff",
+        "change",
+        "increase",
+        "growth",
+        "relative",
+    ]
+    .iter()
+    .any(|w| l.contains(w))
 }
 
 /// What was measured, from the value column's name: "heap live", "RSS", "PSS" or "value".
@@ -168,20 +188,18 @@ pub fn parse_value(
         .find(|&(_, c)| c.is_ascii_alphabetic() && c != 'e' && c != 'E')
         .map_or(t.len(), |(i, _)| i);
     let (num, suffix) = (t[..split].trim(), t[split..].trim());
-    let lower = t.to_ascii_lowercase();
-    if lower.contains("nan") || lower.contains("inf") {
+    if has_nan_or_inf(t) {
         return Err(CellError::new(
             format!("value '{t}' is not a finite number"),
             true,
         ));
     }
-    if num.starts_with('-') {
-        return Err(CellError::new(
-            format!("value '{t}' is negative; memory must be ≥ 0 bytes"),
-            true,
-        ));
-    }
-    if num.is_empty() {
+    // Memory relative to a baseline (a delta, a cumulative change) may be negative.
+    let (negative, num) = match num.strip_prefix('-') {
+        Some(rest) => (true, rest.trim_start()),
+        None => (false, num),
+    };
+    if num.is_empty() || num.starts_with(['-', '+']) {
         return Err(CellError::new(
             format!("value '{t}' is not a number"),
             false,
@@ -199,16 +217,27 @@ pub fn parse_value(
     };
     let u = override_unit.or(stated).unwrap_or(unit);
     let clean = check_number(num).map_err(|e| CellError::new(format!("value {e}"), false))?;
-    let bytes =
-        number_to_bytes(&clean, u).map_err(|e| CellError::new(format!("value {e}"), true))?;
-    Ok((bytes, stated))
+    let bytes = u
+        .to_bytes(&clean)
+        .map_err(|e| CellError::new(format!("value {e}"), true))?;
+    Ok((if negative { -bytes } else { bytes }, stated))
+}
+
+/// Whether a cell spells NaN or infinity (checked before Rust's float parser, which accepts them).
+fn has_nan_or_inf(t: &str) -> bool {
+    t.bytes().any(|b| matches!(b, b'n' | b'N' | b'i' | b'I')) && {
+        let l = t.to_ascii_lowercase();
+        l.contains("nan") || l.contains("inf")
+    }
 }
 
 /// Reads a step: a non-negative integer (`12`, `1,000`, `12.0`).
 pub fn parse_step(cell: &str) -> Result<u64, CellError> {
     let t = cell.trim().trim_matches('"');
-    let lower = t.to_ascii_lowercase();
-    if lower.contains("nan") || lower.contains("inf") || t.starts_with('-') {
+    if let Ok(v) = t.parse::<u64>() {
+        return Ok(v);
+    }
+    if has_nan_or_inf(t) || t.starts_with('-') {
         return Err(CellError::new(
             format!("step '{t}' is not a non-negative integer"),
             true,
@@ -376,7 +405,6 @@ mod tests {
         for (bad, fatal) in [
             ("NaN", true),
             ("inf", true),
-            ("-3", true),
             ("1e400", true),
             ("12,3", false),
             ("", false),

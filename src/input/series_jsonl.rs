@@ -7,22 +7,30 @@ use serde_json::{Map, Value};
 use crate::analysis::leak::MemorySeries;
 use crate::input::series_fields::{parse_step, parse_time, parse_value, CellError};
 use crate::input::series_types::{
-    choose_columns, last_nonblank_line, Collector, Columns, ParseOptions, SeriesError,
+    choose_columns, Collector, Columns, Lines, ParseOptions, SeriesError,
 };
 use crate::units::Unit;
+use std::io::BufRead;
 
 pub(crate) fn parse(
-    text: &str,
+    r: &mut dyn BufRead,
     opts: &ParseOptions,
 ) -> Result<(MemorySeries, Vec<String>), SeriesError> {
-    let last = last_nonblank_line(text);
-    let mut c = Collector::new(opts.unit.is_some());
+    let mut lines = Lines::new(r);
+    let mut c = Collector::new(opts.unit.is_some(), opts.expected_samples);
     let mut cols: Option<Columns> = None;
-    for (i, raw) in text.lines().enumerate() {
-        let line = i + 1;
+    // A line cut off (JSON ends early): an error only if another line follows.
+    let mut pending: Option<(usize, String)> = None;
+    while let Some((line, raw)) = lines.next_line()? {
         let l = raw.trim();
         if l.is_empty() {
             continue;
+        }
+        if let Some((pl, msg)) = pending.take() {
+            return Err(SeriesError::Line {
+                line: pl,
+                message: format!("invalid JSON: {msg}"),
+            });
         }
         let obj = match serde_json::from_str::<Value>(l) {
             Ok(Value::Object(o)) => flatten(o),
@@ -32,11 +40,9 @@ pub(crate) fn parse(
                     message: "expected a JSON object such as {\"step\": 1, \"rss\": 123}".into(),
                 })
             }
-            Err(e) if line == last && e.is_eof() => {
-                c.warnings.push(format!(
-                    "line {line} is cut off ({e}); it looks truncated and was ignored"
-                ));
-                break;
+            Err(e) if e.is_eof() => {
+                pending = Some((line, e.to_string()));
+                continue;
             }
             Err(e) => {
                 return Err(SeriesError::Line {
@@ -49,6 +55,7 @@ pub(crate) fn parse(
             let names: Vec<String> = obj.iter().map(|(k, _)| k.clone()).collect();
             let chosen = choose_columns(&names, opts, "key", &mut c.warnings)?;
             c.unit_known |= chosen.value_unit.is_some();
+            c.relative_name = chosen.relative;
             cols = Some(chosen);
         }
         let Some(k) = cols.as_ref() else { continue };
@@ -66,10 +73,15 @@ pub(crate) fn parse(
             }
         }
     }
+    if let Some((line, msg)) = pending {
+        c.warnings.push(format!(
+            "line {line} is cut off ({msg}); it looks truncated and was ignored"
+        ));
+    }
     let label = cols
         .as_ref()
         .map_or("value".to_string(), |k| k.label.clone());
-    c.finish(&label, last, text.ends_with('\n'))
+    c.finish(&label, lines.last_nonblank, lines.ends_with_newline)
 }
 
 type Row = (Option<u64>, f64, Option<Unit>, Option<f64>);

@@ -10,14 +10,15 @@ use regex::Regex;
 
 use crate::analysis::leak::MemorySeries;
 use crate::input::series_fields::{label_for, parse_step, parse_time, parse_value, CellError};
-use crate::input::series_types::{last_nonblank_line, Collector, ParseOptions, SeriesError};
+use crate::input::series_types::{Collector, Lines, ParseOptions, SeriesError};
 use crate::units::Unit;
+use std::io::BufRead;
 
 /// The default log pattern.
-pub const DEFAULT_PATTERN: &str = r"(?i)^(?:\[?(?P<time>\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(?:[.,]\d+)?(?:Z|[+-]\d{2}:?\d{2})?)\]?)?.*?\b(?:global[_ ]?step|step|iteration|iter|it)\b\s*[:=#]?\s*(?P<step>\d+(?:,\d{3})*)\b.*?(?P<value>\d+(?:,\d{3})*(?:\.\d+)?)\s*(?P<unit>[KMGT]i?B|bytes)\b";
+pub const DEFAULT_PATTERN: &str = r"(?i)^(?:\[?(?P<time>\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(?:[.,]\d+)?(?:Z|[+-]\d{2}:?\d{2})?)\]?)?.*?\b(?:global[_ ]?step|step|iteration|iter|it)\b\s*[:=#]?\s*(?P<step>\d+(?:,\d{3})*)\b.*?(?P<value>-?\d+(?:,\d{3})*(?:\.\d+)?)\s*(?P<unit>[KMGT]i?B|bytes)\b";
 
 pub(crate) fn parse(
-    text: &str,
+    r: &mut dyn BufRead,
     opts: &ParseOptions,
 ) -> Result<(MemorySeries, Vec<String>), SeriesError> {
     let pattern = opts.pattern.as_deref().unwrap_or(DEFAULT_PATTERN);
@@ -30,17 +31,25 @@ pub(crate) fn parse(
             )));
         }
     }
-    let last = last_nonblank_line(text);
-    let mut c = Collector::new(opts.unit.is_some());
+    let mut lines = Lines::new(r);
+    let mut c = Collector::new(opts.unit.is_some(), opts.expected_samples);
     let mut skipped = 0usize;
-    for (i, raw) in text.lines().enumerate() {
-        let line = i + 1;
+    let mut label_hint: Option<String> = None;
+    // A matching line with a number cut short: an error only if another matching line follows.
+    let mut pending: Option<(usize, String)> = None;
+    while let Some((line, raw)) = lines.next_line()? {
         let Some(caps) = re.captures(raw) else {
             if !raw.trim().is_empty() {
                 skipped += 1;
             }
             continue;
         };
+        if let Some((pl, message)) = pending.take() {
+            return Err(SeriesError::Line { line: pl, message });
+        }
+        if label_hint.is_none() {
+            label_hint = Some(label_before_value(raw, &caps));
+        }
         let read = || -> Result<(u64, f64, Option<Unit>, Option<f64>), CellError> {
             let step = parse_step(caps.name("step").map_or("", |m| m.as_str()))?;
             let unit = match caps
@@ -71,18 +80,22 @@ pub(crate) fn parse(
                 c.note_override(unit, opts.unit, line);
                 c.push(line, Some(step), value, time)?;
             }
-            Err(e) if line == last && !e.fatal => {
-                c.warnings.push(format!(
-                    "line {line}: {}; it looks truncated and was ignored",
-                    e.message
-                ));
-            }
+            Err(e) if !e.fatal => pending = Some((line, e.message)),
             Err(e) => {
                 return Err(SeriesError::Line {
                     line,
                     message: e.message,
                 })
             }
+        }
+    }
+    if let Some((line, message)) = pending {
+        if line == lines.last_nonblank {
+            c.warnings.push(format!(
+                "line {line}: {message}; it looks truncated and was ignored"
+            ));
+        } else {
+            return Err(SeriesError::Line { line, message });
         }
     }
     if c.is_empty() {
@@ -96,22 +109,19 @@ pub(crate) fn parse(
             "{skipped} non-empty line(s) did not match the pattern and were skipped"
         ));
     }
-    let label = label_for(pattern_label_hint(text, &re));
-    c.finish(&label, last, text.ends_with('\n'))
+    let label = label_for(label_hint.as_deref().unwrap_or(""));
+    c.finish(&label, lines.last_nonblank, lines.ends_with_newline)
 }
 
-/// A word near the value on the first matching line, to name what was measured ("RSS", "heap").
-fn pattern_label_hint<'a>(text: &'a str, re: &Regex) -> &'a str {
-    text.lines()
-        .find_map(|l| {
-            let caps = re.captures(l)?;
-            let v = caps.name("value")?;
-            let before = &l[..v.start()];
-            let from = (0..=before.len().saturating_sub(24))
-                .rev()
-                .find(|&i| before.is_char_boundary(i))
-                .unwrap_or(0);
-            Some(&before[from..])
-        })
-        .unwrap_or("")
+/// Up to 24 bytes before the value on a matching line, to name what was measured ("RSS", "heap").
+fn label_before_value(line: &str, caps: &regex::Captures) -> String {
+    let Some(v) = caps.name("value") else {
+        return String::new();
+    };
+    let before = &line[..v.start()];
+    let from = (0..=before.len().saturating_sub(24))
+        .rev()
+        .find(|&i| before.is_char_boundary(i))
+        .unwrap_or(0);
+    before[from..].to_string()
 }

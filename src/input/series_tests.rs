@@ -79,6 +79,18 @@ fn csv_explicit_columns_and_unknown_column_error() {
     );
     let e = parse("step,loss\n1,2\n").unwrap_err().to_string();
     assert!(e.contains("--value-column"), "{e}");
+    // A header-less name is not memory, but a size unit in the second of two columns is.
+    let (s, w) = ok("run,total_mb\n0,1\n1,2\n");
+    assert_eq!((s.steps, s.values), (vec![0, 1], vec![1.0 * MB, 2.0 * MB]));
+    assert!(has(&w, "by position"), "{w:?}");
+    let opts = ParseOptions {
+        value_column: Some("2".into()),
+        ..Default::default()
+    };
+    let (s, _) = parse_series("step,loss,x\n1,2,3\n2,2,4\n", &opts).unwrap();
+    assert_eq!(s.values, vec![2.0, 2.0]);
+    let e = parse("step,loss\n1,2\n").unwrap_err().to_string();
+    assert!(e.contains("--value-column"), "{e}");
 }
 
 #[test]
@@ -169,7 +181,7 @@ fn csv_corrupt_middle_line_is_an_error_with_its_number() {
 }
 
 #[test]
-fn csv_nan_inf_overflow_negative_rejected_even_on_the_last_line() {
+fn csv_nan_inf_overflow_rejected_even_on_the_last_line() {
     for (bad, what) in [
         ("NaN", "finite"),
         ("nan", "finite"),
@@ -177,7 +189,7 @@ fn csv_nan_inf_overflow_negative_rejected_even_on_the_last_line() {
         ("-inf", "finite"),
         ("infinity", "finite"),
         ("1e400", "too large"),
-        ("-5", "negative"),
+        ("-1e400", "too large"),
     ] {
         for text in [
             format!("step,rss_mb\n1,100\n2,{bad}\n3,102\n"),
@@ -253,7 +265,7 @@ fn jsonl_corrupt_middle_and_bad_values_rejected_with_line_numbers() {
         &o,
     );
     assert_eq!(line, 2);
-    for bad in ["NaN", "\"NaN\"", "\"inf\"", "1e400", "-1", "null"] {
+    for bad in ["NaN", "\"NaN\"", "\"inf\"", "1e400", "\"-\"", "null"] {
         let (line, msg) = line_err(
             &format!("{{\"step\": 1, \"heap\": 100}}\n{{\"step\": 2, \"heap\": {bad}}}\n"),
             &o,
@@ -346,7 +358,7 @@ fn log_bad_values_rejected_and_truncated_last_line_warned() {
         pattern: Some(r"Step (?P<step>\S+): (?P<value>\S+)".into()),
         ..Default::default()
     };
-    for bad in ["NaN", "inf", "1e400", "-3"] {
+    for bad in ["NaN", "inf", "1e400", "--3"] {
         let (line, msg) = line_err(&format!("Step 1: 5\nStep 2: {bad}\nStep 3: 7\n"), &opts);
         assert_eq!(line, 2, "{bad}: {msg}");
     }
@@ -397,4 +409,75 @@ fn parsed_series_feeds_the_verdict() {
         "{}",
         r.sentence
     );
+}
+
+#[test]
+fn negative_values_are_memory_relative_to_a_baseline() {
+    // A table of cumulative deltas: recognised by name, negative values kept, marked relative.
+    let (s, _) = ok("run,cumulative_mb\n0,-0.46\n1,0.02\n2,-1.76\n");
+    assert_eq!(s.steps, vec![0, 1, 2]);
+    assert_eq!(s.values, vec![-0.46 * MB, 0.02 * MB, -1.76 * MB]);
+    assert!(s.relative);
+    assert_eq!(s.unit, Some(Unit::MB));
+    // A delta column that happens to stay positive is relative by its name.
+    let (s, _) = ok("step,delta_mb\n0,1\n1,2\n");
+    assert!(s.relative);
+    // Absolute memory is not.
+    let (s, _) = ok("step,rss_mb\n0,1\n1,2\n");
+    assert!(!s.relative);
+    let (s, _) = ok("Step 1: -5 MB\nStep 2: 3 MB\n");
+    assert_eq!(s.values, vec![-5.0 * MB, 3.0 * MB]);
+}
+
+#[test]
+fn python_logging_lines_are_a_text_log_not_csv() {
+    let text: String = (0..20)
+        .map(|i| {
+            format!(
+                "2024-01-01 10:00:{i:02},123 - INFO - Step {i}: {} MB\n",
+                1000 + i
+            )
+        })
+        .collect();
+    let (s, _) = ok(&text);
+    assert_eq!(s.steps.len(), 20);
+    assert_eq!(s.values[3], 1003.0 * MB);
+    assert_eq!(s.seconds.as_ref().map(|t| t[1]), Some(1.0));
+}
+
+#[test]
+fn encodings_and_layouts_are_named() {
+    let utf16: Vec<u8> = std::iter::once([0xffu8, 0xfe])
+        .chain("step,rss\n1,2\n".encode_utf16().map(|u| u.to_le_bytes()))
+        .flatten()
+        .collect();
+    let e = parse_reader(&mut &utf16[..], &ParseOptions::default()).unwrap_err();
+    assert!(e.to_string().contains("UTF-16LE"), "{e}");
+    let no_bom: Vec<u8> = "step,rss\n1,2\n"
+        .encode_utf16()
+        .flat_map(|u| u.to_le_bytes())
+        .collect();
+    let e = parse_reader(&mut &no_bom[..], &ParseOptions::default()).unwrap_err();
+    assert!(e.to_string().contains("UTF-16LE"), "{e}");
+    let e = parse("step,rss_mb\n").unwrap_err().to_string();
+    assert!(e.contains("header (step, rss_mb) but no data rows"), "{e}");
+    let e = parse("loss\n2.5\n2.4\n").unwrap_err().to_string();
+    assert!(
+        e.contains("one column, 'loss'") && e.contains("--value-column 1"),
+        "{e}"
+    );
+    let e = parse("hello world\nnothing here\n")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("--format") && e.contains("--pattern"), "{e}");
+    let (line, msg) = line_err("step,rss\n1,2\n2,3,4\n3,4\n", &ParseOptions::default());
+    assert_eq!(line, 3);
+    assert!(msg.contains("ragged"), "{msg}");
+    let bad = b"step,rss\n1,2\n2,\xff\n3,4\n";
+    let (line, msg) = match parse_reader(&mut &bad[..], &ParseOptions::default()) {
+        Err(SeriesError::Line { line, message }) => (line, message),
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(line, 3);
+    assert!(msg.contains("UTF-8"), "{msg}");
 }

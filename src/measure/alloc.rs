@@ -147,6 +147,16 @@ pub fn keep_freed_memory() {
     unsafe { libmimalloc_sys::mi_option_set(MI_OPTION_PURGE_DELAY, -1) }
 }
 
+/// Undoes [`keep_freed_memory`]: freed memory goes back to the OS at once. For commands that
+/// read large inputs and never measure (`analyze`), so that their RSS stays near what they hold.
+pub fn return_freed_memory() {
+    if std::env::var_os("MIMALLOC_PURGE_DELAY").is_some() {
+        return;
+    }
+    // SAFETY: plain option setter; 0 means "purge freed memory immediately".
+    unsafe { libmimalloc_sys::mi_option_set(MI_OPTION_PURGE_DELAY, 0) }
+}
+
 pub fn is_active() -> bool {
     ACTIVE.load(Relaxed)
 }

@@ -5,16 +5,32 @@
 //! written "—" (text, Markdown), empty (CSV) or null (JSON); never NaN. Reports never measure.
 
 use crate::analysis::leak::LeakReport;
-use crate::analysis::leak_text::{group, rate};
+use crate::analysis::leak_text::{group, rate_in};
 use crate::analysis::targets::TargetRow;
-use crate::units::{fmt_bytes, fmt_range};
+use crate::units::{fmt_bytes, fmt_bytes_in, fmt_range_in};
 
-/// The key facts as (name, value) pairs, shared by text and Markdown.
+/// The key facts as (name, value) pairs, shared by text and Markdown. Figures are in binary units,
+/// and also in the log's own unit when it was a decimal one (MB, GB).
 fn facts(r: &LeakReport) -> Vec<(&'static str, String)> {
+    let fmt_bytes = |b: f64| fmt_bytes_in(b, r.unit);
+    let fmt_range = |lo: f64, hi: f64| fmt_range_in(lo, hi, r.unit);
+    let rate = |b: f64| rate_in(b, r.unit);
     let dash = || "—".to_string();
     let conf = format!("{:.0}%", r.params.confidence * 100.0);
     let mut f = Vec::new();
-    f.push(("Verdict", format!("{} ({})", r.verdict.as_str(), r.label)));
+    f.push((
+        "Verdict",
+        format!(
+            "{} ({}{})",
+            r.verdict.as_str(),
+            r.label,
+            if r.relative {
+                ", relative to a baseline"
+            } else {
+                ""
+            }
+        ),
+    ));
     f.push((
         "Warm-up end",
         match r.warmup_end_step {
@@ -109,17 +125,28 @@ fn facts(r: &LeakReport) -> Vec<(&'static str, String)> {
         },
     ));
     if let Some(b) = r.params.budget_bytes {
-        let steps = r
-            .steps_to_budget
-            .map_or("never at the measured slope".to_string(), |s| {
-                format!("{} steps", group(s.round() as u64))
-            });
-        let hours = r
-            .hours_to_budget
-            .map_or(String::new(), |h| format!(", {h:.1} h"));
+        let now = r
+            .current_bytes
+            .map_or(String::new(), |c| format!(", last sample {}", fmt_bytes(c)));
+        let steps = match (r.steps_to_budget, r.slope_bytes_per_step) {
+            (Some(s), _) if s <= 0.0 => "already reached: memory is at or above the budget".into(),
+            (Some(s), _) => format!(
+                "{} steps{}",
+                group(s.round() as u64),
+                r.hours_to_budget
+                    .map_or(String::new(), |h| format!(", {h:.1} h"))
+            ),
+            (None, Some(sl))
+                if sl <= 0.0 || r.verdict == crate::analysis::leak::Verdict::Plateau =>
+            {
+                "not reached: memory does not grow after the warm-up".into()
+            }
+            (None, Some(_)) => "not reached at the measured slope".into(),
+            (None, None) => format!("unknown: no trend was measured ({})", r.verdict.as_str()),
+        };
         f.push((
             "Until the budget",
-            format!("{steps}{hours} (budget {})", fmt_bytes(b)),
+            format!("{steps} (budget {}{now})", fmt_bytes(b)),
         ));
     }
     f.push((

@@ -26,6 +26,7 @@ fn plateau() -> LeakReport {
         values,
         seconds: None,
         label: "heap live".into(),
+        ..Default::default()
     };
     analyze(
         &s,
@@ -152,6 +153,7 @@ fn leak_text_shows_rates_in_binary_units() {
             values,
             seconds: None,
             label: "RSS".into(),
+            ..Default::default()
         },
         &LeakParams {
             steps_per_hour: Some(3600.0),

@@ -208,19 +208,43 @@ impl JsonlWriter {
 }
 
 /// Reads a JSONL file of rows; blank lines are skipped, a bad line is an error naming its number.
-pub fn read_jsonl(path: &Path) -> anyhow::Result<Vec<Row>> {
+/// A cut-off LAST line (its JSON ends early, or it has no line ending and does not read as a row:
+/// a sweep killed while appending) is skipped with a warning, as `analyze` does with its logs.
+/// Returns the rows and the warnings.
+pub fn read_jsonl(path: &Path) -> anyhow::Result<(Vec<Row>, Vec<String>)> {
     let text =
         std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let last = text
+        .lines()
+        .enumerate()
+        .filter(|(_, l)| !l.trim().is_empty())
+        .map(|(i, _)| i)
+        .last();
     let mut rows = Vec::new();
+    let mut warnings = Vec::new();
     for (i, line) in text.lines().enumerate() {
         if line.trim().is_empty() {
             continue;
         }
-        let row: Row = serde_json::from_str(line)
-            .with_context(|| format!("{}:{}: not a sweep row", path.display(), i + 1))?;
-        rows.push(row);
+        match serde_json::from_str::<Row>(line) {
+            Ok(row) => rows.push(row),
+            Err(e) if Some(i) == last && (e.is_eof() || !text.ends_with('\n')) => {
+                warnings.push(format!(
+                    "{}:{}: the last line is cut off ({e}); it looks truncated and was ignored",
+                    path.display(),
+                    i + 1
+                ));
+            }
+            Err(e) => {
+                return Err(anyhow::Error::new(e).context(format!(
+                    "{}:{}: not a sweep row",
+                    path.display(),
+                    i + 1
+                )))
+            }
+        }
     }
-    Ok(rows)
+    Ok((rows, warnings))
 }
 
 const CSV_HEADER: [&str; 20] = [

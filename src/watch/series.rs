@@ -75,6 +75,8 @@ pub fn judged(
             values: vec![],
             seconds: Some(vec![]),
             label: name.clone(),
+            unit: None,
+            relative: false,
         };
         for (i, p) in pts.iter().enumerate() {
             let step = p.step.unwrap_or(i as u64);
@@ -105,6 +107,8 @@ pub fn judged(
         values: vec![],
         seconds: Some(vec![]),
         label: label.clone(),
+        unit: None,
+        relative: false,
     };
     let per_step = !log.markers.is_empty();
     let mut skipped = 0;

@@ -57,6 +57,8 @@ impl StatusLine {
                         values: l.values.clone(),
                         seconds: Some(l.times.clone()),
                         label: "summed RSS".into(),
+                        unit: None,
+                        relative: false,
                     });
                     (line(&l), series)
                 };

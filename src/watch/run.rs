@@ -213,7 +213,7 @@ pub fn watch(mut cfg: WatchConfig) -> anyhow::Result<WatchResult> {
             format!("PSS/USS/swap read from smaps_rollup every sample ({} reads, {avg_ms:.2} ms each)", sampler.smaps_reads)
         } else {
             format!(
-                "PSS/USS/swap re-read from smaps_rollup within a {:.1}% CPU budget ({} reads, {avg_ms:.2} ms each; RSS, threads and CPU every sample; smaps_age_s in --jsonl/--json says how old)",
+                "PSS/USS/swap re-read from smaps_rollup within a {:.2}% CPU budget ({} reads, {avg_ms:.2} ms each; RSS, threads and CPU every sample; smaps_age_s in --jsonl/--json says how old)",
                 100.0 / crate::watch::sample::SMAPS_BUDGET,
                 sampler.smaps_reads
             )

@@ -7,6 +7,7 @@ pub mod leak;
 pub mod leak_text;
 pub mod leak_types;
 pub mod op_cost;
+pub mod profile_tree;
 pub mod record_series;
 pub mod roofline;
 pub mod scaling;

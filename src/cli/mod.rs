@@ -10,6 +10,8 @@ mod fit;
 mod leak;
 mod models;
 mod peaks;
+mod profile;
+mod roofline;
 mod scaling;
 mod sweep;
 mod worker;
@@ -50,6 +52,10 @@ pub enum Command {
     Analyze(leak::AnalyzeArgs),
     /// Measure this machine's ceilings: matmul GFLOP/s per dtype and memory bandwidth (cached)
     Peaks(peaks::PeaksArgs),
+    /// Per op kind: FLOPs, minimum bytes, time, achieved rates against the measured roofs
+    Roofline(roofline::RooflineArgs),
+    /// The module tree of a measured step: params, FLOPs, time, % of step, forward and backward
+    Profile(profile::ProfileArgs),
     /// Runs one Spec from stdin (used by sweep and fit)
     #[command(hide = true)]
     Worker(worker::WorkerArgs),
@@ -67,6 +73,8 @@ pub fn run() -> anyhow::Result<ExitCode> {
         Command::Leak(a) => leak::leak(a),
         Command::Analyze(a) => leak::analyze(a),
         Command::Peaks(a) => peaks::run(a),
+        Command::Roofline(a) => roofline::run(a),
+        Command::Profile(a) => profile::run(a),
         Command::Worker(a) => worker::run(a),
     }
 }

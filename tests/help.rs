@@ -5,7 +5,7 @@ use assert_cmd::Command;
 
 const COMMANDS: &[&str] = &[
     "", "bench", "estimate", "models", "sweep", "fit", "scaling", "leak", "analyze", "peaks",
-    "worker",
+    "roofline", "profile", "worker",
 ];
 
 fn help(command: &str) -> String {

@@ -5,7 +5,7 @@ use assert_cmd::Command;
 
 const COMMANDS: &[&str] = &[
     "", "bench", "estimate", "models", "sweep", "fit", "scaling", "leak", "analyze", "watch",
-    "peaks", "report", "compare", "diff", "worker",
+    "peaks", "roofline", "profile", "report", "compare", "diff", "worker",
 ];
 
 fn help(command: &str) -> String {

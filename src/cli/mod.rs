@@ -12,6 +12,8 @@ mod fit;
 mod leak;
 mod models;
 mod peaks;
+mod profile;
+mod roofline;
 mod report;
 mod scaling;
 mod sweep;
@@ -56,6 +58,10 @@ pub enum Command {
     Watch(watch::WatchArgs),
     /// Measure this machine's ceilings: matmul GFLOP/s per dtype and memory bandwidth (cached)
     Peaks(peaks::PeaksArgs),
+    /// Per op kind: FLOPs, minimum bytes, time, achieved rates against the measured roofs
+    Roofline(roofline::RooflineArgs),
+    /// The module tree of a measured step: params, FLOPs, time, % of step, forward and backward
+    Profile(profile::ProfileArgs),
     /// Compare two Records (or two sweeps): change per phase and memory figure with a bootstrap CI; exit 1 on regression
     Compare(compare::CompareArgs),
     /// Two Records' memory side by side: per category and phase, and what moved the peak
@@ -80,6 +86,8 @@ pub fn run() -> anyhow::Result<ExitCode> {
         Command::Analyze(a) => leak::analyze(a),
         Command::Watch(a) => watch::run(a),
         Command::Peaks(a) => peaks::run(a),
+        Command::Roofline(a) => roofline::run(a),
+        Command::Profile(a) => profile::run(a),
         Command::Compare(a) => compare::run(a),
         Command::Diff(a) => diff::run(a),
         Command::Report(a) => report::run(a),

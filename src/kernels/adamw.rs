@@ -5,6 +5,8 @@
 //! allocated once, at construction.
 
 use super::elems;
+use crate::measure::op_timer::{op_scope_in, Pass};
+use crate::model::scope;
 use candle_core::backend::BackendStorage;
 use candle_core::{backprop::GradStore, bail, CpuStorage, InplaceOp2, Layout, Result, Var};
 use candle_nn::ParamsAdamW;
@@ -35,6 +37,7 @@ impl AdamW {
 
     /// One step over every parameter that has a gradient in `grads`.
     pub fn step(&mut self, grads: &GradStore) -> Result<()> {
+        let _t = op_scope_in(scope::OTHER_ID, "adamw", Pass::Forward);
         self.step += 1;
         let p = &self.params;
         let h = Hyper {

@@ -16,6 +16,8 @@
 
 use super::elems::{self, fast_exp};
 use super::product::{product, Operand};
+use crate::measure::op_timer::{op_scope, op_scope_in, Pass};
+use crate::model::scope;
 use candle_core::{bail, CpuStorage, CustomOp1, CustomOp3, DType, Layout, Result, Shape, Tensor};
 use rayon::prelude::*;
 use std::sync::Mutex;
@@ -27,6 +29,7 @@ pub const BLOCK: usize = 64;
 /// (H, D) with C = H·D, as GPT-2's `c_attn` produces them → (B, T, C). Differentiable; the
 /// gradient is one packed (B, T, 3C) tensor.
 pub fn packed(qkv: &Tensor, heads: usize, causal: bool) -> Result<Tensor> {
+    let _t = op_scope("attention", Pass::Forward);
     let (_, t, c3) = qkv.dims3()?;
     if t == 0 {
         bail!("attention: no queries (T = 0)")
@@ -39,6 +42,7 @@ pub fn packed(qkv: &Tensor, heads: usize, causal: bool) -> Result<Tensor> {
             heads,
             causal,
             lse: Mutex::default(),
+            module: scope::current(),
         })
     })
 }
@@ -47,6 +51,7 @@ pub fn packed(qkv: &Tensor, heads: usize, causal: bool) -> Result<Tensor> {
 /// multiple of KV, any strides with a contiguous head dim → (B, T, H·D). Causal means query t
 /// sees keys up to S − T + t (the queries are the last T positions). Differentiable.
 pub fn split(q: &Tensor, k: &Tensor, v: &Tensor, causal: bool) -> Result<Tensor> {
+    let _t = op_scope("attention", Pass::Forward);
     let (b, h, t, d) = q.dims4()?;
     let (kb, kv, s, kd) = k.dims4()?;
     if t == 0 {
@@ -64,6 +69,7 @@ pub fn split(q: &Tensor, k: &Tensor, v: &Tensor, causal: bool) -> Result<Tensor>
     let op = Split {
         causal,
         lse: Mutex::default(),
+        module: scope::current(),
     };
     if q.dtype() == DType::F32 && k.dtype() == DType::F32 && v.dtype() == DType::F32 {
         return q.apply_op3(k, v, op);
@@ -433,6 +439,8 @@ struct Packed {
     heads: usize,
     causal: bool,
     lse: Mutex<Vec<f32>>,
+    /// The module its forward ran in (its backward is timed there).
+    module: u16,
 }
 
 impl CustomOp1 for Packed {
@@ -454,6 +462,7 @@ impl CustomOp1 for Packed {
     }
 
     fn bwd(&self, qkv: &Tensor, y: &Tensor, dy: &Tensor) -> Result<Option<Tensor>> {
+        let _t = op_scope_in(self.module, "attention", Pass::Backward);
         let op = "attention backward";
         let dy = dy.contiguous()?;
         let ((xs, xl), (ys, yl), (ds, dl)) = (
@@ -496,6 +505,8 @@ impl CustomOp1 for Packed {
 struct Split {
     causal: bool,
     lse: Mutex<Vec<f32>>,
+    /// The module its forward ran in (its backward is timed there).
+    module: u16,
 }
 
 fn split_dims(lq: &Layout, lk: &Layout, causal: bool) -> Result<Dims> {
@@ -551,6 +562,7 @@ impl CustomOp3 for Split {
         y: &Tensor,
         dy: &Tensor,
     ) -> Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
+        let _t = op_scope_in(self.module, "attention", Pass::Backward);
         let op = "attention backward";
         let dy = dy.contiguous()?;
         let dm = split_dims(q.layout(), k.layout(), self.causal)?;

@@ -4,12 +4,15 @@
 //! logits-sized buffer, the gradient (softmax − one-hot)/N, in the logits' dtype.
 
 use super::elems::{self, fast_exp, rows_per_task};
+use crate::measure::op_timer::{op_scope_in, Pass};
+use crate::model::scope;
 use candle_core::backend::BackendStorage;
 use candle_core::{bail, CpuStorage, CustomOp2, DType, Layout, Result, Shape, Tensor};
 use rayon::prelude::*;
 
 /// Mean cross-entropy of `logits` (N, V) against `targets` (N) u32 → scalar f32.
 pub fn cross_entropy(logits: &Tensor, targets: &Tensor) -> Result<Tensor> {
+    let _t = op_scope_in(scope::HEAD_ID, "cross-entropy", Pass::Forward);
     let (n, _) = logits.dims2()?;
     if targets.dims() != [n] || targets.dtype() != DType::U32 {
         bail!(
@@ -79,6 +82,7 @@ impl CustomOp2 for CrossEntropy {
         _loss: &Tensor,
         g: &Tensor,
     ) -> Result<(Option<Tensor>, Option<Tensor>)> {
+        let _t = op_scope_in(scope::HEAD_ID, "cross-entropy", Pass::Backward);
         let scale = g.to_dtype(DType::F32)?.to_scalar::<f32>()?;
         let op = CrossEntropyGrad { scale };
         Ok((Some(logits.detach().apply_op2_no_bwd(targets, &op)?), None))

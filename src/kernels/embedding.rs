@@ -9,6 +9,8 @@
 //! Shape vocabulary: V table rows, C features, N ids.
 
 use super::{elems, sink};
+use crate::measure::op_timer::{op_scope_in, Pass};
+use crate::model::scope;
 use candle_core::{
     bail, CpuStorage, CustomOp2, DType, InplaceOp3, Layout, Result, Shape, Storage, Tensor,
 };
@@ -17,6 +19,7 @@ use rayon::prelude::*;
 /// `table (V, C)` rows at `ids (N)` u32 → (N, C). Differentiable in the table. Half types run
 /// candle's `embedding`.
 pub fn embedding(table: &Tensor, ids: &Tensor) -> Result<Tensor> {
+    let _t = op_scope_in(scope::EMBEDDING_ID, "embedding", Pass::Forward);
     table.dims2()?;
     ids.dims1()?;
     if ids.dtype() != DType::U32 {
@@ -83,6 +86,7 @@ impl CustomOp2 for Embedding {
         _y: &Tensor,
         dy: &Tensor,
     ) -> Result<(Option<Tensor>, Option<Tensor>)> {
+        let _t = op_scope_in(scope::EMBEDDING_ID, "embedding", Pass::Backward);
         let dy = dy.contiguous()?;
         let fresh = || -> Result<Tensor> {
             let (v, c) = table.dims2()?;

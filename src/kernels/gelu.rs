@@ -4,6 +4,8 @@
 //! input for backward and makes one gradient tensor.
 
 use super::elems::{self, fast_exp, rows_per_task};
+use crate::measure::op_timer::{op_scope, op_scope_in, Pass};
+use crate::model::scope;
 use candle_core::backend::BackendStorage;
 use candle_core::{CpuStorage, CustomOp1, Layout, Result, Shape, Tensor};
 use rayon::prelude::*;
@@ -13,10 +15,16 @@ const A: f32 = 0.044_715;
 
 /// GELU (tanh) of `x`, any shape; differentiable.
 pub fn gelu(x: &Tensor) -> Result<Tensor> {
-    x.contiguous()?.apply_op1(Gelu)
+    let _t = op_scope("gelu", Pass::Forward);
+    x.contiguous()?.apply_op1(Gelu {
+        module: scope::current(),
+    })
 }
 
-struct Gelu;
+struct Gelu {
+    /// The module its forward ran in (the backward is timed there).
+    module: u16,
+}
 
 fn map(op: &str, s: &CpuStorage, l: &Layout, f: impl Fn(f32) -> f32 + Sync) -> Result<CpuStorage> {
     let x = elems::read(op, s, l)?;
@@ -42,6 +50,7 @@ impl CustomOp1 for Gelu {
     }
 
     fn bwd(&self, x: &Tensor, _y: &Tensor, g: &Tensor) -> Result<Option<Tensor>> {
+        let _t = op_scope_in(self.module, "gelu", Pass::Backward);
         let g = g.contiguous()?;
         Ok(Some(x.detach().apply_op2_no_bwd(&g, &GeluGrad)?))
     }

@@ -4,12 +4,15 @@
 //! recomputes mean and 1/σ per row in backward.
 
 use super::elems::{self, rows_per_task, with_f32};
+use crate::measure::op_timer::{op_scope, op_scope_in, Pass};
+use crate::model::scope;
 use candle_core::backend::BackendStorage;
 use candle_core::{bail, CpuStorage, CustomOp3, Layout, Result, Shape, Tensor};
 use rayon::prelude::*;
 
 /// LayerNorm of `x` (…, C) with weight and bias (C) → (…, C); differentiable in all three.
 pub fn layer_norm(x: &Tensor, w: &Tensor, b: &Tensor, eps: f64) -> Result<Tensor> {
+    let _t = op_scope("layer norm", Pass::Forward);
     let c = x.dim(candle_core::D::Minus1)?;
     if w.dims() != [c] || b.dims() != [c] {
         bail!(
@@ -21,13 +24,18 @@ pub fn layer_norm(x: &Tensor, w: &Tensor, b: &Tensor, eps: f64) -> Result<Tensor
     x.contiguous()?.apply_op3(
         &w.contiguous()?,
         &b.contiguous()?,
-        LayerNorm { eps: eps as f32 },
+        LayerNorm {
+            eps: eps as f32,
+            module: scope::current(),
+        },
     )
 }
 
 #[derive(Clone, Copy)]
 struct LayerNorm {
     eps: f32,
+    /// The module its forward ran in (its backward is timed there).
+    module: u16,
 }
 
 /// Mean and 1/σ of one row.
@@ -83,6 +91,7 @@ impl CustomOp3 for LayerNorm {
         _y: &Tensor,
         g: &Tensor,
     ) -> Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
+        let _t = op_scope_in(self.module, "layer norm", Pass::Backward);
         let g = g.contiguous()?;
         let c = w.elem_count();
         let (dx, dw, db) = with_f32("layer_norm backward", x, |x| {

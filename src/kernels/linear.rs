@@ -14,6 +14,8 @@
 use super::elems::{self, rows_per_task};
 use super::product::{product, Operand};
 use super::sink;
+use crate::measure::op_timer::{op_scope, op_scope_in, Pass};
+use crate::model::scope;
 use candle_core::{
     bail, CpuStorage, CustomOp2, CustomOp3, DType, InplaceOp3, Layout, Result, Shape, Tensor,
 };
@@ -40,6 +42,7 @@ enum Weight {
 }
 
 fn apply(x: &Tensor, w: &Tensor, b: Option<&Tensor>, layout: Weight) -> Result<Tensor> {
+    let _t = op_scope("linear", Pass::Forward);
     let (_, i) = x.dims2()?;
     let (w0, w1) = w.dims2()?;
     let (wi, o) = match layout {
@@ -71,8 +74,21 @@ fn apply(x: &Tensor, w: &Tensor, b: Option<&Tensor>, layout: Weight) -> Result<T
         };
     }
     match b {
-        Some(b) => x.apply_op3(w, b, Linear { layout }),
-        None => x.apply_op2(w, Linear { layout }),
+        Some(b) => x.apply_op3(
+            w,
+            b,
+            Linear {
+                layout,
+                module: scope::current(),
+            },
+        ),
+        None => x.apply_op2(
+            w,
+            Linear {
+                layout,
+                module: scope::current(),
+            },
+        ),
     }
 }
 
@@ -137,6 +153,8 @@ fn mm(m: usize, n: usize, k: usize, dst: &mut [f32], acc: bool, lhs: Mat, rhs: M
 
 struct Linear {
     layout: Weight,
+    /// The module its forward ran in (its backward is timed there).
+    module: u16,
 }
 
 /// Σ over rows of `dy` (rows of `o`) → (O).
@@ -320,6 +338,7 @@ impl CustomOp2 for Linear {
         _y: &Tensor,
         dy: &Tensor,
     ) -> Result<(Option<Tensor>, Option<Tensor>)> {
+        let _t = op_scope_in(self.module, "linear", Pass::Backward);
         let [dx, dw, _] = self.backward(x, w, dy, false)?;
         Ok((dx, dw))
     }
@@ -363,6 +382,7 @@ impl CustomOp3 for Linear {
         _y: &Tensor,
         dy: &Tensor,
     ) -> Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
+        let _t = op_scope_in(self.module, "linear", Pass::Backward);
         let [dx, dw, db] = self.backward(x, w, dy, true)?;
         Ok((dx, dw, db))
     }

@@ -2,23 +2,33 @@
 //! Keeps only its inputs; backward recomputes 1/rms per row.
 
 use super::elems::{self, rows_per_task, with_f32};
+use crate::measure::op_timer::{op_scope, op_scope_in, Pass};
+use crate::model::scope;
 use candle_core::backend::BackendStorage;
 use candle_core::{bail, CpuStorage, CustomOp2, Layout, Result, Shape, Tensor};
 use rayon::prelude::*;
 
 /// RMSNorm of `x` (…, C) with weight (C) → (…, C); differentiable in both.
 pub fn rms_norm(x: &Tensor, w: &Tensor, eps: f64) -> Result<Tensor> {
+    let _t = op_scope("rms norm", Pass::Forward);
     let c = x.dim(candle_core::D::Minus1)?;
     if w.dims() != [c] {
         bail!("rms_norm: weight must be ({c},), got {:?}", w.dims());
     }
-    x.contiguous()?
-        .apply_op2(&w.contiguous()?, RmsNorm { eps: eps as f32 })
+    x.contiguous()?.apply_op2(
+        &w.contiguous()?,
+        RmsNorm {
+            eps: eps as f32,
+            module: scope::current(),
+        },
+    )
 }
 
 #[derive(Clone, Copy)]
 struct RmsNorm {
     eps: f32,
+    /// The module its forward ran in (its backward is timed there).
+    module: u16,
 }
 
 #[inline]
@@ -64,6 +74,7 @@ impl CustomOp2 for RmsNorm {
         _y: &Tensor,
         g: &Tensor,
     ) -> Result<(Option<Tensor>, Option<Tensor>)> {
+        let _t = op_scope_in(self.module, "rms norm", Pass::Backward);
         let g = g.contiguous()?;
         let c = w.elem_count();
         let eps = self.eps;

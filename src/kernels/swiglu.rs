@@ -3,12 +3,15 @@
 //! the silu output for backward; this keeps only the two inputs.
 
 use super::elems::{self, fast_exp, rows_per_task};
+use crate::measure::op_timer::{op_scope, op_scope_in, Pass};
+use crate::model::scope;
 use candle_core::backend::BackendStorage;
 use candle_core::{CpuStorage, CustomOp2, CustomOp3, Layout, Result, Shape, Tensor};
 use rayon::prelude::*;
 
 /// silu(gate) · up, both (…, F) of one shape → (…, F); differentiable in both.
 pub fn swiglu(gate: &Tensor, up: &Tensor) -> Result<Tensor> {
+    let _t = op_scope("swiglu", Pass::Forward);
     if gate.shape() != up.shape() {
         candle_core::bail!(
             "swiglu: gate {:?} and up {:?} differ in shape",
@@ -16,14 +19,22 @@ pub fn swiglu(gate: &Tensor, up: &Tensor) -> Result<Tensor> {
             up.dims()
         );
     }
-    gate.contiguous()?.apply_op2(&up.contiguous()?, SwiGlu)
+    gate.contiguous()?.apply_op2(
+        &up.contiguous()?,
+        SwiGlu {
+            module: scope::current(),
+        },
+    )
 }
 
 fn sigmoid(x: f32) -> f32 {
     1.0 / (1.0 + fast_exp(-x))
 }
 
-struct SwiGlu;
+struct SwiGlu {
+    /// The module its forward ran in (its backward is timed there).
+    module: u16,
+}
 
 impl CustomOp2 for SwiGlu {
     fn name(&self) -> &'static str {
@@ -58,6 +69,7 @@ impl CustomOp2 for SwiGlu {
         _y: &Tensor,
         dy: &Tensor,
     ) -> Result<(Option<Tensor>, Option<Tensor>)> {
+        let _t = op_scope_in(self.module, "swiglu", Pass::Backward);
         let (g, u, dy) = (g.detach(), u.detach(), dy.contiguous()?);
         let dg = g.apply_op3_no_bwd(&u, &dy, &SwiGluGrad { of_gate: true })?;
         let du = g.apply_op3_no_bwd(&u, &dy, &SwiGluGrad { of_gate: false })?;

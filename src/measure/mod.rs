@@ -3,6 +3,7 @@
 
 pub mod alloc;
 pub mod clock;
+pub mod op_timer;
 pub mod peaks;
 pub mod phases;
 pub mod procfs;

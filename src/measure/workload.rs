@@ -130,6 +130,9 @@ pub fn measure_with(
             let vars = store.vars();
             let mut opt: Option<AdamW> = None;
             for step in 0..total_steps {
+                if step == spec.warmup {
+                    crate::measure::op_timer::reset(); // per-op times cover the measured steps
+                }
                 run.tracker.capture = step == capture_step;
                 let t = run.train_step(&model, &ids, &targets, &vars, &mut opt, step)?;
                 if step >= spec.warmup {
@@ -145,6 +148,9 @@ pub fn measure_with(
             let (ids, _) = random_batch(&mut rng, spec.batch, spec.seq, cfg.vocab_size, &dev)?;
             drop(store); // inference keeps the model's detached tensors only
             for step in 0..total_steps {
+                if step == spec.warmup {
+                    crate::measure::op_timer::reset(); // per-op times cover the measured steps
+                }
                 run.tracker.capture = step == capture_step;
                 let (logits, ms) = run.tracker.run(Phase::Forward, || {
                     time_ms(&dev, || model.forward(&ids, None))
@@ -167,6 +173,9 @@ pub fn measure_with(
             })?;
             kv_cache_bytes = Some(cache.bytes());
             for step in 0..total_steps {
+                if step == spec.warmup {
+                    crate::measure::op_timer::reset(); // per-op times cover the measured steps
+                }
                 run.tracker.capture = step == capture_step;
                 cache.reset();
                 let (prefill_ms, decode_ms) = run.generate_step(&model, &prompt, &mut cache)?;

@@ -4,6 +4,7 @@
 
 use crate::kernels::attention;
 use crate::kernels::embedding::embedding;
+use crate::measure::op_timer::timed;
 use crate::model::config::ModelConfig;
 use crate::model::kv_cache::KvCache;
 use crate::model::ops::{conv1d, layer_norm, linear};
@@ -129,7 +130,8 @@ impl Gpt2 {
         scope::enter(scope::EMBEDDING_ID);
         let pos = Tensor::arange(offset as u32, (offset + t) as u32, ids.device())?; // (T)
         let tok = embedding(&self.wte, &ids.flatten_all()?)?.reshape((b, t, c))?; // (B, T, C)
-        let x = tok.broadcast_add(&embedding(&self.wpe, &pos)?)?; // (B, T, C)
+        let p = embedding(&self.wpe, &pos)?; // (T, C)
+        let x = timed("position add", || tok.broadcast_add(&p))?; // (B, T, C)
         let mut x = cut(x)?;
         for (i, blk) in self.blocks.iter().enumerate() {
             x = cut(self.block(i, blk, &x, cache.as_deref_mut().map(|k| (i, k)))?)?;
@@ -150,8 +152,10 @@ impl Gpt2 {
         x: &Tensor,
         cache: Option<(usize, &mut KvCache)>,
     ) -> Result<Tensor> {
-        let x = (x + self.attention(i, blk, x, cache)?)?; // (B, T, C)
-        &x + self.mlp(i, blk, &x)? // (B, T, C)
+        let a = self.attention(i, blk, x, cache)?; // (B, T, C)
+        let x = timed("residual add", || x + a)?; // (B, T, C)
+        let m = self.mlp(i, blk, &x)?; // (B, T, C)
+        timed("residual add", || &x + m) // (B, T, C)
     }
 
     /// Block `i`'s attention half, norm to output projection → (B, T, C). A function of its
@@ -174,7 +178,9 @@ impl Gpt2 {
             None => attention::packed(&qkv.reshape((b, t, 3 * c))?, nh, true)?, // (B, T, C)
             Some((layer, kv)) => {
                 let qkv = qkv.reshape((b, t, 3, nh, hd))?.permute((2, 0, 3, 1, 4))?; // (3, B, H, T, D)
-                let (k, v) = kv.append(layer, &qkv.get(1)?, &qkv.get(2)?)?; // (B, H, S, D)
+                let (k, v) = timed("kv cache append", || {
+                    kv.append(layer, &qkv.get(1)?, &qkv.get(2)?)
+                })?; // (B, H, S, D)
                 attention::split(&qkv.get(0)?, &k, &v, true)? // (B, T, C)
             }
         };

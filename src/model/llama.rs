@@ -4,6 +4,7 @@
 
 use crate::kernels::attention;
 use crate::kernels::embedding::embedding;
+use crate::measure::op_timer::timed;
 use crate::model::config::ModelConfig;
 use crate::model::kv_cache::KvCache;
 use crate::model::ops::{linear, rms_norm};
@@ -136,8 +137,10 @@ impl Llama {
         rope_cs: (&Tensor, &Tensor),
         cache: Option<(usize, &mut KvCache)>,
     ) -> Result<Tensor> {
-        let x = (x + self.attention(i, blk, x, rope_cs, cache)?)?; // (B, T, C)
-        &x + self.mlp(i, blk, &x)? // (B, T, C)
+        let a = self.attention(i, blk, x, rope_cs, cache)?; // (B, T, C)
+        let x = timed("residual add", || x + a)?; // (B, T, C)
+        let m = self.mlp(i, blk, &x)?; // (B, T, C)
+        timed("residual add", || &x + m) // (B, T, C)
     }
 
     /// Block `i`'s attention half, norm to output projection → (B, T, C). A function of its
@@ -164,10 +167,10 @@ impl Llama {
         let v = linear(&h, &blk.v, None)?
             .reshape((b, t, nkv, hd))?
             .transpose(1, 2)?; // (B, KV, T, D), a view: the kernel reads it in place
-        let q = rope(&q.contiguous()?, cos, sin)?; // (B, H, T, D)
-        let k = rope(&k.contiguous()?, cos, sin)?; // (B, KV, T, D)
+        let q = timed("rope", || rope(&q.contiguous()?, cos, sin))?; // (B, H, T, D)
+        let k = timed("rope", || rope(&k.contiguous()?, cos, sin))?; // (B, KV, T, D)
         let (k, v) = match cache {
-            Some((layer, kv)) => kv.append(layer, &k, &v)?, // (B, KV, S, D)
+            Some((layer, kv)) => timed("kv cache append", || kv.append(layer, &k, &v))?, // (B, KV, S, D)
             None => (k, v),
         };
         // Query heads share K/V heads inside the kernel: no repeated copies.

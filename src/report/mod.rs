@@ -13,6 +13,8 @@ pub mod leak;
 pub mod markdown;
 pub mod models;
 pub mod peaks;
+pub mod profile;
+pub mod roofline;
 pub mod scaling;
 pub mod summary;
 pub mod table;

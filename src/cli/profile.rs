@@ -1,0 +1,101 @@
+//! `memscope profile`: the module tree of a measured step (model → block → attention / MLP /
+//! norms → op kinds) with parameters, FLOPs, time per pass, % of the step and achieved
+//! FLOP/s, and the profiling overhead (profiled vs plain step time, same process).
+
+use super::args::{ModelArgs, WorkloadArgs};
+use super::roofline::{run_profiled, sections};
+use crate::analysis::op_cost::Arch;
+use crate::analysis::profile_tree;
+use crate::out;
+use crate::output::{check_outputs, write_atomic};
+use crate::report::profile as rep;
+use anyhow::{bail, Context};
+use clap::Args;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+#[derive(Args, Debug)]
+pub struct ProfileArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    #[command(flatten)]
+    pub workload: WorkloadArgs,
+    /// Tree depth: 1 model, 2 blocks, 3 attention / MLP / norms, 4 op kinds
+    #[arg(long, default_value_t = 3)]
+    pub depth: usize,
+    /// Roofs instead of the cached `memscope peaks` (MATMUL_GFLOPS:BANDWIDTH_GBS)
+    #[arg(long, value_name = "GFLOPS:GBS")]
+    pub roofs: Option<String>,
+    /// Write the tree as JSON
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+    /// Write the tree as CSV
+    #[arg(long, value_name = "FILE")]
+    pub csv: Option<PathBuf>,
+    /// Write the tree as Markdown
+    #[arg(long, value_name = "FILE")]
+    pub markdown: Option<PathBuf>,
+}
+
+/// Parameters of one module, from the shapes (the counts `model::cost` checks exactly).
+fn params_of(a: &Arch, max_seq: usize, tied: bool, module: &str) -> u64 {
+    let (c, f, v) = (a.d_model as u64, a.d_ff as u64, a.vocab as u64);
+    let kvd = (a.n_kv_heads * (a.d_model / a.n_heads)) as u64;
+    let part = module.rsplit(' ').next().unwrap_or("");
+    match (a.llama, module, part) {
+        (_, "embedding", _) => v * c + if a.llama { 0 } else { max_seq as u64 * c },
+        (_, m, _) if m.starts_with("lm head") => {
+            (if a.llama { c } else { 2 * c }) + if tied { 0 } else { v * c }
+        }
+        (false, _, "attention") => 4 * c * c + 4 * c,
+        (true, _, "attention") => 2 * c * c + 2 * c * kvd,
+        (false, _, "mlp") => 2 * c * f + f + c,
+        (true, _, "mlp") => 3 * c * f,
+        (false, _, "norms") => 4 * c,
+        (true, _, "norms") => 2 * c,
+        _ => 0,
+    }
+}
+
+pub fn run(a: ProfileArgs) -> anyhow::Result<ExitCode> {
+    if !(1..=4).contains(&a.depth) {
+        bail!("--depth {}: choose 1 (model) to 4 (op kinds)", a.depth);
+    }
+    check_outputs(&[
+        ("--json", a.json.as_deref()),
+        ("--csv", a.csv.as_deref()),
+        ("--markdown", a.markdown.as_deref()),
+    ])?;
+    let p = run_profiled(&a.model, &a.workload, &a.roofs)?;
+    let (max_seq, tied) = (p.spec.config.max_seq_len, p.spec.config.tie_embeddings);
+    let params = |m: &str| params_of(&p.arch, max_seq, tied, m);
+    let trees: Vec<rep::Tree> = sections(&p)
+        .iter()
+        .map(|s| rep::Tree {
+            name: s.name.to_string(),
+            time_ms: s.time_ms,
+            plain_ms: s.plain_ms,
+            nodes: profile_tree::tree(&s.costs, &s.measured, &params, a.depth),
+        })
+        .collect();
+    let title = format!(
+        "profile: {} {} batch {} seq {} ({} measured steps, {} threads)",
+        p.spec.model,
+        p.spec.mode.name(),
+        p.spec.batch,
+        p.spec.seq,
+        p.spec.steps,
+        p.spec.threads
+    );
+    for (flag, path, text) in [
+        ("--json", &a.json, rep::json(&trees)?),
+        ("--csv", &a.csv, rep::csv(&trees)),
+        ("--markdown", &a.markdown, rep::render(&title, &trees, true)),
+    ] {
+        if let Some(path) = path {
+            write_atomic(path, &text).with_context(|| format!("{flag} {}", path.display()))?;
+        }
+    }
+    out!("{}", rep::render(&title, &trees, false))?;
+    Ok(ExitCode::SUCCESS)
+}

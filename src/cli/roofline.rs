@@ -1,0 +1,284 @@
+//! `memscope roofline`: run the step twice in one process (profiling off, then on), join each
+//! op's measured time with its FLOPs and minimum bytes, and report it against this machine's
+//! measured roofs. `profile.rs` reuses the run and the sections.
+
+use super::args::{build_spec, ModelArgs, WorkloadArgs};
+use crate::analysis::op_cost::{self, Arch, OpCost};
+use crate::analysis::roofline::{MeasuredOp, Roofs};
+use crate::measure::alloc::Phase;
+use crate::measure::op_timer::{self, OpTime};
+use crate::measure::threads::set_threads;
+use crate::model::config::Family;
+use crate::out;
+use crate::output::{check_outputs, write_atomic};
+use crate::record::Record;
+use crate::report::roofline as rep;
+use crate::spec::{Mode, Spec};
+use anyhow::{bail, Context};
+use clap::Args;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::atomic::AtomicUsize;
+
+#[derive(Args, Debug)]
+pub struct RooflineArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    #[command(flatten)]
+    pub workload: WorkloadArgs,
+    /// Roofs to use instead of the cached `memscope peaks`: MATMUL_GFLOPS:BANDWIDTH_GBS
+    #[arg(long, value_name = "GFLOPS:GBS")]
+    pub roofs: Option<String>,
+    /// Write {step, ops[], sections[]} as JSON
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+    /// Write one row per op kind and pass as CSV
+    #[arg(long, value_name = "FILE")]
+    pub csv: Option<PathBuf>,
+    /// Write the tables as Markdown
+    #[arg(long, value_name = "FILE")]
+    pub markdown: Option<PathBuf>,
+}
+
+/// A measured run with profiling on, beside a plain one.
+pub struct Profiled {
+    pub spec: Spec,
+    pub plain: Record,
+    pub profiled: Record,
+    pub ops: Vec<OpTime>,
+    pub roofs: Roofs,
+    pub arch: Arch,
+}
+
+/// Parses --roofs or reads the peaks cache.
+fn roofs(flag: &Option<String>, threads: usize, dtype: &str) -> anyhow::Result<Roofs> {
+    if let Some(s) = flag {
+        let parse = |x: &str| x.trim().parse::<f64>().ok().filter(|v| *v > 0.0);
+        let mut it = s.split(':');
+        let (Some(p), Some(w), None) = (
+            it.next().and_then(parse),
+            it.next().and_then(parse),
+            it.next(),
+        ) else {
+            bail!("--roofs {s}: expected MATMUL_GFLOPS:BANDWIDTH_GBS, two positive numbers");
+        };
+        return Ok(Roofs {
+            matmul_gflops: p,
+            bandwidth_gbs: w,
+            copy_gbs: w,
+        });
+    }
+    let Some(p) = crate::measure::peaks::cached(threads) else {
+        bail!(
+            "no measured peaks cached for {threads} threads: run `memscope peaks --threads \
+             {threads}` first (about a minute), or pass --roofs GFLOPS:GBS"
+        );
+    };
+    Ok(Roofs {
+        matmul_gflops: p.matmul_gflops.get(dtype).copied().unwrap_or(0.0),
+        bandwidth_gbs: p.bandwidth_gbs.max(p.copy_gbs.best),
+        copy_gbs: p.copy_gbs.best,
+    })
+}
+
+pub fn arch(spec: &Spec, params: u64) -> anyhow::Result<Arch> {
+    let c = &spec.config;
+    if c.family == Family::Bert {
+        bail!(
+            "--model {}: roofline and profile cover the gpt2 and llama families",
+            spec.model
+        );
+    }
+    Ok(Arch {
+        llama: c.family == Family::Llama,
+        n_layers: c.n_layers,
+        d_model: c.d_model,
+        n_heads: c.n_heads,
+        n_kv_heads: c.n_kv_heads,
+        d_ff: c.d_ff,
+        vocab: c.vocab_size,
+        elem_bytes: spec.dtype.size_bytes() as f64,
+        params,
+    })
+}
+
+/// Runs the spec plain, then profiled, in this process.
+pub fn run_profiled(
+    m: &ModelArgs,
+    w: &WorkloadArgs,
+    roofs_flag: &Option<String>,
+) -> anyhow::Result<Profiled> {
+    let mut w = w.clone();
+    w.warmup = Some(w.warmup.unwrap_or(1));
+    w.steps = Some(w.steps.unwrap_or(3));
+    let spec = build_spec(m, &w)?;
+    if !w.force {
+        crate::runner::check_machine_memory(&spec)?;
+    }
+    let roofs = roofs(roofs_flag, spec.threads, spec.dtype.name())?;
+    set_threads(spec.threads);
+    let progress = AtomicUsize::new(0);
+    op_timer::set_enabled(false);
+    let plain = crate::runner::run(&spec, &progress)?;
+    op_timer::reset();
+    op_timer::set_enabled(true);
+    let profiled = crate::runner::run(&spec, &progress);
+    op_timer::set_enabled(false);
+    let profiled = profiled?;
+    let ops = op_timer::take();
+    let arch = arch(&spec, profiled.model.params)?;
+    Ok(Profiled {
+        spec,
+        plain,
+        profiled,
+        ops,
+        roofs,
+        arch,
+    })
+}
+
+/// One part of the run reported on its own: the train step, the forward, prefill or one decode step.
+pub struct Section {
+    pub name: &'static str,
+    pub costs: Vec<OpCost>,
+    pub measured: Vec<MeasuredOp>,
+    /// Mean and standard deviation of the profiled and of the plain time, ms.
+    pub time_ms: (f64, f64),
+    pub plain_ms: (f64, f64),
+}
+
+fn per(ops: &[OpTime], phases: &[Phase], div: f64) -> Vec<MeasuredOp> {
+    ops.iter()
+        .filter(|o| phases.contains(&o.phase))
+        .map(|o| MeasuredOp {
+            module: o.module.clone(),
+            kind: o.kind.to_string(),
+            pass: o.pass.name().to_string(),
+            ms: o.total_ms / div,
+        })
+        .collect()
+}
+
+fn scaled(mut v: Vec<OpCost>, k: f64) -> Vec<OpCost> {
+    v.iter_mut().for_each(|o| {
+        o.flops *= k;
+        o.bytes *= k;
+    });
+    v
+}
+
+pub fn sections(p: &Profiled) -> Vec<Section> {
+    let (s, a) = (&p.spec, &p.arch);
+    let steps = s.steps as f64;
+    let t = |r: &Record, n: &str| {
+        r.timing
+            .get(n)
+            .map_or((0.0, 0.0), |t| (t.mean_ms, t.std_ms.unwrap_or(0.0)))
+    };
+    let sec = |name, phase: &str, costs, measured| Section {
+        name,
+        costs,
+        measured,
+        time_ms: t(&p.profiled, phase),
+        plain_ms: t(&p.plain, phase),
+    };
+    match s.mode {
+        Mode::Train => {
+            let mut costs = scaled(
+                op_cost::forward_ops(a, s.batch, s.seq, 0, true, false),
+                s.grad_accum as f64,
+            );
+            costs.push(op_cost::optimizer(a));
+            let all = [Phase::Forward, Phase::Backward, Phase::Optimizer];
+            vec![sec("step", "step", costs, per(&p.ops, &all, steps))]
+        }
+        Mode::Infer => {
+            let costs = op_cost::forward_ops(a, s.batch, s.seq, 0, false, false);
+            vec![sec(
+                "forward",
+                "forward",
+                costs,
+                per(&p.ops, &[Phase::Forward], steps),
+            )]
+        }
+        Mode::Generate => {
+            let prefill = op_cost::forward_ops(a, s.batch, s.prompt_len, 0, false, true);
+            let n = s.new_tokens.max(1);
+            let mut decode: Vec<OpCost> = Vec::new();
+            for j in 0..n {
+                for c in op_cost::forward_ops(a, s.batch, 1, s.prompt_len + j, false, true) {
+                    match decode
+                        .iter_mut()
+                        .find(|d| d.module == c.module && d.kind == c.kind && d.pass == c.pass)
+                    {
+                        Some(d) => {
+                            d.flops += c.flops;
+                            d.bytes += c.bytes;
+                        }
+                        None => decode.push(c),
+                    }
+                }
+            }
+            let decode = scaled(decode, 1.0 / n as f64);
+            vec![
+                sec(
+                    "prefill",
+                    "prefill",
+                    prefill,
+                    per(&p.ops, &[Phase::Prefill], steps),
+                ),
+                sec(
+                    "decode step",
+                    "decode",
+                    decode,
+                    per(&p.ops, &[Phase::Decode], steps * n as f64),
+                ),
+            ]
+        }
+    }
+}
+
+pub fn run(a: RooflineArgs) -> anyhow::Result<ExitCode> {
+    check_outputs(&[
+        ("--json", a.json.as_deref()),
+        ("--csv", a.csv.as_deref()),
+        ("--markdown", a.markdown.as_deref()),
+    ])?;
+    let p = run_profiled(&a.model, &a.workload, &a.roofs)?;
+    let secs = sections(&p);
+    let report: Vec<rep::SectionReport> = secs
+        .iter()
+        .map(|s| {
+            rep::SectionReport::new(
+                s.name,
+                &s.costs,
+                &s.measured,
+                s.time_ms,
+                s.plain_ms,
+                &p.roofs,
+            )
+        })
+        .collect();
+    let head = rep::Head {
+        model: p.spec.model.clone(),
+        mode: p.spec.mode.name().to_string(),
+        batch: p.spec.batch,
+        seq: p.spec.seq,
+        new_tokens: p.spec.new_tokens,
+        steps: p.spec.steps,
+        threads: p.spec.threads,
+        roofs: p.roofs,
+        weights_bytes: p.profiled.model.param_bytes,
+    };
+    for (flag, path, text) in [
+        ("--json", &a.json, rep::json(&head, &report)?),
+        ("--csv", &a.csv, rep::csv(&report)),
+        ("--markdown", &a.markdown, rep::markdown(&head, &report)),
+    ] {
+        if let Some(path) = path {
+            write_atomic(path, &text).with_context(|| format!("{flag} {}", path.display()))?;
+        }
+    }
+    out!("{}", rep::terminal(&head, &report))?;
+    Ok(ExitCode::SUCCESS)
+}

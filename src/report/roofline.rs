@@ -1,0 +1,270 @@
+//! `memscope roofline`'s report: per op kind and pass, FLOPs, minimum bytes, intensity, time,
+//! achieved rates, % of the roof and the class; the step; the biggest loss. Terminal, JSON,
+//! CSV and Markdown. Pure: from the analysis' rows to text.
+
+use crate::analysis::op_cost::OpCost;
+use crate::analysis::roofline::{self, MeasuredOp, OpRow, Roofs, StepRow};
+use crate::units;
+use serde::Serialize;
+use std::fmt::Write;
+
+/// What was run.
+#[derive(Clone, Debug, Serialize)]
+pub struct Head {
+    pub model: String,
+    pub mode: String,
+    pub batch: usize,
+    pub seq: usize,
+    pub new_tokens: usize,
+    pub steps: usize,
+    pub threads: usize,
+    pub roofs: Roofs,
+    pub weights_bytes: u64,
+}
+
+/// One section (train step, forward, prefill, one decode step) analysed.
+#[derive(Clone, Debug, Serialize)]
+pub struct SectionReport {
+    pub name: String,
+    pub step: StepRow,
+    /// Profiled and plain time: mean and standard deviation, ms.
+    pub profiled_ms: (f64, f64),
+    pub plain_ms: (f64, f64),
+    pub ops: Vec<OpRow>,
+    pub biggest_loss: String,
+}
+
+impl SectionReport {
+    pub fn new(
+        name: &str,
+        costs: &[OpCost],
+        measured: &[MeasuredOp],
+        time_ms: (f64, f64),
+        plain_ms: (f64, f64),
+        roofs: &Roofs,
+    ) -> Self {
+        let ops = roofline::op_rows(costs, measured, roofs);
+        let step = roofline::step_row(&ops, time_ms.0, roofs);
+        SectionReport {
+            name: name.into(),
+            biggest_loss: roofline::biggest_loss(&ops, time_ms.0),
+            step,
+            profiled_ms: time_ms,
+            plain_ms,
+            ops,
+        }
+    }
+}
+
+fn g(x: f64) -> String {
+    format!("{:.3}", x / 1e9)
+}
+
+pub fn overhead_line(s: &SectionReport) -> String {
+    let (p, ps) = s.profiled_ms;
+    let (q, qs) = s.plain_ms;
+    format!(
+        "{}: profiled {} ± {} ms, plain {} ± {} ms (same process): profiling overhead {:+.1}%; \
+         attributed to ops {} ms, unattributed {} ms ({:.1}%)",
+        s.name,
+        units::ms(p),
+        units::ms(ps),
+        units::ms(q),
+        units::ms(qs),
+        100.0 * (p / q.max(1e-12) - 1.0),
+        units::ms(s.step.attributed_ms),
+        units::ms((p - s.step.attributed_ms).max(0.0)),
+        100.0 * (p - s.step.attributed_ms).max(0.0) / p.max(1e-12)
+    )
+}
+
+fn table(s: &SectionReport, md: bool) -> String {
+    let head = [
+        "op kind",
+        "pass",
+        "GFLOP",
+        "min bytes",
+        "FLOP/B",
+        "time ms",
+        "GFLOP/s",
+        "GB/s",
+        "% roof",
+        "class",
+    ];
+    let rows: Vec<Vec<String>> = s
+        .ops
+        .iter()
+        .map(|r| {
+            vec![
+                r.name.clone(),
+                r.pass.clone(),
+                g(r.flops),
+                units::bytes(r.bytes),
+                format!("{:.1}", r.intensity),
+                units::ms(r.time_ms),
+                format!("{:.1}", r.achieved_gflops),
+                format!("{:.1}", r.achieved_gbs),
+                format!("{:.1}", r.roof_pct),
+                r.bound.name().to_string(),
+            ]
+        })
+        .collect();
+    let mut out = String::new();
+    if md {
+        let _ = writeln!(out, "| {} |", head.join(" | "));
+        let _ = writeln!(out, "|{}", "---|".repeat(head.len()));
+        for r in rows {
+            let _ = writeln!(out, "| {} |", r.join(" | "));
+        }
+    } else {
+        let w: Vec<usize> = (0..head.len())
+            .map(|i| {
+                rows.iter()
+                    .map(|r| r[i].len())
+                    .chain([head[i].len()])
+                    .max()
+                    .unwrap_or(0)
+            })
+            .collect();
+        let line = |cells: Vec<String>| {
+            cells
+                .iter()
+                .enumerate()
+                .map(|(i, c)| {
+                    if i < 2 {
+                        format!("{c:<w$}", w = w[i])
+                    } else {
+                        format!("{c:>w$}", w = w[i])
+                    }
+                })
+                .collect::<Vec<_>>()
+                .join("  ")
+        };
+        let _ = writeln!(
+            out,
+            "{}",
+            line(head.iter().map(|h| h.to_string()).collect())
+        );
+        for r in rows {
+            let _ = writeln!(out, "{}", line(r));
+        }
+    }
+    out
+}
+
+fn step_line(h: &Head, s: &SectionReport) -> String {
+    let mut l = format!(
+        "{}: {} GFLOP, {} minimum bytes, {:.1} GFLOP/s achieved, MFU {:.1}% of the measured {:.1} GFLOP/s matmul peak",
+        s.name,
+        g(s.step.flops),
+        units::bytes(s.step.bytes),
+        s.step.achieved_gflops,
+        s.step.mfu_pct,
+        h.roofs.matmul_gflops
+    );
+    if s.name.starts_with("decode") {
+        let gbs = s.step.bytes / (s.step.time_ms.max(1e-12) * 1e6);
+        let _ = write!(
+            l,
+            "\n  decode reads at least the weights ({}) and the KV cache each token: {:.1} GB/s, \
+             {:.0}% of the measured copy bandwidth ({:.1} GB/s)",
+            units::bytes(h.weights_bytes as f64),
+            gbs,
+            100.0 * gbs / h.roofs.copy_gbs,
+            h.roofs.copy_gbs
+        );
+    }
+    l
+}
+
+const MODEL_NOTE: &str = "Bytes are the minimum: each input read once, each output written once. \
+Roofs: matmul peak and best bandwidth from `memscope peaks`; overhead-bound = below 10% of the roof \
+at the op's intensity. Ops outside the timed kernels (candle's autograd, copies, the loop) are unattributed.";
+
+pub fn terminal(h: &Head, secs: &[SectionReport]) -> String {
+    let mut o = format!(
+        "roofline: {} {} batch {} seq {} ({} measured steps, {} threads); roofs {:.1} GFLOP/s, {:.1} GB/s, ridge {:.1} FLOP/B\n{}\n",
+        h.model, h.mode, h.batch, h.seq, h.steps, h.threads, h.roofs.matmul_gflops, h.roofs.bandwidth_gbs, h.roofs.ridge(), MODEL_NOTE
+    );
+    for s in secs {
+        let _ = write!(
+            o,
+            "\n{}\n{}\n{}\n{}\n",
+            step_line(h, s),
+            overhead_line(s),
+            table(s, false),
+            s.biggest_loss
+        );
+    }
+    o
+}
+
+pub fn markdown(h: &Head, secs: &[SectionReport]) -> String {
+    let mut o = format!("# roofline: {} {}\n\n{}\n", h.model, h.mode, MODEL_NOTE);
+    for s in secs {
+        let _ = write!(
+            o,
+            "\n## {}\n\n{}\n\n{}\n\n{}\n{}\n",
+            s.name,
+            step_line(h, s),
+            overhead_line(s),
+            table(s, true),
+            s.biggest_loss
+        );
+    }
+    o
+}
+
+pub fn csv(secs: &[SectionReport]) -> String {
+    let mut o = String::from("section,name,pass,flops,bytes,intensity,time_ms,achieved_gflops,achieved_gbs,roof_pct,bound\n");
+    for s in secs {
+        for r in &s.ops {
+            let _ = writeln!(
+                o,
+                "{},{},{},{},{},{},{},{},{},{},{}",
+                s.name,
+                r.name,
+                r.pass,
+                r.flops,
+                r.bytes,
+                r.intensity,
+                r.time_ms,
+                r.achieved_gflops,
+                r.achieved_gbs,
+                r.roof_pct,
+                r.bound.name()
+            );
+        }
+    }
+    o
+}
+
+#[derive(Serialize)]
+struct JsonOut<'a> {
+    run: &'a Head,
+    /// The whole step: train step, forward, or prefill + new_tokens decode steps.
+    step: StepRow,
+    ops: Vec<&'a OpRow>,
+    sections: &'a [SectionReport],
+}
+
+pub fn json(h: &Head, secs: &[SectionReport]) -> anyhow::Result<String> {
+    let mut step = secs[0].step.clone();
+    if secs.len() == 2 {
+        // Generation: prefill plus every decode step.
+        let (p, d, n) = (&secs[0].step, &secs[1].step, h.new_tokens as f64);
+        step.flops = p.flops + n * d.flops;
+        step.bytes = p.bytes + n * d.bytes;
+        step.time_ms = p.time_ms + n * d.time_ms;
+        step.attributed_ms = p.attributed_ms + n * d.attributed_ms;
+        step.achieved_gflops = step.flops / (step.time_ms.max(1e-12) * 1e6);
+        step.mfu_pct = 100.0 * step.achieved_gflops / h.roofs.matmul_gflops;
+    }
+    let ops = secs.iter().flat_map(|s| s.ops.iter()).collect();
+    Ok(serde_json::to_string_pretty(&JsonOut {
+        run: h,
+        step,
+        ops,
+        sections: secs,
+    })? + "\n")
+}

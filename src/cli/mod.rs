@@ -12,6 +12,7 @@ mod models;
 mod peaks;
 mod scaling;
 mod sweep;
+mod sweep_slurm;
 mod worker;
 
 pub use args::{build_spec, resolve_model, ModelArgs, OutputArgs, WorkloadArgs};

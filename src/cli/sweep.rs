@@ -57,7 +57,7 @@ pub struct SweepArgs {
     /// Measured steps per configuration
     #[arg(long, default_value_t = 10)]
     pub steps: usize,
-    /// CPU threads per worker (default: all cores)
+    /// CPU threads per worker (default: all cores; with --slurm 1, and each task gets --cpus-per-task THREADS)
     #[arg(long)]
     pub threads: Option<usize>,
     #[arg(long, default_value_t = 0)]

@@ -124,6 +124,8 @@ fn a_task_over_mem_is_oom_from_slurm_and_larger_ones_are_skipped() {
     assert_eq!(oom["slurm"]["state"], "FAILED");
     assert_eq!(oom["slurm"]["exit_code"], "0:9");
     assert_eq!(oom["signal_name"], "SIGKILL");
+    assert_eq!(oom["slurm"]["max_rss_source"], "slurmstepd");
+    assert!(oom["slurm"]["max_rss_bytes"].as_u64().unwrap() > 300 << 20);
     let skipped = rows.iter().find(|r| r["index"] == 5).unwrap();
     assert_eq!(skipped["reason"], "oom at batch 8 seq 16");
     let job = rows[0]["slurm"]["job_id"].as_str().unwrap().to_string();
@@ -211,6 +213,28 @@ fn reattach_after_killing_the_follower_gives_the_same_rows_once() {
     follower.wait().unwrap();
     let before = rows(&jsonl).len();
     assert!(before < 4, "the follower finished before it was killed");
+    // Ctrl-C on a follower that is not at a terminal: the array is not cancelled, the message
+    // says how to re-attach, exit 130.
+    let mut c = memscope();
+    let f = c
+        .args(["sweep", "--attach"])
+        .arg(&work)
+        .arg("--jsonl")
+        .arg(dir.path().join("other.jsonl"))
+        .stdin(Stdio::null())
+        .stderr(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    unsafe { libc_kill(f.id() as i32, 2) };
+    let out = f.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(130), "{err}");
+    assert!(
+        err.contains("keeps running") && err.contains("--attach"),
+        "{err}"
+    );
 
     // Re-attach: --jsonl is remembered from the submission.
     let mut c = memscope();
@@ -238,6 +262,11 @@ fn reattach_after_killing_the_follower_gives_the_same_rows_once() {
         rs
     };
     assert_eq!(strip(rows(&fresh)), strip(after));
+}
+
+extern "C" {
+    #[link_name = "kill"]
+    fn libc_kill(pid: i32, sig: i32) -> i32;
 }
 
 #[test]

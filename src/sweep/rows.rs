@@ -158,8 +158,9 @@ pub struct SlurmTask {
     pub exit_code: Option<String>,
     /// Slurm's MaxRSS of the task, beside the worker's own VmHWM (`summary.rss_peak_bytes`).
     pub max_rss_bytes: Option<u64>,
-    /// Where `max_rss_bytes` came from: `sacct` (accounting database), or `sstat` (the last
-    /// sample while the task ran, when the cluster keeps no accounting database).
+    /// Where `max_rss_bytes` came from: `sacct` (accounting database); without one, `slurmstepd`
+    /// (the RSS it measured when it killed the task for --mem) or `sstat` (the largest sample the
+    /// follower saw while the task ran).
     pub max_rss_source: Option<String>,
 }
 

@@ -60,9 +60,11 @@ pub fn finished_row(
     let (code, sig) = split_exit(st.exit_code.as_deref());
     let sig = sig.filter(|s| *s != 0);
     let start = dir.read_start(i);
-    let (max_rss_bytes, max_rss_source) = match (st.max_rss_bytes, sstat_rss) {
-        (Some(b), _) => (Some(b), Some("sacct".to_string())),
-        (None, Some(b)) => (Some(b), Some("sstat".to_string())),
+    let killed_at = evidence.iter().find_map(|l| stepd_rss(l));
+    let (max_rss_bytes, max_rss_source) = match (st.max_rss_bytes, sstat_rss, killed_at) {
+        (Some(b), _, _) => (Some(b), Some("sacct".to_string())),
+        (None, s, Some(k)) if s.is_none_or(|s| s < k) => (Some(k), Some("slurmstepd".to_string())),
+        (None, Some(b), _) => (Some(b), Some("sstat".to_string())),
         _ => (None, None),
     };
     Row {
@@ -115,6 +117,13 @@ pub fn skipped_row(job: &str, index: usize, spec: &Spec, reason: String) -> Row 
     row
 }
 
+/// The RSS slurmstepd measured when it killed the task: `… exceeded memory limit (476463104 >
+/// 314572800), being killed`.
+fn stepd_rss(line: &str) -> Option<u64> {
+    let rest = &line[line.find("exceeded memory limit (")? + "exceeded memory limit (".len()..];
+    rest.split_once(" > ")?.0.trim().parse().ok()
+}
+
 /// Slurm's `--mem` (`32G`, `500M`, `1024`: a bare number is MiB) in bytes.
 pub fn slurm_mem_bytes(m: &str) -> Option<u64> {
     let m = m.trim();
@@ -130,5 +139,7 @@ mod tests {
         assert_eq!(super::slurm_mem_bytes("1024"), Some(1 << 30));
         assert_eq!(super::slurm_mem_bytes("300M"), Some(300 << 20));
         assert_eq!(super::slurm_mem_bytes("2G"), Some(2 << 30));
+        let l = "slurmstepd-vm: error: StepId=16.batch exceeded memory limit (476463104 > 314572800), being killed";
+        assert_eq!(super::stepd_rss(l), Some(476463104));
     }
 }

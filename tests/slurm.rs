@@ -103,10 +103,13 @@ fn a_task_over_mem_is_oom_from_slurm_and_larger_ones_are_skipped() {
     let (work, jsonl) = (dir.path().join("work"), dir.path().join("rows.jsonl"));
     let t = Instant::now();
     // Configuration 3 (batch 8) touches pages until slurmstepd kills it at --mem; one task at
-    // a time, so 4 and 5 are still pending then: scancelled, `skipped`.
+    // a time, so 5 is still pending when the follower (polling every 200 ms) sees the OOM:
+    // scancelled, `skipped`. Slurm may have started 4 the moment 3 ended (a started task is
+    // never cancelled: it runs, and b16 fits), so 4 is `skipped` or `ok`.
     let err = run_ok(
-        sweep("1,2,4,8,16,32", "2", &work, &jsonl)
+        sweep("1,2,4,8,16,32", "20", &work, &jsonl)
             .args(["--mem", "300M", "--max-parallel", "1"])
+            .env("MEMSCOPE_TEST_SLURM_POLL_MS", "200")
             .env("MEMSCOPE_TEST_FAULT", "alloc@3"),
     );
     eprintln!(
@@ -115,7 +118,11 @@ fn a_task_over_mem_is_oom_from_slurm_and_larger_ones_are_skipped() {
     );
     let rows = rows(&jsonl);
     let s = statuses(&rows);
-    let names: Vec<&str> = s.iter().map(|(_, s)| s.as_str()).collect();
+    let mut names: Vec<&str> = s.iter().map(|(_, s)| s.as_str()).collect();
+    if names[4] == "ok" {
+        eprintln!("configuration 4 had started when the OOM of 3 was seen: it ran");
+        names[4] = "skipped";
+    }
     assert_eq!(names, ["ok", "ok", "ok", "oom", "skipped", "skipped"]);
     let oom = rows.iter().find(|r| r["index"] == 3).unwrap();
     let reason = oom["reason"].as_str().unwrap();

@@ -15,8 +15,13 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-/// Time between two looks at the queue.
-const POLL: Duration = Duration::from_secs(2);
+/// Time between two looks at the queue (tests shorten it with MEMSCOPE_TEST_SLURM_POLL_MS).
+fn poll() -> Duration {
+    std::env::var("MEMSCOPE_TEST_SLURM_POLL_MS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .map_or(Duration::from_secs(2), Duration::from_millis)
+}
 
 #[derive(Args, Debug, Default)]
 pub struct SlurmArgs {
@@ -127,7 +132,7 @@ pub fn submit_and_follow(
         &BTreeSet::new(),
         progress,
         &FollowOptions {
-            poll: POLL,
+            poll: poll(),
             cancel_on_interrupt: s.cancel_on_interrupt,
         },
     )
@@ -176,7 +181,7 @@ pub fn attach(
         &in_jsonl,
         progress,
         &FollowOptions {
-            poll: POLL,
+            poll: poll(),
             cancel_on_interrupt,
         },
     )

@@ -17,6 +17,7 @@ mod roofline;
 mod report;
 mod scaling;
 mod sweep;
+mod sweep_slurm;
 mod watch;
 mod worker;
 

@@ -2,6 +2,7 @@
 //! its own worker) → rows, the scaling report, CSV and Markdown.
 
 use super::args::{resolve_model, ModelArgs};
+use super::sweep_slurm::{self, SlurmArgs};
 use crate::measure::threads::all_cores;
 use crate::model::cost;
 use crate::output::{check_outputs, write_atomic};
@@ -56,7 +57,7 @@ pub struct SweepArgs {
     /// Measured steps per configuration
     #[arg(long, default_value_t = 10)]
     pub steps: usize,
-    /// CPU threads per worker (default: all cores)
+    /// CPU threads per worker (default: all cores; with --slurm 1, and each task gets --cpus-per-task THREADS)
     #[arg(long)]
     pub threads: Option<usize>,
     #[arg(long, default_value_t = 0)]
@@ -94,6 +95,8 @@ pub struct SweepArgs {
     /// No progress bar or per-configuration lines
     #[arg(long, short)]
     pub quiet: bool,
+    #[command(flatten)]
+    pub cluster: SlurmArgs,
 }
 
 /// The Spec of one sweep point (not validated: an invalid one becomes an `error` row).
@@ -116,7 +119,10 @@ fn spec_for(a: &SweepArgs, p: &Point) -> anyhow::Result<Spec> {
         batch: p.batch,
         seq: p.seq,
         dtype,
-        threads: a.threads.unwrap_or_else(all_cores),
+        // On Slurm a task gets --cpus-per-task=threads: one unless asked.
+        threads: a
+            .threads
+            .unwrap_or_else(|| if a.cluster.slurm { 1 } else { all_cores() }),
         seed: a.seed,
         warmup: p.warmup,
         steps: a.steps,
@@ -220,6 +226,10 @@ pub fn run(a: SweepArgs) -> anyhow::Result<ExitCode> {
         ("--csv", a.csv.as_deref()),
         ("--markdown", a.markdown.as_deref()),
     ])?;
+    if let Some(dir) = &a.cluster.attach {
+        return attach(&a, dir);
+    }
+    sweep_slurm::check_flags(&a.cluster, a.memory_limit.is_some(), a.timeout.is_some())?;
     let points = plan_points(&a)?;
     if points.is_empty() {
         bail!("nothing to run: every axis needs at least one value");
@@ -234,11 +244,32 @@ pub fn run(a: SweepArgs) -> anyhow::Result<ExitCode> {
         .as_deref()
         .map(|t| parse_duration("--timeout", t))
         .transpose()?;
+    if a.cluster.slurm {
+        crate::sweep::slurm::submit::find_sbatch()?;
+    }
     confirm_size(&points, &|p| spec_for(&a, p), a.yes, a.quiet)?;
     let planned = points
         .into_iter()
         .map(|p| spec_for(&a, &p).map(|s| (p, s)))
         .collect::<anyhow::Result<Vec<_>>>()?;
+    install_interrupt_handler();
+    if a.cluster.slurm {
+        let progress = SweepProgress::new(planned.len(), a.quiet);
+        let started = Instant::now();
+        let threads = planned.first().map_or(1, |(_, s)| s.threads);
+        let outcome = sweep_slurm::submit_and_follow(
+            &a.cluster,
+            &planned,
+            a.no_skip,
+            a.jsonl.as_deref(),
+            threads,
+            &progress,
+            a.quiet,
+        )?;
+        progress.done();
+        let how = slurm_describe(&a.cluster);
+        return finish(&a, outcome, &how, started);
+    }
     let jsonl = a.jsonl.as_deref().map(JsonlWriter::open).transpose()?;
     let enforcement = Enforcement::detect(memory_limit);
     let scratch = Scratch::new()?;
@@ -248,7 +279,6 @@ pub fn run(a: SweepArgs) -> anyhow::Result<ExitCode> {
         timeout,
         scratch: scratch.0.clone(),
     };
-    install_interrupt_handler();
     if !a.quiet {
         eprintln!(
             "memscope sweep: {} configurations; {}{}",
@@ -263,7 +293,7 @@ pub fn run(a: SweepArgs) -> anyhow::Result<ExitCode> {
     let progress = SweepProgress::new(planned.len(), a.quiet);
     let started = Instant::now();
     let jsonl = jsonl.map(|w| (w, a.jsonl.as_deref().unwrap_or(Path::new(""))));
-    let SweepOutcome { rows, interrupted } = run_planned(
+    let outcome = run_planned(
         &planned,
         &opts,
         a.no_skip,
@@ -272,19 +302,61 @@ pub fn run(a: SweepArgs) -> anyhow::Result<ExitCode> {
         &progress,
     )?;
     progress.done();
+    finish(&a, outcome, &enforcement.describe(memory_limit), started)
+}
+
+/// How a Slurm sweep's tasks are limited, for the report's first line.
+fn slurm_describe(s: &SlurmArgs) -> String {
+    format!(
+        "Slurm job array: memory per task {}, time per task {}",
+        s.mem
+            .as_deref()
+            .map_or("the partition's default (--mem)".to_string(), |m| format!(
+                "--mem {m}"
+            )),
+        s.time
+            .as_deref()
+            .map_or("the partition's default (--time)".to_string(), |t| format!(
+                "--time {t}"
+            )),
+    )
+}
+
+/// `--attach DIR`: follow a submitted Slurm sweep again.
+fn attach(a: &SweepArgs, dir: &Path) -> anyhow::Result<ExitCode> {
+    let (n, jsonl) = sweep_slurm::attach_target(dir, a.jsonl.as_deref())?;
+    check_outputs(&[("--jsonl", jsonl.as_deref())])?;
+    install_interrupt_handler();
+    let progress = SweepProgress::new(n, a.quiet);
+    let started = Instant::now();
+    let outcome = sweep_slurm::attach(
+        dir,
+        jsonl.as_deref(),
+        a.cluster.cancel_on_interrupt,
+        &progress,
+    )?;
+    progress.done();
+    finish(a, outcome, "Slurm job array (re-attached)", started)
+}
+
+/// The end of every sweep: CSV, Markdown, the scaling report, the wall time, the exit code.
+fn finish(
+    a: &SweepArgs,
+    outcome: SweepOutcome,
+    how: &str,
+    started: Instant,
+) -> anyhow::Result<ExitCode> {
+    let SweepOutcome { rows, interrupted } = outcome;
     let wall = started.elapsed().as_secs_f64();
     if let Some(p) = &a.csv {
         write_atomic(p, &rows::to_csv(&rows)?).with_context(|| format!("--csv {}", p.display()))?;
     }
     let text = crate::report::scaling::render(&rows);
     if let Some(p) = &a.markdown {
-        let md = format!(
-            "# memscope sweep\n\n{}.\n\n{text}",
-            enforcement.describe(memory_limit)
-        );
+        let md = format!("# memscope sweep\n\n{how}.\n\n{text}");
         write_atomic(p, &md).with_context(|| format!("--markdown {}", p.display()))?;
     }
-    outln!("{}.", enforcement.describe(memory_limit))?;
+    outln!("{how}.")?;
     out!("{text}")?;
     let measured: f64 = rows
         .iter()

@@ -11,4 +11,5 @@ pub mod progress;
 pub mod rows;
 pub mod run;
 pub mod scratch;
+pub mod slurm;
 pub mod worker;

@@ -65,6 +65,17 @@ impl SweepProgress {
         }
     }
 
+    /// A status line (a Slurm sweep's queued / running / done): the bar's message on a terminal,
+    /// else a line of its own.
+    pub fn status(&self, msg: &str) {
+        if let Some(b) = &self.bar {
+            b.set_message(msg.to_string());
+            b.tick();
+        } else if self.lines {
+            eprintln!("{msg}");
+        }
+    }
+
     pub fn done(&self) {
         if let Some(b) = &self.bar {
             b.finish_and_clear();

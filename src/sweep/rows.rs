@@ -137,6 +137,31 @@ pub struct Row {
     pub summary: Option<RowSummary>,
     /// The memory series, one entry per finished step (partial for `oom`, `crash`, `timeout`).
     pub series: Vec<StepMemory>,
+    /// Slurm sweeps only (absent from local rows): where and how the array task ran.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slurm: Option<SlurmTask>,
+}
+
+/// A row's Slurm side: the scheduler's own evidence about the array task that ran it.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct SlurmTask {
+    /// The array's job id (`sbatch --parsable`), and this task's index in it (= the row's index).
+    pub job_id: String,
+    pub array_index: usize,
+    /// The task's own job id (`JobIDRaw`), once it was known.
+    pub raw_job_id: Option<String>,
+    /// The node it ran on.
+    pub node: Option<String>,
+    /// The scheduler's final state (`COMPLETED`, `OUT_OF_MEMORY`, `TIMEOUT`, `FAILED`, …) and its
+    /// `ExitCode` (`code:signal`).
+    pub state: Option<String>,
+    pub exit_code: Option<String>,
+    /// Slurm's MaxRSS of the task, beside the worker's own VmHWM (`summary.rss_peak_bytes`).
+    pub max_rss_bytes: Option<u64>,
+    /// Where `max_rss_bytes` came from: `sacct` (accounting database); without one, `slurmstepd`
+    /// (the RSS it measured when it killed the task for --mem) or `sstat` (the largest sample the
+    /// follower saw while the task ran).
+    pub max_rss_source: Option<String>,
 }
 
 impl Row {
@@ -157,6 +182,7 @@ impl Row {
             enforcement: None,
             summary: None,
             series: vec![],
+            slurm: None,
         }
     }
 

@@ -331,6 +331,7 @@ pub fn run_worker(
         }),
         summary,
         series,
+        slurm: None,
     }))
 }
 
@@ -340,7 +341,7 @@ fn kill_group(pgid: u32, sig: i32) {
     }
 }
 
-fn read_series(path: &Path) -> Vec<StepMemory> {
+pub fn read_series(path: &Path) -> Vec<StepMemory> {
     std::fs::read_to_string(path)
         .map(|t| {
             t.lines()

@@ -5,6 +5,10 @@
 //!
 //! Its own peak (VmHWM of this process) is in the Record; the parent never infers it.
 //!
+//! As a Slurm array task (`memscope worker --plan DIR --index I`) it reads the Spec from
+//! DIR/specs/I.json instead, says which job and node it is in DIR/results/I.start.json, and writes
+//! its Record and series beside it (`sweep::slurm::workdir`).
+//!
 //! Test-only fault injection: `MEMSCOPE_TEST_FAULT=KIND[@INDEX]` fires after the first step
 //! (in the main thread, between steps), in every worker or only the one with `--index INDEX`.
 //! KIND is `panic`, `segfault`, `abort`, `hang`, `alloc` (touch pages until killed; refuses to
@@ -36,6 +40,10 @@ pub struct WorkerOptions {
     pub series: Option<PathBuf>,
     /// Position of this configuration in the sweep (for fault injection and messages).
     pub index: usize,
+    /// Read the Spec from this file instead of stdin (a Slurm array task).
+    pub spec_file: Option<PathBuf>,
+    /// A Slurm array task: where to say which job and node it is, as it starts.
+    pub start_file: Option<PathBuf>,
 }
 
 /// One progress line on the worker's stdout.
@@ -100,10 +108,27 @@ pub fn run(args: WorkerOptions) -> anyhow::Result<ExitCode> {
         );
     }
     let mut text = String::new();
-    std::io::stdin()
-        .read_to_string(&mut text)
-        .context("reading the Spec on stdin")?;
-    let spec: Spec = serde_json::from_str(&text).context("parsing the Spec on stdin")?;
+    let from = match &args.spec_file {
+        Some(p) => {
+            text =
+                std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
+            p.display().to_string()
+        }
+        None => {
+            std::io::stdin()
+                .read_to_string(&mut text)
+                .context("reading the Spec on stdin")?;
+            "stdin".to_string()
+        }
+    };
+    let spec: Spec =
+        serde_json::from_str(&text).with_context(|| format!("parsing the Spec on {from}"))?;
+    if let Some(p) = &args.start_file {
+        crate::sweep::slurm::workdir::write_json(
+            p,
+            &crate::sweep::slurm::workdir::TaskStart::from_env(),
+        )?;
+    }
     spec.validate()?;
     crate::measure::threads::set_threads(spec.threads);
     let fault = fault_for(args.index)?;
@@ -209,9 +234,12 @@ fn inject(fault: Fault) {
 }
 
 /// True when this process runs under a finite RLIMIT_DATA (or a cgroup limit set by the parent,
-/// which says so in MEMSCOPE_WORKER_LIMITED).
+/// which says so in MEMSCOPE_WORKER_LIMITED, or a Slurm --mem).
 fn data_limited() -> bool {
-    if std::env::var_os("MEMSCOPE_WORKER_LIMITED").is_some() {
+    // A Slurm task with --mem: slurmstepd enforces it.
+    if std::env::var_os("MEMSCOPE_WORKER_LIMITED").is_some()
+        || std::env::var_os("SLURM_MEM_PER_NODE").is_some()
+    {
         return true;
     }
     let mut lim = libc::rlimit {

@@ -13,6 +13,9 @@
 //! Grouped-query attention (fewer K/V heads than query heads) reads the shared K/V head in
 //! place; backward sums the gradients of the query heads that share it.
 //! Shape vocabulary: B batch, T queries, S keys, H query heads, KV key/value heads, D head dim.
+//!
+//! Over 600 lines because forward and backward are one kernel: they share the private block
+//! layout, `Dims` and the storage readers, and the backward recomputes exactly the forward's scores.
 
 use super::elems::{self, fast_exp};
 use super::product::{product, Operand};

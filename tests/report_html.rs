@@ -23,6 +23,7 @@ const EXPECTED: &[&str] = &[
     "scaling-batch",
     "scaling-seq",
     "leak-3",
+    "roofline-7",
 ];
 
 fn fixture(name: &str) -> PathBuf {
@@ -98,6 +99,7 @@ fn report_renders_in_chromium_with_every_chart() {
         "leak-verdict.json",
         "sweep.jsonl",
         "estimate.json",
+        "roofline.json",
     ];
     let out = Command::cargo_bin("memscope")
         .unwrap()

@@ -142,6 +142,65 @@ fn roofline_json_has_the_step_and_every_op_with_its_class() {
 }
 
 #[test]
+fn roofline_svg_has_both_roofs_and_a_point_per_drawable_op() {
+    let dir = tempfile::tempdir().unwrap();
+    let (json, svg) = (dir.path().join("r.json"), dir.path().join("r.svg"));
+    memscope()
+        .args(["roofline", "--model", "tiny-llama"])
+        .args(TINY)
+        .arg("--json")
+        .arg(&json)
+        .arg("--svg")
+        .arg(&svg)
+        .assert()
+        .success();
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let s = std::fs::read_to_string(&svg).unwrap();
+    assert!(s.trim_start().starts_with("<svg") && s.trim_end().ends_with("</svg>"));
+    let drawable: Vec<&serde_json::Value> = v["ops"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|o| {
+            o["intensity"].as_f64().unwrap() > 0.0 && o["achieved_gflops"].as_f64().unwrap() > 0.0
+        })
+        .collect();
+    assert!(drawable.len() >= 8, "{} drawable ops", drawable.len());
+    // Forward points are circles, backward triangles (polygons); plus one of each in the legend.
+    let fwd = drawable.iter().filter(|o| o["pass"] == "forward").count();
+    let bwd = drawable.len() - fwd;
+    assert_eq!(s.matches("<circle").count(), fwd + 1, "forward points");
+    assert_eq!(s.matches("<polygon").count(), bwd + 1, "backward points");
+    for o in &drawable {
+        let name = o["name"].as_str().unwrap();
+        assert!(s.contains(name), "label {name}");
+    }
+    assert!(
+        s.contains("roof: min(100.0 GFLOP/s, 10.0 GB/s"),
+        "the roofs' legend"
+    );
+    assert!(s.contains("ridge 10.00 FLOP/B"), "the ridge");
+}
+
+#[test]
+fn roofline_svg_path_is_checked_before_measuring() {
+    let e = stderr_of(
+        memscope()
+            .args([
+                "roofline",
+                "--model",
+                "tiny-gpt2",
+                "--roofs",
+                "1:1",
+                "--svg",
+            ])
+            .arg("/nonexistent-dir/r.svg"),
+    );
+    assert!(e.contains("--svg") && e.contains("/nonexistent-dir"), "{e}");
+}
+
+#[test]
 fn roofline_generate_reports_prefill_and_decode_with_copy_bandwidth() {
     let out = memscope()
         .args([

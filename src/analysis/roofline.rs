@@ -9,10 +9,10 @@
 //! time − the time at the roof, max(FLOPs / P, bytes / W).
 
 use super::op_cost::OpCost;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// The ceilings, measured.
-#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Roofs {
     pub matmul_gflops: f64,
     /// The memory roof: the best measured bandwidth (copy or triad), GB/s read + written.
@@ -39,7 +39,7 @@ impl Roofs {
 /// Below this fraction of its roof an op is `overhead-bound`.
 pub const OVERHEAD_BELOW: f64 = 0.10;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Bound {
     ComputeBound,
@@ -100,7 +100,7 @@ pub fn display_kind(module: &str, kind: &str) -> String {
 }
 
 /// One row of the roofline table.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct OpRow {
     pub name: String,
     pub pass: String,
@@ -175,7 +175,7 @@ pub fn op_rows(costs: &[OpCost], measured: &[MeasuredOp], roofs: &Roofs) -> Vec<
 }
 
 /// A whole step (or phase) at once.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct StepRow {
     pub flops: f64,
     pub bytes: f64,

@@ -4,8 +4,8 @@
 
 use super::args::{ModelArgs, WorkloadArgs};
 use super::roofline::{run_profiled, sections};
-use crate::analysis::op_cost::Arch;
 use crate::analysis::profile_tree;
+use crate::model::cost::{module_params, ModuleParams};
 use crate::out;
 use crate::output::{check_outputs, write_atomic};
 use crate::report::profile as rep;
@@ -37,22 +37,14 @@ pub struct ProfileArgs {
     pub markdown: Option<PathBuf>,
 }
 
-/// Parameters of one module, from the shapes (the counts `model::cost` checks exactly).
-fn params_of(a: &Arch, max_seq: usize, tied: bool, module: &str) -> u64 {
-    let (c, f, v) = (a.d_model as u64, a.d_ff as u64, a.vocab as u64);
-    let kvd = (a.n_kv_heads * (a.d_model / a.n_heads)) as u64;
-    let part = module.rsplit(' ').next().unwrap_or("");
-    match (a.llama, module, part) {
-        (_, "embedding", _) => v * c + if a.llama { 0 } else { max_seq as u64 * c },
-        (_, m, _) if m.starts_with("lm head") => {
-            (if a.llama { c } else { 2 * c }) + if tied { 0 } else { v * c }
-        }
-        (false, _, "attention") => 4 * c * c + 4 * c,
-        (true, _, "attention") => 2 * c * c + 2 * c * kvd,
-        (false, _, "mlp") => 2 * c * f + f + c,
-        (true, _, "mlp") => 3 * c * f,
-        (false, _, "norms") => 4 * c,
-        (true, _, "norms") => 2 * c,
+/// Parameters of one module of the tree, from `model::cost`'s exact per-module counts.
+fn params_of(m: &ModuleParams, module: &str) -> u64 {
+    match (module, module.rsplit(' ').next().unwrap_or("")) {
+        ("embedding", _) => m.embedding,
+        (x, _) if x.starts_with("lm head") => m.head,
+        (_, "attention") => m.attention,
+        (_, "mlp") => m.mlp,
+        (_, "norms") => m.norms,
         _ => 0,
     }
 }
@@ -67,8 +59,9 @@ pub fn run(a: ProfileArgs) -> anyhow::Result<ExitCode> {
         ("--markdown", a.markdown.as_deref()),
     ])?;
     let p = run_profiled(&a.model, &a.workload, &a.roofs)?;
-    let (max_seq, tied) = (p.spec.config.max_seq_len, p.spec.config.tie_embeddings);
-    let params = |m: &str| params_of(&p.arch, max_seq, tied, m);
+    let counts = module_params(&p.spec.config)
+        .map_err(|e| anyhow::anyhow!("--model: the parameter count {e}"))?;
+    let params = |m: &str| params_of(&counts, m);
     let trees: Vec<rep::Tree> = sections(&p)
         .iter()
         .map(|s| rep::Tree {

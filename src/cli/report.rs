@@ -1,5 +1,5 @@
-//! `memscope report FILE… -o report.html`: reads Records, leak verdicts, estimates and sweeps
-//! (recognised by content) and writes one self-contained HTML page of charts.
+//! `memscope report FILE… -o report.html`: reads Records, leak verdicts, estimates, sweeps and
+//! rooflines (recognised by content) and writes one self-contained HTML page of charts.
 
 use crate::outln;
 use crate::output::{check_outputs, write_atomic};
@@ -14,7 +14,8 @@ use std::process::ExitCode;
 #[derive(Args, Debug)]
 pub struct ReportArgs {
     /// Records (bench --json, leak --record), leak verdicts (leak/analyze --json), estimates
-    /// (estimate --json), sweeps (sweep --jsonl); several of one kind share a chart
+    /// (estimate --json), sweeps (sweep --jsonl), rooflines (roofline --json); several of one
+    /// kind share a chart
     #[arg(value_name = "FILE", required = true)]
     pub files: Vec<PathBuf>,
     /// The HTML file to write (self-contained: inline SVG and CSS, no script, no network)

@@ -13,6 +13,7 @@ use crate::out;
 use crate::output::{check_outputs, write_atomic};
 use crate::record::Record;
 use crate::report::roofline as rep;
+use crate::report::roofline_chart;
 use crate::spec::{Mode, Spec};
 use anyhow::{bail, Context};
 use clap::Args;
@@ -38,6 +39,9 @@ pub struct RooflineArgs {
     /// Write the tables as Markdown
     #[arg(long, value_name = "FILE")]
     pub markdown: Option<PathBuf>,
+    /// Write the roofline chart (roofs from the measured peaks, a point per op kind and pass) as SVG
+    #[arg(long, value_name = "FILE")]
+    pub svg: Option<PathBuf>,
 }
 
 /// A measured run with profiling on, beside a plain one.
@@ -243,6 +247,7 @@ pub fn run(a: RooflineArgs) -> anyhow::Result<ExitCode> {
         ("--json", a.json.as_deref()),
         ("--csv", a.csv.as_deref()),
         ("--markdown", a.markdown.as_deref()),
+        ("--svg", a.svg.as_deref()),
     ])?;
     let p = run_profiled(&a.model, &a.workload, &a.roofs)?;
     let secs = sections(&p);
@@ -274,6 +279,7 @@ pub fn run(a: RooflineArgs) -> anyhow::Result<ExitCode> {
         ("--json", &a.json, rep::json(&head, &report)?),
         ("--csv", &a.csv, rep::csv(&report)),
         ("--markdown", &a.markdown, rep::markdown(&head, &report)),
+        ("--svg", &a.svg, roofline_chart::svg(&head, &report)?),
     ] {
         if let Some(path) = path {
             write_atomic(path, &text).with_context(|| format!("{flag} {}", path.display()))?;

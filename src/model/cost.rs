@@ -45,27 +45,60 @@ pub fn checked_param_bytes(cfg: &ModelConfig, dtype_bytes: u64) -> Result<u64, O
 ///
 /// Does not require a validated config: zero heads give head_dim 0 instead of a division panic.
 pub fn checked_param_count(cfg: &ModelConfig) -> Result<u64, Overflow> {
+    module_params(cfg)?.total(cfg.n_layers as u64)
+}
+
+/// Parameters per module of `memscope profile`'s tree: the model's two ends, and one layer's
+/// attention, MLP and norms (every layer is the same).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ModuleParams {
+    /// Token embeddings, plus GPT-2's and BERT's position (and BERT's token-type and LayerNorm).
+    pub embedding: u64,
+    /// One layer's attention projections with their biases.
+    pub attention: u64,
+    /// One layer's MLP.
+    pub mlp: u64,
+    /// One layer's norms.
+    pub norms: u64,
+    /// The final norm and the LM head's own weights (none when tied to the token embeddings);
+    /// BERT: the masked-LM head.
+    pub head: u64,
+}
+
+impl ModuleParams {
+    /// Every parameter of an `n_layers`-layer model.
+    pub fn total(&self, n_layers: u64) -> Result<u64, Overflow> {
+        let per_layer = add(
+            &[self.attention, self.mlp, self.norms],
+            "parameters per layer",
+        )?;
+        let layers = mul(&[("n_layers", n_layers), ("parameters per layer", per_layer)])?;
+        add(&[self.embedding, layers, self.head], "total parameters")
+    }
+}
+
+/// [`ModuleParams`] of `cfg`; an overflow names the product that overflowed.
+pub fn module_params(cfg: &ModelConfig) -> Result<ModuleParams, Overflow> {
     let c = cfg.d_model as u64;
     let f = cfg.d_ff as u64;
     let v = cfg.vocab_size as u64;
     let t = cfg.max_seq_len as u64;
-    let l = cfg.n_layers as u64;
     match cfg.family {
-        Family::Gpt2 => gpt2(c, f, v, t, l, cfg.tie_embeddings),
+        Family::Gpt2 => gpt2(c, f, v, t, cfg.tie_embeddings),
         Family::Llama => {
             let hd = c.checked_div(cfg.n_heads as u64).unwrap_or(0);
             let kv = mul(&[("n_kv_heads", cfg.n_kv_heads as u64), ("head_dim", hd)])?;
-            llama(c, f, v, l, kv, cfg.tie_embeddings)
+            llama(c, f, v, kv, cfg.tie_embeddings)
         }
         Family::Bert => {
             let type_vocab = cfg.type_vocab_size as u64;
-            bert(c, f, v, t, l, type_vocab, cfg.tie_embeddings)
+            bert(c, f, v, t, type_vocab, cfg.tie_embeddings)
         }
     }
 }
 
 /// GPT-2: learned token and position embeddings, pre-LN blocks with biased linears, final LN.
-fn gpt2(c: u64, f: u64, v: u64, t: u64, l: u64, tied: bool) -> Result<u64, Overflow> {
+fn gpt2(c: u64, f: u64, v: u64, t: u64, tied: bool) -> Result<ModuleParams, Overflow> {
     let wte = mul(&[("vocab_size", v), ("d_model", c)])?; // (V, C)
     let wpe = mul(&[("max_seq_len", t), ("d_model", c)])?; // (T, C)
     let ln = mul(&[("2", 2), ("d_model", c)])?; // weight + bias, (C,) each
@@ -79,30 +112,32 @@ fn gpt2(c: u64, f: u64, v: u64, t: u64, l: u64, tied: bool) -> Result<u64, Overf
     let attn_proj = add(&[mul(&[("d_model", c), ("d_model", c)])?, c], "attn.c_proj")?; // (C, C) + (C,)
     let c_fc = add(&[mul(&[("d_model", c), ("d_ff", f)])?, f], "mlp.c_fc")?; // (C, F) + (F,)
     let mlp_proj = add(&[mul(&[("d_ff", f), ("d_model", c)])?, c], "mlp.c_proj")?; // (F, C) + (C,)
-    let per_layer = add(
-        &[ln, c_attn, attn_proj, ln, c_fc, mlp_proj],
-        "parameters per layer",
-    )?;
-    let layers = mul(&[("n_layers", l), ("parameters per layer", per_layer)])?;
     let head = if tied { 0 } else { wte }; // lm_head (V, C), shared with wte when tied
-    add(&[wte, wpe, layers, ln, head], "total parameters")
+    Ok(ModuleParams {
+        embedding: add(&[wte, wpe], "embeddings")?,
+        attention: add(&[c_attn, attn_proj], "attention")?,
+        mlp: add(&[c_fc, mlp_proj], "MLP")?,
+        norms: add(&[ln, ln], "norms")?,                // ln_1, ln_2
+        head: add(&[ln, head], "final norm and head")?, // ln_f + lm_head
+    })
 }
 
 /// Llama: token embedding, pre-RMSNorm blocks with bias-free GQA attention and SwiGLU MLP.
-fn llama(c: u64, f: u64, v: u64, l: u64, kv: u64, tied: bool) -> Result<u64, Overflow> {
+fn llama(c: u64, f: u64, v: u64, kv: u64, tied: bool) -> Result<ModuleParams, Overflow> {
     let embed = mul(&[("vocab_size", v), ("d_model", c)])?; // (V, C)
     let norm = c; // RMSNorm weight (C,)
     let q = mul(&[("d_model", c), ("d_model", c)])?; // (C, C)
     let k = mul(&[("d_model", c), ("n_kv_heads × head_dim", kv)])?; // (C, KV)
     let o = q; // (C, C)
     let ffn = mul(&[("d_model", c), ("d_ff", f)])?; // gate, up (C, F); down (F, C)
-    let per_layer = add(
-        &[norm, q, k, k, o, norm, ffn, ffn, ffn],
-        "parameters per layer",
-    )?;
-    let layers = mul(&[("n_layers", l), ("parameters per layer", per_layer)])?;
     let head = if tied { 0 } else { embed }; // lm_head (V, C)
-    add(&[embed, layers, norm, head], "total parameters")
+    Ok(ModuleParams {
+        embedding: embed,
+        attention: add(&[q, k, k, o], "attention")?, // q, k, v, o
+        mlp: add(&[ffn, ffn, ffn], "MLP")?,
+        norms: add(&[norm, norm], "norms")?, // input and post-attention RMSNorm
+        head: add(&[norm, head], "final norm and head")?,
+    })
 }
 
 /// BERT (and DistilBERT with type_vocab 0): post-LN encoder plus the masked-LM head.
@@ -111,10 +146,9 @@ fn bert(
     f: u64,
     v: u64,
     t: u64,
-    l: u64,
     type_vocab: u64,
     tied: bool,
-) -> Result<u64, Overflow> {
+) -> Result<ModuleParams, Overflow> {
     let word = mul(&[("vocab_size", v), ("d_model", c)])?; // (V, C)
     let position = mul(&[("max_seq_len", t), ("d_model", c)])?; // (T, C)
     let token_type = mul(&[("type_vocab_size", type_vocab), ("d_model", c)])?; // (type_vocab, C)
@@ -129,17 +163,15 @@ fn bert(
         "intermediate.dense",
     )?; // (C, F) + (F,)
     let output = add(&[mul(&[("d_ff", f), ("d_model", c)])?, c], "output.dense")?; // (F, C) + (C,)
-    let per_layer = add(
-        &[qkvo, ln, intermediate, output, ln],
-        "parameters per layer",
-    )?;
-    let layers = mul(&[("n_layers", l), ("parameters per layer", per_layer)])?;
     let decoder_weight = if tied { 0 } else { word }; // (V, C), tied to word embeddings
     let mlm_head = add(&[dense_cc, ln, v, decoder_weight], "MLM head")?; // transform + LN + decoder bias (V,)
-    add(
-        &[word, position, token_type, ln, layers, mlm_head],
-        "total parameters",
-    )
+    Ok(ModuleParams {
+        embedding: add(&[word, position, token_type, ln], "embeddings")?,
+        attention: qkvo,
+        mlp: add(&[intermediate, output], "MLP")?,
+        norms: add(&[ln, ln], "norms")?,
+        head: mlm_head,
+    })
 }
 
 /// Checked product of named factors; the error names every factor and its value.

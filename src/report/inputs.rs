@@ -5,10 +5,12 @@
 //! - a benchmark Record: `bench --json`, `leak --record` (has `schema_version`);
 //! - a leak verdict: `leak --json`, `analyze --json` (has `verdict` and `sentence`);
 //! - an estimate: `estimate --json` (has `categories` and `peak_bytes`, no `schema_version`);
-//! - a sweep: `sweep --jsonl` (one row per line, each with `status` and `spec`).
+//! - a sweep: `sweep --jsonl` (one row per line, each with `status` and `spec`);
+//! - a roofline: `roofline --json` (has `run.roofs` and `sections`).
 
 use crate::analysis::leak::LeakReport;
 use crate::record::{Record, SCHEMA_VERSION};
+use crate::report::roofline::RooflineFile;
 use crate::sweep::rows::Row;
 use anyhow::{bail, Context};
 use serde_json::Value;
@@ -20,6 +22,7 @@ pub enum Input {
     Leak(Box<LeakReport>),
     Estimate(Box<Value>),
     Sweep(Vec<Row>),
+    Roofline(Box<RooflineFile>),
 }
 
 impl Input {
@@ -29,6 +32,7 @@ impl Input {
             Input::Leak(_) => "leak verdict",
             Input::Estimate(_) => "estimate",
             Input::Sweep(_) => "sweep JSONL",
+            Input::Roofline(_) => "roofline",
         }
     }
 }
@@ -41,7 +45,8 @@ pub struct Named {
 }
 
 const WHAT: &str = "expected a memscope Record (bench --json, leak --record), a leak verdict \
-                    (leak --json, analyze --json), an estimate (estimate --json) or a sweep's --jsonl";
+                    (leak --json, analyze --json), an estimate (estimate --json), a sweep's --jsonl or a \
+                    roofline --json";
 
 /// Parses one file's text; `name` is the file as the user gave it, used in every error.
 pub fn parse(name: &str, text: &str) -> anyhow::Result<Input> {
@@ -103,7 +108,15 @@ fn parse_value(name: &str, v: Value) -> anyhow::Result<Input> {
             .with_context(|| format!("{name}: has `status` but is not a sweep row"))?;
         return Ok(Input::Sweep(vec![row]));
     }
-    bail!("{name}: no `schema_version`, `verdict`, `categories` or `status` field; {WHAT}")
+    if obj.get("run").is_some_and(|r| r.get("roofs").is_some()) && obj.contains_key("sections") {
+        let r: RooflineFile = serde_json::from_value(v).with_context(|| {
+            format!("{name}: has `run.roofs` but is not a roofline --json file")
+        })?;
+        return Ok(Input::Roofline(Box::new(r)));
+    }
+    bail!(
+        "{name}: no `schema_version`, `verdict`, `categories`, `status` or `run.roofs` field; {WHAT}"
+    )
 }
 
 /// Reads and parses `path`.

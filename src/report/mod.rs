@@ -15,6 +15,7 @@ pub mod models;
 pub mod peaks;
 pub mod profile;
 pub mod roofline;
+pub mod roofline_chart;
 pub mod scaling;
 pub mod summary;
 pub mod table;

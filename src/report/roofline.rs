@@ -5,11 +5,11 @@
 use crate::analysis::op_cost::OpCost;
 use crate::analysis::roofline::{self, MeasuredOp, OpRow, Roofs, StepRow};
 use crate::units;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::fmt::Write;
 
 /// What was run.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Head {
     pub model: String,
     pub mode: String,
@@ -23,7 +23,7 @@ pub struct Head {
 }
 
 /// One section (train step, forward, prefill, one decode step) analysed.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct SectionReport {
     pub name: String,
     pub step: StepRow,
@@ -267,4 +267,11 @@ pub fn json(h: &Head, secs: &[SectionReport]) -> anyhow::Result<String> {
         ops,
         sections: secs,
     })? + "\n")
+}
+
+/// A `roofline --json` file read back (for `memscope report`): what was run and its sections.
+#[derive(Clone, Debug, Deserialize)]
+pub struct RooflineFile {
+    pub run: Head,
+    pub sections: Vec<SectionReport>,
 }

@@ -4,10 +4,11 @@
 //! its own colour (the same colour everywhere in the page).
 //!
 //! Chart ids (`data-chart` on each `<svg>`): `timing-<phase>`, `memory-timeline`,
-//! `memory-breakdown`, `scaling-batch`, `scaling-seq`, `leak-<input #>`.
+//! `memory-breakdown`, `scaling-batch`, `scaling-seq`, `leak-<input #>`, `roofline-<input #>`.
 
 pub mod charts_leak;
 pub mod charts_memory;
+pub mod charts_roofline;
 pub mod charts_scaling;
 pub mod charts_timing;
 pub mod page;
@@ -40,6 +41,7 @@ pub fn render(inputs: &[Named]) -> anyhow::Result<String> {
     let mut leaks = Vec::new();
     let mut sweeps: Vec<(usize, String, &[Row])> = Vec::new();
     let mut bars: Vec<Bars> = Vec::new();
+    let mut rooflines = Vec::new();
     let mut table = Vec::new();
     for (i, n) in inputs.iter().enumerate() {
         match &n.input {
@@ -55,6 +57,12 @@ pub fn render(inputs: &[Named]) -> anyhow::Result<String> {
             Input::Sweep(rows) => {
                 table.push((i, n.name.clone(), format!("sweep: {} rows", rows.len())));
                 sweeps.push((i, n.name.clone(), rows));
+            }
+            Input::Roofline(r) => {
+                let h = &r.run;
+                let label = format!("{} {} b{} s{}", h.model, h.mode, h.batch, h.seq);
+                table.push((i, n.name.clone(), format!("roofline: {label}")));
+                rooflines.push((i, &**r));
             }
             Input::Estimate(v) => {
                 let label = estimate_label(v);
@@ -131,6 +139,10 @@ pub fn render(inputs: &[Named]) -> anyhow::Result<String> {
     let leak = charts_leak::section(&records)?;
     if !leak.is_empty() {
         sections.push(("leak".into(), "Leak check".into(), leak));
+    }
+    let roofline = charts_roofline::section(&rooflines)?;
+    if !roofline.is_empty() {
+        sections.push(("roofline".into(), "Roofline".into(), roofline));
     }
     Ok(page::document(
         "memscope report",

@@ -189,9 +189,10 @@ pub fn forward_ops(
             acc(&mut ops, &att, "linear", k, train);
             acc(&mut ops, &att, "linear", k, train);
             // RoPE on q and k: x·cos + rotate(x)·sin, 3 FLOPs per element; reads x, cos, sin.
+            // Backward (the inverse rotation of dy, the fused kernel's) costs the same.
             let n = r * (c + kvd);
             let rope = (3.0 * n, e * (2.0 * n + 2.0 * 2.0 * tf * d));
-            acc(&mut ops, &att, "rope", fwd_only(rope), train);
+            acc(&mut ops, &att, "rope", [rope, rope], train);
         } else {
             acc(
                 &mut ops,

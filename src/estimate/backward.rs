@@ -265,6 +265,7 @@ fn fused_rule(sim: &mut Sim, grads: &mut Grads, kind: Fused, inputs: &[Id], grad
         | Fused::LayerNorm
         | Fused::RmsNorm
         | Fused::SwiGlu
+        | Fused::Rope
         | Fused::CrossEntropy
         | Fused::Embedding => {}
         Fused::Linear => {

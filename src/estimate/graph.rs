@@ -76,6 +76,9 @@ pub enum Fused {
     RmsNorm,
     /// `kernels::swiglu` (gate, up): keeps both; backward makes dgate and dup.
     SwiGlu,
+    /// `kernels::rope` (x (B, T, n, D), cos, sin) → (B, n, T, D): keeps its inputs (candle's
+    /// custom ops hold their arguments); backward makes one x-sized gradient.
+    Rope,
     /// `kernels::cross_entropy` (logits, targets) → f32 scalar; backward makes one
     /// logits-sized gradient.
     CrossEntropy,

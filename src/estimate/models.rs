@@ -8,7 +8,7 @@
 use super::backward::Recompute;
 use super::ops::{
     append, attention, attention_kernel, causal_mask, conv1d, drop_all, embedding, gelu, kernel,
-    layer_norm, linear, naive_attention, rms_norm, rope,
+    kernel_as, layer_norm, linear, naive_attention, rms_norm, rope,
 };
 use super::sim::{Bin, Fused, Id, Sim, Un};
 use crate::model::config::{Family, ModelConfig};
@@ -388,13 +388,26 @@ impl Built<'_> {
             drop_all(sim, &[l, r]);
             tr
         };
-        let q0 = heads(sim, w[1], nh);
-        let k0 = heads(sim, w[2], nkv);
+        // Q and K stay (B, T, n, D) for the fused RoPE kernel in f32 (it writes (B, n, T, D));
+        // other dtypes rotate a transposed contiguous copy with candle's ops.
+        let f32_rope = sim.nodes[h].dtype == 4;
+        let rot = |sim: &mut Sim, wt: Id, n: usize| -> (Id, Id, Id) {
+            if f32_rope {
+                let l = linear(sim, h, wt, None);
+                let r = sim.reshape(l, &[b, t, n, hd]); // (B, T, n, D)
+                sim.release(l);
+                let y = kernel_as(sim, Fused::Rope, &[r, cos, sin], &[b, n, t, hd]);
+                (r, sim.hold(r), y)
+            } else {
+                let x0 = heads(sim, wt, n);
+                let xc = sim.contiguous(x0);
+                let y = rope(sim, xc, cos, sin);
+                (x0, xc, y)
+            }
+        };
+        let (q0, qc, q) = rot(sim, w[1], nh); // (B, H, T, D)
+        let (k0, kc, k) = rot(sim, w[2], nkv); // (B, KV, T, D)
         let v0 = heads(sim, w[3], nkv);
-        let qc = sim.contiguous(q0);
-        let q = rope(sim, qc, cos, sin); // (B, H, T, D)
-        let kc = sim.contiguous(k0);
-        let k = rope(sim, kc, cos, sin); // (B, KV, T, D)
         let (k2, v2) = append(sim, cache, k, v0, offset); // (B, KV, S, D)
         let y2 = attention(sim, self.naive, q, k2, v2, mask); // (N, C)
         sim.kind = "attention output";

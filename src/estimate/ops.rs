@@ -28,9 +28,14 @@ pub fn in_f32(sim: &mut Sim, x: Id, f: impl FnOnce(&mut Sim, Id) -> Id) -> Id {
 
 /// The fused kernels take contiguous inputs (a copy when they are not).
 pub fn kernel(sim: &mut Sim, kind: Fused, args: &[Id]) -> Id {
+    let shape = sim.shape(args[0]).to_vec();
+    kernel_as(sim, kind, args, &shape)
+}
+
+/// As [`kernel`], for a kernel whose output has a shape of its own.
+pub fn kernel_as(sim: &mut Sim, kind: Fused, args: &[Id], shape: &[usize]) -> Id {
     let cs: Vec<Id> = args.iter().map(|&a| sim.contiguous(a)).collect();
-    let shape = sim.shape(cs[0]).to_vec();
-    let out = sim.fused(kind, &cs, cs[0], &shape);
+    let out = sim.fused(kind, &cs, cs[0], shape);
     drop_all(sim, &cs);
     out
 }

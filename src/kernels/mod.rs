@@ -17,6 +17,7 @@ pub mod layer_norm;
 pub mod linear;
 pub mod product;
 pub mod rms_norm;
+pub mod rope;
 pub mod sgd;
 pub mod sink;
 pub mod swiglu;

@@ -6,7 +6,7 @@ use super::elems::{self, fast_exp, rows_per_task};
 use crate::measure::op_timer::{op_scope, op_scope_in, Pass};
 use crate::model::scope;
 use candle_core::backend::BackendStorage;
-use candle_core::{CpuStorage, CustomOp2, CustomOp3, Layout, Result, Shape, Tensor};
+use candle_core::{CpuStorage, CustomOp2, Layout, Result, Shape, Tensor};
 use rayon::prelude::*;
 
 /// silu(gate) · up, both (…, F) of one shape → (…, F); differentiable in both.
@@ -70,56 +70,39 @@ impl CustomOp2 for SwiGlu {
         dy: &Tensor,
     ) -> Result<(Option<Tensor>, Option<Tensor>)> {
         let _t = op_scope_in(self.module, "swiglu", Pass::Backward);
-        let (g, u, dy) = (g.detach(), u.detach(), dy.contiguous()?);
-        let dg = g.apply_op3_no_bwd(&u, &dy, &SwiGluGrad { of_gate: true })?;
-        let du = g.apply_op3_no_bwd(&u, &dy, &SwiGluGrad { of_gate: false })?;
+        let (dg, du) = grads(g, u, &dy.contiguous()?)?;
         Ok((Some(dg), Some(du)))
     }
 }
 
-/// (g, u, dy) → dy·u·σ(g)(1 + g(1 − σ(g))) for the gate, dy·silu(g) for up.
-struct SwiGluGrad {
-    of_gate: bool,
-}
-
-impl CustomOp3 for SwiGluGrad {
-    fn name(&self) -> &'static str {
-        "memscope-swiglu-grad"
-    }
-
-    fn cpu_fwd(
-        &self,
-        s1: &CpuStorage,
-        l1: &Layout,
-        s2: &CpuStorage,
-        l2: &Layout,
-        s3: &CpuStorage,
-        l3: &Layout,
-    ) -> Result<(CpuStorage, Shape)> {
-        let op = "swiglu backward";
-        let (g, u, dy) = (
-            elems::read(op, s1, l1)?,
-            elems::read(op, s2, l2)?,
-            elems::read(op, s3, l3)?,
-        );
-        let mut d = vec![0f32; g.len()];
-        let chunk = rows_per_task(1);
-        let of_gate = self.of_gate;
-        d.par_chunks_mut(chunk)
-            .zip(g.par_chunks(chunk).zip(u.par_chunks(chunk)))
-            .zip(dy.par_chunks(chunk))
-            .for_each(|((d, (g, u)), dy)| {
-                for i in 0..d.len() {
-                    let s = sigmoid(g[i]);
-                    d[i] = if of_gate {
-                        dy[i] * u[i] * s * (1.0 + g[i] * (1.0 - s))
-                    } else {
-                        dy[i] * g[i] * s
-                    };
-                }
-            });
-        Ok((elems::write(op, d, s1.dtype())?, l1.shape().clone()))
-    }
+/// (g, u, dy) → (dg, du) in one pass, one sigmoid per element:
+/// dg = dy·u·σ(g)(1 + g(1 − σ(g))), du = dy·silu(g). Both fresh, of g's shape and dtype.
+fn grads(g: &Tensor, u: &Tensor, dy: &Tensor) -> Result<(Tensor, Tensor)> {
+    let op = "swiglu backward";
+    let n = g.elem_count();
+    let (mut dg, mut du) = (vec![0f32; n], vec![0f32; n]);
+    elems::with_f32(op, g, |g| {
+        elems::with_f32(op, u, |u| {
+            elems::with_f32(op, dy, |dy| {
+                let chunk = rows_per_task(1);
+                dg.par_chunks_mut(chunk)
+                    .zip(du.par_chunks_mut(chunk))
+                    .zip(g.par_chunks(chunk).zip(u.par_chunks(chunk)))
+                    .zip(dy.par_chunks(chunk))
+                    .for_each(|(((dg, du), (g, u)), dy)| {
+                        for i in 0..dg.len() {
+                            let s = sigmoid(g[i]);
+                            let silu = g[i] * s;
+                            du[i] = dy[i] * silu;
+                            dg[i] = dy[i] * u[i] * (s + silu * (1.0 - s));
+                        }
+                    });
+                Ok(())
+            })
+        })
+    })?;
+    let tensor = |v: Vec<f32>| Tensor::from_vec(v, g.shape(), g.device())?.to_dtype(g.dtype());
+    Ok((tensor(dg)?, tensor(du)?))
 }
 
 #[cfg(test)]

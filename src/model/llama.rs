@@ -158,17 +158,13 @@ impl Llama {
         scope::enter(scope::norms_id(i));
         let h = rms_norm(x, &blk.attn_norm, self.cfg.norm_eps)?.reshape((b * t, c))?; // (B*T, C)
         scope::enter(scope::attention_id(i));
-        let q = linear(&h, &blk.q, None)?
-            .reshape((b, t, nh, hd))?
-            .transpose(1, 2)?; // (B, H, T, D)
-        let k = linear(&h, &blk.k, None)?
-            .reshape((b, t, nkv, hd))?
-            .transpose(1, 2)?; // (B, KV, T, D)
+        let q = linear(&h, &blk.q, None)?.reshape((b, t, nh, hd))?; // (B, T, H, D)
+        let k = linear(&h, &blk.k, None)?.reshape((b, t, nkv, hd))?; // (B, T, KV, D)
         let v = linear(&h, &blk.v, None)?
             .reshape((b, t, nkv, hd))?
             .transpose(1, 2)?; // (B, KV, T, D), a view: the kernel reads it in place
-        let q = timed("rope", || rope(&q.contiguous()?, cos, sin))?; // (B, H, T, D)
-        let k = timed("rope", || rope(&k.contiguous()?, cos, sin))?; // (B, KV, T, D)
+        let q = rope_heads(&q, cos, sin)?; // (B, H, T, D)
+        let k = rope_heads(&k, cos, sin)?; // (B, KV, T, D)
         let (k, v) = match cache {
             Some((layer, kv)) => timed("kv cache append", || kv.append(layer, &k, &v))?, // (B, KV, S, D)
             None => (k, v),
@@ -219,6 +215,15 @@ fn rope_tables(
         Tensor::from_vec(cos, (t, hd), dev)?.to_dtype(dtype)?,
         Tensor::from_vec(sin, (t, hd), dev)?.to_dtype(dtype)?,
     ))
+}
+
+/// RoPE on a projection's heads: x (B, T, n, D) → rotated (B, n, T, D). The fused kernel
+/// (`kernels::rope`: one pass, no copies) in f32; candle's ops on a transposed copy otherwise.
+fn rope_heads(x: &Tensor, cos: &Tensor, sin: &Tensor) -> Result<Tensor> {
+    if x.dtype() == DType::F32 {
+        return crate::kernels::rope::rope(x, cos, sin);
+    }
+    timed("rope", || rope(&x.transpose(1, 2)?.contiguous()?, cos, sin)) // (B, n, T, D)
 }
 
 /// x·cos + rotate_half(x)·sin, where rotate_half(x) = [-x₂, x₁]. x (B, H, T, D) → (B, H, T, D).

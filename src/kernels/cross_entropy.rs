@@ -4,6 +4,7 @@
 //! logits-sized buffer, the gradient (softmax − one-hot)/N, in the logits' dtype.
 
 use super::elems::{self, fast_exp, rows_per_task};
+use super::simd::vector;
 use crate::measure::op_timer::{op_scope_in, Pass};
 use crate::model::scope;
 use candle_core::backend::BackendStorage;
@@ -65,7 +66,7 @@ impl CustomOp2 for CrossEntropy {
             .par_chunks(v)
             .zip(t.par_iter())
             .map(|(row, &t)| {
-                let (max, lse) = max_lse(row);
+                let (max, lse) = vector(|| max_lse(row));
                 (lse + max - row[t as usize]) as f64
             })
             .sum();
@@ -115,14 +116,16 @@ impl CustomOp2 for CrossEntropyGrad {
         d.par_chunks_mut(v * rows)
             .zip(x.par_chunks(v * rows).zip(t.par_chunks(rows)))
             .for_each(|(d, (x, t))| {
-                for ((d, x), &t) in d.chunks_mut(v).zip(x.chunks(v)).zip(t) {
-                    let (max, lse) = max_lse(x);
-                    let shift = max + lse;
-                    for (d, &x) in d.iter_mut().zip(x) {
-                        *d = k * fast_exp(x - shift);
+                vector(|| {
+                    for ((d, x), &t) in d.chunks_mut(v).zip(x.chunks(v)).zip(t) {
+                        let (max, lse) = max_lse(x);
+                        let shift = max + lse;
+                        for (d, &x) in d.iter_mut().zip(x) {
+                            *d = k * fast_exp(x - shift);
+                        }
+                        d[t as usize] -= k;
                     }
-                    d[t as usize] -= k;
-                }
+                })
             });
         Ok((
             elems::write("cross_entropy backward", d, s1.dtype())?,

@@ -19,6 +19,7 @@ pub mod product;
 pub mod rms_norm;
 pub mod rope;
 pub mod sgd;
+pub mod simd;
 pub mod sink;
 pub mod swiglu;
 

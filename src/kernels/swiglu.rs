@@ -3,6 +3,7 @@
 //! the silu output for backward; this keeps only the two inputs.
 
 use super::elems::{self, fast_exp, rows_per_task};
+use super::simd::vector;
 use crate::measure::op_timer::{op_scope, op_scope_in, Pass};
 use crate::model::scope;
 use candle_core::backend::BackendStorage;
@@ -27,6 +28,7 @@ pub fn swiglu(gate: &Tensor, up: &Tensor) -> Result<Tensor> {
     )
 }
 
+#[inline(always)]
 fn sigmoid(x: f32) -> f32 {
     1.0 / (1.0 + fast_exp(-x))
 }
@@ -55,9 +57,11 @@ impl CustomOp2 for SwiGlu {
         y.par_chunks_mut(chunk)
             .zip(g.par_chunks(chunk).zip(u.par_chunks(chunk)))
             .for_each(|(y, (g, u))| {
-                for i in 0..y.len() {
-                    y[i] = g[i] * sigmoid(g[i]) * u[i];
-                }
+                vector(|| {
+                    for i in 0..y.len() {
+                        y[i] = g[i] * sigmoid(g[i]) * u[i];
+                    }
+                })
             });
         Ok((elems::write("swiglu", y, s1.dtype())?, l1.shape().clone()))
     }
@@ -90,12 +94,14 @@ fn grads(g: &Tensor, u: &Tensor, dy: &Tensor) -> Result<(Tensor, Tensor)> {
                     .zip(g.par_chunks(chunk).zip(u.par_chunks(chunk)))
                     .zip(dy.par_chunks(chunk))
                     .for_each(|(((dg, du), (g, u)), dy)| {
-                        for i in 0..dg.len() {
-                            let s = sigmoid(g[i]);
-                            let silu = g[i] * s;
-                            du[i] = dy[i] * silu;
-                            dg[i] = dy[i] * u[i] * (s + silu * (1.0 - s));
-                        }
+                        vector(|| {
+                            for i in 0..dg.len() {
+                                let s = sigmoid(g[i]);
+                                let silu = g[i] * s;
+                                du[i] = dy[i] * silu;
+                                dg[i] = dy[i] * u[i] * (s + silu * (1.0 - s));
+                            }
+                        })
                     });
                 Ok(())
             })

@@ -1,0 +1,57 @@
+//! The elementwise kernels' loops compiled for AVX2 + FMA when the CPU has them, chosen at run
+//! time. The crate is built for baseline x86-64 (SSE2, 4 lanes) so that one binary runs on any
+//! x86-64 machine; the matmuls (the `gemm` crate) already dispatch at run time, but memscope's
+//! own loops (exp, sigmoid, norms, the optimizer) would stay on SSE2. [`vector`] runs a closure
+//! inside a function compiled with `avx2,fma`: the closure and everything it inlines (the slice
+//! helpers of `elems.rs`, `fast_exp`) are vectorised 8 lanes wide there. The arithmetic is the
+//! same (no fused multiply-adds are introduced without `mul_add`, and reductions keep their
+//! explicit lane order), so results are bit-identical to the SSE2 path.
+
+use std::sync::OnceLock;
+
+/// Whether this CPU has AVX2 and FMA (checked once).
+pub fn has_avx2() -> bool {
+    static HAS: OnceLock<bool> = OnceLock::new();
+    *HAS.get_or_init(|| {
+        #[cfg(target_arch = "x86_64")]
+        {
+            std::arch::is_x86_feature_detected!("avx2")
+                && std::arch::is_x86_feature_detected!("fma")
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            false
+        }
+    })
+}
+
+/// Runs `f`, compiled for AVX2 + FMA when the CPU has them.
+#[inline(always)]
+pub fn vector<R>(f: impl FnOnce() -> R) -> R {
+    #[cfg(target_arch = "x86_64")]
+    if has_avx2() {
+        // SAFETY: the CPU has AVX2 and FMA (checked above).
+        return unsafe { avx2_fma(f) };
+    }
+    f()
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn avx2_fma<R>(f: impl FnOnce() -> R) -> R {
+    f()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kernels::elems::{fast_exp, sum_by};
+
+    #[test]
+    fn the_vector_path_gives_the_same_bits_as_the_plain_one() {
+        let xs: Vec<f32> = (0..1000).map(|i| (i as f32 * 0.37).sin() * 20.0).collect();
+        let plain = sum_by(&xs, |x| fast_exp(x - 20.0));
+        let vec = vector(|| sum_by(&xs, |x| fast_exp(x - 20.0)));
+        assert_eq!(plain.to_bits(), vec.to_bits());
+    }
+}

@@ -208,7 +208,9 @@ pub(super) fn reject_structural_options(f: &Fields<'_>, family: Family) -> Resul
             ("scale_attn_weights", &[Value::Bool(true)]),
             ("scale_attn_by_inverse_layer_idx", &[Value::Bool(false)]),
         ],
-        Family::Llama | Family::Bert => &[("hidden_act", &[])],
+        Family::Llama => &[("hidden_act", &[])],
+        // distilbert names it `activation`.
+        Family::Bert => &[("hidden_act", &[]), ("activation", &[])],
     };
     let activations: &[&str] = match family {
         Family::Gpt2 => &["gelu_new", "gelu_pytorch_tanh"],

@@ -1,9 +1,12 @@
 #!/usr/bin/env python3
-"""memscope (candle) against PyTorch eager on the same workloads, interleaved A B A B.
+"""memscope (candle) against Hugging Face transformers on PyTorch (what users run: SDPA
+attention, fused AdamW where torch supports it on CPU) on the same workloads, interleaved A B A B.
 
 For each case and each of --rounds rounds, runs `memscope bench` (A) and then
-`scripts/torch_reference.py` (B), each as a fresh process with the same model, batch, sequence,
-dtype, threads, seed, warm-up and measured steps, and prints per case:
+`scripts/torch_reference.py --impl transformers` (B; `--impl eager` for memscope's models
+re-written in PyTorch eager), each as a fresh process with the same model config, batch, sequence,
+dtype, threads, seed, warm-up and measured steps. The header names the CPU and its vector ISA
+(avx512 / avx2, from /proc/cpuinfo). Prints per case:
 - the median step time (ms) of both per round and the ratio memscope/torch per round, then the
   median of the ratios and their min–max (spread);
 - the per-phase medians (forward, backward, optimizer for train);
@@ -31,23 +34,53 @@ ROOT = Path(__file__).resolve().parent.parent
 TORCH_REFERENCE = ROOT / "scripts" / "torch_reference.py"
 MIB = 1024 * 1024
 
-# The three cases of the issue.
+# The five cases of issue 18.
 CASES = {
     "a": {
         "title": "gpt2-small train, batch 2 × seq 128",
         "args": ["--model", "gpt2-small", "--mode", "train", "--batch", "2", "--seq", "128"],
     },
     "b": {
+        "title": "cs336-small (llama family) train, batch 2 × seq 128",
+        "args": ["--model", "cs336-small", "--mode", "train", "--batch", "2", "--seq", "128"],
+    },
+    "c": {
         "title": "gpt2-small infer (forward), batch 4 × seq 256",
         "args": ["--model", "gpt2-small", "--mode", "infer", "--batch", "4", "--seq", "256"],
     },
-    "c": {
+    "d": {
         "title": "gpt2-tiny-8k (4 layers, d_model 256, vocab 8192, 4 heads, d_ff 1024) train, "
                  "batch 8 × seq 128",
         "args": ["--config", str(ROOT / "scripts" / "configs" / "gpt2-tiny-8k.json"),
                  "--mode", "train", "--batch", "8", "--seq", "128"],
     },
+    "e": {
+        "title": "tinyllama-1.1b infer (forward), batch 1 × seq 256",
+        "args": ["--model", "tinyllama-1.1b", "--mode", "infer", "--batch", "1", "--seq", "256"],
+    },
 }
+
+
+def isa() -> str:
+    """The widest x86 vector ISA /proc/cpuinfo reports: avx512 (avx512f), avx2, or what it is."""
+    try:
+        flags = next((ln.split(":", 1)[1].split() for ln in open("/proc/cpuinfo")
+                      if ln.startswith("flags")), [])
+    except OSError:
+        return "unknown (no /proc/cpuinfo)"
+    if "avx512f" in flags:
+        return "avx512" + (" (+avx512_bf16)" if "avx512_bf16" in flags else "")
+    return "avx2" if "avx2" in flags else "no avx2"
+
+
+def cpu_model() -> str:
+    try:
+        for ln in open("/proc/cpuinfo"):
+            if ln.startswith("model name"):
+                return ln.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return "unknown"
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -64,7 +97,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--warmup", type=int, default=2, help="warm-up steps per run (default 2)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--dtype", choices=["f32", "bf16"], default="f32")
-    ap.add_argument("--cases", default="a,b,c",
+    ap.add_argument("--impl", choices=["transformers", "eager"], default="transformers",
+                    help="torch side: transformers' model classes (default) or memscope's models "
+                         "re-written in PyTorch eager")
+    ap.add_argument("--cases", default="a,b,c,d,e",
                     help="comma list of cases: " + "; ".join(f"{k} = {v['title']}"
                                                                for k, v in CASES.items()))
     ap.add_argument("--timeout", type=float, default=None,
@@ -94,16 +130,18 @@ def preflight(a) -> list[str]:
     elif not os.access(exe, os.X_OK):
         errors.append(f"memscope binary {exe} is not executable: `chmod +x {exe}` or rebuild with "
                       "`cargo build --release`")
+    need = "torch" if a.impl == "eager" else "torch') and importlib.util.find_spec('transformers"
     probe = ("import importlib.util, sys; "
-             "sys.exit(0 if importlib.util.find_spec('torch') else 1)")
+             f"sys.exit(0 if importlib.util.find_spec('{need}') else 1)")
     try:
         ok = subprocess.run([a.python, "-c", probe], capture_output=True).returncode == 0
     except OSError as e:
         errors.append(f"--python {a.python}: cannot run it ({e})")
     else:
         if not ok:
-            errors.append(f"PyTorch is not installed for {a.python}: install it with "
-                          f"`{a.python} -m pip install torch numpy` (pip install torch)")
+            errors.append(f"PyTorch / transformers are not installed for {a.python}: install "
+                          f"them with `{a.python} -m pip install torch transformers` (CPU wheels "
+                          "are fine)")
     if not TORCH_REFERENCE.is_file():
         errors.append(f"{TORCH_REFERENCE} is missing")
     return errors
@@ -308,6 +346,27 @@ def summarize_case(rounds: list[dict]) -> dict:
     }
 
 
+def overview(results: dict, a) -> str:
+    """All cases in one table: step ratio median and spread, RSS peaks, the torch side's AdamW."""
+    lines = [f"## all cases · ISA {isa()} · {a.threads} threads · {a.dtype} · torch side: {a.impl}",
+             "",
+             "| case | memscope ms | torch ms | memscope/torch (median, min – max) | "
+             "RSS peak memscope | RSS peak torch | AdamW (torch) |",
+             "|---|---:|---:|---:|---:|---:|---|"]
+    for key, c in results["cases"].items():
+        s = c["summary"]
+        if not s:
+            lines.append(f"| ({key}) {c['title']} | — | — | no round completed | — | — | — |")
+            continue
+        t0 = next(r["torch"] for r in c["rounds"] if r["torch"])
+        lines.append(
+            f"| ({key}) {c['title']} | {fmt_ms(s['memscope_step_ms'])} | "
+            f"{fmt_ms(s['torch_step_ms'])} | **{fmt_ratio(s['ratio_median'])}** "
+            f"({spread(s['ratios'], fmt_ratio)}) | {fmt_mib(s['memscope_rss_peak'])} | "
+            f"{fmt_mib(s['torch_rss_peak'])} | {t0.get('optimizer_impl') or '—'} |")
+    return "\n".join(lines)
+
+
 def main(argv=None) -> int:
     a = parse_args(argv)
     errors = preflight(a)
@@ -317,6 +376,8 @@ def main(argv=None) -> int:
         return 2
     common = ["--threads", str(a.threads), "--warmup", str(a.warmup), "--steps", str(a.steps),
               "--seed", str(a.seed), "--dtype", a.dtype]
+    print(f"# memscope vs {a.impl} · CPU {cpu_model()} · ISA {isa()} · {os.cpu_count()} cores · "
+          f"{a.threads} threads · {a.dtype} · {a.rounds} interleaved rounds\n", flush=True)
     env_m = dict(os.environ)
     env_t = dict(os.environ)
     # torch.set_num_threads(--threads) governs the intra-op pool; the env vars keep MKL/OpenMP
@@ -340,7 +401,7 @@ def main(argv=None) -> int:
                         env = env_m
                     else:
                         cmd = [a.python, str(TORCH_REFERENCE), *case["args"], *common,
-                               "--json", str(out), "-q"]
+                               "--impl", a.impl, "--json", str(out), "-q"]
                         env = env_t
                     print(f"[{key} round {i}/{a.rounds}] {kind}: {' '.join(cmd)}", file=sys.stderr,
                           flush=True)
@@ -369,6 +430,7 @@ def main(argv=None) -> int:
             print(render_case(key, results["cases"][key], a) if summary else
                   render_case(key, {"rounds": rounds, "summary": {}}, a))
             print(flush=True)
+    print(overview(results, a))
     if a.json:
         Path(a.json).write_text(json.dumps(results, indent=2) + "\n")
         print(f"raw results: {a.json}", file=sys.stderr)

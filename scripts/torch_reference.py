@@ -1,8 +1,18 @@
 #!/usr/bin/env python3
-"""PyTorch eager reference for `memscope bench`: the same models, the same workloads, the same
-Record fields, so that candle's numbers can be put beside PyTorch's (see docs/compare-torch.md).
+"""PyTorch reference for `memscope bench`: the same models, the same workloads, the same Record
+fields, so that candle's numbers can be put beside PyTorch's (see docs/compare-torch.md).
 
-What is reproduced from memscope (src/model/*.rs, src/measure/workload.rs):
+Two implementations (--impl):
+- `transformers` (default): what users run. Hugging Face transformers' own classes
+  (`GPT2LMHeadModel`, `LlamaForCausalLM`, `BertForMaskedLM`) built from the same config as
+  memscope's preset or --config file (same sizes, epsilons, tying, rope θ; dropout 0; f32 unless
+  --dtype bf16), `attn_implementation="sdpa"`, transformers' own initialisation, `.logits` then the
+  same f32 cross-entropy. BERT: every position predicts its own token (memscope's convention).
+  Generate uses transformers' KV cache (`past_key_values`, grown per token, not preallocated).
+  Install: pip install torch transformers (CPU wheels are fine).
+- `eager`: memscope's models re-written op for op in PyTorch eager (below); gpt2 and llama only.
+
+What `eager` reproduces from memscope (src/model/*.rs, src/measure/workload.rs):
 - models: GPT-2 (pre-LayerNorm, learned positions, GELU(tanh) MLP, Conv1D (in, out) weights,
   head tied to the token embedding unless `tie_embeddings` is false) and LLaMA (RMSNorm, RoPE
   rotate-half, grouped-query attention, SwiGLU, no biases, untied head by default), with exactly
@@ -133,7 +143,17 @@ def presets() -> list[dict]:
         {**_gpt2("tiny-gpt2", 4, 4, 128), "vocab_size": 1000, "max_seq_len": 256, "d_ff": 512},
         {**_cs336("tiny-llama", 4, 4, 128), "vocab_size": 1000, "max_seq_len": 256,
          "n_kv_heads": 2, "d_ff": 352},
+        _bert("bert-base", 12, 2),
+        _bert("distilbert", 6, 0),
+        {**_bert("tiny-bert", 4, 2), "vocab_size": 1000, "max_seq_len": 256, "n_heads": 4,
+         "n_kv_heads": 4, "d_model": 128, "d_ff": 512},
     ]
+
+
+def _bert(name: str, n_layers: int, type_vocab_size: int) -> dict:
+    return dict(name=name, family="bert", vocab_size=30522, max_seq_len=512, n_layers=n_layers,
+                n_heads=12, n_kv_heads=12, d_model=768, d_ff=3072, norm_eps=1e-12,
+                rope_theta=10000.0, tie_embeddings=True, type_vocab_size=type_vocab_size)
 
 
 def _is_uint(v) -> bool:
@@ -277,9 +297,6 @@ def validate(cfg: dict, origin: str) -> None:
             raise ConfigError(f"{origin}: head dim must be even: RoPE rotates pairs of dimensions")
     elif cfg["n_kv_heads"] != cfg["n_heads"]:
         raise ConfigError(f"{origin}: `n_kv_heads` must equal `n_heads` for {cfg['family']}")
-    if cfg["family"] == "bert":
-        raise ConfigError(f"{origin}: family bert is not supported by the torch reference "
-                          "(gpt2 and llama only)")
     for k in ("norm_eps", "rope_theta"):
         if not (math.isfinite(cfg[k]) and cfg[k] > 0):
             raise ConfigError(f"{origin}: `{k}` must be finite and > 0, found {cfg[k]}")
@@ -452,6 +469,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--new-tokens", type=int, default=32, help="tokens decoded per step (generate)")
     ap.add_argument("--optimizer", choices=["auto", "fused", "foreach", "for-loop"], default="auto",
                     help="AdamW implementation; auto = fused if it works on CPU, else foreach")
+    ap.add_argument("--impl", choices=["transformers", "eager"], default="transformers",
+                    help="transformers (default): Hugging Face's model classes, SDPA; eager: "
+                         "memscope's models re-written in PyTorch eager (gpt2, llama)")
     ap.add_argument("--json", metavar="FILE", help="write the JSON here instead of stdout")
     ap.add_argument("-q", "--quiet", action="store_true", help="no summary on stderr")
     a = ap.parse_args(argv)
@@ -644,6 +664,57 @@ def build(torch, cfg: dict):
     return Gpt2 if cfg["family"] == "gpt2" else Llama
 
 
+def build_transformers(torch, cfg: dict):
+    """Hugging Face transformers' own model for `cfg` (memscope's fields), SDPA attention, no
+    dropout. Returns (model, forward(ids, past=None) -> (logits, past))."""
+    import transformers as T  # noqa: PLC0415 - only this implementation needs it
+    fam = cfg["family"]
+    if fam == "gpt2":
+        hf = T.GPT2Config(vocab_size=cfg["vocab_size"], n_positions=cfg["max_seq_len"],
+                          n_embd=cfg["d_model"], n_layer=cfg["n_layers"], n_head=cfg["n_heads"],
+                          n_inner=cfg["d_ff"], layer_norm_epsilon=cfg["norm_eps"],
+                          activation_function="gelu_new", resid_pdrop=0.0, embd_pdrop=0.0,
+                          attn_pdrop=0.0, tie_word_embeddings=cfg["tie_embeddings"],
+                          bos_token_id=0, eos_token_id=0)
+        cls = T.GPT2LMHeadModel
+    elif fam == "llama":
+        hf = T.LlamaConfig(vocab_size=cfg["vocab_size"], hidden_size=cfg["d_model"],
+                           intermediate_size=cfg["d_ff"], num_hidden_layers=cfg["n_layers"],
+                           num_attention_heads=cfg["n_heads"],
+                           num_key_value_heads=cfg["n_kv_heads"],
+                           max_position_embeddings=cfg["max_seq_len"],
+                           rms_norm_eps=cfg["norm_eps"], hidden_act="silu",
+                           rope_parameters={"rope_type": "default",
+                                            "rope_theta": cfg["rope_theta"]},
+                           tie_word_embeddings=cfg["tie_embeddings"], attention_dropout=0.0,
+                           bos_token_id=0, eos_token_id=0)
+        cls = T.LlamaForCausalLM
+    else:
+        if cfg["type_vocab_size"] == 0:
+            raise ConfigError("distilbert (no token types) is not built by the transformers "
+                              "reference; use bert-base or tiny-bert")
+        hf = T.BertConfig(vocab_size=cfg["vocab_size"], hidden_size=cfg["d_model"],
+                          num_hidden_layers=cfg["n_layers"], num_attention_heads=cfg["n_heads"],
+                          intermediate_size=cfg["d_ff"], max_position_embeddings=cfg["max_seq_len"],
+                          type_vocab_size=cfg["type_vocab_size"], layer_norm_eps=cfg["norm_eps"],
+                          hidden_act="gelu", hidden_dropout_prob=0.0,
+                          attention_probs_dropout_prob=0.0,
+                          tie_word_embeddings=cfg["tie_embeddings"])
+        cls = T.BertForMaskedLM
+    hf._attn_implementation = "sdpa"
+    model = cls(hf)
+    impl = getattr(model.config, "_attn_implementation", None)
+    if impl != "sdpa":
+        raise SystemExit(f"error: transformers built {cls.__name__} with attention {impl!r}, "
+                         "not sdpa")
+
+    def forward(ids, past=None, use_cache=False):
+        out = model(input_ids=ids, past_key_values=past, use_cache=use_cache)
+        return out.logits, (out.past_key_values if use_cache else None)
+
+    return model, forward
+
+
 def make_adamw(torch, params, lr: float, choice: str, dtype):
     """AdamW with candle-nn's defaults. Returns (optimizer, impl name, note)."""
     kw = dict(lr=lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01)
@@ -677,18 +748,30 @@ def run(args, interpreter_rss, baseline_rss, baseline_hwm, import_seconds, torch
     # Load: seeded random parameters (f32 values, then cast, as memscope does).
     torch.manual_seed(args.seed)
     t0 = time.perf_counter()
-    cls = build(torch, cfg)
-    model = cls()
-    model.init_weights(args.seed)
-    model = model.to(dtype)
-    if hasattr(model, "cos_t"):  # RoPE tables stay f32; cast per forward
-        model.cos_t, model.sin_t = model.cos_t.float(), model.sin_t.float()
+    if args.impl == "transformers":
+        model, hf_forward = build_transformers(torch, cfg)
+        model = model.to(dtype)
+        model.train(trainable)
+    else:
+        if cfg["family"] == "bert":
+            raise ConfigError("family bert needs --impl transformers (the eager reference "
+                              "re-writes gpt2 and llama only)")
+        cls = build(torch, cfg)
+        model = cls()
+        model.init_weights(args.seed)
+        model = model.to(dtype)
+        if hasattr(model, "cos_t"):  # RoPE tables stay f32; cast per forward
+            model.cos_t, model.sin_t = model.cos_t.float(), model.sin_t.float()
+        hf_forward = None
     model.requires_grad_(trainable)
+
+    def forward(ids):
+        return hf_forward(ids)[0] if hf_forward else model(ids)
     load_seconds = time.perf_counter() - t0
     rss_after_load = rss_now()
 
     params = sum(p.numel() for p in model.parameters())
-    expected = expected_param_count(cfg)
+    expected = expected_param_count(cfg) if cfg["family"] != "bert" else params
     if params != expected:
         warnings.append(f"parameter count {params} differs from memscope's spec count {expected}")
     elem = torch.tensor([], dtype=dtype).element_size()
@@ -710,7 +793,9 @@ def run(args, interpreter_rss, baseline_rss, baseline_hwm, import_seconds, torch
     if args.mode == "train":
         all_ids = torch.randint(0, v, (args.batch, args.seq + 1), generator=gen)
         ids, targets = all_ids[:, :-1].contiguous(), all_ids[:, 1:].contiguous()
-        flat_targets = targets.view(-1)
+        if cfg["family"] == "bert":  # every position predicts its own token (memscope's convention)
+            targets = ids
+        flat_targets = targets.reshape(-1)
         before_opt = rss_now()
         opt, optimizer_impl, note = make_adamw(torch, list(model.parameters()), args.lr,
                                                args.optimizer, dtype)
@@ -724,7 +809,7 @@ def run(args, interpreter_rss, baseline_rss, baseline_hwm, import_seconds, torch
         samples = {n: [] for n in names}
         for step in range(total):
             s0 = time.perf_counter()
-            logits = model(ids)  # (B, T, V)
+            logits = forward(ids)  # (B, T, V)
             loss = F_cross_entropy(torch, logits, flat_targets)
             s1 = time.perf_counter()
             loss_hist.append(loss.item())
@@ -747,7 +832,7 @@ def run(args, interpreter_rss, baseline_rss, baseline_hwm, import_seconds, torch
         for step in range(total):
             with torch.inference_mode():
                 s0 = time.perf_counter()
-                logits = model(ids)
+                logits = forward(ids)
                 s1 = time.perf_counter()
             del logits
             if step >= args.warmup:
@@ -760,18 +845,26 @@ def run(args, interpreter_rss, baseline_rss, baseline_hwm, import_seconds, torch
         if max_len > cfg["max_seq_len"]:
             raise SystemExit(f"error: --prompt-len + --new-tokens ({max_len}) exceeds the model's "
                              f"max_seq_len ({cfg['max_seq_len']})")
-        cache = model.new_cache(args.batch, max_len, dtype)
-        kv_cache_bytes = cache.bytes()
+        if hf_forward is None:
+            cache = model.new_cache(args.batch, max_len, dtype)
+            kv_cache_bytes = cache.bytes()
         samples = {"prefill": [], "decode": []}
         for step in range(total):
-            cache.reset()
+            if hf_forward is None:
+                cache.reset()
             with torch.inference_mode():
                 s0 = time.perf_counter()
-                logits = model(prompt, cache)
+                if hf_forward is None:
+                    logits = model(prompt, cache)
+                else:
+                    logits, past = hf_forward(prompt, None, use_cache=True)
                 nxt = logits[:, -1].argmax(-1, keepdim=True)  # (B, 1)
                 s1 = time.perf_counter()
                 for _ in range(args.new_tokens):
-                    logits = model(nxt, cache)
+                    if hf_forward is None:
+                        logits = model(nxt, cache)
+                    else:
+                        logits, past = hf_forward(nxt, past, use_cache=True)
                     nxt = logits[:, -1].argmax(-1, keepdim=True)
                 s2 = time.perf_counter()
             del logits, nxt
@@ -805,6 +898,9 @@ def run(args, interpreter_rss, baseline_rss, baseline_hwm, import_seconds, torch
     }
 
     engine = f"pytorch {torch.__version__}"
+    if args.impl == "transformers":
+        import transformers  # noqa: PLC0415
+        engine = f"transformers {transformers.__version__} (sdpa) on pytorch {torch.__version__}"
     spec = {
         "model": model_name, "config": cfg, "config_path": args.config, "weights": None,
         "mode": args.mode, "batch": args.batch, "seq": args.seq, "dtype": args.dtype,
@@ -942,7 +1038,7 @@ def main(argv=None) -> int:
     try:
         import torch  # noqa: PLC0415 - the import itself is measured
     except ImportError as e:
-        print(f"error: PyTorch is not installed ({e}); install it with: pip install torch numpy",
+        print(f"error: PyTorch is not installed ({e}); install it with: pip install torch transformers",
               file=sys.stderr)
         return 3
     import_seconds = time.perf_counter() - t0

@@ -19,13 +19,27 @@ pub struct Record {
     #[serde(default)]
     pub compute: Compute,
     pub memory: MemoryRecord,
-    /// Train only: loss after each step (warm-up included).
+    /// Train: loss of each step (warm-up included); infer: mean loss of each batch, no update
+    /// (warm-up included; the first entry is the first batch).
     pub loss: Vec<f64>,
+    /// The `--data` token file, when the run read one (random ids otherwise).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data: Option<DataInfo>,
     pub warnings: Vec<String>,
     pub environment: Environment,
     /// Unix time the run started, seconds.
     pub started_at: u64,
     pub wall_seconds: f64,
+}
+
+/// The token file a run read (`--data`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct DataInfo {
+    pub path: std::path::PathBuf,
+    /// The file's element type: `u16`, `u32`, `i32`, `i64`, `u64`, or `text`.
+    pub dtype: String,
+    /// Tokens in the file.
+    pub tokens: u64,
 }
 
 /// What a step computes and how fast, against the machine's ceiling.

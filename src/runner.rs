@@ -50,6 +50,7 @@ pub fn run_with(
         compute,
         memory: m.memory,
         loss: m.loss,
+        data: m.data,
         warnings,
         environment: crate::environment::capture(spec.threads),
         started_at,

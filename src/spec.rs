@@ -1,6 +1,7 @@
 //! What to run: model, workload and sizes. Validated once; serialisable, so it is the only thing
 //! a worker process needs.
 
+use crate::input::tokens::DataSpec;
 use crate::model::config::{Family, ModelConfig};
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
@@ -74,6 +75,9 @@ pub struct Spec {
     /// Generate only: tokens decoded per measured step.
     pub new_tokens: usize,
     pub lr: f64,
+    /// `--data`: real token ids instead of random ones (train, infer, generate prompts).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data: Option<DataSpec>,
 }
 
 #[derive(Debug, thiserror::Error, PartialEq)]

@@ -424,3 +424,129 @@ fn fits_lists_only_changes_that_lower_the_peak() {
         );
     }
 }
+
+/// `bench --data FILE` on tiny-gpt2 (vocab 1000) with `bytes` in FILE: exit 2 and stderr.
+fn bad_data(name: &str, bytes: &[u8], extra: &[&str]) -> String {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join(name);
+    std::fs::write(&path, bytes).unwrap();
+    let out = memscope()
+        .args([
+            "bench",
+            "--model",
+            "tiny-gpt2",
+            "--seq",
+            "16",
+            "--steps",
+            "1",
+        ])
+        .args(["--warmup", "0", "-q", "--data"])
+        .arg(&path)
+        .args(extra)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{name}");
+    let e = stderr_of(&out);
+    assert!(!e.contains("panicked"), "{e}");
+    assert!(e.contains("--data") || e.contains("--data-dtype"), "{e}");
+    e
+}
+
+/// A minimal .npy (format 1.0) with this dtype descriptor and shape, then `data`.
+fn npy(descr: &str, shape: &str, data: &[u8]) -> Vec<u8> {
+    let mut h = format!("{{'descr': '{descr}', 'fortran_order': False, 'shape': {shape}, }}\n");
+    while (10 + h.len()) % 64 != 0 {
+        h.insert(h.len() - 1, ' ');
+    }
+    let mut b = b"\x93NUMPY\x01\x00".to_vec();
+    b.extend((h.len() as u16).to_le_bytes());
+    b.extend(h.as_bytes());
+    b.extend(data);
+    b
+}
+
+#[test]
+fn a_token_file_with_an_unknown_extension_lists_the_formats() {
+    let e = bad_data("tokens.csv", b"1,2,3", &[]);
+    assert!(e.contains("unknown extension \"csv\""), "{e}");
+    assert!(
+        e.contains(".bin") && e.contains(".npy") && e.contains(".txt"),
+        "{e}"
+    );
+}
+
+#[test]
+fn data_dtype_on_a_npy_file_is_refused() {
+    let data: Vec<u8> = (0..64u16).flat_map(|i| i.to_le_bytes()).collect();
+    let e = bad_data(
+        "t.npy",
+        &npy("<u2", "(64,)", &data),
+        &["--data-dtype", "u32"],
+    );
+    assert!(e.contains("--data-dtype applies to .bin files only"), "{e}");
+}
+
+#[test]
+fn an_empty_token_file_says_how_many_tokens_it_needs() {
+    let e = bad_data("empty.bin", b"", &[]);
+    assert!(e.contains("the file is empty (0 tokens)"), "{e}");
+    assert!(e.contains("--seq + 1 = 17 tokens"), "{e}");
+}
+
+#[test]
+fn an_odd_byte_count_is_not_a_u16_token_file() {
+    let e = bad_data("odd.bin", &[1, 0, 2, 0, 3], &[]);
+    assert!(
+        e.contains("5 bytes is not a whole number of u16 tokens"),
+        "{e}"
+    );
+    let e = bad_data("odd32.bin", &[0; 42], &["--data-dtype", "u32"]);
+    assert!(
+        e.contains("42 bytes is not a whole number of u32 tokens"),
+        "{e}"
+    );
+}
+
+#[test]
+fn a_file_shorter_than_one_window_names_both_sizes() {
+    let data: Vec<u8> = (0..10u16).flat_map(|i| i.to_le_bytes()).collect();
+    let e = bad_data("short.bin", &data, &[]);
+    assert!(
+        e.contains("10 tokens is shorter than one window of --seq + 1 = 17"),
+        "{e}"
+    );
+}
+
+#[test]
+fn an_id_beyond_the_vocabulary_names_id_position_and_vocab() {
+    // 40 tokens, all 5 except position 20 = 4000 (vocab 1000): every window of 17 holds it.
+    let ids: Vec<String> = (0..40)
+        .map(|i| {
+            if i == 20 {
+                "4000".into()
+            } else {
+                "5".to_string()
+            }
+        })
+        .collect();
+    let e = bad_data("ids.txt", ids.join(" ").as_bytes(), &[]);
+    assert!(
+        e.contains("token id 4000 at position 20 is outside the model's vocabulary of 1000"),
+        "{e}"
+    );
+    let e = bad_data("ids2.txt", b"1 2 -3 4", &[]);
+    assert!(e.contains("line 1: \"-3\" is not a token id"), "{e}");
+}
+
+#[test]
+fn a_npy_of_floats_is_refused_by_its_dtype() {
+    let e = bad_data("f.npy", &npy("<f4", "(64,)", &[0; 256]), &[]);
+    assert!(
+        e.contains(".npy dtype \"<f4\" is not an integer id type"),
+        "{e}"
+    );
+    let e = bad_data("big.npy", &npy(">u2", "(64,)", &[0; 128]), &[]);
+    assert!(e.contains("\">u2\""), "{e}");
+    let e = bad_data("cut.npy", &npy("<u2", "(64,)", &[0; 100]), &[]);
+    assert!(e.contains("needs 64 × 2 bytes but 100 bytes follow"), "{e}");
+}

@@ -2,6 +2,7 @@
 //! workload (mode, sizes, dtype, steps, threads), which output files — and their conversion into a
 //! validated Spec, once.
 
+use crate::input::tokens::{BinDtype, DataSpec};
 use crate::measure::threads::all_cores;
 use crate::model::config::ModelConfig;
 use crate::output::{self, write_atomic};
@@ -62,6 +63,28 @@ pub struct WorkloadArgs {
     /// Run even when the parameters or the estimated peak exceed this machine's memory
     #[arg(long)]
     pub force: bool,
+    #[command(flatten)]
+    pub data: DataArgs,
+}
+
+/// Real token ids instead of random ones (bench, sweep, leak).
+#[derive(Args, Debug, Clone, Default)]
+pub struct DataArgs {
+    /// Token file: .bin (little-endian u16, nanoGPT/CS336), .npy (integer ids) or .txt (whitespace-separated ids); batches are windows of seq+1 tokens at seeded offsets
+    #[arg(long, value_name = "FILE")]
+    pub data: Option<PathBuf>,
+    /// Element type of a .bin --data file
+    #[arg(long, value_enum, value_name = "DTYPE", requires = "data")]
+    pub data_dtype: Option<BinDtype>,
+}
+
+impl DataArgs {
+    pub fn to_spec(&self) -> Option<DataSpec> {
+        self.data.as_ref().map(|path| DataSpec {
+            path: path.clone(),
+            bin_dtype: self.data_dtype,
+        })
+    }
 }
 
 #[derive(Args, Debug, Clone)]
@@ -131,8 +154,13 @@ pub fn build_spec(m: &ModelArgs, w: &WorkloadArgs) -> anyhow::Result<Spec> {
         prompt_len: w.prompt_len.unwrap_or(w.seq),
         new_tokens: w.new_tokens,
         lr: w.lr,
+        data: w.data.to_spec(),
     };
     spec.validate()?;
+    if let Some(d) = &spec.data {
+        // Refused before anything is measured: unreadable, empty, too short for one window.
+        crate::input::tokens::Tokens::open(d)?.check_window(spec.seq)?;
+    }
     Ok(spec)
 }
 

@@ -121,6 +121,7 @@ pub fn run(a: EstimateArgs) -> anyhow::Result<ExitCode> {
         prompt_len,
         new_tokens: a.new_tokens,
         lr: 1e-3,
+        data: None,
     };
     spec.validate()?;
     let reqs: Vec<Request> = dts

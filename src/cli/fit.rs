@@ -88,6 +88,7 @@ pub fn run(a: FitArgs) -> anyhow::Result<ExitCode> {
         prompt_len: a.seq,
         new_tokens: a.new_tokens,
         lr: a.lr,
+        data: None,
     };
     base.validate()?;
     let cap = match a.vary {

@@ -96,6 +96,8 @@ pub struct SweepArgs {
     #[arg(long, short)]
     pub quiet: bool,
     #[command(flatten)]
+    pub data: super::args::DataArgs,
+    #[command(flatten)]
     pub cluster: SlurmArgs,
 }
 
@@ -130,6 +132,7 @@ fn spec_for(a: &SweepArgs, p: &Point) -> anyhow::Result<Spec> {
         prompt_len: p.seq,
         new_tokens: a.new_tokens,
         lr: a.lr,
+        data: a.data.to_spec(),
     })
 }
 

@@ -1,4 +1,5 @@
-//! Reading data other programs wrote: memory series from CSV, JSONL and text logs.
+//! Reading data other programs wrote: memory series from CSV, JSONL and text logs; token files
+//! for `--data`.
 
 pub mod series;
 pub mod series_csv;
@@ -6,3 +7,4 @@ pub mod series_fields;
 pub mod series_jsonl;
 pub mod series_log;
 pub mod series_types;
+pub mod tokens;

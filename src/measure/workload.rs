@@ -1,16 +1,18 @@
 //! The workloads — train, infer, generate — run on a model with every phase timed and its heap
 //! accounted. Sample buffers are allocated before the first step; nothing here prints.
 
+use crate::input::tokens::Tokens;
 use crate::kernels::adamw::AdamW;
 use crate::measure::alloc::{self, Phase};
 use crate::measure::clock::time_ms;
 use crate::measure::phases::PhaseTracker;
 use crate::measure::procfs;
+use crate::model::config::Family;
 use crate::model::store::ParamStore;
 use crate::model::weights::WeightSet;
 use crate::model::{ops, param_specs, Model};
 use crate::model::{scope, segments};
-use crate::record::{MemoryRecord, MicroStepMemory, ModelInfo, StepMemory};
+use crate::record::{DataInfo, MemoryRecord, MicroStepMemory, ModelInfo, StepMemory};
 use crate::spec::{Dtype, Mode, Spec};
 use anyhow::Context;
 use candle_core::backprop::GradStore;
@@ -27,6 +29,8 @@ pub struct Measurement {
     pub memory: MemoryRecord,
     pub loss: Vec<f64>,
     pub warnings: Vec<String>,
+    /// The `--data` file read, if any.
+    pub data: Option<DataInfo>,
 }
 
 pub fn candle_dtype(d: Dtype) -> DType {
@@ -79,6 +83,23 @@ pub fn measure_with(
         Ok((store, model, warnings))
     });
     let (store, model, mut warnings) = loaded?;
+    let tokens = match &spec.data {
+        Some(d) => Some(Tokens::open(d)?),
+        None => None,
+    };
+    let data = tokens
+        .as_ref()
+        .zip(spec.data.as_ref())
+        .map(|(t, d)| DataInfo {
+            path: d.path.clone(),
+            dtype: t.dtype.clone(),
+            tokens: t.len(),
+        });
+    let batches = Batches {
+        tokens,
+        spec,
+        dev: &dev,
+    };
     let load_seconds = load_start.elapsed().as_secs_f64();
     let load_after = alloc::snapshot();
 
@@ -125,16 +146,21 @@ pub fn measure_with(
     let mut rng = rand::rngs::StdRng::seed_from_u64(spec.seed);
     match spec.mode {
         Mode::Train => {
-            let (ids, targets) =
-                random_batch(&mut rng, spec.batch, spec.seq, cfg.vocab_size, &dev)?;
+            let fixed = random_batch(&mut rng, spec.batch, spec.seq, cfg, &dev)?;
             let vars = store.vars();
             let mut opt: Option<AdamW> = None;
+            let mut micro_batches = Vec::with_capacity(spec.grad_accum);
             for step in 0..total_steps {
                 if step == spec.warmup {
                     crate::measure::op_timer::reset(); // per-op times cover the measured steps
                 }
                 run.tracker.capture = step == capture_step;
-                let t = run.train_step(&model, &ids, &targets, &vars, &mut opt, step)?;
+                micro_batches.clear();
+                for m in 0..spec.grad_accum {
+                    let k = (step * spec.grad_accum + m) as u64;
+                    micro_batches.push(batches.get(k, spec.seq)?.unwrap_or_else(|| fixed.clone()));
+                }
+                let t = run.train_step(&model, &micro_batches, &vars, &mut opt, step)?;
                 if step >= spec.warmup {
                     for (slot, v) in samples.iter_mut().zip(t) {
                         slot.1.push(v);
@@ -145,17 +171,29 @@ pub fn measure_with(
             }
         }
         Mode::Infer => {
-            let (ids, _) = random_batch(&mut rng, spec.batch, spec.seq, cfg.vocab_size, &dev)?;
+            let fixed = random_batch(&mut rng, spec.batch, spec.seq, cfg, &dev)?;
             drop(store); // inference keeps the model's detached tensors only
             for step in 0..total_steps {
                 if step == spec.warmup {
                     crate::measure::op_timer::reset(); // per-op times cover the measured steps
                 }
                 run.tracker.capture = step == capture_step;
-                let (logits, ms) = run.tracker.run(Phase::Forward, || {
-                    time_ms(&dev, || model.forward(&ids, None))
-                })?;
+                let (ids, targets) = batches
+                    .get(step as u64, spec.seq)?
+                    .unwrap_or_else(|| fixed.clone());
+                let ((logits, loss), ms) =
+                    run.tracker.run(Phase::Forward, || -> anyhow::Result<_> {
+                        let (logits, ms) = time_ms(&dev, || model.forward(&ids, None))?; // (B, T, V)
+                                                                                         // The batch's mean loss, outside the timed region (no update in infer).
+                        let (b, t, v) = logits.dims3()?;
+                        let loss = ops::cross_entropy(
+                            &logits.reshape((b * t, v))?,
+                            &targets.flatten_all()?,
+                        )?;
+                        Ok(((logits, loss.to_dtype(DType::F64)?.to_scalar::<f64>()?), ms))
+                    })?;
                 drop(logits);
+                run.loss.push(loss);
                 if step >= spec.warmup {
                     samples[0].1.push(ms);
                 }
@@ -164,8 +202,7 @@ pub fn measure_with(
             }
         }
         Mode::Generate => {
-            let (prompt, _) =
-                random_batch(&mut rng, spec.batch, spec.prompt_len, cfg.vocab_size, &dev)?;
+            let (fixed, _) = random_batch(&mut rng, spec.batch, spec.prompt_len, cfg, &dev)?;
             drop(store);
             let max_len = spec.prompt_len + spec.new_tokens;
             let mut cache = run.tracker.run(Phase::Other, || {
@@ -178,6 +215,10 @@ pub fn measure_with(
                 }
                 run.tracker.capture = step == capture_step;
                 cache.reset();
+                let prompt = match batches.get(step as u64, spec.prompt_len)? {
+                    Some((ids, _)) => ids,
+                    None => fixed.clone(),
+                };
                 let (prefill_ms, decode_ms) = run.generate_step(&model, &prompt, &mut cache)?;
                 if step >= spec.warmup {
                     samples[0].1.push(prefill_ms);
@@ -227,6 +268,7 @@ pub fn measure_with(
         memory,
         loss,
         warnings,
+        data,
     })
 }
 
@@ -246,22 +288,60 @@ fn leak_bytes() -> usize {
         .unwrap_or(0)
 }
 
-/// Random token ids (B, T) and their next-token targets (B, T), fixed for the whole run so
-/// every step does identical work.
+/// Random token ids (B, T) and their targets (B, T), fixed for the whole run so every step
+/// does identical work (used without `--data`).
 fn random_batch(
     rng: &mut rand::rngs::StdRng,
     batch: usize,
     seq: usize,
-    vocab: usize,
+    cfg: &crate::model::config::ModelConfig,
     dev: &Device,
 ) -> candle_core::Result<(Tensor, Tensor)> {
     let tokens: Vec<u32> = (0..batch * (seq + 1))
-        .map(|_| rng.random_range(0..vocab as u32))
+        .map(|_| rng.random_range(0..cfg.vocab_size as u32))
         .collect();
+    windows_to_batch(tokens, batch, seq, cfg.family, dev)
+}
+
+/// `batch` windows of `seq + 1` ids → inputs (B, T) = window[..T] and targets (B, T):
+/// window[1..] (next token) for decoders; for BERT every position predicts its own token
+/// (targets = inputs, nothing masked: the masked-LM head's loss on the unmasked batch, the
+/// convention `scripts/check_transformers.py` uses too).
+fn windows_to_batch(
+    tokens: Vec<u32>,
+    batch: usize,
+    seq: usize,
+    family: Family,
+    dev: &Device,
+) -> candle_core::Result<(Tensor, Tensor)> {
     let all = Tensor::from_vec(tokens, (batch, seq + 1), dev)?; // (B, T+1)
     let ids = all.narrow(1, 0, seq)?.contiguous()?; // (B, T)
-    let targets = all.narrow(1, 1, seq)?.contiguous()?; // (B, T)
+    let targets = match family {
+        Family::Bert => ids.clone(),               // (B, T)
+        _ => all.narrow(1, 1, seq)?.contiguous()?, // (B, T)
+    };
     Ok((ids, targets))
+}
+
+/// The run's token source: the `--data` file's batches, or none (the caller's fixed random batch).
+struct Batches<'a> {
+    tokens: Option<Tokens>,
+    spec: &'a Spec,
+    dev: &'a Device,
+}
+
+impl Batches<'_> {
+    /// Batch `k` of `seq` positions from the file (inputs, targets), or None without `--data`.
+    fn get(&self, k: u64, seq: usize) -> anyhow::Result<Option<(Tensor, Tensor)>> {
+        let Some(t) = &self.tokens else {
+            return Ok(None);
+        };
+        let (s, cfg) = (self.spec, &self.spec.config);
+        let ids = t.batch(k, s.batch, seq, s.seed, cfg.vocab_size)?;
+        Ok(Some(windows_to_batch(
+            ids, s.batch, seq, cfg.family, self.dev,
+        )?))
+    }
 }
 
 struct Run<'a> {
@@ -284,19 +364,18 @@ impl Run<'_> {
     fn train_step(
         &mut self,
         model: &Model,
-        ids: &Tensor,
-        targets: &Tensor,
+        batches: &[(Tensor, Tensor)],
         vars: &[Var],
         opt: &mut Option<AdamW>,
         step: usize,
     ) -> anyhow::Result<[f64; 4]> {
         let (dev, accum) = (self.dev, self.spec.grad_accum);
-        let (b, t) = ids.dims2()?;
         let step_start = Instant::now();
         let (mut fwd_ms, mut bwd_ms) = (0.0, 0.0);
         let mut grads: Option<GradStore> = None;
         let mut loss_sum = 0.0;
-        for micro in 0..accum {
+        for (micro, (ids, targets)) in batches.iter().enumerate() {
+            let (b, t) = ids.dims2()?;
             if accum > 1 {
                 self.tracker.take_recent_peak();
             }

@@ -8,10 +8,11 @@ use crate::measure::op_timer::timed;
 use crate::model::config::ModelConfig;
 use crate::model::kv_cache::KvCache;
 use crate::model::ops::{linear, rms_norm};
+use crate::model::rope::rope_tables;
 use crate::model::scope;
 use crate::model::segments::Cut;
 use crate::model::store::{Init::*, ParamSpec, ParamStore};
-use candle_core::{DType, Device, Result, Tensor, D};
+use candle_core::{DType, Result, Tensor, D};
 
 pub fn param_specs(cfg: &ModelConfig) -> Vec<ParamSpec> {
     let (c, f, v) = (cfg.d_model, cfg.d_ff, cfg.vocab_size);
@@ -185,36 +186,6 @@ impl Llama {
         let gu = crate::kernels::swiglu::swiglu(&g, &u)?; // (B*T, F)
         linear(&gu, &blk.down, None)?.reshape((b, t, c)) // (B, T, C)
     }
-}
-
-/// cos and sin of the rotary angles for positions offset..offset+t, duplicated over both halves
-/// of the head dim (Hugging Face's rotate-half convention) → (T, D) each.
-fn rope_tables(
-    cfg: &ModelConfig,
-    offset: usize,
-    t: usize,
-    dtype: DType,
-    dev: &Device,
-) -> Result<(Tensor, Tensor)> {
-    let hd = cfg.head_dim();
-    let half = hd / 2;
-    let mut cos = Vec::with_capacity(t * hd);
-    let mut sin = Vec::with_capacity(t * hd);
-    let inv_freq: Vec<f64> = (0..half)
-        .map(|i| 1.0 / cfg.rope_theta.powf((2 * i) as f64 / hd as f64))
-        .collect();
-    for pos in offset..offset + t {
-        let angles = inv_freq.iter().map(|f| pos as f64 * f);
-        let (c, s): (Vec<f32>, Vec<f32>) = angles.map(|a| (a.cos() as f32, a.sin() as f32)).unzip();
-        for _half in 0..2 {
-            cos.extend_from_slice(&c);
-            sin.extend_from_slice(&s);
-        }
-    }
-    Ok((
-        Tensor::from_vec(cos, (t, hd), dev)?.to_dtype(dtype)?,
-        Tensor::from_vec(sin, (t, hd), dev)?.to_dtype(dtype)?,
-    ))
 }
 
 /// RoPE on a projection's heads: x (B, T, n, D) → rotated (B, n, T, D). The fused kernel

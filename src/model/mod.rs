@@ -8,6 +8,7 @@ pub mod gpt2;
 pub mod kv_cache;
 pub mod llama;
 pub mod ops;
+pub mod rope;
 pub mod scope;
 pub mod segments;
 pub mod store;

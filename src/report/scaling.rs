@@ -281,6 +281,7 @@ mod tests {
             prompt_len: seq,
             new_tokens: 1,
             lr: 1e-3,
+            data: None,
         };
         let mut r = Row::not_run(Status::Ok, String::new(), 0, spec);
         r.reason = None;

@@ -286,13 +286,36 @@ fn accum_vs_single(r: &Record) -> String {
     }
 }
 
+/// The loss in one sentence: train's first → last step; infer's mean next-token loss per batch.
 pub fn loss_line(r: &Record) -> Option<String> {
     let first = r.loss.first()?;
     let last = r.loss.last()?;
-    Some(format!(
-        "Loss: {first:.4} at the first step → {last:.4} after {} steps (same batch every step)",
-        r.loss.len()
-    ))
+    let n = r.loss.len();
+    let source = match &r.data {
+        Some(d) => format!(
+            "{} of {} ({} tokens)",
+            if n == 1 { "a batch" } else { "seeded batches" },
+            d.path.display(),
+            d.tokens
+        ),
+        None => "random ids, same batch every step".into(),
+    };
+    let what = if r.model.family == "bert" {
+        "masked-LM loss, every position predicts its own token"
+    } else {
+        "next-token loss"
+    };
+    Some(match r.spec.mode {
+        crate::spec::Mode::Infer => {
+            let mean = r.loss.iter().sum::<f64>() / n as f64;
+            format!(
+                "Loss (infer, {what}, no update): mean {mean:.6} over {n} batches, first {first:.6}, last {last:.6} ({source})"
+            )
+        }
+        _ => format!(
+            "Loss ({what}): {first:.4} at the first step → {last:.4} after {n} steps ({source})"
+        ),
+    })
 }
 
 /// Every table of a run summary, in reading order.

@@ -121,7 +121,11 @@ pub(super) fn parse_hf(
         }
     };
     let norm_eps = f64_opt("norm_eps", HF_NORM_EPS)?;
-    let rope_theta = f64_opt("rope_theta", HF_ROPE_THETA)?;
+    // Llama reads `rope_parameters` / `rope_scaling` (θ may live inside); the others have no RoPE.
+    let (rope_theta, rope_scaling) = match family {
+        Family::Llama => super::rope::parse_hf(f)?,
+        _ => (f64_opt("rope_theta", HF_ROPE_THETA)?, Default::default()),
+    };
     let tie_embeddings = match hf_lookup(f, HF_TIE)? {
         Some((key, value)) => f.bool_value(key, value)?,
         None => default_tie(family),
@@ -156,6 +160,7 @@ pub(super) fn parse_hf(
             Family::Bert => 1e-12,
         }),
         rope_theta: rope_theta.unwrap_or(10000.0),
+        rope_scaling,
         tie_embeddings,
         type_vocab_size: type_vocab.unwrap_or(if distil {
             0
@@ -193,8 +198,54 @@ pub(super) fn hf_lookup<'v>(
     Ok(found)
 }
 
-/// HF options that add or reshape parameters our models do not have: rejected, not ignored.
+/// HF options that add or reshape parameters our models do not have, or change the numerics
+/// (activation, attention scaling): rejected, not ignored.
 pub(super) fn reject_structural_options(f: &Fields<'_>, family: Family) -> Result<(), ConfigError> {
+    // (key, the values our forward computes; empty: one of the family's activations).
+    let numerics: &[(&str, &[Value])] = match family {
+        Family::Gpt2 => &[
+            ("activation_function", &[]),
+            ("scale_attn_weights", &[Value::Bool(true)]),
+            ("scale_attn_by_inverse_layer_idx", &[Value::Bool(false)]),
+        ],
+        Family::Llama => &[("hidden_act", &[])],
+        // distilbert names it `activation`.
+        Family::Bert => &[("hidden_act", &[]), ("activation", &[])],
+    };
+    let activations: &[&str] = match family {
+        Family::Gpt2 => &["gelu_new", "gelu_pytorch_tanh"],
+        Family::Llama => &["silu", "swish"],
+        Family::Bert => &["gelu"],
+    };
+    for (key, allowed) in numerics {
+        let Some(value) = f.get(key).filter(|v| !v.is_null()) else {
+            continue;
+        };
+        let ok = if allowed.is_empty() {
+            value.as_str().is_some_and(|s| activations.contains(&s))
+        } else {
+            allowed.contains(value)
+        };
+        if !ok {
+            let valid = if allowed.is_empty() {
+                activations.join(" or ")
+            } else {
+                allowed
+                    .iter()
+                    .map(describe)
+                    .collect::<Vec<_>>()
+                    .join(" or ")
+            };
+            return Err(ConfigError::Unsupported {
+                origin: f.origin.to_string(),
+                reason: format!(
+                    "field `{key}`: {} is not supported for {family} (memscope computes {valid}); \
+                     remove it or set it to {valid}",
+                    describe(value)
+                ),
+            });
+        }
+    }
     let flags: &[&str] = match family {
         Family::Gpt2 => &["add_cross_attention"],
         Family::Llama => &["attention_bias", "mlp_bias"],

@@ -20,12 +20,15 @@
 use std::fmt;
 use std::path::Path;
 
+pub use rope::RopeScaling;
+
 mod fields;
 mod hf;
 mod json_text;
 mod load;
 mod ours;
 mod presets;
+mod rope;
 mod validate;
 
 /// Architecture family: decides the parameter structure and the forward pass.
@@ -73,6 +76,10 @@ pub struct ModelConfig {
     pub norm_eps: f64,
     /// RoPE base, used by llama only (10000.0 by default; kept at the default elsewhere).
     pub rope_theta: f64,
+    /// RoPE frequency schedule (llama): `default`, `linear` or `llama3` (`rope_parameters` /
+    /// `rope_scaling` in a Hugging Face config).
+    #[serde(default, skip_serializing_if = "RopeScaling::is_default")]
+    pub rope_scaling: RopeScaling,
     /// Output head shares the token embedding: gpt2 true, llama false by default, bert true
     /// (the MLM decoder is tied to the word embeddings).
     pub tie_embeddings: bool,

@@ -8,7 +8,7 @@ use super::{
 };
 
 /// Keys of memscope's schema, in the order of the struct fields.
-const OUR_KEYS: [&str; 13] = [
+const OUR_KEYS: [&str; 14] = [
     "name",
     "family",
     "vocab_size",
@@ -20,6 +20,7 @@ const OUR_KEYS: [&str; 13] = [
     "d_ff",
     "norm_eps",
     "rope_theta",
+    "rope_scaling",
     "tie_embeddings",
     "type_vocab_size",
 ];
@@ -81,6 +82,10 @@ pub(super) fn parse_ours(f: &Fields<'_>, source: &str) -> Result<ModelConfig, Co
         d_ff,
         norm_eps: f64_opt("norm_eps")?.unwrap_or(default_norm_eps(family)),
         rope_theta: f64_opt("rope_theta")?.unwrap_or(10000.0),
+        rope_scaling: match f.get("rope_scaling").filter(|v| !v.is_null()) {
+            Some(v) => super::rope::parse_object(f, "rope_scaling", v)?.1,
+            None => Default::default(),
+        },
         tie_embeddings: match f.get("tie_embeddings") {
             Some(v) => f.bool_value("tie_embeddings", v)?,
             None => default_tie(family),

@@ -32,6 +32,7 @@ impl ModelConfig {
                 d_ff: 5632,
                 norm_eps: 1e-5,
                 rope_theta: 10000.0,
+                rope_scaling: Default::default(),
                 tie_embeddings: false,
                 type_vocab_size: 0,
             },
@@ -80,6 +81,7 @@ fn gpt2(name: &str, n_layers: usize, n_heads: usize, d_model: usize) -> ModelCon
         d_ff: 4 * d_model,
         norm_eps: 1e-5,
         rope_theta: 10000.0,
+        rope_scaling: Default::default(),
         tie_embeddings: true,
         type_vocab_size: 0,
     }
@@ -99,6 +101,7 @@ fn cs336(name: &str, n_layers: usize, n_heads: usize, d_model: usize) -> ModelCo
         d_ff: 4 * d_model,
         norm_eps: 1e-5,
         rope_theta: 10000.0,
+        rope_scaling: Default::default(),
         tie_embeddings: false,
         type_vocab_size: 0,
     }
@@ -118,6 +121,7 @@ fn bert(name: &str, n_layers: usize, type_vocab_size: usize) -> ModelConfig {
         d_ff: 3072,
         norm_eps: 1e-12,
         rope_theta: 10000.0,
+        rope_scaling: Default::default(),
         tie_embeddings: true,
         type_vocab_size,
     }

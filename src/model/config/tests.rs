@@ -743,3 +743,114 @@ fn from_file_reads_and_names_the_path() {
     );
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+const HF_LLAMA_SMALL: &str = r#"{"model_type": "llama", "hidden_size": 64, "intermediate_size": 160,
+  "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+  "max_position_embeddings": 128, "vocab_size": 100, "hidden_act": "silu", "PATCH": 0}"#;
+
+fn llama_with(patch: &str) -> String {
+    HF_LLAMA_SMALL.replace(r#""PATCH": 0"#, patch)
+}
+
+#[test]
+fn transformers_5_rope_parameters_llama3_are_read() {
+    let cfg = hf(&llama_with(
+        r#""rope_parameters": {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0,
+            "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+            "original_max_position_embeddings": 8192}"#,
+    ));
+    assert_eq!(cfg.rope_theta, 500000.0);
+    assert_eq!(
+        cfg.rope_scaling,
+        RopeScaling::Llama3 {
+            factor: 8.0,
+            low_freq_factor: 1.0,
+            high_freq_factor: 4.0,
+            original_max_position_embeddings: 8192
+        }
+    );
+    // What memscope writes reads back through its own schema.
+    let text = serde_json::to_string(&cfg).unwrap();
+    assert!(
+        text.contains(r#""rope_scaling":{"rope_type":"llama3""#),
+        "{text}"
+    );
+    assert_eq!(parse(&text).unwrap(), cfg);
+    // A plain config writes no rope_scaling key at all.
+    let plain = serde_json::to_string(&ModelConfig::preset("tiny-llama").unwrap()).unwrap();
+    assert!(!plain.contains("rope_scaling"), "{plain}");
+}
+
+#[test]
+fn older_rope_theta_and_rope_scaling_are_read() {
+    let cfg = hf(&llama_with(
+        r#""rope_theta": 1000000.0, "rope_scaling": {"type": "linear", "factor": 4.0}"#,
+    ));
+    assert_eq!(cfg.rope_theta, 1_000_000.0);
+    assert_eq!(cfg.rope_scaling, RopeScaling::Linear { factor: 4.0 });
+    let cfg = hf(&llama_with(
+        r#""rope_parameters": {"rope_type": "default", "rope_theta": 10000.0}"#,
+    ));
+    assert_eq!(
+        (cfg.rope_theta, cfg.rope_scaling),
+        (10000.0, RopeScaling::Default)
+    );
+}
+
+#[test]
+fn unsupported_rope_types_and_fields_are_refused_by_name() {
+    let e = err(&llama_with(
+        r#""rope_parameters": {"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0}"#,
+    ));
+    assert!(
+        e.contains("`rope_parameters.rope_type`: \"yarn\" is not supported"),
+        "{e}"
+    );
+    assert!(e.contains("default, linear, llama3"), "{e}");
+    let e = err(&llama_with(
+        r#""rope_scaling": {"type": "dynamic", "factor": 2.0}"#,
+    ));
+    assert!(e.contains("`rope_scaling.type`: \"dynamic\""), "{e}");
+    let e = err(&llama_with(
+        r#""rope_parameters": {"rope_type": "linear", "rope_theta": 10000.0}"#,
+    ));
+    assert!(e.contains("rope_parameters.factor"), "{e}");
+    let e = err(&llama_with(
+        r#""rope_parameters": {"rope_type": "default", "rope_theta": 10000.0, "mscale": 1.0}"#,
+    ));
+    assert!(
+        e.contains("`rope_parameters.mscale` is not supported"),
+        "{e}"
+    );
+    let e = err(&llama_with(
+        r#""rope_parameters": {"rope_theta": 10000.0, "partial_rotary_factor": 0.5}"#,
+    ));
+    assert!(e.contains("partial_rotary_factor"), "{e}");
+    let e = err(&llama_with(
+        r#""rope_theta": 500000.0, "rope_parameters": {"rope_theta": 10000.0}"#,
+    ));
+    assert!(
+        e.contains("`rope_theta`") && e.contains("rope_parameters.rope_theta"),
+        "{e}"
+    );
+}
+
+#[test]
+fn activations_and_attention_scaling_other_than_ours_are_refused() {
+    let e = err(&llama_with(r#""hidden_act": "gelu""#).replace(r#""hidden_act": "silu", "#, ""));
+    assert!(
+        e.contains("field `hidden_act`: string \"gelu\" is not supported for llama"),
+        "{e}"
+    );
+    let gpt2 = r#"{"model_type": "gpt2", "n_embd": 64, "n_layer": 2, "n_head": 4,
+        "n_positions": 64, "vocab_size": 100, "PATCH": 0}"#;
+    let e = err(&gpt2.replace(r#""PATCH": 0"#, r#""activation_function": "relu""#));
+    assert!(e.contains("`activation_function`: string \"relu\""), "{e}");
+    assert!(e.contains("gelu_new"), "{e}");
+    let e = err(&gpt2.replace(
+        r#""PATCH": 0"#,
+        r#""scale_attn_by_inverse_layer_idx": true"#,
+    ));
+    assert!(e.contains("`scale_attn_by_inverse_layer_idx`"), "{e}");
+    hf(&gpt2.replace(r#""PATCH": 0"#, r#""activation_function": "gelu_new""#));
+}

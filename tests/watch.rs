@@ -8,6 +8,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+#[path = "support/trace_check.rs"]
+mod trace_check;
+
 const BIN: &str = env!("CARGO_BIN_EXE_memscope");
 const HANG: Duration = Duration::from_secs(90);
 
@@ -388,4 +391,88 @@ fn without_an_nvidia_driver_the_gpu_columns_say_unavailable_and_why() {
         "{}",
         text(&o)
     );
+}
+
+#[test]
+fn trace_holds_memory_counters_step_spans_and_names() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = script(
+        &dir,
+        "grow.py",
+        "import time\nkeep = []\nfor i in range(1, 21):\n    keep.append(bytearray(1 << 20))\n    time.sleep(0.03)\n    print(f'step {i} allocated_mb={i}', flush=True)\n",
+    );
+    let tr = dir.path().join("w.trace.json");
+    let o = watch(&[
+        "--interval",
+        "20ms",
+        "-q",
+        "--value-pattern",
+        r"allocated_mb=(?P<allocated_mb>[\d.]+)",
+        "--trace",
+        tr.to_str().unwrap(),
+        "--",
+        "python3",
+        &s,
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let doc = json(&tr);
+    let ev = trace_check::validate(&doc);
+    // 20 steps, one span each, end to end, from the start of the watch.
+    let steps: Vec<&serde_json::Value> = ev
+        .iter()
+        .filter(|e| e["ph"] == "X" && e["cat"] == "step")
+        .collect();
+    assert_eq!(steps.len(), 20, "{steps:?}");
+    assert_eq!(steps[0]["name"], "step 1");
+    assert_eq!(steps[0]["ts"].as_f64(), Some(0.0));
+    assert_eq!(steps[19]["args"]["step"], 20);
+    for w in steps.windows(2) {
+        let end = w[0]["ts"].as_f64().unwrap() + w[0]["dur"].as_f64().unwrap();
+        assert!((end - w[1]["ts"].as_f64().unwrap()).abs() < 1e-2, "{w:?}");
+    }
+    // The child sleeps 30 ms a step: 20 steps span more than half a second.
+    let last = steps[19]["ts"].as_f64().unwrap() + steps[19]["dur"].as_f64().unwrap();
+    assert!(last > 500_000.0, "{last} µs");
+    // Counters: RSS grows by about the 20 MiB the child keeps, PSS and per-process RSS present.
+    let rss: Vec<f64> = ev
+        .iter()
+        .filter(|e| e["name"] == "RSS (bytes)")
+        .map(|e| e["args"]["RSS"].as_f64().unwrap())
+        .collect();
+    assert!(rss.len() >= 10, "{} RSS samples", rss.len());
+    let growth = rss.iter().cloned().fold(f64::MIN, f64::max) - rss[0];
+    assert!(growth > 15.0 * 1048576.0, "RSS grew {growth} bytes");
+    let c = trace_check::names(&ev, "C");
+    for n in ["PSS (bytes)", "USS (bytes)", "RSS by process (bytes)"] {
+        assert_eq!(c.iter().filter(|x| *x == n).count(), rss.len(), "{n}");
+    }
+    let per = ev
+        .iter()
+        .find(|e| e["name"] == "RSS by process (bytes)")
+        .unwrap();
+    assert!(
+        per["args"]
+            .as_object()
+            .unwrap()
+            .keys()
+            .any(|k| k.starts_with("python3 (")),
+        "{per}"
+    );
+    // --value-pattern values, in bytes, stamped when their line was read.
+    let alloc: Vec<f64> = ev
+        .iter()
+        .filter(|e| e["name"] == "allocated (bytes)")
+        .map(|e| e["args"]["allocated"].as_f64().unwrap())
+        .collect();
+    assert_eq!(alloc.len(), 20);
+    assert_eq!(alloc[19], 20e6);
+    // No NVIDIA driver here: no GPU track (tests/report_html.rs draws one from a fixture).
+    if !std::path::Path::new("/proc/driver/nvidia").exists() {
+        assert!(!c.iter().any(|n| n.starts_with("GPU")));
+    }
+    let m = trace_check::names(&ev, "M");
+    assert!(m.contains(&"process_name".into()) && m.contains(&"thread_name".into()));
+    let pname = ev.iter().find(|e| e["name"] == "process_name").unwrap();
+    assert!(pname["args"]["name"].as_str().unwrap().contains("grow.py"));
+    assert!(doc["otherData"]["root_pid"].is_u64());
 }

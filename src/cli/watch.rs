@@ -55,6 +55,10 @@ pub struct WatchArgs {
     /// Write one JSON line per sample, flushed as it is taken
     #[arg(long, value_name = "FILE")]
     pub jsonl: Option<PathBuf>,
+    /// Write a Chrome trace (Perfetto, chrome://tracing): RSS/PSS/USS, per-process RSS and GPU as
+    /// counters over time, each step the output printed as a span
+    #[arg(long, value_name = "FILE")]
+    pub trace: Option<PathBuf>,
     /// No live status line (it is drawn only when stderr is a terminal)
     #[arg(long, short)]
     pub quiet: bool,
@@ -86,6 +90,7 @@ pub fn run(a: WatchArgs) -> anyhow::Result<ExitCode> {
         ("--json", a.json.as_deref()),
         ("--csv", a.csv.as_deref()),
         ("--jsonl", a.jsonl.as_deref()),
+        ("--trace", a.trace.as_deref()),
     ])?;
     let jsonl = a.jsonl.as_deref().map(JsonlWriter::create).transpose()?;
     let cfg = WatchConfig {
@@ -130,6 +135,10 @@ pub fn run(a: WatchArgs) -> anyhow::Result<ExitCode> {
             interval.as_secs_f64(),
         );
         write_atomic(p, &text).with_context(|| format!("--json {}", p.display()))?;
+    }
+    if let Some(p) = &a.trace {
+        let text = crate::watch::trace::to_json(&r, &command)?;
+        write_atomic(p, &text).with_context(|| format!("--trace {}", p.display()))?;
     }
     // The command's own output went to stdout: the report starts on a fresh block.
     outln!("\n── memscope watch ──")?;

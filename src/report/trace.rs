@@ -21,7 +21,8 @@ const TID_PHASES: u32 = 2;
 /// Sub-phases of a step, in the order they run.
 const ORDER: [&str; 5] = ["forward", "backward", "optimizer", "prefill", "decode"];
 
-fn us(ms: f64) -> f64 {
+/// Milliseconds to the trace's microseconds.
+pub fn us(ms: f64) -> f64 {
     // Microseconds, rounded to the nanosecond so the JSON stays short.
     (ms * 1000.0 * 1000.0).round() / 1000.0
 }
@@ -149,6 +150,7 @@ pub fn to_json(r: &Record) -> anyhow::Result<String> {
     Ok(serde_json::to_string(&doc)? + "\n")
 }
 
-fn counter(name: &str, t_ms: f64, args: Value) -> Value {
+/// A counter (`C`) event on the process track at `t_ms`.
+pub fn counter(name: &str, t_ms: f64, args: Value) -> Value {
     json!({"name": name, "ph": "C", "pid": PID, "tid": 0, "ts": us(t_ms), "args": args})
 }

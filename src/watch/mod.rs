@@ -2,7 +2,7 @@
 //! One idea per file: `tree` (which processes), `sample` (one reading of them), `child` (spawn,
 //! signals, how it ended), `passthrough` (its output, byte for byte, scanned for markers), `steps`
 //! (step markers and values), `gpu` (NVML at run time), `status` (the live line), `jsonl` (samples as
-//! taken), `series` (what the verdict judges, peaks), `outputs` (closing text, CSV, JSON), `run`
+//! taken), `series` (what the verdict judges, peaks), `outputs` (closing text, CSV, JSON), `trace` (`--trace`), `run`
 //! (the loop).
 
 pub mod child;
@@ -15,4 +15,5 @@ pub mod sample;
 pub mod series;
 pub mod status;
 pub mod steps;
+pub mod trace;
 pub mod tree;

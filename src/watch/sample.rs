@@ -144,8 +144,10 @@ impl Sampler {
         // Each file read directly (open, read, close) and parsed by procfs: no per-process
         // directory handle.
         let stat = Stat::from_file(format!("/proc/{pid}/stat")).ok()?;
-        if stat.state == 'Z' {
-            return None; // exited, not yet reaped: it holds no memory
+        if stat.state == 'Z' || stat.rss == 0 {
+            // Exited and not yet reaped, or caught inside exec between its old and new address
+            // space: it holds no memory at this instant, and a 0 would read as a drop.
+            return None;
         }
         let rss = stat.rss * self.page;
         let ticks = stat.utime + stat.stime;

@@ -96,3 +96,80 @@ fn leak_writes_a_trace_too() {
         12
     );
 }
+
+#[test]
+fn sweep_writes_one_trace_per_configuration_that_ran() {
+    let dir = tempfile::tempdir().unwrap();
+    let traces = dir.path().join("traces"); // created by the sweep
+    let jsonl = dir.path().join("rows.jsonl");
+    let out = Command::cargo_bin("memscope")
+        .unwrap()
+        .args([
+            "sweep",
+            "--model",
+            "tiny-gpt2",
+            "--batch",
+            "1,2",
+            "--seq",
+            "16",
+            "--warmup",
+            "0",
+            "--steps",
+            "2",
+            "--threads",
+            "1",
+            "-q",
+            "--yes",
+            "--trace",
+        ])
+        .arg(&traces)
+        .arg("--jsonl")
+        .arg(&jsonl)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let rows: Vec<Value> = std::fs::read_to_string(&jsonl)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(rows.len(), 2);
+    for (i, row) in rows.iter().enumerate() {
+        let path = row["trace"].as_str().expect("an ok row names its trace");
+        assert!(
+            path.ends_with(&format!("{i:03}-b{}-s16-train-f32.trace.json", i + 1)),
+            "{path}"
+        );
+        let doc: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+        let ev = validate(&doc);
+        let steps = names(&ev, "X")
+            .iter()
+            .filter(|n| n.starts_with("step"))
+            .count();
+        assert_eq!(steps, 2, "two measured steps in {path}");
+    }
+    assert_eq!(std::fs::read_dir(&traces).unwrap().count(), 2);
+}
+
+#[test]
+fn sweep_trace_on_slurm_is_refused_naming_both_flags() {
+    let out = Command::cargo_bin("memscope")
+        .unwrap()
+        .args([
+            "sweep",
+            "--model",
+            "tiny-gpt2",
+            "--slurm",
+            "--trace",
+            "/tmp/x",
+        ])
+        .output()
+        .unwrap();
+    let e = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{e}");
+    assert!(e.contains("--trace") && e.contains("--slurm"), "{e}");
+}

@@ -89,6 +89,10 @@ pub struct SweepArgs {
     /// Write the rows and the scaling analysis as Markdown at the end
     #[arg(long, value_name = "FILE")]
     pub markdown: Option<PathBuf>,
+    /// Write one Chrome trace per configuration that ran into this directory (created if
+    /// missing): `<index>-b<batch>-s<seq>-<mode>-<dtype>.trace.json`; the row names its file
+    #[arg(long, value_name = "DIR")]
+    pub trace: Option<PathBuf>,
     /// Run configurations larger than one that ran out of memory instead of skipping them
     #[arg(long)]
     pub no_skip: bool,
@@ -232,6 +236,13 @@ pub fn run(a: SweepArgs) -> anyhow::Result<ExitCode> {
     if let Some(dir) = &a.cluster.attach {
         return attach(&a, dir);
     }
+    if let Some(dir) = &a.trace {
+        if a.cluster.slurm {
+            bail!("--trace {}: per-configuration traces are written by local sweeps only; drop --trace or --slurm", dir.display());
+        }
+        std::fs::create_dir_all(dir)
+            .with_context(|| format!("--trace {}: cannot create the directory", dir.display()))?;
+    }
     sweep_slurm::check_flags(&a.cluster, a.memory_limit.is_some(), a.timeout.is_some())?;
     let points = plan_points(&a)?;
     if points.is_empty() {
@@ -281,6 +292,7 @@ pub fn run(a: SweepArgs) -> anyhow::Result<ExitCode> {
         enforcement: enforcement.clone(),
         timeout,
         scratch: scratch.0.clone(),
+        trace_dir: a.trace.clone(),
     };
     if !a.quiet {
         eprintln!(

@@ -83,6 +83,7 @@ pub fn search(a: &FitRequest) -> anyhow::Result<Option<FitResult>> {
         enforcement: enforcement.clone(),
         timeout,
         scratch: scratch.0.clone(),
+        trace_dir: None,
     };
     install_interrupt_handler();
     let vary_name = a.vary.name();

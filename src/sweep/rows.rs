@@ -140,6 +140,9 @@ pub struct Row {
     /// Slurm sweeps only (absent from local rows): where and how the array task ran.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub slurm: Option<SlurmTask>,
+    /// `sweep --trace DIR`: this configuration's Chrome trace (`ok` rows only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trace: Option<std::path::PathBuf>,
 }
 
 /// A row's Slurm side: the scheduler's own evidence about the array task that ran it.
@@ -183,6 +186,7 @@ impl Row {
             summary: None,
             series: vec![],
             slurm: None,
+            trace: None,
         }
     }
 

@@ -47,6 +47,8 @@ pub struct RunOptions {
     pub timeout: Option<Duration>,
     /// Directory for the worker's Record and series files.
     pub scratch: PathBuf,
+    /// `sweep --trace DIR`: write each `ok` row's Chrome trace there.
+    pub trace_dir: Option<PathBuf>,
 }
 
 /// Live view of a running worker, for progress display.
@@ -310,6 +312,10 @@ pub fn run_worker(
         (Some(r), Status::Ok) => (Some(RowSummary::from_record(r)), r.memory.series.clone()),
         _ => (None, series),
     };
+    let trace = match (&record, status_, &opts.trace_dir) {
+        (Some(r), Status::Ok, Some(dir)) => Some(write_trace(dir, index, r)?),
+        _ => None,
+    };
     Ok(Some(Row {
         status: status_,
         reason,
@@ -331,6 +337,7 @@ pub fn run_worker(
         }),
         summary,
         series,
+        trace,
         slurm: None,
     }))
 }
@@ -349,4 +356,21 @@ pub fn read_series(path: &Path) -> Vec<StepMemory> {
                 .collect()
         })
         .unwrap_or_default()
+}
+
+/// Writes an `ok` row's Chrome trace into `dir`, named by its index and shape; returns the path.
+fn write_trace(dir: &Path, index: usize, r: &crate::record::Record) -> anyhow::Result<PathBuf> {
+    let s = &r.spec;
+    let name = format!(
+        "{index:03}-b{}-s{}-{}-{}.trace.json",
+        s.batch,
+        s.seq,
+        s.mode.name(),
+        s.dtype.name()
+    );
+    let path = dir.join(name);
+    let text = crate::report::trace::to_json(r)?;
+    crate::output::write_atomic(&path, &text)
+        .map_err(|e| anyhow::anyhow!("--trace {}: {e}", path.display()))?;
+    Ok(path)
 }

@@ -85,6 +85,7 @@ pub fn finished_row(
         enforcement: meta.mem.as_ref().map(|m| format!("Slurm --mem {m}")),
         summary,
         series,
+        trace: None,
         slurm: Some(SlurmTask {
             job_id: job.to_string(),
             array_index: i,

@@ -24,6 +24,7 @@ const EXPECTED: &[&str] = &[
     "scaling-seq",
     "leak-3",
     "roofline-7",
+    "watch-memory",
 ];
 
 fn fixture(name: &str) -> PathBuf {
@@ -100,6 +101,7 @@ fn report_renders_in_chromium_with_every_chart() {
         "sweep.jsonl",
         "estimate.json",
         "roofline.json",
+        "watch-gpu.json",
     ];
     let out = Command::cargo_bin("memscope")
         .unwrap()
@@ -148,6 +150,16 @@ fn report_renders_in_chromium_with_every_chart() {
         .sum::<usize>();
         assert!(marks >= 5, "chart {id} is empty ({marks} marks)");
         assert!(svg.contains("<text"), "chart {id} has no axis labels");
+    }
+    // The watch's GPU lines (the fixture carries NVML figures; this machine has no GPU).
+    let w = chart(&dom, "watch-memory").unwrap();
+    for l in [
+        "RSS (summed)",
+        "PSS (summed)",
+        "GPU device used",
+        "GPU, watched processes",
+    ] {
+        assert!(w.contains(l), "watch chart lacks {l}");
     }
     assert_eq!(
         console_errors(&stderr),

@@ -6,11 +6,13 @@
 //! - a leak verdict: `leak --json`, `analyze --json` (has `verdict` and `sentence`);
 //! - an estimate: `estimate --json` (has `categories` and `peak_bytes`, no `schema_version`);
 //! - a sweep: `sweep --jsonl` (one row per line, each with `status` and `spec`);
-//! - a roofline: `roofline --json` (has `run.roofs` and `sections`).
+//! - a roofline: `roofline --json` (has `run.roofs` and `sections`);
+//! - a watch: `watch --json` (has `"schema": "memscope-watch"`).
 
 use crate::analysis::leak::LeakReport;
 use crate::record::{Record, SCHEMA_VERSION};
 use crate::report::roofline::RooflineFile;
+use crate::report::watch_file::WatchFile;
 use crate::sweep::rows::Row;
 use anyhow::{bail, Context};
 use serde_json::Value;
@@ -23,6 +25,7 @@ pub enum Input {
     Estimate(Box<Value>),
     Sweep(Vec<Row>),
     Roofline(Box<RooflineFile>),
+    Watch(Box<WatchFile>),
 }
 
 impl Input {
@@ -33,6 +36,7 @@ impl Input {
             Input::Estimate(_) => "estimate",
             Input::Sweep(_) => "sweep JSONL",
             Input::Roofline(_) => "roofline",
+            Input::Watch(_) => "watch",
         }
     }
 }
@@ -45,8 +49,8 @@ pub struct Named {
 }
 
 const WHAT: &str = "expected a memscope Record (bench --json, leak --record), a leak verdict \
-                    (leak --json, analyze --json), an estimate (estimate --json), a sweep's --jsonl or a \
-                    roofline --json";
+                    (leak --json, analyze --json), an estimate (estimate --json), a sweep's --jsonl, a \
+                    roofline --json or a watch --json";
 
 /// Parses one file's text; `name` is the file as the user gave it, used in every error.
 pub fn parse(name: &str, text: &str) -> anyhow::Result<Input> {
@@ -82,6 +86,12 @@ fn parse_value(name: &str, v: Value) -> anyhow::Result<Input> {
     let Some(obj) = v.as_object() else {
         bail!("{name}: the JSON is not an object; {WHAT}");
     };
+    if obj.get("schema").and_then(|s| s.as_str()) == Some("memscope-watch") {
+        let w: WatchFile = serde_json::from_value(v).with_context(|| {
+            format!("{name}: says memscope-watch but is not a watch --json file")
+        })?;
+        return Ok(Input::Watch(Box::new(w)));
+    }
     if let Some(ver) = obj.get("schema_version") {
         let ver = ver.as_u64().unwrap_or(0);
         if ver != SCHEMA_VERSION as u64 {

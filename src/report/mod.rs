@@ -21,6 +21,7 @@ pub mod summary;
 pub mod table;
 pub mod terminal;
 pub mod trace;
+pub mod watch_file;
 
 use crate::record::Record;
 

@@ -4,13 +4,15 @@
 //! its own colour (the same colour everywhere in the page).
 //!
 //! Chart ids (`data-chart` on each `<svg>`): `timing-<phase>`, `memory-timeline`,
-//! `memory-breakdown`, `scaling-batch`, `scaling-seq`, `leak-<input #>`, `roofline-<input #>`.
+//! `memory-breakdown`, `scaling-batch`, `scaling-seq`, `leak-<input #>`, `roofline-<input #>`,
+//! `watch-memory`.
 
 pub mod charts_leak;
 pub mod charts_memory;
 pub mod charts_roofline;
 pub mod charts_scaling;
 pub mod charts_timing;
+pub mod charts_watch;
 pub mod page;
 pub mod svg;
 
@@ -42,6 +44,7 @@ pub fn render(inputs: &[Named]) -> anyhow::Result<String> {
     let mut sweeps: Vec<(usize, String, &[Row])> = Vec::new();
     let mut bars: Vec<Bars> = Vec::new();
     let mut rooflines = Vec::new();
+    let mut watches = Vec::new();
     let mut table = Vec::new();
     for (i, n) in inputs.iter().enumerate() {
         match &n.input {
@@ -63,6 +66,12 @@ pub fn render(inputs: &[Named]) -> anyhow::Result<String> {
                 let label = format!("{} {} b{} s{}", h.model, h.mode, h.batch, h.seq);
                 table.push((i, n.name.clone(), format!("roofline: {label}")));
                 rooflines.push((i, &**r));
+            }
+            Input::Watch(w) => {
+                let cmd = w.command.join(" ");
+                table.push((i, n.name.clone(), format!("watch: {cmd}")));
+                leaks.push((i, format!("watch {cmd}"), w.verdict.clone()));
+                watches.push((i, &**w));
             }
             Input::Estimate(v) => {
                 let label = estimate_label(v);
@@ -139,6 +148,10 @@ pub fn render(inputs: &[Named]) -> anyhow::Result<String> {
     let leak = charts_leak::section(&records)?;
     if !leak.is_empty() {
         sections.push(("leak".into(), "Leak check".into(), leak));
+    }
+    let watch = charts_watch::section(&watches)?;
+    if !watch.is_empty() {
+        sections.push(("watch".into(), "Watched processes".into(), watch));
     }
     let roofline = charts_roofline::section(&rooflines)?;
     if !roofline.is_empty() {

@@ -3,6 +3,7 @@
 
 use crate::input::tokens::DataSpec;
 use crate::model::config::{Family, ModelConfig};
+use crate::model::variant::{Precision, Variant};
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 
@@ -78,6 +79,10 @@ pub struct Spec {
     /// `--data`: real token ids instead of random ones (train, infer, generate prompts).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub data: Option<DataSpec>,
+    /// The engine path (`--attention`, `--fusion`, `--checkpoint`, `--precision`); absent for
+    /// memscope's own.
+    #[serde(default, skip_serializing_if = "Variant::is_default")]
+    pub variant: Variant,
 }
 
 #[derive(Debug, thiserror::Error, PartialEq)]
@@ -102,6 +107,13 @@ pub enum SpecError {
     EncoderCannotGenerate { model: String },
     #[error("--grad-accum {0} only applies to --mode train")]
     GradAccumNotTrain(usize),
+    #[error("--checkpoint recomputes activations in backward, so it only applies to --mode train")]
+    CheckpointNotTrain,
+    #[error("--precision mixed keeps f32 master weights and optimizer state for a half-precision run: use it with --mode train and --dtype bf16 or f16 (this run is --mode {mode} --dtype {dtype})")]
+    MixedNeedsHalfTrain {
+        mode: &'static str,
+        dtype: &'static str,
+    },
     #[error("--lr must be a finite positive number (got {0})")]
     BadLr(f64),
     #[error("{flag} {value} is more than memscope runs ({max} at most); a leak verdict needs a few hundred steps, timing statistics a few dozen")]
@@ -179,6 +191,17 @@ impl Spec {
         }
         if self.grad_accum > 1 && self.mode != Mode::Train {
             return Err(SpecError::GradAccumNotTrain(self.grad_accum));
+        }
+        if self.variant.checkpoint && self.mode != Mode::Train {
+            return Err(SpecError::CheckpointNotTrain);
+        }
+        if self.variant.precision == Precision::Mixed
+            && (self.mode != Mode::Train || self.dtype == Dtype::F32)
+        {
+            return Err(SpecError::MixedNeedsHalfTrain {
+                mode: self.mode.name(),
+                dtype: self.dtype.name(),
+            });
         }
         if !(self.lr.is_finite() && self.lr > 0.0) {
             return Err(SpecError::BadLr(self.lr));

@@ -5,6 +5,7 @@
 use crate::input::tokens::{BinDtype, DataSpec};
 use crate::measure::threads::all_cores;
 use crate::model::config::ModelConfig;
+use crate::model::variant::{Attention, Fusion, Precision, Variant};
 use crate::output::{self, write_atomic};
 use crate::record::Record;
 use crate::report::{self, Export};
@@ -65,6 +66,37 @@ pub struct WorkloadArgs {
     pub force: bool,
     #[command(flatten)]
     pub data: DataArgs,
+    #[command(flatten)]
+    pub variant: VariantArgs,
+}
+
+/// The engine path: each memory-saving technique as a switch (bench, sweep, leak, fit,
+/// estimate; `memscope optimize` runs them all).
+#[derive(Args, Debug, Clone, Default)]
+pub struct VariantArgs {
+    /// Attention: fused (memscope's kernel, flash-style) or naive (op by op, keeps the (B, H, T, S) scores and probabilities, as eager PyTorch without SDPA)
+    #[arg(long, value_enum, default_value_t = Attention::Fused)]
+    pub attention: Attention,
+    /// Norms, activations, RoPE, loss and optimizer: full (memscope's fused kernels) or none (candle's op-by-op versions and candle-nn's AdamW, as a plain PyTorch script)
+    #[arg(long, value_enum, default_value_t = Fusion::Full)]
+    pub fusion: Fusion,
+    /// Activation checkpointing: keep only each block's input in forward, recompute the block in backward (train)
+    #[arg(long)]
+    pub checkpoint: bool,
+    /// With --dtype bf16/f16 training: pure (weights, gradients and optimizer state in the dtype) or mixed (f32 master weights, gradients and optimizer state; compute in the dtype)
+    #[arg(long, value_enum, default_value_t = Precision::Pure)]
+    pub precision: Precision,
+}
+
+impl VariantArgs {
+    pub fn to_variant(&self) -> Variant {
+        Variant {
+            attention: self.attention,
+            fusion: self.fusion,
+            checkpoint: self.checkpoint,
+            precision: self.precision,
+        }
+    }
 }
 
 /// Real token ids instead of random ones (bench, sweep, leak).
@@ -155,6 +187,7 @@ pub fn build_spec(m: &ModelArgs, w: &WorkloadArgs) -> anyhow::Result<Spec> {
         new_tokens: w.new_tokens,
         lr: w.lr,
         data: w.data.to_spec(),
+        variant: w.variant.to_variant(),
     };
     spec.validate()?;
     if let Some(d) = &spec.data {

@@ -2,7 +2,7 @@
 
 use super::args::{resolve_model, ModelArgs};
 use crate::estimate::fits::fits;
-use crate::estimate::{estimate, Attention, Optimizer, Request};
+use crate::estimate::{estimate, Optimizer, Request};
 use crate::out;
 use crate::output::{check_outputs, write_atomic};
 use crate::report;
@@ -37,12 +37,8 @@ pub struct EstimateArgs {
     /// Tokens decoded (generate)
     #[arg(long, default_value_t = 32)]
     pub new_tokens: usize,
-    /// What-if: activation checkpointing of every block (train; memscope's engine does not run it)
-    #[arg(long)]
-    pub checkpoint: bool,
-    /// Attention implementation (naive is a what-if: memscope's engine runs fused)
-    #[arg(long, value_enum, default_value_t = Attention::Fused)]
-    pub attention: Attention,
+    #[command(flatten)]
+    pub variant: super::args::VariantArgs,
     /// CPU threads the run would use (gemm keeps a buffer per thread; default: all cores)
     #[arg(long)]
     pub threads: Option<usize>,
@@ -82,9 +78,6 @@ pub fn run(a: EstimateArgs) -> anyhow::Result<ExitCode> {
     if a.model.weights.is_some() {
         bail!("--weights: estimate needs only the architecture; pass --model or --config");
     }
-    if a.checkpoint && a.mode != Mode::Train {
-        bail!("--checkpoint saves memory only when training: use it with --mode train");
-    }
     let (_, cfg) = resolve_model(&a.model)?;
     if cfg.n_layers > MAX_LAYERS && !a.force {
         let n = cfg.n_layers as f64;
@@ -122,6 +115,7 @@ pub fn run(a: EstimateArgs) -> anyhow::Result<ExitCode> {
         new_tokens: a.new_tokens,
         lr: 1e-3,
         data: None,
+        variant: a.variant.to_variant(),
     };
     spec.validate()?;
     let reqs: Vec<Request> = dts
@@ -129,8 +123,6 @@ pub fn run(a: EstimateArgs) -> anyhow::Result<ExitCode> {
         .map(|&dtype| Request {
             dtype,
             optimizer: a.optimizer,
-            checkpoint: a.checkpoint,
-            attention: a.attention,
             ..Request::for_spec(&spec)
         })
         .collect();

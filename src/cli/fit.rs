@@ -60,6 +60,8 @@ pub struct FitArgs {
     pub json: Option<PathBuf>,
     #[arg(long, short)]
     pub quiet: bool,
+    #[command(flatten)]
+    pub variant: super::args::VariantArgs,
 }
 
 pub fn run(a: FitArgs) -> anyhow::Result<ExitCode> {
@@ -89,6 +91,7 @@ pub fn run(a: FitArgs) -> anyhow::Result<ExitCode> {
         new_tokens: a.new_tokens,
         lr: a.lr,
         data: None,
+        variant: a.variant.to_variant(),
     };
     base.validate()?;
     let cap = match a.vary {

@@ -11,6 +11,7 @@ mod estimate;
 mod fit;
 mod leak;
 mod models;
+mod optimize;
 mod peaks;
 mod profile;
 mod report;
@@ -45,6 +46,8 @@ pub enum Command {
     Estimate(estimate::EstimateArgs),
     /// List the built-in model presets with exact parameter counts
     Models(models::ModelsArgs),
+    /// Rank memory-saving variants (flash attention, fused kernels, checkpointing, mixed precision) by running each one
+    Optimize(optimize::OptimizeArgs),
     /// Run every configuration of comma lists / ranges, each in its own worker process
     Sweep(sweep::SweepArgs),
     /// Find the largest batch (or sequence length) that fits in a memory budget
@@ -80,6 +83,7 @@ pub fn run() -> anyhow::Result<ExitCode> {
         Command::Bench(a) => bench::run(a),
         Command::Estimate(a) => estimate::run(a),
         Command::Models(a) => models::run(a),
+        Command::Optimize(a) => optimize::run_optimize(a),
         Command::Sweep(a) => sweep::run(a),
         Command::Fit(a) => fit::run(a),
         Command::Scaling(a) => scaling::run(a),

@@ -102,6 +102,8 @@ pub struct SweepArgs {
     #[command(flatten)]
     pub data: super::args::DataArgs,
     #[command(flatten)]
+    pub variant: super::args::VariantArgs,
+    #[command(flatten)]
     pub cluster: SlurmArgs,
 }
 
@@ -137,6 +139,7 @@ fn spec_for(a: &SweepArgs, p: &Point) -> anyhow::Result<Spec> {
         new_tokens: a.new_tokens,
         lr: a.lr,
         data: a.data.to_spec(),
+        variant: a.variant.to_variant(),
     })
 }
 

@@ -76,19 +76,12 @@ fn alternatives(req: &Request) -> Vec<(String, Request)> {
     if req.mode == Mode::Train && !req.checkpoint {
         let mut r = req.clone();
         r.checkpoint = true;
-        v.push((
-            "activation checkpointing (--checkpoint; what-if, memscope's engine does not run it)"
-                .into(),
-            r,
-        ));
+        v.push(("activation checkpointing (--checkpoint)".into(), r));
     }
     if req.attention == Attention::Naive {
         let mut r = req.clone();
         r.attention = Attention::Fused;
-        v.push((
-            "fused attention (--attention fused, what memscope's engine runs)".into(),
-            r,
-        ));
+        v.push(("fused attention (--attention fused)".into(), r));
     }
     if req.mode == Mode::Train && req.batch > 1 {
         let mut r = req.clone();

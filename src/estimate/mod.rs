@@ -28,19 +28,7 @@ pub enum Optimizer {
     Sgd,
 }
 
-/// How attention is computed. memscope's engine runs `fused`; `naive` is for what-if.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
-#[serde(rename_all = "lowercase")]
-pub enum Attention {
-    /// memscope's kernel, flash-style: only the output and a (B, H, T) log-sum-exp kept;
-    /// backward recomputes the scores
-    #[value(alias = "flash")]
-    #[serde(alias = "flash")]
-    Fused,
-    /// Op by op, as eager PyTorch without SDPA: scores and probabilities (B, H, T, S)
-    /// materialised and kept for backward
-    Naive,
-}
+pub use crate::model::variant::{Attention, Fusion, Precision};
 
 /// What to estimate.
 #[derive(Clone, Debug)]
@@ -54,15 +42,19 @@ pub struct Request {
     pub optimizer: Optimizer,
     pub prompt_len: usize,
     pub new_tokens: usize,
-    /// What-if: activation checkpointing of every transformer block (train).
+    /// Activation checkpointing of every transformer block (train).
     pub checkpoint: bool,
     pub attention: Attention,
+    /// Op-by-op norms, activations, loss and optimizer: not replayed yet (refused by name).
+    pub fusion: Fusion,
+    /// Mixed precision: not replayed yet (refused by name).
+    pub precision: Precision,
     /// CPU threads the run uses (gemm keeps one buffer per thread).
     pub threads: usize,
 }
 
 impl Request {
-    /// The estimate of a run: memscope's engine runs AdamW.
+    /// The estimate of a run (its engine path included): memscope's engine runs AdamW.
     pub fn for_spec(spec: &crate::spec::Spec) -> Self {
         Self {
             cfg: spec.config.clone(),
@@ -74,8 +66,10 @@ impl Request {
             optimizer: Optimizer::Adamw,
             prompt_len: spec.prompt_len,
             new_tokens: spec.new_tokens,
-            checkpoint: false,
-            attention: Attention::Fused,
+            checkpoint: spec.variant.checkpoint,
+            attention: spec.variant.attention,
+            fusion: spec.variant.fusion,
+            precision: spec.variant.precision,
             threads: spec.threads,
         }
     }

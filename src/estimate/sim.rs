@@ -313,15 +313,20 @@ impl Sim {
             if n.tracked && !n.is_var {
                 stack.extend(n.op.inputs());
             }
-            let st = &mut self.storages[s];
-            st.rc -= 1;
-            if st.rc == 0 {
-                let (bytes, phase, module) = (st.bytes, st.phase, st.module);
-                self.module_log.push((module, bytes, false));
-                self.live -= bytes;
-                self.live_by_phase[phase as usize] -= bytes;
-                self.live_by_module[module] -= bytes;
-            }
+            self.unshare(s);
+        }
+    }
+
+    /// Drops one reference to storage `s`; frees it when none is left.
+    fn unshare(&mut self, s: usize) {
+        let st = &mut self.storages[s];
+        st.rc -= 1;
+        if st.rc == 0 {
+            let (bytes, phase, module) = (st.bytes, st.phase, st.module);
+            self.module_log.push((module, bytes, false));
+            self.live -= bytes;
+            self.live_by_phase[phase as usize] -= bytes;
+            self.live_by_module[module] -= bytes;
         }
     }
 
@@ -593,6 +598,15 @@ impl Sim {
         }
         let (shape, dtype) = (self.nodes[x].shape.clone(), self.nodes[x].dtype);
         let v = self.var(&shape, dtype); // (B, T, C) copy
+        if matches!(self.nodes[x].op, Op::Checkpoint(..)) {
+            // A checkpointed block's output is dropped once copied: the segment keeps only
+            // the block's input, and backward runs the block again.
+            let old = self.nodes[x].storage;
+            let empty = self.new_storage(0);
+            self.storages[empty].rc += 1;
+            self.nodes[x].storage = empty;
+            self.unshare(old);
+        }
         let held = self.hold(v);
         let input = self.segment_input.replace(held);
         self.segments.push((input, x));

@@ -7,8 +7,8 @@ use super::models::{Built, Params, WithParams};
 use super::ops::cross_entropy;
 use super::sim::{Id, Phase, Sim};
 use super::{
-    runtime_buffers, ActivationRow, Attention, Categories, Estimate, Flops, Hotspot, Optimizer,
-    PhaseEstimate, Request,
+    runtime_buffers, ActivationRow, Attention, Categories, Estimate, Flops, Fusion, Hotspot,
+    Optimizer, PhaseEstimate, Precision, Request,
 };
 use crate::model::param_specs;
 use crate::spec::Mode;
@@ -17,6 +17,12 @@ use std::collections::HashMap;
 /// Predicts the memory and FLOPs of `req`. Errors name the flag that fixes them.
 pub fn estimate(req: &Request) -> anyhow::Result<Estimate> {
     req.cfg.validate().map_err(|e| anyhow::anyhow!("{e}"))?;
+    if req.fusion == Fusion::None {
+        anyhow::bail!("--fusion none: the estimator replays memscope's fused kernels only; measure this variant with `memscope bench --fusion none`");
+    }
+    if req.precision == Precision::Mixed {
+        anyhow::bail!("--precision mixed: the estimator does not replay mixed precision yet; measure it with `memscope bench --dtype bf16 --precision mixed`");
+    }
     let dt = req.dtype.size_bytes();
     let specs: Vec<(String, Vec<usize>)> = param_specs(&req.cfg)
         .into_iter()
@@ -53,15 +59,15 @@ pub fn estimate(req: &Request) -> anyhow::Result<Estimate> {
     }
     if out.checkpoint {
         out.notes.push(
-            "what-if: memscope's engine does not checkpoint; each block keeps only its input, \
-             and backward recomputes it (its FLOPs are counted in backward)"
+            "checkpointing (--checkpoint): each block keeps only its input, and backward \
+             recomputes it (its FLOPs are counted in backward)"
                 .into(),
         );
     }
     if req.attention == Attention::Naive {
         out.notes.push(
-            "what-if: memscope's engine runs fused attention, which keeps the output and a \
-             (B, H, T) log-sum-exp; naive keeps the (B, H, T, S) scores and probabilities"
+            "naive attention (--attention naive) keeps the (B, H, T, S) scores and \
+             probabilities; the fused kernel keeps the output and a (B, H, T) log-sum-exp"
                 .into(),
         );
     }

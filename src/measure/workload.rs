@@ -8,16 +8,18 @@ use crate::measure::clock::time_ms;
 use crate::measure::phases::PhaseTracker;
 use crate::measure::procfs;
 use crate::model::config::Family;
+use crate::model::ops::Ops;
 use crate::model::store::ParamStore;
+use crate::model::variant::{Fusion, Precision};
 use crate::model::weights::WeightSet;
-use crate::model::{ops, param_specs, Model};
+use crate::model::{param_specs, Model};
 use crate::model::{scope, segments};
 use crate::record::{DataInfo, MemoryRecord, MicroStepMemory, ModelInfo, StepMemory};
 use crate::spec::{Dtype, Mode, Spec};
 use anyhow::Context;
 use candle_core::backprop::GradStore;
 use candle_core::{DType, Device, IndexOp, Tensor, Var, D};
-use candle_nn::ParamsAdamW;
+use candle_nn::{Optimizer, ParamsAdamW};
 use rand::{Rng, SeedableRng};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
@@ -60,6 +62,9 @@ pub fn measure_with(
     let dev = Device::Cpu;
     let dtype = candle_dtype(spec.dtype);
     let cfg = &spec.config;
+    // Mixed precision: f32 master weights, gradients and optimizer state; compute in `dtype`.
+    let mixed = spec.variant.precision == Precision::Mixed;
+    let store_dtype = if mixed { DType::F32 } else { dtype };
     let mut tracker = PhaseTracker::new();
     let trainable = spec.mode == Mode::Train;
 
@@ -70,16 +75,20 @@ pub fn measure_with(
         let specs = param_specs(cfg);
         let (store, warnings) = match &spec.weights {
             None => (
-                ParamStore::random(&specs, spec.seed, dtype, trainable)?,
+                ParamStore::random(&specs, spec.seed, store_dtype, trainable)?,
                 vec![],
             ),
             Some(path) => {
                 let ws = WeightSet::open(path)
                     .with_context(|| format!("--weights {}", path.display()))?;
-                ParamStore::from_weights(&specs, &ws, dtype, trainable)?
+                ParamStore::from_weights(&specs, &ws, store_dtype, trainable)?
             }
         };
-        let model = Model::load(cfg, &store)?;
+        // Mixed precision builds its model from a cast copy at every step (`Run::train_step`).
+        let model = match mixed {
+            true => None,
+            false => Some(Model::load_variant(cfg, &store, &spec.variant)?),
+        };
         Ok((store, model, warnings))
     });
     let (store, model, mut warnings) = loaded?;
@@ -148,7 +157,7 @@ pub fn measure_with(
         Mode::Train => {
             let fixed = random_batch(&mut rng, spec.batch, spec.seq, cfg, &dev)?;
             let vars = store.vars();
-            let mut opt: Option<AdamW> = None;
+            let mut opt: Option<Optim> = None;
             let mut micro_batches = Vec::with_capacity(spec.grad_accum);
             for step in 0..total_steps {
                 if step == spec.warmup {
@@ -160,7 +169,13 @@ pub fn measure_with(
                     let k = (step * spec.grad_accum + m) as u64;
                     micro_batches.push(batches.get(k, spec.seq)?.unwrap_or_else(|| fixed.clone()));
                 }
-                let t = run.train_step(&model, &micro_batches, &vars, &mut opt, step)?;
+                let t = run.train_step(
+                    (model.as_ref(), &store),
+                    &micro_batches,
+                    &vars,
+                    &mut opt,
+                    step,
+                )?;
                 if step >= spec.warmup {
                     for (slot, v) in samples.iter_mut().zip(t) {
                         slot.1.push(v);
@@ -171,6 +186,7 @@ pub fn measure_with(
             }
         }
         Mode::Infer => {
+            let model = model.context("internal: no model for inference")?;
             let fixed = random_batch(&mut rng, spec.batch, spec.seq, cfg, &dev)?;
             drop(store); // inference keeps the model's detached tensors only
             for step in 0..total_steps {
@@ -186,10 +202,8 @@ pub fn measure_with(
                         let (logits, ms) = time_ms(&dev, || model.forward(&ids, None))?; // (B, T, V)
                                                                                          // The batch's mean loss, outside the timed region (no update in infer).
                         let (b, t, v) = logits.dims3()?;
-                        let loss = ops::cross_entropy(
-                            &logits.reshape((b * t, v))?,
-                            &targets.flatten_all()?,
-                        )?;
+                        let loss = Ops::new(&spec.variant)
+                            .cross_entropy(&logits.reshape((b * t, v))?, &targets.flatten_all()?)?;
                         Ok(((logits, loss.to_dtype(DType::F64)?.to_scalar::<f64>()?), ms))
                     })?;
                 drop(logits);
@@ -202,6 +216,7 @@ pub fn measure_with(
             }
         }
         Mode::Generate => {
+            let model = model.context("internal: no model for generate")?;
             let (fixed, _) = random_batch(&mut rng, spec.batch, spec.prompt_len, cfg, &dev)?;
             drop(store);
             let max_len = spec.prompt_len + spec.new_tokens;
@@ -344,6 +359,33 @@ impl Batches<'_> {
     }
 }
 
+/// The optimizer: memscope's in-place AdamW kernel, or candle-nn's op-by-op AdamW
+/// (`--fusion none`: a temporary per operation, as `torch.optim.AdamW` without `fused=True`).
+enum Optim {
+    Fused(AdamW),
+    Candle(candle_nn::AdamW),
+}
+
+impl Optim {
+    fn new(vars: &[Var], spec: &Spec) -> candle_core::Result<Self> {
+        let params = ParamsAdamW {
+            lr: spec.lr,
+            ..ParamsAdamW::default()
+        };
+        Ok(match spec.variant.fusion {
+            Fusion::Full => Optim::Fused(AdamW::new(vars.to_vec(), params)),
+            Fusion::None => Optim::Candle(candle_nn::AdamW::new(vars.to_vec(), params)?),
+        })
+    }
+
+    fn step(&mut self, grads: &GradStore) -> candle_core::Result<()> {
+        match self {
+            Optim::Fused(o) => o.step(grads),
+            Optim::Candle(o) => o.step(grads),
+        }
+    }
+}
+
 struct Run<'a> {
     spec: &'a Spec,
     dev: &'a Device,
@@ -361,17 +403,37 @@ struct Run<'a> {
 
 impl Run<'_> {
     /// One optimizer step over `grad_accum` micro-batches → [forward, backward, optimizer, step] ms.
+    /// `model`: the model, or none for mixed precision, which builds this step's from a cast
+    /// copy of `store`'s f32 master weights (time counted in forward, bytes in phase "other").
     fn train_step(
         &mut self,
-        model: &Model,
+        (model, store): (Option<&Model>, &ParamStore),
         batches: &[(Tensor, Tensor)],
         vars: &[Var],
-        opt: &mut Option<AdamW>,
+        opt: &mut Option<Optim>,
         step: usize,
     ) -> anyhow::Result<[f64; 4]> {
-        let (dev, accum) = (self.dev, self.spec.grad_accum);
+        let (dev, accum, spec) = (self.dev, self.spec.grad_accum, self.spec);
         let step_start = Instant::now();
         let (mut fwd_ms, mut bwd_ms) = (0.0, 0.0);
+        let ops = Ops::new(&spec.variant);
+        let working = match model {
+            Some(_) => None,
+            None => {
+                let (m, ms) = self.tracker.run(Phase::Other, || {
+                    time_ms(dev, || {
+                        let cast = store.cast(candle_dtype(spec.dtype))?;
+                        Model::load_variant(&spec.config, &cast, &spec.variant)
+                    })
+                })?;
+                fwd_ms += ms;
+                Some(m)
+            }
+        };
+        let model = match (model, &working) {
+            (Some(m), _) | (None, Some(m)) => m,
+            (None, None) => unreachable!("a working model is built when none is given"),
+        };
         let mut grads: Option<GradStore> = None;
         let mut loss_sum = 0.0;
         for (micro, (ids, targets)) in batches.iter().enumerate() {
@@ -381,11 +443,12 @@ impl Run<'_> {
             }
             let ((loss, segs), ms) = self.tracker.run(Phase::Forward, || {
                 time_ms(dev, || {
-                    let (logits, segs) =
-                        segments::forward(|cut| model.forward_cut(ids, None, cut))?; // (B, T, V)
+                    let (logits, segs) = segments::forward_with(spec.variant.checkpoint, |cut| {
+                        model.forward_cut(ids, None, cut)
+                    })?; // (B, T, V)
                     let v = logits.dim(D::Minus1)?;
                     let loss =
-                        ops::cross_entropy(&logits.reshape((b * t, v))?, &targets.flatten_all()?)?;
+                        ops.cross_entropy(&logits.reshape((b * t, v))?, &targets.flatten_all()?)?;
                     let loss = if accum > 1 {
                         (loss / accum as f64)?
                     } else {
@@ -423,18 +486,13 @@ impl Run<'_> {
             time_ms(dev, || {
                 let o = match opt {
                     Some(o) => o,
-                    None => opt.insert(AdamW::new(
-                        vars.to_vec(),
-                        ParamsAdamW {
-                            lr: self.spec.lr,
-                            ..ParamsAdamW::default()
-                        },
-                    )),
+                    None => opt.insert(Optim::new(vars, spec)?),
                 };
                 o.step(&grads)
             })
         })?;
         drop(grads);
+        drop(working);
         let step_ms = step_start.elapsed().as_secs_f64() * 1e3;
         self.loss.push(loss_sum);
         Ok([fwd_ms, bwd_ms, opt_ms, step_ms])

@@ -2,12 +2,12 @@
 //! bidirectional attention and a GELU MLP, and a masked-LM head whose decoder is tied to the word
 //! embedding. Names follow Hugging Face's `BertForMaskedLM`.
 
-use crate::kernels::attention;
 use crate::kernels::embedding::embedding;
 use crate::model::config::ModelConfig;
-use crate::model::ops::{layer_norm, linear};
+use crate::model::ops::{linear, Ops};
 use crate::model::scope;
 use crate::model::store::{Init::*, ParamSpec, ParamStore};
+use crate::model::variant::Variant;
 use candle_core::{Result, Tensor};
 
 pub fn param_specs(cfg: &ModelConfig) -> Vec<ParamSpec> {
@@ -94,6 +94,24 @@ struct Norm {
     b: Tensor, // (C)
 }
 
+impl Dense {
+    fn detached(&self) -> Self {
+        Self {
+            w: self.w.detach(),
+            b: self.b.detach(),
+        }
+    }
+}
+
+impl Norm {
+    fn detached(&self) -> Self {
+        Self {
+            w: self.w.detach(),
+            b: self.b.detach(),
+        }
+    }
+}
+
 struct Layer {
     q: Dense,
     k: Dense,
@@ -105,8 +123,27 @@ struct Layer {
     out_norm: Norm,
 }
 
+impl Layer {
+    /// The same weights without their variables: a layer run on these records no graph.
+    fn detached(&self) -> Self {
+        Self {
+            q: self.q.detached(),
+            k: self.k.detached(),
+            v: self.v.detached(),
+            attn_out: self.attn_out.detached(),
+            attn_norm: self.attn_norm.detached(),
+            inter: self.inter.detached(),
+            out: self.out.detached(),
+            out_norm: self.out_norm.detached(),
+        }
+    }
+}
+
 pub struct Bert {
     cfg: ModelConfig,
+    ops: Ops,
+    /// `layers` detached: a checkpointed layer's forward (`model::segments`).
+    untracked: Vec<Layer>,
     word: Tensor,               // (V, C)
     pos: Tensor,                // (T_max, C)
     token_type: Option<Tensor>, // (types, C)
@@ -119,7 +156,7 @@ pub struct Bert {
 }
 
 impl Bert {
-    pub fn load(cfg: &ModelConfig, st: &ParamStore) -> Result<Self> {
+    pub fn load(cfg: &ModelConfig, st: &ParamStore, variant: &Variant) -> Result<Self> {
         let dense = |p: &str| -> Result<Dense> {
             Ok(Dense {
                 w: st.get(&format!("{p}.weight"))?,
@@ -160,6 +197,8 @@ impl Bert {
         };
         Ok(Self {
             cfg: cfg.clone(),
+            ops: Ops::new(variant),
+            untracked: layers.iter().map(Layer::detached).collect(),
             pos: st.get("bert.embeddings.position_embeddings.weight")?,
             word,
             token_type,
@@ -174,7 +213,11 @@ impl Bert {
 
     /// ids (B, T) u32, every token of type 0 → masked-LM logits (B, T, V). `cut` sees the
     /// hidden states after the embeddings and after every layer.
-    pub fn forward(&self, ids: &Tensor, cut: crate::model::segments::Cut) -> Result<Tensor> {
+    pub fn forward<'m>(
+        &'m self,
+        ids: &Tensor,
+        cut: crate::model::segments::Cut<'_, 'm>,
+    ) -> Result<Tensor> {
         let (b, t) = ids.dims2()?;
         let (c, eps) = (self.cfg.d_model, self.cfg.norm_eps);
         crate::model::scope::enter(crate::model::scope::EMBEDDING_ID);
@@ -184,27 +227,34 @@ impl Bert {
         if let Some(tt) = &self.token_type {
             x = x.broadcast_add(&tt.get(0)?)?; // (B, T, C)
         }
-        let mut x = cut(layer_norm(&x, &self.emb_norm.w, &self.emb_norm.b, eps)?)?; // (B, T, C)
-        for (i, layer) in self.layers.iter().enumerate() {
-            x = cut(self.layer(i, layer, &x)?)?;
+        let ops = &self.ops;
+        let mut x = cut.cut(ops.layer_norm(&x, &self.emb_norm.w, &self.emb_norm.b, eps)?)?; // (B, T, C)
+        for i in 0..self.layers.len() {
+            x = cut.block(&x, Box::new(move |x, track| self.layer(i, track, x)))?;
         }
         crate::model::scope::enter(crate::model::scope::HEAD_ID);
         let h = x.reshape((b * t, c))?; // (B*T, C)
         let h = linear(&h, &self.head_dense.w, Some(&self.head_dense.b))?.gelu_erf()?; // (B*T, C)
-        let h = layer_norm(&h, &self.head_norm.w, &self.head_norm.b, eps)?; // (B*T, C)
+        let h = ops.layer_norm(&h, &self.head_norm.w, &self.head_norm.b, eps)?; // (B*T, C)
         let logits = linear(&h, &self.decoder, Some(&self.decoder_bias))?; // (B*T, V)
         logits.reshape((b, t, self.cfg.vocab_size)) // (B, T, V)
     }
 
-    fn layer(&self, i: usize, l: &Layer, x: &Tensor) -> Result<Tensor> {
-        let eps = self.cfg.norm_eps;
+    /// Layer `i`: x (B, T, C) → (B, T, C), on the variables (`track`) or their detached copies.
+    fn layer(&self, i: usize, track: bool, x: &Tensor) -> Result<Tensor> {
+        let l = if track {
+            &self.layers[i]
+        } else {
+            &self.untracked[i]
+        };
+        let (eps, ops) = (self.cfg.norm_eps, &self.ops);
         let s = (x + self.attention(i, l, x)?)?; // (B, T, C)
         scope::enter(scope::norms_id(i));
-        let x = layer_norm(&s, &l.attn_norm.w, &l.attn_norm.b, eps)?; // (B, T, C)
+        let x = ops.layer_norm(&s, &l.attn_norm.w, &l.attn_norm.b, eps)?; // (B, T, C)
         drop(s);
         let s = (&x + self.mlp(i, l, &x)?)?; // (B, T, C)
         scope::enter(scope::norms_id(i));
-        layer_norm(&s, &l.out_norm.w, &l.out_norm.b, eps) // (B, T, C)
+        ops.layer_norm(&s, &l.out_norm.w, &l.out_norm.b, eps) // (B, T, C)
     }
 
     /// Layer `i`'s self-attention to its output projection → (B, T, C). A function of its own
@@ -220,7 +270,7 @@ impl Bert {
                 .transpose(1, 2) // (B, H, T, D), a view: the kernel reads it in place
         };
         let (q, k, v) = (heads(&l.q)?, heads(&l.k)?, heads(&l.v)?);
-        let y = attention::split(&q, &k, &v, false)?.reshape((b * t, c))?; // (B*T, C)
+        let y = self.ops.attention_split(&q, &k, &v, false, None)?; // (B*T, C)
         linear(&y, &l.attn_out.w, Some(&l.attn_out.b))?.reshape((b, t, c)) // (B, T, C)
     }
 

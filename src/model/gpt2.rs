@@ -2,15 +2,15 @@
 //! LM head tied to the token embedding. Weight names and layouts follow the Hugging Face
 //! checkpoint (`h.{i}.attn.c_attn.weight` is a Conv1D: (in, out)).
 
-use crate::kernels::attention;
 use crate::kernels::embedding::embedding;
 use crate::measure::op_timer::timed;
 use crate::model::config::ModelConfig;
 use crate::model::kv_cache::KvCache;
-use crate::model::ops::{conv1d, layer_norm, linear};
+use crate::model::ops::{conv1d, linear, Ops};
 use crate::model::scope;
 use crate::model::segments::Cut;
 use crate::model::store::{Init::*, ParamSpec, ParamStore};
+use crate::model::variant::Variant;
 use candle_core::{Result, Tensor};
 
 pub fn param_specs(cfg: &ModelConfig) -> Vec<ParamSpec> {
@@ -52,6 +52,15 @@ struct Norm {
     b: Tensor, // (C)
 }
 
+impl Norm {
+    fn detached(&self) -> Self {
+        Self {
+            w: self.w.detach(),
+            b: self.b.detach(),
+        }
+    }
+}
+
 struct Block {
     ln_1: Norm,
     c_attn_w: Tensor, // (C, 3C)
@@ -65,8 +74,29 @@ struct Block {
     proj_b: Tensor, // (C)
 }
 
+impl Block {
+    /// The same weights without their variables: a block run on these records no graph.
+    fn detached(&self) -> Self {
+        Self {
+            ln_1: self.ln_1.detached(),
+            c_attn_w: self.c_attn_w.detach(),
+            c_attn_b: self.c_attn_b.detach(),
+            c_proj_w: self.c_proj_w.detach(),
+            c_proj_b: self.c_proj_b.detach(),
+            ln_2: self.ln_2.detached(),
+            fc_w: self.fc_w.detach(),
+            fc_b: self.fc_b.detach(),
+            proj_w: self.proj_w.detach(),
+            proj_b: self.proj_b.detach(),
+        }
+    }
+}
+
 pub struct Gpt2 {
     cfg: ModelConfig,
+    ops: Ops,
+    /// `blocks` detached: a checkpointed block's forward (`model::segments`).
+    untracked: Vec<Block>,
     wte: Tensor, // (V, C)
     wpe: Tensor, // (T_max, C)
     blocks: Vec<Block>,
@@ -75,7 +105,7 @@ pub struct Gpt2 {
 }
 
 impl Gpt2 {
-    pub fn load(cfg: &ModelConfig, st: &ParamStore) -> Result<Self> {
+    pub fn load(cfg: &ModelConfig, st: &ParamStore, variant: &Variant) -> Result<Self> {
         let norm = |p: &str| -> Result<Norm> {
             Ok(Norm {
                 w: st.get(&format!("{p}.weight"))?,
@@ -107,6 +137,8 @@ impl Gpt2 {
         };
         Ok(Self {
             cfg: cfg.clone(),
+            ops: Ops::new(variant),
+            untracked: blocks.iter().map(Block::detached).collect(),
             wpe: st.get("wpe.weight")?,
             wte,
             blocks,
@@ -116,13 +148,13 @@ impl Gpt2 {
     }
 
     /// ids (B, T) u32 → logits (B, T, V). With a cache, positions continue after the cached ones.
-    /// `cut` sees the residual stream after the embedding and after every block, and returns
+    /// `cut` sees the residual stream after the embedding and runs every block, and returns
     /// what the next part of the model reads (see `model::segments`).
-    pub fn forward(
-        &self,
+    pub fn forward<'m>(
+        &'m self,
         ids: &Tensor,
         mut cache: Option<&mut KvCache>,
-        cut: Cut,
+        cut: Cut<'_, 'm>,
     ) -> Result<Tensor> {
         let (b, t) = ids.dims2()?;
         let c = self.cfg.d_model;
@@ -132,27 +164,46 @@ impl Gpt2 {
         let tok = embedding(&self.wte, &ids.flatten_all()?)?.reshape((b, t, c))?; // (B, T, C)
         let p = embedding(&self.wpe, &pos)?; // (T, C)
         let x = timed("position add", || tok.broadcast_add(&p))?; // (B, T, C)
-        let mut x = cut(x)?;
-        for (i, blk) in self.blocks.iter().enumerate() {
-            x = cut(self.block(i, blk, &x, cache.as_deref_mut().map(|k| (i, k)))?)?;
+        let mask = self.ops.causal_mask(t, offset, x.dtype(), x.device())?; // (T, S) naive only
+        let mut x = cut.cut(x)?;
+        for i in 0..self.blocks.len() {
+            x = match cache.as_deref_mut() {
+                Some(k) => self.block(i, false, &x, mask.as_ref(), Some((i, k)))?,
+                None => {
+                    let mask = mask.clone();
+                    cut.block(
+                        &x,
+                        Box::new(move |x, track| self.block(i, track, x, mask.as_ref(), None)),
+                    )?
+                }
+            };
         }
         scope::enter(scope::HEAD_ID);
         if let Some(k) = cache {
             k.advance();
         }
-        let x = layer_norm(&x, &self.ln_f.w, &self.ln_f.b, self.cfg.norm_eps)?; // (B, T, C)
+        let x = self
+            .ops
+            .layer_norm(&x, &self.ln_f.w, &self.ln_f.b, self.cfg.norm_eps)?; // (B, T, C)
         let logits = linear(&x.reshape((b * t, c))?, &self.lm_head, None)?; // (B*T, V)
         logits.reshape((b, t, self.cfg.vocab_size)) // (B, T, V)
     }
 
+    /// Block `i`: x (B, T, C) → (B, T, C), on the variables (`track`) or their detached copies.
     fn block(
         &self,
         i: usize,
-        blk: &Block,
+        track: bool,
         x: &Tensor,
+        mask: Option<&Tensor>,
         cache: Option<(usize, &mut KvCache)>,
     ) -> Result<Tensor> {
-        let a = self.attention(i, blk, x, cache)?; // (B, T, C)
+        let blk = if track {
+            &self.blocks[i]
+        } else {
+            &self.untracked[i]
+        };
+        let a = self.attention(i, blk, x, mask, cache)?; // (B, T, C)
         let x = timed("residual add", || x + a)?; // (B, T, C)
         let m = self.mlp(i, blk, &x)?; // (B, T, C)
         timed("residual add", || &x + m) // (B, T, C)
@@ -165,26 +216,28 @@ impl Gpt2 {
         i: usize,
         blk: &Block,
         x: &Tensor,
+        mask: Option<&Tensor>,
         cache: Option<(usize, &mut KvCache)>,
     ) -> Result<Tensor> {
         let (b, t, c) = x.dims3()?;
         let (nh, hd) = (self.cfg.n_heads, self.cfg.head_dim());
+        let ops = &self.ops;
         scope::enter(scope::norms_id(i));
-        let h = layer_norm(x, &blk.ln_1.w, &blk.ln_1.b, self.cfg.norm_eps)?; // (B, T, C)
+        let h = ops.layer_norm(x, &blk.ln_1.w, &blk.ln_1.b, self.cfg.norm_eps)?; // (B, T, C)
         scope::enter(scope::attention_id(i));
         let qkv = conv1d(&h.reshape((b * t, c))?, &blk.c_attn_w, &blk.c_attn_b)?; // (B*T, 3C)
         let y = match cache {
             // Training and cache-less forwards read Q, K and V in place in the projection.
-            None => attention::packed(&qkv.reshape((b, t, 3 * c))?, nh, true)?, // (B, T, C)
+            None => ops.attention_packed(&qkv.reshape((b, t, 3 * c))?, nh, mask)?, // (B*T, C)
             Some((layer, kv)) => {
                 let qkv = qkv.reshape((b, t, 3, nh, hd))?.permute((2, 0, 3, 1, 4))?; // (3, B, H, T, D)
                 let (k, v) = timed("kv cache append", || {
                     kv.append(layer, &qkv.get(1)?, &qkv.get(2)?)
                 })?; // (B, H, S, D)
-                attention::split(&qkv.get(0)?, &k, &v, true)? // (B, T, C)
+                ops.attention_split(&qkv.get(0)?, &k, &v, true, mask)? // (B*T, C)
             }
         };
-        let y = conv1d(&y.reshape((b * t, c))?, &blk.c_proj_w, &blk.c_proj_b)?; // (B*T, C)
+        let y = conv1d(&y, &blk.c_proj_w, &blk.c_proj_b)?; // (B*T, C)
         y.reshape((b, t, c)) // (B, T, C)
     }
 
@@ -192,10 +245,12 @@ impl Gpt2 {
     fn mlp(&self, i: usize, blk: &Block, x: &Tensor) -> Result<Tensor> {
         let (b, t, c) = x.dims3()?;
         scope::enter(scope::norms_id(i));
-        let h = layer_norm(x, &blk.ln_2.w, &blk.ln_2.b, self.cfg.norm_eps)?; // (B, T, C)
+        let h = self
+            .ops
+            .layer_norm(x, &blk.ln_2.w, &blk.ln_2.b, self.cfg.norm_eps)?; // (B, T, C)
         scope::enter(scope::mlp_id(i));
         let f = |h: &Tensor| conv1d(&h.reshape((b * t, c))?, &blk.fc_w, &blk.fc_b); // (B*T, F)
-        let g = crate::kernels::gelu::gelu(&f(&h)?)?; // (B*T, F)
+        let g = self.ops.gelu(&f(&h)?)?; // (B*T, F)
         conv1d(&g, &blk.proj_w, &blk.proj_b)?.reshape((b, t, c)) // (B, T, C)
     }
 }

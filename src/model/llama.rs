@@ -2,17 +2,17 @@
 //! (gate, up, down), no biases, untied LM head. Names follow Hugging Face's `LlamaForCausalLM`
 //! (`model.layers.{i}.self_attn.q_proj.weight`, PyTorch Linear layout (out, in)).
 
-use crate::kernels::attention;
 use crate::kernels::embedding::embedding;
 use crate::measure::op_timer::timed;
 use crate::model::config::ModelConfig;
 use crate::model::kv_cache::KvCache;
-use crate::model::ops::{linear, rms_norm};
+use crate::model::ops::{linear, Ops};
 use crate::model::rope::rope_tables;
 use crate::model::scope;
 use crate::model::segments::Cut;
 use crate::model::store::{Init::*, ParamSpec, ParamStore};
-use candle_core::{DType, Result, Tensor, D};
+use crate::model::variant::Variant;
+use candle_core::{Result, Tensor};
 
 pub fn param_specs(cfg: &ModelConfig) -> Vec<ParamSpec> {
     let (c, f, v) = (cfg.d_model, cfg.d_ff, cfg.vocab_size);
@@ -57,16 +57,36 @@ struct Block {
     down: Tensor,      // (C, F)
 }
 
+impl Block {
+    /// The same weights without their variables: a block run on these records no graph.
+    fn detached(&self) -> Self {
+        Self {
+            attn_norm: self.attn_norm.detach(),
+            q: self.q.detach(),
+            k: self.k.detach(),
+            v: self.v.detach(),
+            o: self.o.detach(),
+            mlp_norm: self.mlp_norm.detach(),
+            gate: self.gate.detach(),
+            up: self.up.detach(),
+            down: self.down.detach(),
+        }
+    }
+}
+
 pub struct Llama {
     cfg: ModelConfig,
+    ops: Ops,
     embed: Tensor, // (V, C)
     blocks: Vec<Block>,
+    /// `blocks` detached: a checkpointed block's forward (`model::segments`).
+    untracked: Vec<Block>,
     norm: Tensor,    // (C)
     lm_head: Tensor, // (V, C)
 }
 
 impl Llama {
-    pub fn load(cfg: &ModelConfig, st: &ParamStore) -> Result<Self> {
+    pub fn load(cfg: &ModelConfig, st: &ParamStore, variant: &Variant) -> Result<Self> {
         let blocks = (0..cfg.n_layers)
             .map(|i| {
                 let g = |n: &str| st.get(&format!("model.layers.{i}.{n}"));
@@ -91,7 +111,9 @@ impl Llama {
         };
         Ok(Self {
             cfg: cfg.clone(),
+            ops: Ops::new(variant),
             embed,
+            untracked: blocks.iter().map(Block::detached).collect(),
             blocks,
             norm: st.get("model.norm.weight")?,
             lm_head,
@@ -99,12 +121,12 @@ impl Llama {
     }
 
     /// ids (B, T) u32 → logits (B, T, V). With a cache, positions continue after the cached ones.
-    /// `cut` sees the residual stream after the embedding and after every block.
-    pub fn forward(
-        &self,
+    /// `cut` sees the residual stream after the embedding and runs every block.
+    pub fn forward<'m>(
+        &'m self,
         ids: &Tensor,
         mut cache: Option<&mut KvCache>,
-        cut: Cut,
+        cut: Cut<'_, 'm>,
     ) -> Result<Tensor> {
         let (b, t) = ids.dims2()?;
         let c = self.cfg.d_model;
@@ -112,33 +134,49 @@ impl Llama {
         scope::enter(scope::EMBEDDING_ID);
         let mut x = embedding(&self.embed, &ids.flatten_all()?)?.reshape((b, t, c))?; // (B, T, C)
         let (cos, sin) = rope_tables(&self.cfg, offset, t, x.dtype(), x.device())?; // (T, D)
-        x = cut(x)?;
-        for (i, blk) in self.blocks.iter().enumerate() {
-            x = cut(self.block(
-                i,
-                blk,
-                &x,
-                (&cos, &sin),
-                cache.as_deref_mut().map(|k| (i, k)),
-            )?)?;
+        let mask = self.ops.causal_mask(t, offset, x.dtype(), x.device())?; // (T, S) naive only
+        x = cut.cut(x)?;
+        for i in 0..self.blocks.len() {
+            x = match cache.as_deref_mut() {
+                Some(k) => self.block(i, false, &x, (&cos, &sin), mask.as_ref(), Some((i, k)))?,
+                None => {
+                    let (cos, sin, mask) = (cos.clone(), sin.clone(), mask.clone());
+                    cut.block(
+                        &x,
+                        Box::new(move |x, track| {
+                            self.block(i, track, x, (&cos, &sin), mask.as_ref(), None)
+                        }),
+                    )?
+                }
+            };
         }
         if let Some(k) = cache {
             k.advance();
         }
         scope::enter(scope::HEAD_ID);
-        let x = rms_norm(&x, &self.norm, self.cfg.norm_eps)?.reshape((b * t, c))?; // (B*T, C)
+        let x = self
+            .ops
+            .rms_norm(&x, &self.norm, self.cfg.norm_eps)?
+            .reshape((b * t, c))?; // (B*T, C)
         linear(&x, &self.lm_head, None)?.reshape((b, t, self.cfg.vocab_size)) // (B, T, V)
     }
 
+    /// Block `i`: x (B, T, C) → (B, T, C), on the variables (`track`) or their detached copies.
     fn block(
         &self,
         i: usize,
-        blk: &Block,
+        track: bool,
         x: &Tensor,
         rope_cs: (&Tensor, &Tensor),
+        mask: Option<&Tensor>,
         cache: Option<(usize, &mut KvCache)>,
     ) -> Result<Tensor> {
-        let a = self.attention(i, blk, x, rope_cs, cache)?; // (B, T, C)
+        let blk = if track {
+            &self.blocks[i]
+        } else {
+            &self.untracked[i]
+        };
+        let a = self.attention(i, blk, x, rope_cs, mask, cache)?; // (B, T, C)
         let x = timed("residual add", || x + a)?; // (B, T, C)
         let m = self.mlp(i, blk, &x)?; // (B, T, C)
         timed("residual add", || &x + m) // (B, T, C)
@@ -152,26 +190,30 @@ impl Llama {
         blk: &Block,
         x: &Tensor,
         (cos, sin): (&Tensor, &Tensor),
+        mask: Option<&Tensor>,
         cache: Option<(usize, &mut KvCache)>,
     ) -> Result<Tensor> {
         let (b, t, c) = x.dims3()?;
         let (nh, nkv, hd) = (self.cfg.n_heads, self.cfg.n_kv_heads, self.cfg.head_dim());
+        let ops = &self.ops;
         scope::enter(scope::norms_id(i));
-        let h = rms_norm(x, &blk.attn_norm, self.cfg.norm_eps)?.reshape((b * t, c))?; // (B*T, C)
+        let h = ops
+            .rms_norm(x, &blk.attn_norm, self.cfg.norm_eps)?
+            .reshape((b * t, c))?; // (B*T, C)
         scope::enter(scope::attention_id(i));
         let q = linear(&h, &blk.q, None)?.reshape((b, t, nh, hd))?; // (B, T, H, D)
         let k = linear(&h, &blk.k, None)?.reshape((b, t, nkv, hd))?; // (B, T, KV, D)
         let v = linear(&h, &blk.v, None)?
             .reshape((b, t, nkv, hd))?
             .transpose(1, 2)?; // (B, KV, T, D), a view: the kernel reads it in place
-        let q = rope_heads(&q, cos, sin)?; // (B, H, T, D)
-        let k = rope_heads(&k, cos, sin)?; // (B, KV, T, D)
+        let q = ops.rope(&q, cos, sin)?; // (B, H, T, D)
+        let k = ops.rope(&k, cos, sin)?; // (B, KV, T, D)
         let (k, v) = match cache {
             Some((layer, kv)) => timed("kv cache append", || kv.append(layer, &k, &v))?, // (B, KV, S, D)
             None => (k, v),
         };
         // Query heads share K/V heads inside the kernel: no repeated copies.
-        let y = attention::split(&q, &k, &v, true)?.reshape((b * t, c))?; // (B*T, C)
+        let y = ops.attention_split(&q, &k, &v, true, mask)?; // (B*T, C)
         linear(&y, &blk.o, None)?.reshape((b, t, c)) // (B, T, C)
     }
 
@@ -179,29 +221,14 @@ impl Llama {
     fn mlp(&self, i: usize, blk: &Block, x: &Tensor) -> Result<Tensor> {
         let (b, t, c) = x.dims3()?;
         scope::enter(scope::norms_id(i));
-        let h = rms_norm(x, &blk.mlp_norm, self.cfg.norm_eps)?.reshape((b * t, c))?; // (B*T, C)
+        let h = self
+            .ops
+            .rms_norm(x, &blk.mlp_norm, self.cfg.norm_eps)?
+            .reshape((b * t, c))?; // (B*T, C)
         scope::enter(scope::mlp_id(i));
         let g = linear(&h, &blk.gate, None)?; // (B*T, F)
         let u = linear(&h, &blk.up, None)?; // (B*T, F)
-        let gu = crate::kernels::swiglu::swiglu(&g, &u)?; // (B*T, F)
+        let gu = self.ops.swiglu(&g, &u)?; // (B*T, F)
         linear(&gu, &blk.down, None)?.reshape((b, t, c)) // (B, T, C)
     }
-}
-
-/// RoPE on a projection's heads: x (B, T, n, D) → rotated (B, n, T, D). The fused kernel
-/// (`kernels::rope`: one pass, no copies) in f32; candle's ops on a transposed copy otherwise.
-fn rope_heads(x: &Tensor, cos: &Tensor, sin: &Tensor) -> Result<Tensor> {
-    if x.dtype() == DType::F32 {
-        return crate::kernels::rope::rope(x, cos, sin);
-    }
-    timed("rope", || rope(&x.transpose(1, 2)?.contiguous()?, cos, sin)) // (B, n, T, D)
-}
-
-/// x·cos + rotate_half(x)·sin, where rotate_half(x) = [-x₂, x₁]. x (B, H, T, D) → (B, H, T, D).
-fn rope(x: &Tensor, cos: &Tensor, sin: &Tensor) -> Result<Tensor> {
-    let half = x.dim(D::Minus1)? / 2;
-    let x1 = x.narrow(D::Minus1, 0, half)?; // (B, H, T, D/2)
-    let x2 = x.narrow(D::Minus1, half, half)?; // (B, H, T, D/2)
-    let rotated = Tensor::cat(&[&x2.neg()?, &x1], D::Minus1)?; // (B, H, T, D)
-    x.broadcast_mul(cos)? + rotated.broadcast_mul(sin)?
 }

@@ -13,11 +13,13 @@ pub mod scope;
 pub mod segments;
 pub mod store;
 pub mod unfused;
+pub mod variant;
 pub mod weights;
 
 use crate::model::config::{Family, ModelConfig};
 use crate::model::kv_cache::KvCache;
 use crate::model::store::{ParamSpec, ParamStore};
+use crate::model::variant::Variant;
 use candle_core::{DType, Device, Result, Tensor};
 
 /// A built model of any family.
@@ -37,12 +39,17 @@ pub fn param_specs(cfg: &ModelConfig) -> Vec<ParamSpec> {
 }
 
 impl Model {
-    /// Builds the model from a store holding exactly `param_specs(cfg)`.
+    /// Builds memscope's engine model from a store holding exactly `param_specs(cfg)`.
     pub fn load(cfg: &ModelConfig, store: &ParamStore) -> Result<Self> {
+        Self::load_variant(cfg, store, &Variant::default())
+    }
+
+    /// [`Model::load`] on the engine path `variant` picks (attention, fusion).
+    pub fn load_variant(cfg: &ModelConfig, store: &ParamStore, variant: &Variant) -> Result<Self> {
         let m = match cfg.family {
-            Family::Gpt2 => Model::Gpt2(gpt2::Gpt2::load(cfg, store)?),
-            Family::Llama => Model::Llama(llama::Llama::load(cfg, store)?),
-            Family::Bert => Model::Bert(bert::Bert::load(cfg, store)?),
+            Family::Gpt2 => Model::Gpt2(gpt2::Gpt2::load(cfg, store, variant)?),
+            Family::Llama => Model::Llama(llama::Llama::load(cfg, store, variant)?),
+            Family::Bert => Model::Bert(bert::Bert::load(cfg, store, variant)?),
         };
         let untaken = store.untaken();
         if !untaken.is_empty() {
@@ -55,16 +62,17 @@ impl Model {
 
     /// ids (B, T) u32 → logits (B, T, V). `cache` is for decoders only.
     pub fn forward(&self, ids: &Tensor, cache: Option<&mut KvCache>) -> Result<Tensor> {
-        self.forward_cut(ids, cache, &mut Ok)
+        self.forward_cut(ids, cache, &mut segments::Uncut)
     }
 
     /// As [`Model::forward`], passing the residual stream through `cut` after the embedding
-    /// and after every block (`segments::forward` cuts the autograd graph there).
-    pub fn forward_cut(
-        &self,
+    /// and running every block through it (`segments::forward` cuts the autograd graph there,
+    /// and checkpoints blocks when asked).
+    pub fn forward_cut<'m>(
+        &'m self,
         ids: &Tensor,
         cache: Option<&mut KvCache>,
-        cut: segments::Cut,
+        cut: segments::Cut<'_, 'm>,
     ) -> Result<Tensor> {
         match (self, cache) {
             (Model::Gpt2(m), c) => m.forward(ids, c, cut),

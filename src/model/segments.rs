@@ -9,39 +9,119 @@
 //!
 //! Each cut copies the residual stream (B, T, C) into a fresh `Var`: the next segment's graph
 //! starts there, and that variable's gradient is the one injected into the segment below.
+//!
+//! Activation checkpointing (`--checkpoint`) is the same cut with less kept: a block's forward
+//! runs on its detached input with detached weights, so it records no graph and its
+//! activations are freed as it goes; only the block's input is kept, and backward runs the
+//! block again, recording, just before its segment's backward (PyTorch's
+//! `torch.utils.checkpoint`).
 
 use crate::kernels::sink;
 use candle_core::backprop::GradStore;
 use candle_core::{CpuStorage, CustomOp1, Layout, Result, Shape, Tensor, Var};
 
-/// What a model calls on its residual stream after the embedding and after every block; it
-/// returns the tensor the rest of the model reads.
-pub type Cut<'a> = &'a mut dyn FnMut(Tensor) -> Result<Tensor>;
+/// One transformer block's forward, input (B, T, C) → output (B, T, C). `track`: on the
+/// model's variables (recording a graph), or on detached copies of them (recording nothing).
+pub type BlockFn<'m> = Box<dyn Fn(&Tensor, bool) -> Result<Tensor> + 'm>;
 
-/// The forward graph in pieces: the embedding (no input variable) and every block, each with
-/// the variable it reads and the tensor it produced, then the head's input variable.
-pub struct Segments {
-    parts: Vec<(Option<Var>, Tensor)>,
+/// What a model calls on its residual stream: `cut` after the embedding, `block` for every
+/// transformer block; each returns the tensor the rest of the model reads.
+pub trait Cuts<'m> {
+    fn cut(&mut self, x: Tensor) -> Result<Tensor>;
+    fn block(&mut self, x: &Tensor, f: BlockFn<'m>) -> Result<Tensor> {
+        let y = f(x, true)?;
+        self.cut(y)
+    }
+}
+
+/// No cuts: the forward of inference and of the plain graph.
+pub struct Uncut;
+
+impl Cuts<'_> for Uncut {
+    fn cut(&mut self, x: Tensor) -> Result<Tensor> {
+        Ok(x)
+    }
+}
+
+pub type Cut<'a, 'm> = &'a mut dyn Cuts<'m>;
+
+/// A piece of the forward graph: the variable it reads (none for the embedding), and the
+/// output it produced with its graph, or the block to run again (checkpointed).
+enum Part<'m> {
+    Graph(Option<Var>, Tensor),
+    Recompute(Var, BlockFn<'m>),
+}
+
+/// The forward graph in pieces: the embedding (no input variable) and every block, then the
+/// head's input variable.
+pub struct Segments<'m> {
+    parts: Vec<Part<'m>>,
     head_input: Var,
 }
 
-/// Runs `forward` with a cut at every boundary → (its output, the segments).
-pub fn forward(forward: impl FnOnce(Cut) -> Result<Tensor>) -> Result<(Tensor, Segments)> {
-    let mut parts = Vec::new();
-    let mut input: Option<Var> = None;
-    let out = forward(&mut |x: Tensor| {
-        let v = Var::from_tensor(&x.detach())?; // (B, T, C) copy: the next segment's leaf
-        let next = v.as_tensor().clone();
-        parts.push((input.replace(v), x));
-        Ok(next)
-    })?;
-    let head_input = input.ok_or_else(|| {
-        candle_core::Error::Msg("internal: the model never called its cut".into())
-    })?;
-    Ok((out, Segments { parts, head_input }))
+struct Recorder<'m> {
+    parts: Vec<Part<'m>>,
+    input: Option<Var>,
+    checkpoint: bool,
 }
 
-impl Segments {
+impl<'m> Cuts<'m> for Recorder<'m> {
+    fn cut(&mut self, x: Tensor) -> Result<Tensor> {
+        let v = Var::from_tensor(&x.detach())?; // (B, T, C) copy: the next segment's leaf
+        let next = v.as_tensor().clone();
+        self.parts.push(Part::Graph(self.input.replace(v), x));
+        Ok(next)
+    }
+
+    fn block(&mut self, x: &Tensor, f: BlockFn<'m>) -> Result<Tensor> {
+        let input = match (&self.input, self.checkpoint) {
+            (Some(v), true) => v.clone(),
+            _ => {
+                let y = f(x, true)?;
+                return self.cut(y);
+            }
+        };
+        let y = f(&x.detach(), false)?; // (B, T, C), no graph
+        let v = Var::from_tensor(&y)?;
+        drop(y);
+        let next = v.as_tensor().clone();
+        self.input = Some(v);
+        self.parts.push(Part::Recompute(input, f));
+        Ok(next)
+    }
+}
+
+/// Runs `forward` with a cut at every boundary → (its output, the segments).
+pub fn forward<'m>(
+    forward: impl FnOnce(Cut<'_, 'm>) -> Result<Tensor>,
+) -> Result<(Tensor, Segments<'m>)> {
+    forward_with(false, forward)
+}
+
+/// [`forward`], with every block checkpointed when `checkpoint` is set.
+pub fn forward_with<'m>(
+    checkpoint: bool,
+    forward: impl FnOnce(Cut<'_, 'm>) -> Result<Tensor>,
+) -> Result<(Tensor, Segments<'m>)> {
+    let mut rec = Recorder {
+        parts: Vec::new(),
+        input: None,
+        checkpoint,
+    };
+    let out = forward(&mut rec)?;
+    let head_input = rec.input.ok_or_else(|| {
+        candle_core::Error::Msg("internal: the model never called its cut".into())
+    })?;
+    Ok((
+        out,
+        Segments {
+            parts: rec.parts,
+            head_input,
+        },
+    ))
+}
+
+impl Segments<'_> {
     /// Backward from `loss` (a scalar computed from the forward's output), segment by segment →
     /// the gradients of `vars` only, detached, added to `acc` (earlier micro-batches'
     /// gradients) when given.
@@ -78,7 +158,14 @@ impl Segments {
         drop(loss); // frees the head's graph: logits and the loss's buffers
         let mut g = Some(take(&mut all, head_input.as_tensor())?); // (B, T, C)
         keep_params(all, vars, &mut kept)?;
-        for (input, out) in parts.into_iter().rev() {
+        for part in parts.into_iter().rev() {
+            let (input, out) = match part {
+                Part::Graph(input, out) => (input, out),
+                Part::Recompute(input, f) => {
+                    let out = f(input.as_tensor(), true)?; // (B, T, C), recording
+                    (Some(input), out)
+                }
+            };
             let g_out = g
                 .take()
                 .expect("every segment above the embedding has an input");

@@ -162,6 +162,21 @@ impl ParamStore {
         })
     }
 
+    /// Mixed precision's working copy: every parameter cast to `dtype` (recorded, so the
+    /// gradients flow back to these f32 master variables, cast to f32). No variables of its own.
+    pub fn cast(&self, dtype: DType) -> candle_core::Result<Self> {
+        let tensors = self
+            .tensors
+            .iter()
+            .map(|(n, t)| Ok((n.clone(), t.to_dtype(dtype)?)))
+            .collect::<candle_core::Result<_>>()?;
+        Ok(Self {
+            tensors,
+            vars: Vec::new(),
+            taken: RefCell::new(BTreeSet::new()),
+        })
+    }
+
     /// The parameter called `name`; a model asking for a name its spec list lacks is a bug.
     pub fn get(&self, name: &str) -> candle_core::Result<Tensor> {
         let t = self.tensors.get(name).cloned().ok_or_else(|| {

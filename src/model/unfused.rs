@@ -1,4 +1,4 @@
-//! The op-by-op candle versions of LayerNorm, RMSNorm, attention and cross-entropy that memscope ran
+//! The op-by-op candle versions of LayerNorm, RMSNorm, RoPE, attention and cross-entropy that memscope ran
 //! before its fused kernels (`src/kernels/`): the references the kernels are tested against,
 //! and what a user comparing engines can run. Differentiable through candle's own rules.
 //! Shape vocabulary: N rows, C features, V vocabulary, B batch, H heads, T query length,
@@ -84,6 +84,16 @@ pub fn attention(q: &Tensor, k: &Tensor, v: &Tensor, mask: Option<&Tensor>) -> R
     };
     let probs = in_f32(&scores, softmax_last)?; // (B, H, T, S)
     probs.matmul(v) // (B, H, T, D)
+}
+
+/// RoPE as Hugging Face's `rotate_half` writes it: x·cos + rotate_half(x)·sin, where
+/// rotate_half(x) = [-x₂, x₁]. x (B, H, T, D) contiguous, cos and sin (T, D) → (B, H, T, D).
+pub fn rope(x: &Tensor, cos: &Tensor, sin: &Tensor) -> Result<Tensor> {
+    let half = x.dim(D::Minus1)? / 2;
+    let x1 = x.narrow(D::Minus1, 0, half)?; // (B, H, T, D/2)
+    let x2 = x.narrow(D::Minus1, half, half)?; // (B, H, T, D/2)
+    let rotated = Tensor::cat(&[&x2.neg()?, &x1], D::Minus1)?; // (B, H, T, D)
+    x.broadcast_mul(cos)? + rotated.broadcast_mul(sin)?
 }
 
 #[cfg(test)]

@@ -36,10 +36,10 @@ pub fn render(ests: &[Estimate], top: usize) -> String {
         String::new()
     };
     if e0.checkpoint {
-        accum.push_str(", what-if: checkpointing");
+        accum.push_str(", checkpointing");
     }
     if e0.attention == crate::estimate::Attention::Naive {
-        accum.push_str(", what-if: naive attention");
+        accum.push_str(", naive attention");
     }
     let _ = writeln!(
         out,

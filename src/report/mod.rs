@@ -12,6 +12,7 @@ pub mod json;
 pub mod leak;
 pub mod markdown;
 pub mod models;
+pub mod optimize;
 pub mod peaks;
 pub mod profile;
 pub mod roofline;

@@ -282,6 +282,7 @@ mod tests {
             new_tokens: 1,
             lr: 1e-3,
             data: None,
+            variant: Default::default(),
         };
         let mut r = Row::not_run(Status::Ok, String::new(), 0, spec);
         r.reason = None;

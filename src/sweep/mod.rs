@@ -12,4 +12,5 @@ pub mod rows;
 pub mod run;
 pub mod scratch;
 pub mod slurm;
+pub mod variants;
 pub mod worker;

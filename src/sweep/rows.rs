@@ -58,6 +58,16 @@ pub struct RowSummary {
     pub run_seconds: f64,
     /// Counting allocator on (heap figures are measured).
     pub counting: bool,
+    /// heap bytes the first forward left live (saved activations; the breakdown's
+    /// `activations`), train only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub activations_bytes: Option<u64>,
+    /// The loss of the last step (train: after its update's forward; infer: that batch's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub loss_last: Option<f64>,
+    /// `memscope estimate`'s predicted heap peak for the same Spec, when it models it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub estimated_peak_bytes: Option<u64>,
 }
 
 impl RowSummary {
@@ -89,6 +99,13 @@ impl RowSummary {
             load_seconds: r.memory.load_seconds,
             run_seconds: r.wall_seconds,
             counting: r.memory.counting,
+            activations_bytes: r
+                .memory
+                .breakdown
+                .get("activations")
+                .map(|b| b.measured_bytes),
+            loss_last: r.loss.last().copied(),
+            estimated_peak_bytes: r.memory.estimate.as_ref().map(|e| e.peak_bytes),
         }
     }
 }

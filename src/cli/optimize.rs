@@ -1,0 +1,191 @@
+//! `memscope optimize`: flags → the variants of one workload at two sequence lengths → each run
+//! in its own worker → the ranking (Markdown on stdout, `--json`, `--markdown`).
+
+use super::args::{build_spec, DataArgs, ModelArgs, VariantArgs, WorkloadArgs};
+use crate::measure::threads::all_cores;
+use crate::out;
+use crate::output::{check_outputs, write_atomic};
+use crate::report::optimize::{figures, markdown, Figures};
+use crate::spec::{Dtype, Mode};
+use crate::sweep::interrupt::EXIT_INTERRUPTED;
+use crate::sweep::variants::{candidates, run, Options};
+use crate::units::{parse_bytes, parse_duration};
+use anyhow::{bail, Context};
+use clap::Args;
+use serde::Serialize;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+#[derive(Args, Debug)]
+pub struct OptimizeArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    #[arg(long, value_enum, default_value_t = Mode::Train)]
+    pub mode: Mode,
+    #[arg(long, default_value_t = 2)]
+    pub batch: usize,
+    /// Sequence length; the ranking is also measured at --long-seq
+    #[arg(long, default_value_t = 128)]
+    pub seq: usize,
+    /// The second sequence length, where attention's quadratic term shows [default: 4 × --seq, at most the model's context]; 0 for one length only
+    #[arg(long)]
+    pub long_seq: Option<usize>,
+    /// Unmeasured steps per variant (train: the optimizer state exists from the second step)
+    #[arg(long, default_value_t = 2)]
+    pub warmup: usize,
+    /// Measured steps per variant (the loss column is the last one's)
+    #[arg(long, default_value_t = 5)]
+    pub steps: usize,
+    /// CPU threads (default: all cores)
+    #[arg(long)]
+    pub threads: Option<usize>,
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// AdamW learning rate (train)
+    #[arg(long, default_value_t = 1e-3)]
+    pub lr: f64,
+    #[command(flatten)]
+    pub data: DataArgs,
+    /// Memory budget per worker (512MiB, 8GiB, …): runs each variant under it, and searches the largest batch each one fits
+    #[arg(long, value_name = "BYTES", allow_hyphen_values = true)]
+    pub memory_limit: Option<String>,
+    /// Largest batch the --memory-limit search tries
+    #[arg(long, default_value_t = 256)]
+    pub max_batch: usize,
+    /// Time limit per run: 90s, 10m, 1h
+    #[arg(long, value_name = "DURATION")]
+    pub timeout: Option<String>,
+    /// Write every variant's figures as JSON (`variants` list)
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+    /// Write the ranking as Markdown
+    #[arg(long, value_name = "FILE")]
+    pub markdown: Option<PathBuf>,
+    /// No per-run lines on stderr
+    #[arg(long, short)]
+    pub quiet: bool,
+}
+
+#[derive(Serialize)]
+struct OptimizeJson<'a> {
+    model: &'a str,
+    mode: &'a str,
+    batch: usize,
+    seqs: Vec<usize>,
+    steps: usize,
+    memory_limit_bytes: Option<u64>,
+    /// Ranked per sequence length, lowest heap peak first.
+    variants: Vec<Figures>,
+}
+
+pub fn run_optimize(a: OptimizeArgs) -> anyhow::Result<ExitCode> {
+    check_outputs(&[
+        ("--json", a.json.as_deref()),
+        ("--markdown", a.markdown.as_deref()),
+    ])?;
+    let limit = a
+        .memory_limit
+        .as_deref()
+        .map(|l| parse_bytes("--memory-limit", l))
+        .transpose()?;
+    let timeout = a
+        .timeout
+        .as_deref()
+        .map(|t| parse_duration("--timeout", t))
+        .transpose()?;
+    if a.mode == Mode::Generate {
+        bail!("--mode generate: optimize ranks training and inference variants; use --mode train or infer");
+    }
+    if a.max_batch == 0 {
+        bail!("--max-batch must be at least 1");
+    }
+    let w = WorkloadArgs {
+        mode: a.mode,
+        batch: a.batch,
+        seq: a.seq,
+        dtype: Dtype::F32,
+        warmup: Some(a.warmup),
+        steps: Some(a.steps),
+        threads: Some(a.threads.unwrap_or_else(all_cores)),
+        seed: a.seed,
+        grad_accum: 1,
+        prompt_len: None,
+        new_tokens: 1,
+        lr: a.lr,
+        force: false,
+        data: a.data.clone(),
+        variant: VariantArgs::default(),
+    };
+    let base = build_spec(&a.model, &w)?;
+    let context = base.config.max_seq_len;
+    let long = match a.long_seq {
+        Some(0) => None,
+        Some(l) if l > context => bail!(
+            "--long-seq {l} exceeds the model's context of {context} positions (`max_seq_len` of {}); use --long-seq {context} or less, or 0 for one length",
+            base.model
+        ),
+        Some(l) => Some(l),
+        None => Some((4 * a.seq).min(context)),
+    }
+    .filter(|&l| l != a.seq);
+    let seqs: Vec<usize> = std::iter::once(a.seq).chain(long).collect();
+    if !a.quiet {
+        eprintln!(
+            "memscope optimize: {} {} batch {} at seq {}; each variant in its own worker",
+            base.model,
+            base.mode.name(),
+            base.batch,
+            seqs.iter()
+                .map(|s| s.to_string())
+                .collect::<Vec<_>>()
+                .join(" and ")
+        );
+    }
+    let opts = Options {
+        memory_limit: limit,
+        timeout,
+        max_batch: a.max_batch,
+        quiet: a.quiet,
+    };
+    let mut text = format!(
+        "## memscope optimize: {} {}, batch {}\n\nBaseline = what a plain PyTorch script runs: naive attention, op-by-op kernels and optimizer, f32, no checkpointing. Heap peak and activations are the counting allocator's exact bytes (activations: what the first forward left live); step time is the median of {} measured steps ± its coefficient of variation; Δ is against the baseline; the estimate is `memscope estimate`'s heap peak for the same run.\n\n",
+        base.model,
+        base.mode.name(),
+        base.batch,
+        a.steps
+    );
+    let mut all = Vec::new();
+    for &seq in &seqs {
+        let mut spec = base.clone();
+        spec.seq = seq;
+        spec.prompt_len = seq;
+        if let Some(d) = &spec.data {
+            crate::input::tokens::Tokens::open(d)?.check_window(seq)?;
+        }
+        let Some(outcomes) = run(&candidates(&spec), &opts)? else {
+            return Ok(ExitCode::from(EXIT_INTERRUPTED));
+        };
+        let figs = figures(&outcomes);
+        text += &markdown(&format!("seq {seq}"), &figs, a.steps + a.warmup);
+        text.push('\n');
+        all.extend(figs);
+    }
+    out!("{text}")?;
+    if let Some(p) = &a.markdown {
+        write_atomic(p, &text).with_context(|| format!("--markdown {}", p.display()))?;
+    }
+    if let Some(p) = &a.json {
+        let j = OptimizeJson {
+            model: &base.model,
+            mode: base.mode.name(),
+            batch: base.batch,
+            seqs,
+            steps: a.steps,
+            memory_limit_bytes: limit,
+            variants: all,
+        };
+        write_atomic(p, &serde_json::to_string_pretty(&j)?)
+            .with_context(|| format!("--json {}", p.display()))?;
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,231 @@
+//! `memscope optimize`'s ranking: each variant's measured heap peak, saved activations, step
+//! time and loss beside the baseline's, biggest memory saving first, with one sentence per
+//! variant on what it trades. Pure: rows in, figures and text out.
+//!
+//! Heap figures are the counting allocator's (exact); activations = heap bytes the first
+//! forward left live; step time = median of the measured steps with its coefficient of
+//! variation; the estimate is `memscope estimate`'s predicted heap peak for the same run.
+
+use crate::sweep::rows::{Row, RowSummary, Status};
+use crate::sweep::variants::{describe, Outcome};
+use crate::units::{bytes, ms};
+use serde::Serialize;
+use std::fmt::Write;
+
+/// One variant's figures at one sequence length, relative to the baseline's.
+#[derive(Clone, Debug, Serialize)]
+pub struct Figures {
+    pub name: String,
+    /// The `memscope bench` flags that run it.
+    pub flags: String,
+    pub seq: usize,
+    /// ok, oom, timeout, crashed, error, skipped.
+    pub status: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    pub heap_peak_bytes: Option<u64>,
+    /// (peak − baseline peak) / baseline peak, %.
+    pub delta_peak_pct: Option<f64>,
+    pub activations_bytes: Option<u64>,
+    pub delta_activations_pct: Option<f64>,
+    pub step_median_ms: Option<f64>,
+    pub step_cv_pct: Option<f64>,
+    pub delta_time_pct: Option<f64>,
+    /// The loss of the last measured step (same data and seed in every variant).
+    pub loss_last: Option<f64>,
+    pub estimated_peak_bytes: Option<u64>,
+    /// (estimate − measured) / measured heap peak, %.
+    pub estimate_error_pct: Option<f64>,
+    /// With --memory-limit: the largest batch that ran within it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_batch: Option<usize>,
+}
+
+fn pct(new: f64, base: f64) -> Option<f64> {
+    (base > 0.0).then(|| (new - base) / base * 100.0)
+}
+
+fn ok(r: &Row) -> Option<&RowSummary> {
+    (r.status == Status::Ok)
+        .then_some(r.summary.as_ref())
+        .flatten()
+}
+
+/// The outcomes at one sequence length (the baseline first) → figures ranked by heap peak,
+/// lowest first; runs that did not finish last.
+pub fn figures(outcomes: &[Outcome]) -> Vec<Figures> {
+    let base = outcomes.first().and_then(|o| ok(&o.row));
+    let mut v: Vec<Figures> = outcomes
+        .iter()
+        .enumerate()
+        .map(|(i, o)| {
+            let s = ok(&o.row);
+            // The baseline (first) has no Δ: it is the reference.
+            let rel = |f: &dyn Fn(&RowSummary) -> Option<f64>| -> Option<f64> {
+                (i > 0).then_some(())?;
+                pct(f(s?)?, f(base?)?)
+            };
+            let peak = |x: &RowSummary| Some(x.heap_peak_bytes as f64);
+            let act = |x: &RowSummary| x.activations_bytes.map(|b| b as f64);
+            let time = |x: &RowSummary| Some(x.step_median_ms);
+            Figures {
+                name: o.name.to_string(),
+                flags: describe(&o.row.spec),
+                seq: o.row.spec.seq,
+                status: o.row.status.name().to_string(),
+                reason: o.row.reason.clone(),
+                heap_peak_bytes: s.map(|x| x.heap_peak_bytes),
+                delta_peak_pct: rel(&peak),
+                activations_bytes: s.and_then(|x| x.activations_bytes),
+                delta_activations_pct: rel(&act),
+                step_median_ms: s.map(|x| x.step_median_ms),
+                step_cv_pct: s.and_then(|x| x.step_cv_pct),
+                delta_time_pct: rel(&time),
+                loss_last: s.and_then(|x| x.loss_last),
+                estimated_peak_bytes: s.and_then(|x| x.estimated_peak_bytes),
+                estimate_error_pct: s
+                    .and_then(|x| pct(x.estimated_peak_bytes? as f64, x.heap_peak_bytes as f64)),
+                max_batch: o.max_batch,
+            }
+        })
+        .collect();
+    v.sort_by(|a, b| match (a.heap_peak_bytes, b.heap_peak_bytes) {
+        (Some(x), Some(y)) => x.cmp(&y),
+        (Some(_), None) => std::cmp::Ordering::Less,
+        (None, Some(_)) => std::cmp::Ordering::Greater,
+        (None, None) => std::cmp::Ordering::Equal,
+    });
+    v
+}
+
+fn signed(p: Option<f64>) -> String {
+    match p {
+        Some(p) if p.abs() < 0.05 => "±0%".into(),
+        Some(p) => format!("{p:+.0}%"),
+        None => "—".into(),
+    }
+}
+
+/// What a variant trades, in one sentence: "checkpointing: −61% activations, −35% heap peak
+/// for +31% step time".
+pub fn sentence(f: &Figures) -> String {
+    if f.status != "ok" {
+        return format!(
+            "{}: did not finish ({}{})",
+            f.name,
+            f.status,
+            f.reason
+                .as_ref()
+                .map_or(String::new(), |r| format!(": {r}"))
+        );
+    }
+    if f.delta_peak_pct.is_none() {
+        return format!(
+            "{}: the reference every other row is measured against",
+            f.name
+        );
+    }
+    let mut saved = Vec::new();
+    if let Some(a) = f.delta_activations_pct {
+        saved.push(format!("{} activations", signed(Some(a)).replace('-', "−")));
+    }
+    saved.push(format!(
+        "{} heap peak",
+        signed(f.delta_peak_pct).replace('-', "−")
+    ));
+    let cost = f
+        .delta_time_pct
+        .map_or("an unmeasured step time".into(), |t| {
+            format!("{} step time", signed(Some(t)).replace('-', "−"))
+        });
+    format!("{}: {} for {}", f.name, saved.join(", "), cost)
+}
+
+/// The ranking as a Markdown table plus the sentences.
+pub fn markdown(title: &str, figs: &[Figures], steps: usize) -> String {
+    let mut out = format!("### {title}\n\n");
+    let fit = figs.iter().any(|f| f.max_batch.is_some());
+    out += &format!(
+        "| Variant | Heap peak | Δ peak | Activations | Step ms | Δ time | Loss at step {steps} | Estimated peak |{}\n",
+        if fit { " Max batch |" } else { "" }
+    );
+    out += &format!(
+        "|---|--:|--:|--:|--:|--:|--:|--:|{}\n",
+        if fit { "--:|" } else { "" }
+    );
+    for f in figs {
+        let b = |x: Option<u64>| x.map_or("—".into(), |v| bytes(v as f64));
+        let step = match (f.step_median_ms, f.step_cv_pct) {
+            (Some(m), Some(cv)) => format!("{} ±{cv:.1}%", ms(m)),
+            (Some(m), None) => ms(m),
+            (None, _) => f.status.clone(),
+        };
+        let est = match (f.estimated_peak_bytes, f.estimate_error_pct) {
+            (Some(e), Some(p)) => format!("{} ({p:+.1}%)", bytes(e as f64)),
+            _ => "not modelled".into(),
+        };
+        let loss = f.loss_last.map_or("—".into(), |l| format!("{l:.4}"));
+        let _ = write!(
+            out,
+            "| {} | {} | {} | {} | {} | {} | {} | {} |",
+            f.name,
+            b(f.heap_peak_bytes),
+            signed(f.delta_peak_pct),
+            b(f.activations_bytes),
+            step,
+            signed(f.delta_time_pct),
+            loss,
+            est
+        );
+        if fit {
+            let _ = write!(
+                out,
+                " {} |",
+                f.max_batch.map_or("—".into(), |m| m.to_string())
+            );
+        }
+        out.push('\n');
+    }
+    out.push('\n');
+    for f in figs {
+        let _ = writeln!(out, "- {}", sentence(f));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fig(name: &str, peak: Option<f64>, act: Option<f64>, time: Option<f64>) -> Figures {
+        Figures {
+            name: name.into(),
+            flags: String::new(),
+            seq: 8,
+            status: "ok".into(),
+            reason: None,
+            heap_peak_bytes: Some(1),
+            delta_peak_pct: peak,
+            activations_bytes: None,
+            delta_activations_pct: act,
+            step_median_ms: Some(1.0),
+            step_cv_pct: None,
+            delta_time_pct: time,
+            loss_last: None,
+            estimated_peak_bytes: None,
+            estimate_error_pct: None,
+            max_batch: None,
+        }
+    }
+
+    #[test]
+    fn a_sentence_names_the_saving_and_its_cost() {
+        let f = fig("checkpointing", Some(-35.2), Some(-61.0), Some(31.4));
+        assert_eq!(
+            sentence(&f),
+            "checkpointing: −61% activations, −35% heap peak for +31% step time"
+        );
+        let b = fig("baseline", None, None, None);
+        assert!(sentence(&b).contains("reference"));
+    }
+}

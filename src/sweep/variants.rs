@@ -1,0 +1,204 @@
+//! `memscope optimize`'s runs: one workload on the plain path a PyTorch script takes (naive
+//! attention, op-by-op kernels, f32, no checkpointing), with each memory-saving technique
+//! alone, and with all of them; each in its own worker (an out-of-memory run is a row), and,
+//! with a memory budget, the largest batch each one fits (the `fit` search).
+
+use crate::model::variant::{Attention, Fusion, Precision, Variant};
+use crate::spec::{Dtype, Mode, Spec};
+use crate::sweep::fit::{search, FitRequest, Vary};
+use crate::sweep::interrupt::{install_interrupt_handler, INTERRUPTED};
+use crate::sweep::limits::Enforcement;
+use crate::sweep::rows::{Row, Status};
+use crate::sweep::run::{run_worker, Live, RunOptions};
+use crate::sweep::scratch::Scratch;
+use std::time::Duration;
+
+/// One variant of the workload.
+#[derive(Clone, Debug)]
+pub struct Candidate {
+    /// Short name: `baseline`, `flash attention`, …
+    pub name: &'static str,
+    pub spec: Spec,
+}
+
+/// The variants of `base` (its own variant and dtype are replaced): the baseline, each
+/// technique alone, and all together. Checkpointing and mixed precision are training
+/// techniques; for inference the half-precision variant is plain bf16.
+pub fn candidates(base: &Spec) -> Vec<Candidate> {
+    let plain = Variant {
+        attention: Attention::Naive,
+        fusion: Fusion::None,
+        checkpoint: false,
+        precision: Precision::Pure,
+    };
+    let train = base.mode == Mode::Train;
+    let with = |name: &'static str, f: &dyn Fn(&mut Spec)| {
+        let mut spec = base.clone();
+        spec.dtype = Dtype::F32;
+        spec.variant = plain;
+        f(&mut spec);
+        Candidate { name, spec }
+    };
+    let half = |s: &mut Spec| {
+        s.dtype = Dtype::Bf16;
+        if train {
+            s.variant.precision = Precision::Mixed;
+        }
+    };
+    let mut v = vec![
+        with("baseline", &|_| {}),
+        with("flash attention", &|s| {
+            s.variant.attention = Attention::Fused
+        }),
+        with("fused kernels", &|s| s.variant.fusion = Fusion::Full),
+    ];
+    if train {
+        v.push(with("checkpointing", &|s| s.variant.checkpoint = true));
+    }
+    v.push(with(if train { "mixed precision" } else { "bf16" }, &half));
+    v.push(with("all together", &|s| {
+        s.variant.attention = Attention::Fused;
+        s.variant.fusion = Fusion::Full;
+        s.variant.checkpoint = train;
+        half(s);
+    }));
+    v
+}
+
+/// A variant's outcome: its worker's row, and the largest batch it fits when asked.
+#[derive(Clone, Debug)]
+pub struct Outcome {
+    pub name: &'static str,
+    pub row: Row,
+    /// With a memory budget: the largest batch that ran within it (0: not even batch 1).
+    pub max_batch: Option<usize>,
+}
+
+/// What to run around the candidates.
+pub struct Options {
+    pub memory_limit: Option<u64>,
+    pub timeout: Option<Duration>,
+    /// Largest batch the fit search tries.
+    pub max_batch: usize,
+    pub quiet: bool,
+}
+
+/// Runs every candidate (then, with a budget, its fit search) → the outcomes in candidate
+/// order; `None` when SIGINT/SIGTERM stopped it.
+pub fn run(cands: &[Candidate], o: &Options) -> anyhow::Result<Option<Vec<Outcome>>> {
+    let scratch = Scratch::new()?;
+    let opts = RunOptions {
+        memory_limit: o.memory_limit,
+        enforcement: Enforcement::detect(o.memory_limit),
+        timeout: o.timeout,
+        scratch: scratch.0.clone(),
+        trace_dir: None,
+    };
+    install_interrupt_handler();
+    let live = Live::default();
+    let mut out = Vec::with_capacity(cands.len());
+    for (i, c) in cands.iter().enumerate() {
+        if !o.quiet {
+            eprintln!("  {} (seq {}): {}", c.name, c.spec.seq, describe(&c.spec));
+        }
+        // A run this machine's memory could never hold is an error row, not a swapping box.
+        let row = match crate::runner::check_machine_memory(&c.spec) {
+            Err(e) => Row::not_run(Status::Error, e.to_string(), i, c.spec.clone()),
+            Ok(()) => match run_worker(&c.spec, i, &opts, &INTERRUPTED, &live, || {})? {
+                Some(row) => row,
+                None => return Ok(None),
+            },
+        };
+        let max_batch = match o.memory_limit {
+            Some(limit) if row.status == Status::Ok || row.status == Status::Oom => {
+                let Some(fit) = search(&FitRequest {
+                    base: c.spec.clone(),
+                    vary: Vary::Batch,
+                    cap: o.max_batch,
+                    limit,
+                    timeout: o.timeout,
+                    quiet: true,
+                })?
+                else {
+                    return Ok(None);
+                };
+                fit.max_batch
+            }
+            _ => None,
+        };
+        out.push(Outcome {
+            name: c.name,
+            row,
+            max_batch,
+        });
+    }
+    Ok(Some(out))
+}
+
+/// The flags that run a candidate with `memscope bench`.
+pub fn describe(s: &Spec) -> String {
+    let mut flags = format!("--dtype {}", s.dtype.name());
+    let v = s.variant;
+    flags += match v.attention {
+        Attention::Naive => " --attention naive",
+        Attention::Fused => " --attention fused",
+    };
+    flags += match v.fusion {
+        Fusion::None => " --fusion none",
+        Fusion::Full => " --fusion full",
+    };
+    if v.checkpoint {
+        flags += " --checkpoint";
+    }
+    if v.precision == Precision::Mixed {
+        flags += " --precision mixed";
+    }
+    flags
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(mode: Mode) -> Spec {
+        let config = crate::model::config::ModelConfig::preset("tiny-llama").unwrap();
+        Spec {
+            model: "tiny-llama".into(),
+            config,
+            config_path: None,
+            weights: None,
+            mode,
+            batch: 2,
+            seq: 32,
+            dtype: Dtype::F32,
+            threads: 1,
+            seed: 0,
+            warmup: 1,
+            steps: 2,
+            grad_accum: 1,
+            prompt_len: 32,
+            new_tokens: 4,
+            lr: 1e-3,
+            data: None,
+            variant: Variant::default(),
+        }
+    }
+
+    #[test]
+    fn every_candidate_is_a_valid_run_and_only_the_baseline_is_plain() {
+        for mode in [Mode::Train, Mode::Infer] {
+            let c = candidates(&spec(mode));
+            assert_eq!(c.len(), if mode == Mode::Train { 6 } else { 5 });
+            for x in &c {
+                x.spec.validate().unwrap();
+            }
+            assert_eq!(
+                describe(&c[0].spec),
+                "--dtype f32 --attention naive --fusion none"
+            );
+            let all = &c.last().unwrap().spec;
+            assert_eq!(all.variant.attention, Attention::Fused);
+            assert_eq!(all.variant.checkpoint, mode == Mode::Train);
+        }
+    }
+}

@@ -106,11 +106,41 @@ fn tiny_llama_estimate_matches_measurement() {
 }
 
 #[test]
-fn naive_attention_and_checkpointing_estimates_match_measurement() {
-    for model in ["tiny-gpt2", "tiny-llama", "tiny-bert"] {
-        check_variant(model, 4, 128, &["--attention", "naive"]);
-        check_variant(model, 4, 128, &["--checkpoint"]);
-        check_variant(model, 4, 128, &["--checkpoint", "--attention", "naive"]);
+fn every_engine_path_estimate_matches_measurement() {
+    let naive: &[&str] = &["--attention", "naive"];
+    let ck: &[&str] = &["--checkpoint"];
+    let ck_naive: &[&str] = &["--checkpoint", "--attention", "naive"];
+    let op: &[&str] = &["--fusion", "none"];
+    let op_naive: &[&str] = &["--fusion", "none", "--attention", "naive"];
+    let mixed: &[&str] = &["--dtype", "bf16"]; // bf16 training is mixed precision by default
+    let mixed_ck: &[&str] = &["--dtype", "bf16", "--checkpoint"];
+    let mixed_ck_op: &[&str] = &["--dtype", "bf16", "--checkpoint", "--fusion", "none"];
+    // Every family × path within the 10% targets. The misses (docs/optimize.md lists them, with
+    // their errors) are half types on the op-by-op path (backward's temporaries under-estimated
+    // by 10–15%) and tiny-bert's op-by-op loss backward (−10.2%).
+    for (model, paths) in [
+        (
+            "tiny-gpt2",
+            vec![
+                naive,
+                ck,
+                ck_naive,
+                op,
+                op_naive,
+                mixed,
+                mixed_ck,
+                mixed_ck_op,
+            ],
+        ),
+        (
+            "tiny-llama",
+            vec![naive, ck, ck_naive, op, op_naive, mixed, mixed_ck],
+        ),
+        ("tiny-bert", vec![naive, ck, ck_naive, mixed, mixed_ck]),
+    ] {
+        for extra in paths {
+            check_variant(model, 4, 128, extra);
+        }
     }
 }
 
@@ -156,7 +186,9 @@ fn estimate_command_prints_dtype_columns_and_writes_json() {
         assert!(v["categories"][k].is_u64(), "categories.{k} missing");
     }
     assert_eq!(v["categories"]["parameters"], 954_112 * 4);
-    assert_eq!(v["by_dtype"][1]["categories"]["parameters"], 954_112 * 2);
+    // bf16 training is mixed precision unless asked otherwise: f32 master weights.
+    assert_eq!(v["by_dtype"][1]["precision"], "mixed");
+    assert_eq!(v["by_dtype"][1]["categories"]["parameters"], 954_112 * 4);
     assert!(v["peak_bytes"].as_u64().unwrap() > 954_112 * 16);
     assert!(v["flops"]["total"].as_u64().unwrap() > 0);
 }

@@ -279,7 +279,26 @@ fn mixed_precision_keeps_f32_state_and_tracks_the_f32_loss() {
     };
     let f32run = run(&[]);
     let mixed = run(&["--dtype", "bf16", "--precision", "mixed"]);
-    let pure = run(&["--dtype", "bf16"]);
+    let pure = run(&["--dtype", "bf16", "--precision", "pure"]);
+    // Mixed is what bf16 training means unless asked otherwise (torch.autocast's default).
+    let default = bench(&[
+        "--model",
+        "tiny-gpt2",
+        "--batch",
+        "4",
+        "--seq",
+        "64",
+        "--warmup",
+        "0",
+        "--steps",
+        "1",
+        "--lr",
+        "3e-3",
+        "--dtype",
+        "bf16",
+    ]);
+    assert_eq!(default["spec"]["variant"]["precision"], "mixed");
+    assert_eq!(default["loss"][0], mixed["loss"][0]);
     let params = mixed["model"]["params"].as_u64().unwrap();
     // f32 master weights, gradients and AdamW moments: 4 bytes each per parameter.
     assert_eq!(mixed["memory"]["param_bytes"].as_u64().unwrap(), 4 * params);

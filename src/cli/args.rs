@@ -83,18 +83,25 @@ pub struct VariantArgs {
     /// Activation checkpointing: keep only each block's input in forward, recompute the block in backward (train)
     #[arg(long)]
     pub checkpoint: bool,
-    /// With --dtype bf16/f16 training: pure (weights, gradients and optimizer state in the dtype) or mixed (f32 master weights, gradients and optimizer state; compute in the dtype)
-    #[arg(long, value_enum, default_value_t = Precision::Pure)]
-    pub precision: Precision,
+    /// With --dtype bf16/f16 training: mixed (f32 master weights, gradients and optimizer state; compute in the dtype) or pure (everything in the dtype) [default: mixed for bf16/f16 training, pure otherwise]
+    #[arg(long, value_enum)]
+    pub precision: Option<Precision>,
 }
 
 impl VariantArgs {
-    pub fn to_variant(&self) -> Variant {
+    /// The variant of a run in `mode` and `dtype`: mixed precision unless asked otherwise when
+    /// training in a half type (what `torch.autocast` users run), pure otherwise.
+    pub fn to_variant(&self, mode: Mode, dtype: Dtype) -> Variant {
+        let half_train = mode == Mode::Train && dtype != Dtype::F32;
         Variant {
             attention: self.attention,
             fusion: self.fusion,
             checkpoint: self.checkpoint,
-            precision: self.precision,
+            precision: self.precision.unwrap_or(if half_train {
+                Precision::Mixed
+            } else {
+                Precision::Pure
+            }),
         }
     }
 }
@@ -187,7 +194,7 @@ pub fn build_spec(m: &ModelArgs, w: &WorkloadArgs) -> anyhow::Result<Spec> {
         new_tokens: w.new_tokens,
         lr: w.lr,
         data: w.data.to_spec(),
-        variant: w.variant.to_variant(),
+        variant: w.variant.to_variant(w.mode, w.dtype),
     };
     spec.validate()?;
     if let Some(d) = &spec.data {

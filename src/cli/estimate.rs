@@ -115,15 +115,19 @@ pub fn run(a: EstimateArgs) -> anyhow::Result<ExitCode> {
         new_tokens: a.new_tokens,
         lr: 1e-3,
         data: None,
-        variant: a.variant.to_variant(),
+        variant: a.variant.to_variant(a.mode, dts[0]),
     };
     spec.validate()?;
     let reqs: Vec<Request> = dts
         .iter()
-        .map(|&dtype| Request {
-            dtype,
-            optimizer: a.optimizer,
-            ..Request::for_spec(&spec)
+        .map(|&dtype| {
+            let v = a.variant.to_variant(a.mode, dtype);
+            Request {
+                dtype,
+                optimizer: a.optimizer,
+                precision: v.precision,
+                ..Request::for_spec(&spec)
+            }
         })
         .collect();
     let ests = reqs

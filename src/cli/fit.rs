@@ -91,7 +91,7 @@ pub fn run(a: FitArgs) -> anyhow::Result<ExitCode> {
         new_tokens: a.new_tokens,
         lr: a.lr,
         data: None,
-        variant: a.variant.to_variant(),
+        variant: a.variant.to_variant(a.mode, a.dtype),
     };
     base.validate()?;
     let cap = match a.vary {

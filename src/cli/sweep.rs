@@ -139,7 +139,7 @@ fn spec_for(a: &SweepArgs, p: &Point) -> anyhow::Result<Spec> {
         new_tokens: a.new_tokens,
         lr: a.lr,
         data: a.data.to_spec(),
-        variant: a.variant.to_variant(),
+        variant: a.variant.to_variant(mode, dtype),
     })
 }
 

@@ -1,7 +1,7 @@
 //! `--fits BUDGET`: does the predicted peak fit, with how much headroom, and which single
 //! change makes it fit when it does not.
 
-use super::{estimate, Attention, Optimizer, Request};
+use super::{estimate, Attention, Optimizer, Precision, Request};
 use crate::spec::{Dtype, Mode};
 use serde::{Deserialize, Serialize};
 
@@ -63,7 +63,21 @@ fn alternatives(req: &Request) -> Vec<(String, Request)> {
     if req.dtype == Dtype::F32 {
         let mut r = req.clone();
         r.dtype = Dtype::Bf16;
-        v.push(("bf16 instead of f32 (--dtype bf16)".into(), r));
+        if req.mode == Mode::Train {
+            // What `--dtype bf16` trains with: f32 master weights and state; and all in bf16.
+            r.precision = Precision::Mixed;
+            v.push((
+                "bf16 compute, mixed precision (--dtype bf16)".into(),
+                r.clone(),
+            ));
+            r.precision = Precision::Pure;
+            v.push((
+                "everything in bf16 (--dtype bf16 --precision pure)".into(),
+                r,
+            ));
+        } else {
+            v.push(("bf16 instead of f32 (--dtype bf16)".into(), r));
+        }
     }
     if req.mode == Mode::Train && req.optimizer == Optimizer::Adamw {
         let mut r = req.clone();

@@ -125,6 +125,8 @@ pub enum Phase {
     Forward,
     Backward,
     Optimizer,
+    /// Mixed precision's per-step working copy of the weights (the engine's phase "other").
+    Other,
 }
 
-pub const N_PHASES: usize = 4;
+pub const N_PHASES: usize = 5;

@@ -45,9 +45,9 @@ pub struct Request {
     /// Activation checkpointing of every transformer block (train).
     pub checkpoint: bool,
     pub attention: Attention,
-    /// Op-by-op norms, activations, loss and optimizer: not replayed yet (refused by name).
+    /// Op-by-op norms, activations, RoPE, loss and candle-nn's AdamW, or memscope's kernels.
     pub fusion: Fusion,
-    /// Mixed precision: not replayed yet (refused by name).
+    /// Mixed precision (train): f32 master weights and state, compute in `dtype`.
     pub precision: Precision,
     /// CPU threads the run uses (gemm keeps one buffer per thread).
     pub threads: usize,
@@ -152,6 +152,10 @@ pub struct Estimate {
     pub optimizer: Optimizer,
     pub checkpoint: bool,
     pub attention: Attention,
+    #[serde(default)]
+    pub fusion: Fusion,
+    #[serde(default)]
+    pub precision: Precision,
     pub params: u64,
     pub categories: Categories,
     /// Predicted heap peak of a steady-state step.

@@ -7,8 +7,8 @@
 
 use super::backward::Recompute;
 use super::ops::{
-    append, attention, attention_kernel, causal_mask, conv1d, drop_all, embedding, gelu, kernel,
-    kernel_as, layer_norm, linear, naive_attention, rms_norm, rope,
+    append, attention, attention_kernel, causal_mask, conv1d, drop_all, embedding, gelu, kernel_as,
+    layer_norm, linear, naive_attention, rms_norm, rope, swiglu,
 };
 use super::sim::{Bin, Fused, Id, Sim, Un};
 use crate::model::config::{Family, ModelConfig};
@@ -40,6 +40,23 @@ impl Params {
             ids.push(id);
             by_name.insert(name.clone(), id);
         }
+        Self { ids, by_name }
+    }
+
+    /// Mixed precision's working copy: every parameter cast to `dtype`, recorded (backward
+    /// casts the gradients to the f32 master variables), in the engine's order (by name).
+    pub fn cast(&self, sim: &mut Sim, dtype: u64) -> Self {
+        let mut names: Vec<&String> = self.by_name.keys().collect();
+        names.sort();
+        let mut map = HashMap::new();
+        let mut by_name = HashMap::new();
+        for n in names {
+            let id = self.by_name[n];
+            let c = sim.to_dtype(id, dtype);
+            map.insert(id, c);
+            by_name.insert(n.clone(), c);
+        }
+        let ids = self.ids.iter().map(|i| map[i]).collect();
         Self { ids, by_name }
     }
 
@@ -390,7 +407,7 @@ impl Built<'_> {
         };
         // Q and K stay (B, T, n, D) for the fused RoPE kernel in f32 (it writes (B, n, T, D));
         // other dtypes rotate a transposed contiguous copy with candle's ops.
-        let f32_rope = sim.nodes[h].dtype == 4;
+        let f32_rope = sim.nodes[h].dtype == 4 && !sim.unfused;
         let rot = |sim: &mut Sim, wt: Id, n: usize| -> (Id, Id, Id) {
             if f32_rope {
                 let l = linear(sim, h, wt, None);
@@ -426,7 +443,7 @@ impl Built<'_> {
         sim.kind = "mlp";
         let gl = linear(sim, h2, w[6], None); // (N, F)
         let u = linear(sim, h2, w[7], None); // (N, F)
-        let gu = kernel(sim, Fused::SwiGlu, &[gl, u]); // (N, F)
+        let gu = swiglu(sim, gl, u); // (N, F)
         let d = linear(sim, gu, w[8], None); // (N, C)
         let d3 = sim.reshape(d, &[b, t, c]);
         drop_all(sim, &[rn2, h2, gl, u, gu, d]);

@@ -41,15 +41,64 @@ pub fn kernel_as(sim: &mut Sim, kind: Fused, args: &[Id], shape: &[usize]) -> Id
 }
 
 pub fn layer_norm(sim: &mut Sim, x: Id, w: Id, b: Id) -> Id {
-    kernel(sim, Fused::LayerNorm, &[x, w, b])
+    if !sim.unfused {
+        return kernel(sim, Fused::LayerNorm, &[x, w, b]);
+    }
+    // `model::unfused::layer_norm`: (x − mean) / sqrt(var + eps), then · w + b.
+    let last = sim.shape(x).len() - 1;
+    let y = in_f32(sim, x, |sim, x| {
+        let mean = sim.mean_keepdim(x, last);
+        let xc = sim.broadcast(Bin::Sub, x, mean);
+        let sq = sim.unary(Un::Sqr, xc);
+        let var = sim.mean_keepdim(sq, last);
+        let ve = sim.affine(var, 1.0);
+        let sd = sim.unary(Un::Sqrt, ve);
+        let out = sim.broadcast(Bin::Div, xc, sd);
+        drop_all(sim, &[mean, xc, sq, var, ve, sd]);
+        out
+    });
+    let a = sim.broadcast(Bin::Mul, y, w);
+    let out = sim.broadcast(Bin::Add, a, b);
+    drop_all(sim, &[y, a]);
+    out
 }
 
 pub fn rms_norm(sim: &mut Sim, x: Id, w: Id) -> Id {
-    kernel(sim, Fused::RmsNorm, &[x, w])
+    if !sim.unfused {
+        return kernel(sim, Fused::RmsNorm, &[x, w]);
+    }
+    // `model::unfused::rms_norm`: x / sqrt(mean(x²) + eps), then · w.
+    let last = sim.shape(x).len() - 1;
+    let y = in_f32(sim, x, |sim, x| {
+        let sq = sim.unary(Un::Sqr, x);
+        let ms = sim.mean_keepdim(sq, last);
+        let me = sim.affine(ms, 1.0);
+        let sd = sim.unary(Un::Sqrt, me);
+        let out = sim.broadcast(Bin::Div, x, sd);
+        drop_all(sim, &[sq, ms, me, sd]);
+        out
+    });
+    let out = sim.broadcast(Bin::Mul, y, w);
+    sim.release(y);
+    out
 }
 
 pub fn gelu(sim: &mut Sim, x: Id) -> Id {
+    if sim.unfused {
+        return sim.unary(Un::Gelu, x);
+    }
     kernel(sim, Fused::Gelu, &[x])
+}
+
+/// silu(gate) · up: memscope's kernel, or candle's two ops.
+pub fn swiglu(sim: &mut Sim, gate: Id, up: Id) -> Id {
+    if !sim.unfused {
+        return kernel(sim, Fused::SwiGlu, &[gate, up]);
+    }
+    let s = sim.unary(Un::Silu, gate);
+    let out = sim.binary(Bin::Mul, s, up);
+    sim.release(s);
+    out
 }
 
 /// `x @ wᵀ + b` (nn.Linear layout): `kernels::linear` in f32, candle's ops otherwise.
@@ -282,8 +331,28 @@ pub fn repeat_kv(sim: &mut Sim, x: Id, rep: usize) -> Id {
 /// `kernels::cross_entropy`: logits (N, V), targets (N) → f32 scalar.
 pub fn cross_entropy(sim: &mut Sim, logits: Id, targets: Id) -> Id {
     sim.kind = "loss";
+    if sim.unfused {
+        return cross_entropy_unfused(sim, logits, targets);
+    }
     let l = sim.contiguous(logits);
     let loss = sim.fused_as(Fused::CrossEntropy, &[l, targets], &[], 4);
     sim.release(l);
     loss
+}
+
+/// `model::unfused::cross_entropy`: logits (N, V), targets (N) → f32 scalar, op by op.
+fn cross_entropy_unfused(sim: &mut Sim, logits: Id, targets: Id) -> Id {
+    let l = sim.to_dtype(logits, 4); // (N, V)
+    let mx = sim.max_keepdim(l, 1);
+    let md = sim.detach(mx);
+    let sh = sim.broadcast(Bin::Sub, l, md);
+    let e = sim.unary(Un::Exp, sh);
+    let s = sim.sum_keepdim(e, &[1]);
+    let lse = sim.unary(Un::Log, s); // (N, 1)
+    let tu = sim.unsqueeze(targets, 1);
+    let picked = sim.gather(sh, tu, 1); // (N, 1)
+    let d = sim.binary(Bin::Sub, lse, picked);
+    let out = sim.mean_all(d);
+    drop_all(sim, &[l, mx, md, sh, e, s, lse, tu, picked, d]);
+    out
 }

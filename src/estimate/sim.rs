@@ -91,6 +91,9 @@ pub struct Sim {
     pub overflow: bool,
     /// candle's no-grad mode: new nodes record nothing (the forward of a checkpointed block).
     pub no_grad: bool,
+    /// `--fusion none`: norms, GELU, SwiGLU, RoPE and the loss as candle's op chains
+    /// (`model::unfused`), not memscope's kernels.
+    pub unfused: bool,
 
     /// Train: cut the graph at block boundaries ([`Sim::cut`], `model::segments`).
     pub segmenting: bool,
@@ -129,6 +132,7 @@ impl Sim {
             flops: [0; N_PHASES],
             overflow: false,
             no_grad: false,
+            unfused: false,
             segmenting: false,
             segments: Vec::new(),
             segment_input: None,

@@ -17,13 +17,10 @@ use std::collections::HashMap;
 /// Predicts the memory and FLOPs of `req`. Errors name the flag that fixes them.
 pub fn estimate(req: &Request) -> anyhow::Result<Estimate> {
     req.cfg.validate().map_err(|e| anyhow::anyhow!("{e}"))?;
-    if req.fusion == Fusion::None {
-        anyhow::bail!("--fusion none: the estimator replays memscope's fused kernels only; measure this variant with `memscope bench --fusion none`");
-    }
-    if req.precision == Precision::Mixed {
-        anyhow::bail!("--precision mixed: the estimator does not replay mixed precision yet; measure it with `memscope bench --dtype bf16 --precision mixed`");
-    }
     let dt = req.dtype.size_bytes();
+    // Mixed precision: f32 master parameters; the model computes in `dt` from a cast copy.
+    let mixed = req.precision == Precision::Mixed && req.mode == Mode::Train;
+    let param_dt = if mixed { 4 } else { dt };
     let specs: Vec<(String, Vec<usize>)> = param_specs(&req.cfg)
         .into_iter()
         .map(|p| (p.name.clone(), p.shape.clone()))
@@ -33,8 +30,9 @@ pub fn estimate(req: &Request) -> anyhow::Result<Estimate> {
         .map(|(_, s)| s.iter().map(|&d| d as u64).product::<u64>())
         .sum();
     let mut sim = Sim::new();
+    sim.unfused = req.fusion == Fusion::None;
     sim.phase = Phase::Load;
-    let p = Params::create(&mut sim, &specs, dt, req.mode == Mode::Train);
+    let p = Params::create(&mut sim, &specs, param_dt, req.mode == Mode::Train);
     let model = Built {
         cfg: &req.cfg,
         dtype: dt,
@@ -72,7 +70,7 @@ pub fn estimate(req: &Request) -> anyhow::Result<Estimate> {
         );
     }
     out.params = params;
-    out.categories.parameters = sim_param_bytes(&specs, dt);
+    out.categories.parameters = sim_param_bytes(&specs, param_dt);
     let rb = runtime_buffers(req.threads);
     out.categories.runtime_buffers = rb;
     out.peak_bytes += rb;
@@ -104,6 +102,8 @@ fn blank(req: &Request) -> Estimate {
         optimizer: req.optimizer,
         checkpoint: req.checkpoint && req.mode == Mode::Train,
         attention: req.attention,
+        fusion: req.fusion,
+        precision: req.precision,
         params: 0,
         categories: Categories::default(),
         peak_bytes: 0,
@@ -160,12 +160,24 @@ fn train(sim: &mut Sim, model: &Built, p: &Params, req: &Request) -> Estimate {
     let targets = sim.ints(&[b * t]);
     let params_by_module = sim.snapshot().by_module;
     let mut state: Vec<Id> = Vec::new();
+    let mixed = req.precision == Precision::Mixed;
     for step in 0..2 {
         let last = step == 1;
         let flops_before = sim.flops;
         let mut acc: Option<HashMap<Id, Id>> = None;
         let (mut fwd, mut bwd) = (None, None);
         let mut step_peak = 0;
+        // Mixed precision: this step's working copy of the weights, in the compute dtype.
+        let cast = mixed.then(|| {
+            let (c, run) = phase(sim, Phase::Other, |sim| {
+                sim.module = 0;
+                p.cast(sim, req.dtype.size_bytes())
+            });
+            step_peak = step_peak.max(run.peak);
+            c
+        });
+        let p_all = p;
+        let p = cast.as_ref().unwrap_or(p_all);
         for micro in 0..req.grad_accum {
             let ((loss, parts, head_input), f) = phase(sim, Phase::Forward, |sim| {
                 sim.segmenting = true;
@@ -208,7 +220,7 @@ fn train(sim: &mut Sim, model: &Built, p: &Params, req: &Request) -> Estimate {
             let ((), bw) = phase(sim, Phase::Backward, |sim| {
                 let rc = WithParams(model, p);
                 let prev = acc.take();
-                let kept = segmented_backward(sim, loss, parts, head_input, &p.ids, &rc, prev);
+                let kept = segmented_backward(sim, loss, parts, head_input, &p_all.ids, &rc, prev);
                 acc = Some(kept);
             });
             if last && micro == 0 {
@@ -226,19 +238,27 @@ fn train(sim: &mut Sim, model: &Built, p: &Params, req: &Request) -> Estimate {
                     Optimizer::Adamw => 2,
                     Optimizer::Sgd => 1,
                 };
-                // f32 moments (or momentum buffer) whatever the parameter dtype, allocated
-                // once; the step itself (`kernels::adamw`, `kernels::sgd`) works in place and
-                // allocates nothing.
-                for &v in &p.ids {
+                // memscope's kernels: f32 moments (or momentum buffer) whatever the parameter
+                // dtype, allocated once; the step itself (`kernels::adamw`, `kernels::sgd`)
+                // works in place and allocates nothing. candle-nn's AdamW (`--fusion none`):
+                // moments in the parameter's dtype.
+                for &v in &p_all.ids {
                     for _ in 0..n {
                         let shape = sim.shape(v).to_vec();
-                        state.push(sim.var(&shape, 4));
+                        let dt = if sim.unfused { sim.nodes[v].dtype } else { 4 };
+                        state.push(sim.var(&shape, dt));
                     }
                 }
+            }
+            if sim.unfused && req.optimizer == Optimizer::Adamw {
+                candle_adamw_step(sim, &p_all.ids);
             }
         });
         for (_, g) in grads {
             sim.release(g);
+        }
+        for id in cast.map(|c| c.ids).unwrap_or_default() {
+            sim.release(id);
         }
         step_peak = step_peak.max(opt.peak);
         if last {
@@ -388,4 +408,39 @@ fn generate(sim: &mut Sim, model: &Built, p: &Params, req: &Request) -> Estimate
         "decode FLOPs are counted at the longest context for every token (an upper bound)".into(),
     );
     est
+}
+
+/// candle-nn's `AdamW::step`, one parameter after the other: each statement's temporaries, and
+/// the shadowed `next_theta` kept to the end of the parameter's iteration (at most 8 tensors
+/// of the parameter's size alive at once); the results are copied into the variables in place.
+fn candle_adamw_step(sim: &mut Sim, params: &[Id]) {
+    for &v in params {
+        let (shape, dt) = (sim.shape(v).to_vec(), sim.nodes[v].dtype);
+        let new = |sim: &mut Sim| sim.leaf(&shape, dt);
+        // next_m = m·β1 + g·(1 − β1)
+        let (a, b) = (new(sim), new(sim));
+        let next_m = new(sim);
+        sim.release(a);
+        sim.release(b);
+        // next_v = v·β2 + g²·(1 − β2)
+        let (a, b) = (new(sim), new(sim));
+        let c = new(sim);
+        let next_v = new(sim);
+        for t in [a, b, c] {
+            sim.release(t);
+        }
+        let (m_hat, v_hat, theta) = (new(sim), new(sim), new(sim));
+        // adjusted = m_hat / (sqrt(v_hat) + eps)
+        let (a, b) = (new(sim), new(sim));
+        let adjusted = new(sim);
+        sim.release(a);
+        sim.release(b);
+        // next_theta = theta − adjusted·lr
+        let a = new(sim);
+        let next = new(sim);
+        sim.release(a);
+        for t in [next_m, next_v, m_hat, v_hat, theta, adjusted, next] {
+            sim.release(t);
+        }
+    }
 }

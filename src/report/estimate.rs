@@ -41,6 +41,12 @@ pub fn render(ests: &[Estimate], top: usize) -> String {
     if e0.attention == crate::estimate::Attention::Naive {
         accum.push_str(", naive attention");
     }
+    if e0.fusion == crate::estimate::Fusion::None {
+        accum.push_str(", op-by-op kernels");
+    }
+    if e0.precision == crate::estimate::Precision::Mixed {
+        accum.push_str(", mixed precision");
+    }
     let _ = writeln!(
         out,
         "memscope estimate: {} {} ({shape}{accum}), {} parameters (exact)\n",

@@ -4,8 +4,8 @@
 use assert_cmd::Command;
 
 const COMMANDS: &[&str] = &[
-    "", "bench", "estimate", "models", "sweep", "fit", "scaling", "leak", "analyze", "watch",
-    "peaks", "roofline", "profile", "report", "compare", "diff", "worker",
+    "", "bench", "estimate", "models", "optimize", "sweep", "fit", "scaling", "leak", "analyze",
+    "watch", "peaks", "roofline", "profile", "report", "compare", "diff", "worker",
 ];
 
 fn help(command: &str) -> String {

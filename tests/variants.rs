@@ -423,8 +423,11 @@ fn optimize_ranks_every_variant_at_two_sequence_lengths() {
             all["delta_activations_pct"].as_f64().unwrap() < -50.0,
             "{all}"
         );
-        // The estimator replays flash attention and checkpointing, not op-by-op kernels.
-        assert!(get("baseline")["estimated_peak_bytes"].is_null());
+        // The estimator replays every path: its error is beside each measured peak.
+        for r in &rows {
+            let e = r["estimate_error_pct"].as_f64().unwrap();
+            assert!(e.abs() < 15.0, "{r}");
+        }
         assert!(get("checkpointing")["loss_last"].as_f64().unwrap() > 0.0);
     }
 }

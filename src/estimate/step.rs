@@ -410,36 +410,31 @@ fn generate(sim: &mut Sim, model: &Built, p: &Params, req: &Request) -> Estimate
     est
 }
 
-/// candle-nn's `AdamW::step`, one parameter after the other: each statement's temporaries, and
-/// the shadowed `next_theta` kept to the end of the parameter's iteration (at most 8 tensors
-/// of the parameter's size alive at once); the results are copied into the variables in place.
+/// candle-nn's `AdamW::step`, one parameter after the other. The moments and the parameter
+/// are `Var`s, so every expression derived from them records its op, and the op keeps its
+/// inputs: all fifteen intermediates of a parameter's update stay alive until its iteration
+/// ends, except `g²` (made from the gradient alone, recorded by nothing). Measured on
+/// gpt2-small: fourteen tensors of the embedding's size at the optimizer's peak.
 fn candle_adamw_step(sim: &mut Sim, params: &[Id]) {
     for &v in params {
         let (shape, dt) = (sim.shape(v).to_vec(), sim.nodes[v].dtype);
         let new = |sim: &mut Sim| sim.leaf(&shape, dt);
+        let mut live = Vec::with_capacity(14);
         // next_m = m·β1 + g·(1 − β1)
-        let (a, b) = (new(sim), new(sim));
-        let next_m = new(sim);
-        sim.release(a);
-        sim.release(b);
-        // next_v = v·β2 + g²·(1 − β2)
-        let (a, b) = (new(sim), new(sim));
-        let c = new(sim);
-        let next_v = new(sim);
-        for t in [a, b, c] {
-            sim.release(t);
+        for _ in 0..3 {
+            live.push(new(sim));
         }
-        let (m_hat, v_hat, theta) = (new(sim), new(sim), new(sim));
-        // adjusted = m_hat / (sqrt(v_hat) + eps)
-        let (a, b) = (new(sim), new(sim));
-        let adjusted = new(sim);
-        sim.release(a);
-        sim.release(b);
-        // next_theta = theta − adjusted·lr
-        let a = new(sim);
-        let next = new(sim);
-        sim.release(a);
-        for t in [next_m, next_v, m_hat, v_hat, theta, adjusted, next] {
+        // next_v = v·β2 + g²·(1 − β2): g² is freed with its statement
+        live.push(new(sim));
+        let g2 = new(sim);
+        live.push(new(sim));
+        live.push(new(sim));
+        sim.release(g2);
+        // m_hat, v_hat, θ·(1 − lr·λ), sqrt(v_hat), + eps, m_hat / …, · lr, θ − …
+        for _ in 0..8 {
+            live.push(new(sim));
+        }
+        for t in live {
             sim.release(t);
         }
     }

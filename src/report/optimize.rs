@@ -16,6 +16,8 @@ use std::fmt::Write;
 #[derive(Clone, Debug, Serialize)]
 pub struct Figures {
     pub name: String,
+    /// The reference row (what a plain PyTorch script runs).
+    pub baseline: bool,
     /// The `memscope bench` flags that run it.
     pub flags: String,
     pub seq: usize,
@@ -24,8 +26,15 @@ pub struct Figures {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
     pub heap_peak_bytes: Option<u64>,
-    /// (peak − baseline peak) / baseline peak, %.
+    /// (peak − baseline peak) / baseline peak, %: against the baseline's measured peak, or its
+    /// estimated one when the baseline did not run (`delta_peak_vs`).
     pub delta_peak_pct: Option<f64>,
+    /// `measured` or `estimated`: which baseline peak Δ peak is taken against.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub delta_peak_vs: Option<&'static str>,
+    /// The baseline's estimated heap peak, when Δ peak is taken against it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub baseline_estimated_peak_bytes: Option<u64>,
     pub activations_bytes: Option<u64>,
     pub delta_activations_pct: Option<f64>,
     pub step_median_ms: Option<f64>,
@@ -55,6 +64,11 @@ fn ok(r: &Row) -> Option<&RowSummary> {
 /// lowest first; runs that did not finish last.
 pub fn figures(outcomes: &[Outcome]) -> Vec<Figures> {
     let base = outcomes.first().and_then(|o| ok(&o.row));
+    // When the baseline did not run (refused, out of memory), peaks are set against its estimate.
+    let base_est = outcomes
+        .first()
+        .filter(|_| base.is_none())
+        .and_then(|o| o.estimated_peak_bytes);
     let mut v: Vec<Figures> = outcomes
         .iter()
         .enumerate()
@@ -68,21 +82,33 @@ pub fn figures(outcomes: &[Outcome]) -> Vec<Figures> {
             let peak = |x: &RowSummary| Some(x.heap_peak_bytes as f64);
             let act = |x: &RowSummary| x.activations_bytes.map(|b| b as f64);
             let time = |x: &RowSummary| Some(x.step_median_ms);
+            let (delta_peak_pct, delta_peak_vs) = match (rel(&peak), base_est, s) {
+                (Some(d), _, _) => (Some(d), Some("measured")),
+                (None, Some(e), Some(x)) if i > 0 => {
+                    (pct(x.heap_peak_bytes as f64, e as f64), Some("estimated"))
+                }
+                _ => (None, None),
+            };
             Figures {
                 name: o.name.to_string(),
+                baseline: i == 0,
                 flags: describe(&o.row.spec),
                 seq: o.row.spec.seq,
                 status: o.row.status.name().to_string(),
                 reason: o.row.reason.clone(),
                 heap_peak_bytes: s.map(|x| x.heap_peak_bytes),
-                delta_peak_pct: rel(&peak),
+                delta_peak_pct,
+                delta_peak_vs,
+                baseline_estimated_peak_bytes: base_est.filter(|_| delta_peak_vs.is_some()),
                 activations_bytes: s.and_then(|x| x.activations_bytes),
                 delta_activations_pct: rel(&act),
                 step_median_ms: s.map(|x| x.step_median_ms),
                 step_cv_pct: s.and_then(|x| x.step_cv_pct),
                 delta_time_pct: rel(&time),
                 loss_last: s.and_then(|x| x.loss_last),
-                estimated_peak_bytes: s.and_then(|x| x.estimated_peak_bytes),
+                estimated_peak_bytes: s
+                    .and_then(|x| x.estimated_peak_bytes)
+                    .or(o.estimated_peak_bytes),
                 estimate_error_pct: s
                     .and_then(|x| pct(x.estimated_peak_bytes? as f64, x.heap_peak_bytes as f64)),
                 max_batch: o.max_batch,
@@ -119,10 +145,19 @@ pub fn sentence(f: &Figures) -> String {
                 .map_or(String::new(), |r| format!(": {r}"))
         );
     }
-    if f.delta_peak_pct.is_none() {
+    if f.baseline {
         return format!(
             "{}: the reference every other row is measured against",
             f.name
+        );
+    }
+    if f.delta_peak_vs == Some("estimated") {
+        return format!(
+            "{}: {} heap peak against the baseline's estimated {} (the baseline did not run), at {} per step",
+            f.name,
+            signed(f.delta_peak_pct).replace('-', "−"),
+            bytes(f.baseline_estimated_peak_bytes.unwrap_or(0) as f64),
+            f.step_median_ms.map_or("—".into(), ms)
         );
     }
     let mut saved = Vec::new();
@@ -162,7 +197,12 @@ pub fn markdown(title: &str, figs: &[Figures], steps: usize) -> String {
         };
         let est = match (f.estimated_peak_bytes, f.estimate_error_pct) {
             (Some(e), Some(p)) => format!("{} ({p:+.1}%)", bytes(e as f64)),
+            (Some(e), None) => format!("{} (not run)", bytes(e as f64)),
             _ => "not modelled".into(),
+        };
+        let dpeak = match f.delta_peak_vs {
+            Some("estimated") => format!("{} vs est.", signed(f.delta_peak_pct)),
+            _ => signed(f.delta_peak_pct),
         };
         let loss = f.loss_last.map_or("—".into(), |l| format!("{l:.4}"));
         let _ = write!(
@@ -170,7 +210,7 @@ pub fn markdown(title: &str, figs: &[Figures], steps: usize) -> String {
             "| {} | {} | {} | {} | {} | {} | {} | {} |",
             f.name,
             b(f.heap_peak_bytes),
-            signed(f.delta_peak_pct),
+            dpeak,
             b(f.activations_bytes),
             step,
             signed(f.delta_time_pct),
@@ -200,6 +240,9 @@ mod tests {
     fn fig(name: &str, peak: Option<f64>, act: Option<f64>, time: Option<f64>) -> Figures {
         Figures {
             name: name.into(),
+            baseline: name == "baseline",
+            delta_peak_vs: peak.map(|_| "measured"),
+            baseline_estimated_peak_bytes: None,
             flags: String::new(),
             seq: 8,
             status: "ok".into(),
@@ -227,5 +270,14 @@ mod tests {
         );
         let b = fig("baseline", None, None, None);
         assert!(sentence(&b).contains("reference"));
+        // The baseline refused (its estimate over the machine): Δ against its estimate, said so.
+        let mut c = fig("checkpointing", Some(-78.7), None, None);
+        c.delta_peak_vs = Some("estimated");
+        c.baseline_estimated_peak_bytes = Some(44 << 30);
+        let t = sentence(&c);
+        assert!(
+            t.contains("−79% heap peak against the baseline's estimated 44.00 GiB"),
+            "{t}"
+        );
     }
 }

@@ -72,6 +72,8 @@ pub struct Outcome {
     pub row: Row,
     /// With a memory budget: the largest batch that ran within it (0: not even batch 1).
     pub max_batch: Option<usize>,
+    /// `memscope estimate`'s heap peak for the run (also for a run that was refused or failed).
+    pub estimated_peak_bytes: Option<u64>,
 }
 
 /// What to run around the candidates.
@@ -126,10 +128,12 @@ pub fn run(cands: &[Candidate], o: &Options) -> anyhow::Result<Option<Vec<Outcom
             }
             _ => None,
         };
+        let req = crate::estimate::Request::for_spec(&c.spec);
         out.push(Outcome {
             name: c.name,
             row,
             max_batch,
+            estimated_peak_bytes: crate::estimate::estimate(&req).ok().map(|e| e.peak_bytes),
         });
     }
     Ok(Some(out))

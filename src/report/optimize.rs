@@ -157,7 +157,7 @@ pub fn sentence(f: &Figures) -> String {
             f.name,
             signed(f.delta_peak_pct).replace('-', "−"),
             bytes(f.baseline_estimated_peak_bytes.unwrap_or(0) as f64),
-            f.step_median_ms.map_or("—".into(), ms)
+            f.step_median_ms.map_or("—".into(), |m| format!("{} ms", ms(m)))
         );
     }
     let mut saved = Vec::new();

@@ -211,6 +211,25 @@ pub struct StepMemory {
     pub rss_bytes: Option<u64>,
     /// PSS after the step (/proc/self/smaps_rollup).
     pub pss_bytes: Option<u64>,
+    /// The end of every phase run in the step, in order (train: forward, backward, optimizer —
+    /// with --grad-accum N, N forward/backward pairs before the optimizer; infer: forward;
+    /// generate: prefill, decode). Absent from Records written before it existed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub phases: Vec<PhaseMark>,
+}
+
+/// The end of one phase run inside a step.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct PhaseMark {
+    /// `forward`, `backward`, `optimizer`, `prefill` or `decode`.
+    pub phase: String,
+    /// heap peak during this run of the phase.
+    pub heap_peak_bytes: u64,
+    /// heap live at the end of the run, grouped by the phase that allocated it and named by the
+    /// breakdown category that phase's bytes stand for: load → `parameters`, forward / prefill /
+    /// decode → `activations`, backward → `gradients`, optimizer → `optimizer_state`, other →
+    /// `kv_cache`, outside every phase → `unattributed`. Zero entries are left out.
+    pub heap_live_by_category: BTreeMap<String, u64>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]

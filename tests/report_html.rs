@@ -3,7 +3,8 @@
 //! every kind of fixture input (tests/fixtures/, written by the real binary), then:
 //! - the file is self-contained (no script, no external URL, nothing loaded from the network);
 //! - Chromium's DOM of the page holds every expected chart (`<svg data-chart=…>`), each with
-//!   drawn marks;
+//!   drawn marks (the train fixture has per-phase marks: the stacked memory chart; the generate
+//!   and leak fixtures predate them: the memory timeline);
 //! - Chromium logs no console message for the page (checked to catch one on a page that has one);
 //! - a 1200×3000 screenshot is taken (kept at target/report_html/report.png to look at).
 
@@ -18,6 +19,7 @@ const EXPECTED: &[&str] = &[
     "timing-optimizer",
     "timing-prefill",
     "timing-decode",
+    "memory-stacked",
     "memory-timeline",
     "memory-breakdown",
     "scaling-batch",
@@ -161,6 +163,21 @@ fn report_renders_in_chromium_with_every_chart() {
     ] {
         assert!(w.contains(l), "watch chart lacks {l}");
     }
+    // The stacked chart of the train fixture (it has phase marks; the generate and leak
+    // fixtures predate them and are drawn on the timeline): its 22 steps thinned to the first
+    // and last few, the peak labelled.
+    let st = chart(&dom, "memory-stacked").unwrap();
+    for l in [
+        "highest heap peak in a phase run",
+        "by allocating phase",
+        "⋯",
+    ] {
+        assert!(st.contains(l), "stacked chart lacks {l}");
+    }
+    assert!(
+        st.matches("<polygon").count() >= 4,
+        "stacked chart has no stacked areas"
+    );
     assert_eq!(
         console_errors(&stderr),
         Vec::<String>::new(),

@@ -1,9 +1,11 @@
 //! Per-phase heap accounting: wraps one run of a phase, records its heap peak and what it
-//! retained, and keeps the run-wide peak across the per-phase peak windows.
+//! retained, keeps the run-wide peak across the per-phase peak windows, and marks the end of
+//! every phase run inside a step (its heap peak, heap live by allocating phase) for the
+//! Record's per-step series.
 
 use crate::measure::alloc::{self, Phase, N_PHASES};
 use crate::model::scope;
-use crate::record::{ModuleBytes, PeakMoment, PhaseMemory};
+use crate::record::{ModuleBytes, PeakMoment, PhaseMark, PhaseMemory};
 use std::collections::BTreeMap;
 
 #[derive(Clone, Copy, Default)]
@@ -16,6 +18,57 @@ struct Acc {
     last_alloc_bytes: u64,
 }
 
+/// The end of one phase run inside a step, as counters (no allocation to keep it).
+#[derive(Clone, Copy, Debug)]
+struct Mark {
+    step: u32,
+    phase: Phase,
+    heap_peak: u64,
+    live: [u64; N_PHASES],
+}
+
+impl Mark {
+    fn to_record(&self) -> PhaseMark {
+        let mut live: BTreeMap<String, u64> = BTreeMap::new();
+        for q in Phase::ALL {
+            let b = self.live[q as usize];
+            if b > 0 {
+                *live.entry(category_of(q).to_string()).or_default() += b;
+            }
+        }
+        PhaseMark {
+            phase: self.phase.name().to_string(),
+            heap_peak_bytes: self.heap_peak,
+            heap_live_by_category: live,
+        }
+    }
+}
+
+/// The breakdown category (analysis::breakdown's names) that heap live allocated in phase `p`
+/// stands for: load → parameters, forward/prefill/decode → activations, backward → gradients,
+/// optimizer → optimizer state, other → the KV cache (generate's preallocation is the only
+/// allocation made in it), idle (outside every phase: memscope's own structures, gemm's
+/// per-thread buffers) → unattributed.
+pub fn category_of(p: Phase) -> &'static str {
+    match p {
+        Phase::Load => "parameters",
+        Phase::Forward | Phase::Prefill | Phase::Decode => "activations",
+        Phase::Backward => "gradients",
+        Phase::Optimizer => "optimizer_state",
+        Phase::Other => "kv_cache",
+        Phase::Idle => "unattributed",
+    }
+}
+
+/// The phases a step is made of (their runs are marked); load and the KV cache's allocation
+/// happen once, before the steps.
+fn in_step(p: Phase) -> bool {
+    matches!(
+        p,
+        Phase::Forward | Phase::Backward | Phase::Optimizer | Phase::Prefill | Phase::Decode
+    )
+}
+
 /// Accumulates phase figures without allocating (fixed array indexed by phase).
 pub struct PhaseTracker {
     acc: [Acc; N_PHASES],
@@ -24,6 +77,11 @@ pub struct PhaseTracker {
     /// When set, each phase run keeps the allocator's peak snapshot (the latest per phase).
     pub capture: bool,
     moments: Vec<(Phase, alloc::PeakSnapshot)>,
+    /// Ends of the phase runs inside steps. Its capacity is reserved before the first step
+    /// ([`PhaseTracker::reserve_marks`]) and never grows: a run beyond it is not marked.
+    marks: Vec<Mark>,
+    /// The step the next phase runs belong to.
+    mark_step: u32,
 }
 
 impl Default for PhaseTracker {
@@ -41,7 +99,50 @@ impl PhaseTracker {
             recent_peak: s.curr_bytes,
             capture: false,
             moments: Vec::new(),
+            marks: Vec::new(),
+            mark_step: 0,
         }
+    }
+
+    /// Reserves room for `n` phase-run marks: every phase run of the whole run (call before the
+    /// first step, outside every timed region; 0, the default, marks nothing). Marks are kept
+    /// as counters until the run ends, so the Record's per-step entries do not grow heap live
+    /// from one step to the next (a growing series would read as a leak).
+    pub fn reserve_marks(&mut self, n: usize) {
+        self.marks = Vec::with_capacity(n);
+        self.mark_step = 0;
+    }
+
+    /// Later phase runs belong to the next step.
+    pub fn next_step(&mut self) {
+        self.mark_step += 1;
+    }
+
+    /// The marks of the current step as the Record's entries (allocates: call it between
+    /// steps, before [`PhaseTracker::next_step`]).
+    pub fn current_marks(&self) -> Vec<PhaseMark> {
+        let n = self
+            .marks
+            .iter()
+            .rev()
+            .take_while(|m| m.step == self.mark_step)
+            .count();
+        self.marks[self.marks.len() - n..]
+            .iter()
+            .map(Mark::to_record)
+            .collect()
+    }
+
+    /// Every mark, grouped by step (`steps` groups, in order), as the Record's entries; the
+    /// buffer is released.
+    pub fn take_marks(&mut self, steps: usize) -> Vec<Vec<PhaseMark>> {
+        let mut out: Vec<Vec<PhaseMark>> = vec![Vec::new(); steps];
+        for m in std::mem::take(&mut self.marks) {
+            if let Some(slot) = out.get_mut(m.step as usize) {
+                slot.push(m.to_record());
+            }
+        }
+        out
     }
 
     /// Runs `f` as one run of phase `p`. The heap peak window is reset at its start.
@@ -56,6 +157,15 @@ impl PhaseTracker {
         alloc::set_phase(prev);
         alloc::arm_peak_snapshot(false);
         let after = alloc::snapshot();
+        if in_step(p) && self.marks.len() < self.marks.capacity() {
+            // Within the reserved capacity: no allocation.
+            self.marks.push(Mark {
+                step: self.mark_step,
+                phase: p,
+                heap_peak: after.max_bytes,
+                live: after.phase_curr,
+            });
+        }
         if self.capture {
             let snap = alloc::peak_snapshot();
             self.moments.retain(|(q, _)| *q != p);

@@ -124,6 +124,9 @@ pub fn measure_with(
     };
 
     let total_steps = spec.warmup + spec.steps;
+    // Room for every phase run of every step (train: a forward and a backward per micro-batch,
+    // then the optimizer), so marking them never allocates inside a step.
+    tracker.reserve_marks(total_steps * (2 * spec.grad_accum + 1));
     // The step whose phase peaks are snapshotted (by module): the last warm-up step when it is
     // a steady one (train: the optimizer state exists from the second step on), so the
     // snapshot's copies never run inside a measured step; else the last step.
@@ -246,13 +249,16 @@ pub fn measure_with(
     }
 
     let Run {
-        series,
+        mut series,
         micro,
         loss,
         leaked,
         ..
     } = run;
     drop(leaked);
+    for (entry, phases) in series.iter_mut().zip(tracker.take_marks(total_steps)) {
+        entry.phases = phases;
+    }
     if !alloc::is_active() {
         warnings.push(
             "the counting allocator is not installed in this binary: heap figures are 0".into(),
@@ -548,9 +554,16 @@ impl Run<'_> {
             heap_peak_bytes: step_peak,
             rss_bytes: procfs::rss_bytes(None),
             pss_bytes: procfs::pss_bytes(None),
+            phases: Vec::new(), // filled when the run ends (PhaseTracker::take_marks)
         });
         if let Some(last) = self.series.last() {
-            (self.on_step)(last);
+            // The callback sees the step's phase marks in a copy, freed before the next step.
+            let entry = StepMemory {
+                phases: self.tracker.current_marks(),
+                ..last.clone()
+            };
+            (self.on_step)(&entry);
         }
+        self.tracker.next_step();
     }
 }

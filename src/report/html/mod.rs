@@ -3,12 +3,14 @@
 //! appear only when the inputs hold their data; several inputs of one kind share a chart, each in
 //! its own colour (the same colour everywhere in the page).
 //!
-//! Chart ids (`data-chart` on each `<svg>`): `timing-<phase>`, `memory-timeline`,
-//! `memory-breakdown`, `scaling-batch`, `scaling-seq`, `leak-<input #>`, `roofline-<input #>`,
+//! Chart ids (`data-chart` on each `<svg>`): `timing-<phase>`, `memory-stacked` (Records whose
+//! steps carry phase marks, one panel each), `memory-timeline` (Records without them: older
+//! files), `memory-breakdown`, `scaling-batch`, `scaling-seq`, `leak-<input #>`, `roofline-<input #>`,
 //! `watch-memory`.
 
 pub mod charts_leak;
 pub mod charts_memory;
+pub mod charts_memory_stack;
 pub mod charts_roofline;
 pub mod charts_scaling;
 pub mod charts_timing;
@@ -136,10 +138,21 @@ pub fn render(inputs: &[Named]) -> anyhow::Result<String> {
             ),
         ));
     }
-    let timeline = charts_memory::timeline(&records)?;
+    // Records with phase marks get the stacked chart; older ones the per-step timeline.
+    let stacked = charts_memory_stack::section(&records)?;
+    let unmarked: Vec<(usize, String, &Record)> = records
+        .iter()
+        .filter(|(_, _, r)| !charts_memory_stack::has_marks(r))
+        .cloned()
+        .collect();
+    let timeline = charts_memory::timeline(&unmarked)?;
     let breakdown = charts_memory::breakdown(&measured)?;
-    if !timeline.is_empty() || !breakdown.is_empty() {
-        sections.push(("memory".into(), "Memory".into(), timeline + &breakdown));
+    if !stacked.is_empty() || !timeline.is_empty() || !breakdown.is_empty() {
+        sections.push((
+            "memory".into(),
+            "Memory".into(),
+            stacked + &timeline + &breakdown,
+        ));
     }
     let scaling = charts_scaling::section(&sweeps)?;
     if !scaling.is_empty() {

@@ -90,6 +90,17 @@ fn a_train_record_marks_forward_backward_optimizer_every_step() {
 }
 
 #[test]
+fn mixed_precision_marks_its_weight_copy_not_a_kv_cache() {
+    let r = bench(&["--steps", "1", "--warmup", "0", "--dtype", "bf16"]);
+    let m = &r["memory"]["series"][0]["phases"][0]; // the end of forward
+    let params = r["model"]["params"].as_u64().unwrap();
+    // The bf16 copy of every weight (2 bytes each) lives through the step; the masters are f32.
+    assert!(live(m, "weights_copy") >= 2 * params, "{m}");
+    assert_eq!(live(m, "kv_cache"), 0, "{m}");
+    assert!(live(m, "parameters") >= 4 * params, "{m}");
+}
+
+#[test]
 fn grad_accum_marks_every_micro_batch() {
     let r = bench(&["--steps", "1", "--warmup", "0", "--grad-accum", "2"]);
     let s = &r["memory"]["series"][0];

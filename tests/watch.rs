@@ -446,17 +446,17 @@ fn trace_holds_memory_counters_step_spans_and_names() {
     for n in ["PSS (bytes)", "USS (bytes)", "RSS by process (bytes)"] {
         assert_eq!(c.iter().filter(|x| *x == n).count(), rss.len(), "{n}");
     }
-    let per = ev
-        .iter()
-        .find(|e| e["name"] == "RSS by process (bytes)")
-        .unwrap();
+    // Per process, by name: the child shows up as python3 (the first sample can catch it as
+    // the shell of a `python3` wrapper script, e.g. pyenv's shim, before it execs).
     assert!(
-        per["args"]
-            .as_object()
-            .unwrap()
-            .keys()
-            .any(|k| k.starts_with("python3 (")),
-        "{per}"
+        ev.iter()
+            .filter(|e| e["name"] == "RSS by process (bytes)")
+            .any(|e| e["args"]
+                .as_object()
+                .unwrap()
+                .keys()
+                .any(|k| k.starts_with("python3 ("))),
+        "no python3 in the per-process RSS track"
     );
     // --value-pattern values, in bytes, stamped when their line was read.
     let alloc: Vec<f64> = ev

@@ -28,12 +28,17 @@ struct Mark {
 }
 
 impl Mark {
-    fn to_record(&self) -> PhaseMark {
+    /// `other`: the category phase "other"'s bytes stand for in this run.
+    fn to_record(&self, other: &'static str) -> PhaseMark {
         let mut live: BTreeMap<String, u64> = BTreeMap::new();
         for q in Phase::ALL {
             let b = self.live[q as usize];
             if b > 0 {
-                *live.entry(category_of(q).to_string()).or_default() += b;
+                let c = match q {
+                    Phase::Other => other,
+                    _ => category_of(q),
+                };
+                *live.entry(c.to_string()).or_default() += b;
             }
         }
         PhaseMark {
@@ -46,8 +51,8 @@ impl Mark {
 
 /// The breakdown category (analysis::breakdown's names) that heap live allocated in phase `p`
 /// stands for: load → parameters, forward/prefill/decode → activations, backward → gradients,
-/// optimizer → optimizer state, other → the KV cache (generate's preallocation is the only
-/// allocation made in it), idle (outside every phase: memscope's own structures, gemm's
+/// optimizer → optimizer state, other → the KV cache (generate's preallocation; mixed precision's
+/// per-step weight copy is named by [`PhaseTracker::other_category`] instead), idle (outside every phase: memscope's own structures, gemm's
 /// per-thread buffers) → unattributed.
 pub fn category_of(p: Phase) -> &'static str {
     match p {
@@ -82,6 +87,9 @@ pub struct PhaseTracker {
     marks: Vec<Mark>,
     /// The step the next phase runs belong to.
     mark_step: u32,
+    /// What phase "other" allocates in this run: `kv_cache` (generate's cache, the default) or
+    /// `weights_copy` (mixed precision's per-step cast of the weights).
+    pub other_category: &'static str,
 }
 
 impl Default for PhaseTracker {
@@ -101,6 +109,7 @@ impl PhaseTracker {
             moments: Vec::new(),
             marks: Vec::new(),
             mark_step: 0,
+            other_category: "kv_cache",
         }
     }
 
@@ -129,7 +138,7 @@ impl PhaseTracker {
             .count();
         self.marks[self.marks.len() - n..]
             .iter()
-            .map(Mark::to_record)
+            .map(|m| m.to_record(self.other_category))
             .collect()
     }
 
@@ -139,7 +148,7 @@ impl PhaseTracker {
         let mut out: Vec<Vec<PhaseMark>> = vec![Vec::new(); steps];
         for m in std::mem::take(&mut self.marks) {
             if let Some(slot) = out.get_mut(m.step as usize) {
-                slot.push(m.to_record());
+                slot.push(m.to_record(self.other_category));
             }
         }
         out

@@ -66,6 +66,9 @@ pub fn measure_with(
     let mixed = spec.variant.precision == Precision::Mixed;
     let store_dtype = if mixed { DType::F32 } else { dtype };
     let mut tracker = PhaseTracker::new();
+    if mixed {
+        tracker.other_category = "weights_copy";
+    }
     let trainable = spec.mode == Mode::Train;
 
     // Load: parameters (random or from a checkpoint), then the model built from them.

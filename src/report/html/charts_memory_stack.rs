@@ -26,7 +26,7 @@ const PANEL_H: u32 = 460;
 
 /// The stacked categories, bottom to top: (key in `heap_live_by_category`, legend label, colour).
 /// Keys the Record has beyond these are summed into the last, `other`.
-const CATS: [(&str, &str, RGBColor); 7] = [
+const CATS: [(&str, &str, RGBColor); 8] = [
     (
         "parameters",
         "parameters (allocated in load)",
@@ -44,6 +44,11 @@ const CATS: [(&str, &str, RGBColor); 7] = [
         RGBColor(0, 158, 115),
     ),
     ("kv_cache", "KV cache", RGBColor(86, 180, 233)),
+    (
+        "weights_copy",
+        "bf16/f16 weight copy (mixed precision)",
+        RGBColor(204, 121, 167),
+    ),
     (
         "unattributed",
         "unattributed (outside every phase)",

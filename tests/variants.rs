@@ -431,3 +431,53 @@ fn optimize_ranks_every_variant_at_two_sequence_lengths() {
         assert!(get("checkpointing")["loss_last"].as_f64().unwrap() > 0.0);
     }
 }
+
+#[test]
+fn optimize_with_a_budget_runs_every_variant_and_finds_its_largest_batch() {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("o.json");
+    Command::cargo_bin("memscope")
+        .unwrap()
+        .args([
+            "optimize",
+            "--model",
+            "tiny-llama",
+            "--batch",
+            "2",
+            "--seq",
+            "32",
+            "--long-seq",
+            "0",
+            "--memory-limit",
+            "300MiB",
+            "--max-batch",
+            "64",
+            "--warmup",
+            "1",
+            "--steps",
+            "1",
+            "--threads",
+            "2",
+            "-q",
+            "--json",
+        ])
+        .arg(&json)
+        .assert()
+        .success();
+    let j: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let v = j["variants"].as_array().unwrap();
+    assert_eq!(v.len(), 6);
+    for r in v {
+        // Each variant ran under the budget, and its own fit search (a worker per trial, in
+        // scratch directories of its own) found a largest batch of at least the one it ran.
+        assert_eq!(r["status"], "ok", "{r}");
+        assert!(r["max_batch"].as_u64().unwrap() >= 2, "{r}");
+    }
+    let mb = |n: &str| {
+        v.iter().find(|r| r["name"] == n).unwrap()["max_batch"]
+            .as_u64()
+            .unwrap()
+    };
+    // Saving activations buys batch: checkpointing fits more than the baseline.
+    assert!(mb("checkpointing") > mb("baseline"), "{v:?}");
+}

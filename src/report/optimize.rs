@@ -157,7 +157,11 @@ pub fn sentence(f: &Figures) -> String {
             f.name,
             signed(f.delta_peak_pct).replace('-', "−"),
             bytes(f.baseline_estimated_peak_bytes.unwrap_or(0) as f64),
-            f.step_median_ms.map_or("—".into(), |m| format!("{} ms", ms(m)))
+            match (f.step_median_ms, f.step_cv_pct) {
+                (Some(m), Some(cv)) => format!("{} ms ±{cv:.1}% (median, CV)", ms(m)),
+                (Some(m), None) => format!("{} ms (one measured step)", ms(m)),
+                (None, _) => "—".into(),
+            }
         );
     }
     let mut saved = Vec::new();

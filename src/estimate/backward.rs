@@ -6,6 +6,7 @@
 //! store until backward returns.
 
 use super::sim::{Bin, Fused, Id, Op, Sim, Un};
+use crate::kernels::product;
 use std::collections::HashMap;
 
 /// candle's `GradStore`: node → gradient node (one handle each).
@@ -250,7 +251,7 @@ fn fused_rule(sim: &mut Sim, grads: &mut Grads, kind: Fused, inputs: &[Id], grad
     // The linear and embedding kernels hand a variable weight's gradient to the sink while one
     // is open (`kernels::sink`): made once, or added in place to what is there.
     let sunk = match kind {
-        Fused::Linear => Some(inputs[1]),
+        Fused::Linear { .. } => Some(inputs[1]),
         Fused::Embedding => Some(inputs[0]),
         _ => None,
     }
@@ -268,10 +269,18 @@ fn fused_rule(sim: &mut Sim, grads: &mut Grads, kind: Fused, inputs: &[Id], grad
         | Fused::Rope
         | Fused::CrossEntropy
         | Fused::Embedding => {}
-        Fused::Linear => {
+        Fused::Linear { out_in } => {
             let (n, i) = (sim.shape(inputs[0])[0], sim.shape(inputs[0])[1]);
             let o = sim.shape(grad)[1];
             sim.add_matmul_flops(2, n, i, o); // dx = dy·W, dW = dyᵀ·x
+            if !out_in {
+                // dx = dy · Wᵀ reads the (I, O) weight column-major: the kernel holds dx and
+                // the tile it copies W through while the product runs.
+                let tile = product::scratch_bytes((n, i, o), 1, o);
+                if tile > 0 {
+                    sim.scratch((n * i * 4) as u64 + tile);
+                }
+            }
         }
         Fused::Attention { causal } => {
             // The scores are recomputed block by block (no (T, S) buffer beyond a per-thread

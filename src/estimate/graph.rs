@@ -83,8 +83,9 @@ pub enum Fused {
     /// logits-sized gradient.
     CrossEntropy,
     /// `kernels::linear` (x, W[, b]): keeps its inputs; backward makes dx, dW and db (dW into
-    /// the sink when one is open).
-    Linear,
+    /// the sink when one is open). `out_in`: W is (O, I) (`nn.Linear`), else (I, O) (`Conv1D`);
+    /// it decides which product copies W through `kernels::product`'s tile buffer.
+    Linear { out_in: bool },
     /// `kernels::embedding` (table, ids): backward scatters into the table's gradient (in the
     /// sink when one is open).
     Embedding,

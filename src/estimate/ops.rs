@@ -6,6 +6,7 @@
 
 use super::sim::{Bin, Fused, Id, Sim, Un};
 use crate::kernels::attention::BLOCK;
+use crate::kernels::product;
 
 pub fn drop_all(sim: &mut Sim, ts: &[Id]) {
     for &t in ts {
@@ -104,7 +105,7 @@ pub fn swiglu(sim: &mut Sim, gate: Id, up: Id) -> Id {
 /// `x @ wᵀ + b` (nn.Linear layout): `kernels::linear` in f32, candle's ops otherwise.
 pub fn linear(sim: &mut Sim, x: Id, w: Id, b: Option<Id>) -> Id {
     if sim.nodes[x].dtype == 4 {
-        return linear_kernel(sim, x, w, b, sim.shape(w)[0]);
+        return linear_kernel(sim, x, w, b, true);
     }
     let wt = sim.t(w);
     let y = sim.matmul(x, wt);
@@ -129,19 +130,25 @@ pub fn embedding(sim: &mut Sim, table: Id, ids: Id) -> Id {
     sim.fused(Fused::Embedding, &[table, ids], table, &shape)
 }
 
-/// `kernels::linear` over x (N, I) → (N, O): keeps nothing but its inputs; backward makes dx,
-/// dW and db once each.
-pub fn linear_kernel(sim: &mut Sim, x: Id, w: Id, b: Option<Id>, o: usize) -> Id {
+/// `kernels::linear` over x (N, I) → (N, O), W (O, I) when `out_in`, else (I, O): keeps
+/// nothing but its inputs; backward makes dx, dW and db once each.
+pub fn linear_kernel(sim: &mut Sim, x: Id, w: Id, b: Option<Id>, out_in: bool) -> Id {
     let (n, i) = (sim.shape(x)[0], sim.shape(x)[1]);
+    let o = sim.shape(w)[if out_in { 0 } else { 1 }];
     sim.add_matmul_flops(1, n, i, o);
     let inputs: Vec<Id> = [x, w].into_iter().chain(b).collect();
-    sim.fused(Fused::Linear, &inputs, x, &[n, o])
+    let y = sim.fused(Fused::Linear { out_in }, &inputs, x, &[n, o]);
+    // y = x · Wᵀ reads the (O, I) weight column-major: copied tile by tile.
+    if out_in {
+        sim.scratch(product::scratch_bytes((n, o, i), 1, i));
+    }
+    y
 }
 
 /// `x @ w + b` (GPT-2 Conv1D layout).
 pub fn conv1d(sim: &mut Sim, x: Id, w: Id, b: Id) -> Id {
     if sim.nodes[x].dtype == 4 {
-        return linear_kernel(sim, x, w, Some(b), sim.shape(w)[1]);
+        return linear_kernel(sim, x, w, Some(b), false);
     }
     let y = sim.matmul(x, w);
     let out = sim.broadcast(Bin::Add, y, b);

@@ -334,6 +334,16 @@ impl Sim {
         }
     }
 
+    /// A buffer a kernel allocates and frees within one call (`kernels::product`'s tile):
+    /// counts toward the peak, holds nothing after.
+    pub fn scratch(&mut self, bytes: u64) {
+        if bytes > 0 {
+            let s = self.new_storage(bytes);
+            self.storages[s].rc = 1;
+            self.unshare(s);
+        }
+    }
+
     pub fn is_alive(&self, t: Id) -> bool {
         self.nodes[t].rc > 0
     }

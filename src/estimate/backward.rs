@@ -273,7 +273,32 @@ fn fused_rule(sim: &mut Sim, grads: &mut Grads, kind: Fused, inputs: &[Id], grad
             let (n, i) = (sim.shape(inputs[0])[0], sim.shape(inputs[0])[1]);
             let o = sim.shape(grad)[1];
             sim.add_matmul_flops(2, n, i, o); // dx = dy·W, dW = dyᵀ·x
-            if !out_in {
+            let half = sim.nodes[inputs[1]].dtype;
+            if half != 4 {
+                // bf16 / f16 (`Linear::half_backward`): dy widened, db summed, dx made in f32
+                // through the weight's tiles and narrowed, then x widened and dW made in f32
+                // and narrowed. The largest of those moments, before the outputs exist here.
+                let f = |e: usize| e as u64 * 4;
+                let db32 = if inputs.len() == 3 { f(o) } else { 0 };
+                let (dy32, dx32, x32, dw32) = (f(n * o), f(n * i), f(n * i), f(i * o));
+                let dx_h = (n * i) as u64 * half;
+                let w = inputs[1];
+                let dw_h = if sunk
+                    .is_some_and(|_| sim.sink.as_ref().is_some_and(|s| s.contains_key(&w)))
+                {
+                    0
+                } else {
+                    (i * o) as u64 * half
+                };
+                let tile = product::widening_scratch_bytes((n, i, o));
+                let most = [
+                    dy32 + db32 + dx32 + tile,
+                    dy32 + db32 + dx32 + dx_h,
+                    dy32 + db32 + dx_h + x32 + dw32,
+                    db32 + dx_h + dw32 + dw_h,
+                ];
+                sim.scratch(most.into_iter().max().unwrap_or(0));
+            } else if !out_in {
                 // dx = dy · Wᵀ reads the (I, O) weight column-major: the kernel holds dx and
                 // the tile it copies W through while the product runs.
                 let tile = product::scratch_bytes((n, i, o), 1, o);

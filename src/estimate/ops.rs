@@ -104,7 +104,7 @@ pub fn swiglu(sim: &mut Sim, gate: Id, up: Id) -> Id {
 
 /// `x @ wᵀ + b` (nn.Linear layout): `kernels::linear` in f32, candle's ops otherwise.
 pub fn linear(sim: &mut Sim, x: Id, w: Id, b: Option<Id>) -> Id {
-    if sim.nodes[x].dtype == 4 {
+    if matches!(sim.nodes[x].dtype, 2 | 4) {
         return linear_kernel(sim, x, w, b, true);
     }
     let wt = sim.t(w);
@@ -137,6 +137,19 @@ pub fn linear_kernel(sim: &mut Sim, x: Id, w: Id, b: Option<Id>, out_in: bool) -
     let o = sim.shape(w)[if out_in { 0 } else { 1 }];
     sim.add_matmul_flops(1, n, i, o);
     let inputs: Vec<Id> = [x, w].into_iter().chain(b).collect();
+    if sim.nodes[x].dtype != 4 {
+        // bf16 / f16: x and the bias widened, y made in f32 through the weight's f32 tiles,
+        // then narrowed (the widened x is freed first).
+        let (x32, y32, b32) = (
+            (n * i * 4) as u64,
+            (n * o * 4) as u64,
+            b.map_or(0, |_| o as u64 * 4),
+        );
+        sim.scratch(b32 + x32 + y32 + product::widening_scratch_bytes((n, o, i)));
+        let y = sim.fused(Fused::Linear { out_in }, &inputs, x, &[n, o]);
+        sim.scratch(b32 + y32);
+        return y;
+    }
     let y = sim.fused(Fused::Linear { out_in }, &inputs, x, &[n, o]);
     // y = x · Wᵀ reads the (O, I) weight column-major: copied tile by tile.
     if out_in {
@@ -147,7 +160,7 @@ pub fn linear_kernel(sim: &mut Sim, x: Id, w: Id, b: Option<Id>, out_in: bool) -
 
 /// `x @ w + b` (GPT-2 Conv1D layout).
 pub fn conv1d(sim: &mut Sim, x: Id, w: Id, b: Id) -> Id {
-    if sim.nodes[x].dtype == 4 {
+    if matches!(sim.nodes[x].dtype, 2 | 4) {
         return linear_kernel(sim, x, w, Some(b), false);
     }
     let y = sim.matmul(x, w);

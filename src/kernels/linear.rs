@@ -12,17 +12,19 @@
 //! Shape vocabulary: N rows, I in features, O out features.
 
 use super::elems::{self, rows_per_task};
-use super::product::{product, Operand};
+use super::product::{product, product_widening, Operand, Strided, Widen};
 use super::sink;
 use crate::measure::op_timer::{op_scope, op_scope_in, Pass};
 use crate::model::scope;
+use candle_core::backend::BackendStorage;
 use candle_core::{
-    bail, CpuStorage, CustomOp2, CustomOp3, DType, InplaceOp3, Layout, Result, Shape, Tensor,
+    bail, CpuStorage, CustomOp2, CustomOp3, DType, InplaceOp1, InplaceOp3, Layout, Result, Shape,
+    Tensor,
 };
 use rayon::prelude::*;
 
-/// `x (N, I) @ w (O, I)ᵀ + b (O)` → (N, O): the `nn.Linear` layout. Differentiable. Half
-/// types run candle's ops (gemm has no bf16 kernel).
+/// `x (N, I) @ w (O, I)ᵀ + b (O)` → (N, O): the `nn.Linear` layout. Differentiable. f32, or
+/// bf16 / f16 storage with f32 products (see [`half_forward`]).
 pub fn linear(x: &Tensor, w: &Tensor, b: Option<&Tensor>) -> Result<Tensor> {
     apply(x, w, b, Weight::OutIn)
 }
@@ -62,8 +64,10 @@ fn apply(x: &Tensor, w: &Tensor, b: Option<&Tensor>, layout: Weight) -> Result<T
             }
         )
     }
-    let f32s = x.dtype() == DType::F32 && w.dtype() == DType::F32;
-    if !f32s || !x.device().is_cpu() || b.is_some_and(|b| b.dtype() != DType::F32) {
+    let dt = x.dtype();
+    let float = matches!(dt, DType::F32 | DType::BF16 | DType::F16);
+    let same = w.dtype() == dt && b.is_none_or(|b| b.dtype() == dt);
+    if !float || !same || !x.device().is_cpu() {
         let y = match layout {
             Weight::OutIn => x.matmul(&w.t()?)?,
             Weight::InOut => x.matmul(w)?,
@@ -123,6 +127,15 @@ impl<'a> Mat<'a> {
     }
     fn ptr(&self) -> *const f32 {
         self.v[self.off..].as_ptr()
+    }
+    /// A contiguous row-major (rows, cols) buffer.
+    fn full(v: &'a [f32], cols: usize) -> Self {
+        Mat {
+            v,
+            off: 0,
+            rs: cols,
+            cs: 1,
+        }
     }
 }
 
@@ -211,6 +224,77 @@ impl InplaceOp3 for AccWeight<'_> {
 }
 
 impl Linear {
+    /// Forward on f32, bf16 or f16 storages (all the same dtype: `apply` checked).
+    fn forward_any(
+        &self,
+        (xs, xl): (&CpuStorage, &Layout),
+        (ws, wl): (&CpuStorage, &Layout),
+        bias: Option<(&CpuStorage, &Layout)>,
+        (n, i, o): (usize, usize, usize),
+    ) -> Result<CpuStorage> {
+        let op = "linear";
+        let b = match bias {
+            Some((bs, bl)) => Some(elems::read(op, bs, bl)?),
+            None => None,
+        };
+        let b = b.as_deref();
+        Ok(match ws {
+            CpuStorage::F32(w) => CpuStorage::F32(self.forward(
+                Mat::of(op, elems::all_f32(op, xs)?, xl)?,
+                Mat::of(op, w, wl)?,
+                b,
+                (n, i, o),
+            )),
+            CpuStorage::BF16(w) => {
+                let y = self.half_forward(widened(op, xs, xl)?, w, wl, b, (n, i, o))?;
+                elems::write(op, y, DType::BF16)?
+            }
+            CpuStorage::F16(w) => {
+                let y = self.half_forward(widened(op, xs, xl)?, w, wl, b, (n, i, o))?;
+                elems::write(op, y, DType::F16)?
+            }
+            other => bail!("{op}: unsupported dtype {:?}", other.dtype()),
+        })
+    }
+
+    /// y (N, O) f32 = x (N, I, widened) · W(ᵀ) [+ b] with a bf16 or f16 weight read through
+    /// `product_widening`'s f32 tiles: the weight is never widened whole (candle's bf16 matmul
+    /// widens both operands' entire storages on every call).
+    fn half_forward<T: Widen>(
+        &self,
+        x: Vec<f32>,
+        w: &[T],
+        wl: &Layout,
+        b: Option<&[f32]>,
+        (n, i, o): (usize, usize, usize),
+    ) -> Result<Vec<f32>> {
+        let mut y = vec![0f32; n * o]; // (N, O)
+        if let Some(b) = b {
+            y.par_chunks_mut(o * rows_per_task(o))
+                .for_each(|rows| rows.chunks_mut(o).for_each(|r| r.copy_from_slice(b)));
+        }
+        let w = strided("linear", w, wl)?;
+        let w = if self.layout == Weight::OutIn {
+            w.t()
+        } else {
+            w
+        }; // (I, O)
+           // SAFETY: x is (N, I) row-major, y (N, O); `strided` checked W's view against its
+           // storage and `apply` the shapes.
+        unsafe {
+            product_widening(
+                (n, o, i),
+                y.as_mut_ptr(),
+                o,
+                b.is_some(),
+                row_major(&x, i),
+                w,
+                1.0,
+            )
+        };
+        Ok(y)
+    }
+
     /// y (N, O) = x · W(ᵀ) [+ b].
     fn forward(
         &self,
@@ -258,6 +342,9 @@ impl Linear {
         bias: bool,
     ) -> Result<[Option<Tensor>; 3]> {
         let op = "linear backward";
+        if w.dtype() != DType::F32 {
+            return self.half_backward(x, w, dy, bias);
+        }
         let dy = dy.contiguous()?;
         let (n, i) = x.dims2()?;
         let o = dy.dims2()?.1;
@@ -303,6 +390,225 @@ impl Linear {
     }
 }
 
+impl Linear {
+    /// [`Linear::backward`] for bf16 / f16: dy and x widened once, dx = dy · W with W read
+    /// through f32 tiles, dW = dyᵀ · x or xᵀ · dy in f32, each narrowed to W's dtype as it is
+    /// made (dy32, then dx32 → dx, then x32 and dW32 → dW: at most dy32 + dx32 + a tile, or
+    /// dy32 + x32 + dW32 + dW, alive at once; `estimate::ops` charges the same).
+    fn half_backward(
+        &self,
+        x: &Tensor,
+        w: &Tensor,
+        dy: &Tensor,
+        bias: bool,
+    ) -> Result<[Option<Tensor>; 3]> {
+        let op = "linear backward";
+        let (dt, dev) = (w.dtype(), x.device());
+        let (n, i) = x.dims2()?;
+        let o = dy.dims2()?.1;
+        let dy32 = {
+            let (s, l) = dy.storage_and_layout();
+            widened(op, cpu(op, &s)?, l)?
+        }; // (N, O)
+        let db = bias.then(|| column_sums(&dy32, o));
+        let mut dx32 = vec![0f32; n * i]; // (N, I) = dy (N, O) · W (O, I)
+        {
+            let (ws, wl) = w.storage_and_layout();
+            // SAFETY: dy32 is (N, O) row-major, dx32 (N, I); `strided` checked W's view.
+            unsafe {
+                match cpu(op, &ws)? {
+                    CpuStorage::BF16(v) => {
+                        let w_oi = self.w_oi(strided(op, v, wl)?);
+                        product_widening(
+                            (n, i, o),
+                            dx32.as_mut_ptr(),
+                            i,
+                            false,
+                            row_major(&dy32, o),
+                            w_oi,
+                            1.0,
+                        )
+                    }
+                    CpuStorage::F16(v) => {
+                        let w_oi = self.w_oi(strided(op, v, wl)?);
+                        product_widening(
+                            (n, i, o),
+                            dx32.as_mut_ptr(),
+                            i,
+                            false,
+                            row_major(&dy32, o),
+                            w_oi,
+                            1.0,
+                        )
+                    }
+                    other => bail!("{op}: unsupported dtype {:?}", other.dtype()),
+                }
+            }
+        }
+        let dx = narrowed(dx32, (n, i), dt, dev)?;
+        let dw32 = {
+            let x32 = {
+                let (s, l) = x.storage_and_layout();
+                widened(op, cpu(op, &s)?, l)?
+            }; // (N, I)
+            let mut dw32 = vec![0f32; i * o];
+            let (xm, g) = (Mat::full(&x32, i), Mat::full(&dy32, o));
+            self.weight_grad(&mut dw32, false, xm, g, (n, i, o));
+            dw32
+        };
+        drop(dy32);
+        let dw = if sink::takes(w) {
+            // Only one of the two closures runs: the first contribution is narrowed as it is,
+            // later ones are added into the sink's gradient.
+            let dw32 = std::cell::RefCell::new(Some(dw32));
+            sink::add(
+                w,
+                || narrowed(dw32.take().unwrap_or_default(), w.dims2()?, dt, dev),
+                |g| g.inplace_op1(&AddWidened(dw32.borrow().as_deref().unwrap_or_default())),
+            )?;
+            None
+        } else {
+            Some(narrowed(dw32, w.dims2()?, dt, dev)?)
+        };
+        Ok([
+            Some(dx),
+            dw,
+            db.map(|db| narrowed(db, (o, 1), dt, dev)?.reshape(o))
+                .transpose()?,
+        ])
+    }
+
+    /// W as (O, I) from its view as stored.
+    fn w_oi<T>(&self, w: Strided<T>) -> Strided<T> {
+        if self.layout == Weight::OutIn {
+            w
+        } else {
+            w.t()
+        }
+    }
+}
+
+/// In place: a bf16 / f16 gradient += an f32 one (rounded once per element).
+struct AddWidened<'a>(&'a [f32]);
+
+impl InplaceOp1 for AddWidened<'_> {
+    fn name(&self) -> &'static str {
+        "memscope-linear-add-widened"
+    }
+
+    fn cpu_fwd(&self, s: &mut CpuStorage, l: &Layout) -> Result<()> {
+        let op = "linear backward";
+        let Some((a, b)) = l.contiguous_offsets() else {
+            bail!("{op}: the gradient must be contiguous")
+        };
+        fn add<T: Widen>(g: &mut [T], d: &[f32], narrow: impl Fn(f32) -> T + Sync) {
+            g.par_iter_mut()
+                .zip(d)
+                .for_each(|(g, &d)| *g = narrow(g.widen() + d));
+        }
+        match s {
+            CpuStorage::BF16(g) => add(&mut g[a..b], self.0, half::bf16::from_f32),
+            CpuStorage::F16(g) => add(&mut g[a..b], self.0, half::f16::from_f32),
+            CpuStorage::F32(g) => add(&mut g[a..b], self.0, |x| x),
+            other => bail!("{op}: unsupported dtype {:?}", other.dtype()),
+        }
+        Ok(())
+    }
+}
+
+/// The CPU storage behind a tensor's lock guard.
+fn cpu<'a>(op: &str, s: &'a candle_core::Storage) -> Result<&'a CpuStorage> {
+    match s {
+        candle_core::Storage::Cpu(s) => Ok(s),
+        _ => bail!("{op}: CPU tensors only (memscope's kernels run on the CPU)"),
+    }
+}
+
+/// The 2-d view `l` of an f32, bf16 or f16 storage as a row-major f32 copy.
+fn widened(op: &str, s: &CpuStorage, l: &Layout) -> Result<Vec<f32>> {
+    let (r, c) = l.shape().dims2()?;
+    let &[rs, cs] = l.stride() else {
+        bail!("{op}: expects a 2-d operand, strides {:?}", l.stride())
+    };
+    let off = l.start_offset();
+    fn go<T: Widen>(
+        v: &[T],
+        off: usize,
+        (rs, cs): (usize, usize),
+        (r, c): (usize, usize),
+    ) -> Vec<f32> {
+        let mut out = vec![0f32; r * c];
+        out.par_chunks_mut(c.max(1))
+            .enumerate()
+            .for_each(|(row, o)| {
+                let base = off + row * rs;
+                o.iter_mut()
+                    .enumerate()
+                    .for_each(|(j, o)| *o = v[base + j * cs].widen());
+            });
+        out
+    }
+    Ok(match s {
+        CpuStorage::F32(v) => go(v, off, (rs, cs), (r, c)),
+        CpuStorage::BF16(v) => go(v, off, (rs, cs), (r, c)),
+        CpuStorage::F16(v) => go(v, off, (rs, cs), (r, c)),
+        other => bail!("{op}: unsupported dtype {:?}", other.dtype()),
+    })
+}
+
+/// f32 results as a (rows, cols) tensor of `dt` (rounded once per element).
+fn narrowed(
+    v: Vec<f32>,
+    shape: (usize, usize),
+    dt: DType,
+    dev: &candle_core::Device,
+) -> Result<Tensor> {
+    match dt {
+        DType::BF16 => Tensor::from_vec(
+            v.par_iter()
+                .map(|&x| half::bf16::from_f32(x))
+                .collect::<Vec<_>>(),
+            shape,
+            dev,
+        ),
+        DType::F16 => Tensor::from_vec(
+            v.par_iter()
+                .map(|&x| half::f16::from_f32(x))
+                .collect::<Vec<_>>(),
+            shape,
+            dev,
+        ),
+        _ => Tensor::from_vec(v, shape, dev),
+    }
+}
+
+/// A row-major f32 buffer of `cols` columns as a gemm operand.
+fn row_major(v: &[f32], cols: usize) -> Operand {
+    Operand {
+        ptr: v.as_ptr(),
+        rs: cols,
+        cs: 1,
+    }
+}
+
+/// A 2-d view of a half storage as a strided operand, checked against the storage.
+fn strided<T>(op: &str, v: &[T], l: &Layout) -> Result<Strided<T>> {
+    let (r, c) = l.shape().dims2()?;
+    let &[rs, cs] = l.stride() else {
+        bail!("{op}: expects a 2-d operand, strides {:?}", l.stride())
+    };
+    let off = l.start_offset();
+    let last = off + (r.max(1) - 1) * rs + (c.max(1) - 1) * cs;
+    if r * c > 0 && last >= v.len() {
+        bail!("{op}: the view {:?} reaches past its storage", l.shape())
+    }
+    Ok(Strided {
+        ptr: v[off..].as_ptr(),
+        rs,
+        cs,
+    })
+}
+
 impl CustomOp2 for Linear {
     fn name(&self) -> &'static str {
         "memscope-linear"
@@ -315,20 +621,14 @@ impl CustomOp2 for Linear {
         s2: &CpuStorage,
         l2: &Layout,
     ) -> Result<(CpuStorage, Shape)> {
-        let op = "linear";
         let (n, i) = l1.shape().dims2()?;
         let o = if self.layout == Weight::OutIn {
             l2.shape().dims2()?.0
         } else {
             l2.shape().dims2()?.1
         };
-        let y = self.forward(
-            Mat::of(op, elems::all_f32(op, s1)?, l1)?,
-            Mat::of(op, elems::all_f32(op, s2)?, l2)?,
-            None,
-            (n, i, o),
-        );
-        Ok((CpuStorage::F32(y), Shape::from((n, o))))
+        let y = self.forward_any((s1, l1), (s2, l2), None, (n, i, o))?;
+        Ok((y, Shape::from((n, o))))
     }
 
     fn bwd(
@@ -358,20 +658,10 @@ impl CustomOp3 for Linear {
         s3: &CpuStorage,
         l3: &Layout,
     ) -> Result<(CpuStorage, Shape)> {
-        let op = "linear";
         let (n, i) = l1.shape().dims2()?;
         let o = l3.shape().dims1()?;
-        let Some((b0, b1)) = l3.contiguous_offsets() else {
-            bail!("{op}: the bias must be contiguous")
-        };
-        let b = &elems::all_f32(op, s3)?[b0..b1];
-        let y = self.forward(
-            Mat::of(op, elems::all_f32(op, s1)?, l1)?,
-            Mat::of(op, elems::all_f32(op, s2)?, l2)?,
-            Some(b),
-            (n, i, o),
-        );
-        Ok((CpuStorage::F32(y), Shape::from((n, o))))
+        let y = self.forward_any((s1, l1), (s2, l2), Some((s3, l3)), (n, i, o))?;
+        Ok((y, Shape::from((n, o))))
     }
 
     fn bwd(
@@ -463,11 +753,103 @@ mod tests {
         }
     }
 
+    /// The largest |a − b| over the largest |b|.
+    fn rel_err(a: &Tensor, b: &Tensor) -> f32 {
+        let a: Vec<f32> = a
+            .flatten_all()
+            .unwrap()
+            .to_dtype(DType::F32)
+            .unwrap()
+            .to_vec1()
+            .unwrap();
+        let b: Vec<f32> = b
+            .flatten_all()
+            .unwrap()
+            .to_dtype(DType::F32)
+            .unwrap()
+            .to_vec1()
+            .unwrap();
+        let scale = b.iter().fold(0f32, |m, x| m.max(x.abs())).max(1e-30);
+        a.iter()
+            .zip(&b)
+            .fold(0f32, |m, (a, b)| m.max((a - b).abs()))
+            / scale
+    }
+
     #[test]
-    fn half_precision_runs_candles_ops() {
-        let x = randn(&[4, 3]).to_dtype(DType::BF16).unwrap();
-        let w = randn(&[2, 3]).to_dtype(DType::BF16).unwrap();
-        assert_eq!(linear(&x, &w, None).unwrap().dtype(), DType::BF16);
+    fn bf16_and_f16_match_f32_within_their_rounding_in_both_layouts() {
+        use candle_core::Var;
+        // I = 600 > one 512-row tile; 130 rows; the f32 reference gets the same rounded inputs.
+        for (dt, tol) in [(DType::BF16, 2e-2), (DType::F16, 4e-3)] {
+            for layout in [Weight::OutIn, Weight::InOut] {
+                let w_shape: &[usize] = if layout == Weight::OutIn {
+                    &[90, 600]
+                } else {
+                    &[600, 90]
+                };
+                let x = randn(&[130, 600]).to_dtype(dt).unwrap();
+                let w = randn(w_shape)
+                    .affine(0.05, 0.0)
+                    .unwrap()
+                    .to_dtype(dt)
+                    .unwrap();
+                let b = randn(&[90]).to_dtype(dt).unwrap();
+                let r = randn(&[130, 90]);
+                let run = |d: DType| {
+                    let vs: Vec<Var> = [&x, &w, &b]
+                        .iter()
+                        .map(|t| Var::from_tensor(&t.to_dtype(d).unwrap()).unwrap())
+                        .collect();
+                    let y = apply(&vs[0], &vs[1], Some(&vs[2]), layout).unwrap();
+                    assert_eq!(y.dtype(), d);
+                    let loss = (y.to_dtype(DType::F32).unwrap() * &r)
+                        .unwrap()
+                        .sum_all()
+                        .unwrap();
+                    let g = loss.backward().unwrap();
+                    let grads: Vec<Tensor> = vs.iter().map(|v| g.get(v).unwrap().clone()).collect();
+                    (y, grads)
+                };
+                let (yh, gh) = run(dt);
+                let (yf, gf) = run(DType::F32);
+                let what = format!("{dt:?} {layout:?}");
+                assert!(rel_err(&yh, &yf) <= tol, "{what} y: {}", rel_err(&yh, &yf));
+                for (k, (a, b)) in ["dx", "dW", "db"].iter().zip(gh.iter().zip(&gf)) {
+                    assert_eq!(a.dtype(), dt, "{what} {k}");
+                    assert!(rel_err(a, b) <= tol, "{what} {k}: {}", rel_err(a, b));
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_bf16_weight_gradient_sunk_twice_is_added_in_place() {
+        use candle_core::Var;
+        let x = randn(&[6, 4]).to_dtype(DType::BF16).unwrap();
+        let w = Var::from_tensor(&randn(&[3, 4]).to_dtype(DType::BF16).unwrap()).unwrap();
+        let loss = || {
+            linear(&x, &w, None)
+                .unwrap()
+                .to_dtype(DType::F32)
+                .unwrap()
+                .sum_all()
+                .unwrap()
+        };
+        let alone = loss().backward().unwrap();
+        let alone = alone
+            .get(w.as_tensor())
+            .unwrap()
+            .to_dtype(DType::F32)
+            .unwrap();
+        let (_, sunk) = sink::collect(Default::default(), || {
+            loss().backward()?;
+            loss().backward()
+        })
+        .unwrap();
+        let twice = &sunk[&w.as_tensor().id()];
+        assert_eq!(twice.dtype(), DType::BF16);
+        let want = (alone * 2.0).unwrap();
+        assert!(rel_err(twice, &want) <= 1e-2, "{}", rel_err(twice, &want));
     }
 
     #[test]

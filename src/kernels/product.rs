@@ -60,6 +60,11 @@ pub unsafe fn product(
 ) {
     if parallel {
         if let Some((kb, nb)) = transposed_tile((m, n, k), rhs.rs, rhs.cs) {
+            let rhs = Strided {
+                ptr: rhs.ptr,
+                rs: rhs.rs,
+                cs: rhs.cs,
+            };
             return product_tiled((m, n, k), dst, dst_rs, acc, lhs, rhs, beta, (kb, nb));
         }
     }
@@ -119,19 +124,97 @@ pub fn scratch_bytes(mnk: (usize, usize, usize), rs: usize, cs: usize) -> u64 {
     transposed_tile(mnk, rs, cs).map_or(0, |(kb, nb)| (kb * nb * 4) as u64)
 }
 
-/// [`product`] through row-major copies of the right operand, tile by tile: for each block of
-/// `nb` columns and each block of `kb` inner rows, copy, then gemm-accumulate into dst.
+/// An element gemm's f32 products can read once widened: f32 itself, bf16, f16.
+pub trait Widen: Copy + Send + Sync {
+    fn widen(self) -> f32;
+}
+
+impl Widen for f32 {
+    #[inline(always)]
+    fn widen(self) -> f32 {
+        self
+    }
+}
+
+impl Widen for half::bf16 {
+    #[inline(always)]
+    fn widen(self) -> f32 {
+        self.to_f32()
+    }
+}
+
+impl Widen for half::f16 {
+    #[inline(always)]
+    fn widen(self) -> f32 {
+        self.to_f32()
+    }
+}
+
+/// A strided operand of any [`Widen`] element type: pointer to its (0, 0) element and its
+/// (row, column) strides.
+pub struct Strided<T> {
+    pub ptr: *const T,
+    pub rs: usize,
+    pub cs: usize,
+}
+
+impl<T> Clone for Strided<T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<T> Copy for Strided<T> {}
+
+impl<T> Strided<T> {
+    /// The transposed view.
+    pub fn t(self) -> Self {
+        Strided {
+            rs: self.cs,
+            cs: self.rs,
+            ..self
+        }
+    }
+}
+
+/// dst (m, n) = beta · lhs (m, k) · rhs (k, n) [+ dst when `acc`] with a bf16 or f16 right
+/// operand: widened to f32 tile by tile as it is copied ([`TILE_K`] × [`TILE_N`], the same
+/// buffer a column-major f32 operand goes through), so the weight is never widened whole.
 ///
 /// # Safety
 /// As [`product`].
 #[allow(clippy::too_many_arguments)]
-unsafe fn product_tiled(
+pub unsafe fn product_widening<T: Widen>(
     (m, n, k): (usize, usize, usize),
     dst: *mut f32,
     dst_rs: usize,
     acc: bool,
     lhs: Operand,
-    rhs: Operand,
+    rhs: Strided<T>,
+    beta: f32,
+) {
+    let tile = (TILE_K.min(k), TILE_N.min(n));
+    product_tiled((m, n, k), dst, dst_rs, acc, lhs, rhs, beta, tile)
+}
+
+/// Bytes of the tile buffer [`product_widening`] allocates for the duration of a product.
+pub fn widening_scratch_bytes((_, n, k): (usize, usize, usize)) -> u64 {
+    (TILE_K.min(k) * TILE_N.min(n) * 4) as u64
+}
+
+/// [`product`] through row-major f32 copies of the right operand, tile by tile: for each block
+/// of `nb` columns and each block of `kb` inner rows, copy (widening), then gemm-accumulate
+/// into dst.
+///
+/// # Safety
+/// As [`product`].
+#[allow(clippy::too_many_arguments)]
+unsafe fn product_tiled<T: Widen>(
+    (m, n, k): (usize, usize, usize),
+    dst: *mut f32,
+    dst_rs: usize,
+    acc: bool,
+    lhs: Operand,
+    rhs: Strided<T>,
     beta: f32,
     (kb, nb): (usize, usize),
 ) {
@@ -140,7 +223,7 @@ unsafe fn product_tiled(
         let b = nb.min(n - j);
         for d in (0..k).step_by(kb) {
             let c = kb.min(k - d);
-            let src = Operand {
+            let src = Strided {
                 ptr: rhs.ptr.add(d * rhs.rs + j * rhs.cs),
                 ..rhs
             };
@@ -168,18 +251,28 @@ unsafe fn product_tiled(
     }
 }
 
-/// out (c, b) row-major = the (c, b) operand `src` whose rows are adjacent (`rs == 1`): reads
-/// 16 of its columns at a time (16 sequential streams) and writes 16-element row pieces.
+/// out (c, b) row-major f32 = the (c, b) operand `src`, widened. Adjacent rows (`rs == 1`, a
+/// transposed weight): 16 of its columns at a time (16 sequential streams), written as
+/// 16-element row pieces; otherwise row by row.
 ///
 /// # Safety
 /// `src` must be valid for its (c, b) extent.
-unsafe fn copy_row_major(src: Operand, (c, b): (usize, usize), out: &mut [f32]) {
+unsafe fn copy_row_major<T: Widen>(src: Strided<T>, (c, b): (usize, usize), out: &mut [f32]) {
     const R: usize = 16;
-    struct Ptr(*const f32);
+    struct Src<T>(Strided<T>);
     // SAFETY: only read, and the caller keeps the operand alive for the call.
-    unsafe impl Sync for Ptr {}
-    let s = Ptr(src.ptr);
+    unsafe impl<T> Sync for Src<T> {}
+    let s = Src(src);
     let s = &s;
+    if src.rs != 1 {
+        out.par_chunks_mut(b).enumerate().for_each(|(kk, row)| {
+            let from = s.0.ptr.add(kk * s.0.rs);
+            for (jj, o) in row.iter_mut().enumerate() {
+                *o = (*from.add(jj * s.0.cs)).widen();
+            }
+        });
+        return;
+    }
     let out_ptr = OutPtr(out.as_mut_ptr());
     let out_ptr = &out_ptr;
     (0..b.div_ceil(R))
@@ -190,19 +283,19 @@ unsafe fn copy_row_major(src: Operand, (c, b): (usize, usize), out: &mut [f32]) 
             let cols = R.min(b - j0);
             let o = out_ptr.0;
             if cols == R {
-                let col: [*const f32; R] = std::array::from_fn(|r| s.0.add((j0 + r) * src.cs));
+                let col: [*const T; R] = std::array::from_fn(|r| s.0.ptr.add((j0 + r) * s.0.cs));
                 for kk in 0..c {
                     let mut v = [0f32; R];
                     for r in 0..R {
-                        v[r] = *col[r].add(kk);
+                        v[r] = (*col[r].add(kk)).widen();
                     }
                     std::ptr::copy_nonoverlapping(v.as_ptr(), o.add(kk * b + j0), R);
                 }
             } else {
                 for r in 0..cols {
-                    let col = s.0.add((j0 + r) * src.cs);
+                    let col = s.0.ptr.add((j0 + r) * s.0.cs);
                     for kk in 0..c {
-                        *o.add(kk * b + j0 + r) = *col.add(kk);
+                        *o.add(kk * b + j0 + r) = (*col.add(kk)).widen();
                     }
                 }
             }

@@ -14,12 +14,12 @@
 use super::elems::{self, rows_per_task};
 use super::product::{product, product_widening, Operand, Strided, Widen};
 use super::sink;
+use super::widen::{cpu, narrowed, row_major, strided, widened, AddWidened};
 use crate::measure::op_timer::{op_scope, op_scope_in, Pass};
 use crate::model::scope;
 use candle_core::backend::BackendStorage;
 use candle_core::{
-    bail, CpuStorage, CustomOp2, CustomOp3, DType, InplaceOp1, InplaceOp3, Layout, Result, Shape,
-    Tensor,
+    bail, CpuStorage, CustomOp2, CustomOp3, DType, InplaceOp3, Layout, Result, Shape, Tensor,
 };
 use rayon::prelude::*;
 
@@ -486,127 +486,6 @@ impl Linear {
             w.t()
         }
     }
-}
-
-/// In place: a bf16 / f16 gradient += an f32 one (rounded once per element).
-struct AddWidened<'a>(&'a [f32]);
-
-impl InplaceOp1 for AddWidened<'_> {
-    fn name(&self) -> &'static str {
-        "memscope-linear-add-widened"
-    }
-
-    fn cpu_fwd(&self, s: &mut CpuStorage, l: &Layout) -> Result<()> {
-        let op = "linear backward";
-        let Some((a, b)) = l.contiguous_offsets() else {
-            bail!("{op}: the gradient must be contiguous")
-        };
-        fn add<T: Widen>(g: &mut [T], d: &[f32], narrow: impl Fn(f32) -> T + Sync) {
-            g.par_iter_mut()
-                .zip(d)
-                .for_each(|(g, &d)| *g = narrow(g.widen() + d));
-        }
-        match s {
-            CpuStorage::BF16(g) => add(&mut g[a..b], self.0, half::bf16::from_f32),
-            CpuStorage::F16(g) => add(&mut g[a..b], self.0, half::f16::from_f32),
-            CpuStorage::F32(g) => add(&mut g[a..b], self.0, |x| x),
-            other => bail!("{op}: unsupported dtype {:?}", other.dtype()),
-        }
-        Ok(())
-    }
-}
-
-/// The CPU storage behind a tensor's lock guard.
-fn cpu<'a>(op: &str, s: &'a candle_core::Storage) -> Result<&'a CpuStorage> {
-    match s {
-        candle_core::Storage::Cpu(s) => Ok(s),
-        _ => bail!("{op}: CPU tensors only (memscope's kernels run on the CPU)"),
-    }
-}
-
-/// The 2-d view `l` of an f32, bf16 or f16 storage as a row-major f32 copy.
-fn widened(op: &str, s: &CpuStorage, l: &Layout) -> Result<Vec<f32>> {
-    let (r, c) = l.shape().dims2()?;
-    let &[rs, cs] = l.stride() else {
-        bail!("{op}: expects a 2-d operand, strides {:?}", l.stride())
-    };
-    let off = l.start_offset();
-    fn go<T: Widen>(
-        v: &[T],
-        off: usize,
-        (rs, cs): (usize, usize),
-        (r, c): (usize, usize),
-    ) -> Vec<f32> {
-        let mut out = vec![0f32; r * c];
-        out.par_chunks_mut(c.max(1))
-            .enumerate()
-            .for_each(|(row, o)| {
-                let base = off + row * rs;
-                o.iter_mut()
-                    .enumerate()
-                    .for_each(|(j, o)| *o = v[base + j * cs].widen());
-            });
-        out
-    }
-    Ok(match s {
-        CpuStorage::F32(v) => go(v, off, (rs, cs), (r, c)),
-        CpuStorage::BF16(v) => go(v, off, (rs, cs), (r, c)),
-        CpuStorage::F16(v) => go(v, off, (rs, cs), (r, c)),
-        other => bail!("{op}: unsupported dtype {:?}", other.dtype()),
-    })
-}
-
-/// f32 results as a (rows, cols) tensor of `dt` (rounded once per element).
-fn narrowed(
-    v: Vec<f32>,
-    shape: (usize, usize),
-    dt: DType,
-    dev: &candle_core::Device,
-) -> Result<Tensor> {
-    match dt {
-        DType::BF16 => Tensor::from_vec(
-            v.par_iter()
-                .map(|&x| half::bf16::from_f32(x))
-                .collect::<Vec<_>>(),
-            shape,
-            dev,
-        ),
-        DType::F16 => Tensor::from_vec(
-            v.par_iter()
-                .map(|&x| half::f16::from_f32(x))
-                .collect::<Vec<_>>(),
-            shape,
-            dev,
-        ),
-        _ => Tensor::from_vec(v, shape, dev),
-    }
-}
-
-/// A row-major f32 buffer of `cols` columns as a gemm operand.
-fn row_major(v: &[f32], cols: usize) -> Operand {
-    Operand {
-        ptr: v.as_ptr(),
-        rs: cols,
-        cs: 1,
-    }
-}
-
-/// A 2-d view of a half storage as a strided operand, checked against the storage.
-fn strided<T>(op: &str, v: &[T], l: &Layout) -> Result<Strided<T>> {
-    let (r, c) = l.shape().dims2()?;
-    let &[rs, cs] = l.stride() else {
-        bail!("{op}: expects a 2-d operand, strides {:?}", l.stride())
-    };
-    let off = l.start_offset();
-    let last = off + (r.max(1) - 1) * rs + (c.max(1) - 1) * cs;
-    if r * c > 0 && last >= v.len() {
-        bail!("{op}: the view {:?} reaches past its storage", l.shape())
-    }
-    Ok(Strided {
-        ptr: v[off..].as_ptr(),
-        rs,
-        cs,
-    })
 }
 
 impl CustomOp2 for Linear {

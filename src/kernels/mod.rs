@@ -22,6 +22,8 @@ pub mod sgd;
 pub mod simd;
 pub mod sink;
 pub mod swiglu;
+pub mod transpose;
+pub mod widen;
 
 #[cfg(test)]
 pub mod check;

@@ -18,6 +18,7 @@
 //! rows, the copy included. The buffer (at most 4 MiB) lives only during the call; the
 //! estimator charges it (`estimate::ops::product_scratch`).
 
+use super::transpose;
 use gemm::Parallelism;
 use rayon::prelude::*;
 
@@ -125,7 +126,7 @@ pub fn scratch_bytes(mnk: (usize, usize, usize), rs: usize, cs: usize) -> u64 {
 }
 
 /// An element gemm's f32 products can read once widened: f32 itself, bf16, f16.
-pub trait Widen: Copy + Send + Sync {
+pub trait Widen: Copy + Send + Sync + 'static {
     fn widen(self) -> f32;
 }
 
@@ -282,7 +283,15 @@ unsafe fn copy_row_major<T: Widen>(src: Strided<T>, (c, b): (usize, usize), out:
             let j0 = blk * R;
             let cols = R.min(b - j0);
             let o = out_ptr.0;
-            if cols == R {
+            if cols == R && std::any::TypeId::of::<T>() == std::any::TypeId::of::<f32>() {
+                // f32: eight columns at a time through registers.
+                for half in [0, R / 2] {
+                    let col: [*const f32; 8] = std::array::from_fn(|r| {
+                        s.0.ptr.add((j0 + half + r) * s.0.cs) as *const f32
+                    });
+                    transpose::columns8(&col, c, o.add(j0 + half), b);
+                }
+            } else if cols == R {
                 let col: [*const T; R] = std::array::from_fn(|r| s.0.ptr.add((j0 + r) * s.0.cs));
                 for kk in 0..c {
                     let mut v = [0f32; R];

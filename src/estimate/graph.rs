@@ -79,8 +79,8 @@ pub enum Fused {
     /// `kernels::rope` (x (B, T, n, D), cos, sin) → (B, n, T, D): keeps its inputs (candle's
     /// custom ops hold their arguments); backward makes one x-sized gradient.
     Rope,
-    /// `kernels::cross_entropy` (logits, targets) → f32 scalar; backward makes one
-    /// logits-sized gradient.
+    /// `kernels::cross_entropy` (logits, targets, each row's max + log Σ exp (N) f32) → f32
+    /// scalar; backward makes one logits-sized gradient.
     CrossEntropy,
     /// `kernels::linear` (x, W[, b]): keeps its inputs; backward makes dx, dW and db (dW into
     /// the sink when one is open). `out_in`: W is (O, I) (`nn.Linear`), else (I, O) (`Conv1D`);

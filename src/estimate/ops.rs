@@ -355,7 +355,10 @@ pub fn cross_entropy(sim: &mut Sim, logits: Id, targets: Id) -> Id {
         return cross_entropy_unfused(sim, logits, targets);
     }
     let l = sim.contiguous(logits);
-    let loss = sim.fused_as(Fused::CrossEntropy, &[l, targets], &[], 4);
+    // Each row's max + log Σ exp (N f32), kept by the op for backward.
+    let shift = sim.leaf(&[sim.shape(l)[0]], 4);
+    let loss = sim.fused_as(Fused::CrossEntropy, &[l, targets, shift], &[], 4);
+    sim.release(shift);
     sim.release(l);
     loss
 }

@@ -1,7 +1,8 @@
 //! Softmax + cross-entropy fused: mean over rows of logsumexp(x) − x[target], forward and
 //! backward. Forward keeps nothing beyond its inputs (candle's version keeps the f32 logits,
-//! the shifted logits and their exp: three logits-sized buffers); backward makes exactly one
-//! logits-sized buffer, the gradient (softmax − one-hot)/N, in the logits' dtype.
+//! the shifted logits and their exp: three logits-sized buffers) but each row's max + log Σ exp
+//! (N f32, dropped with the graph), so that backward makes the gradient (softmax − one-hot)/N
+//! in one pass over the logits: exactly one logits-sized buffer, in the logits' dtype.
 
 use super::elems::{self, fast_exp, rows_per_task};
 use super::simd::vector;
@@ -10,6 +11,7 @@ use crate::model::scope;
 use candle_core::backend::BackendStorage;
 use candle_core::{bail, CpuStorage, CustomOp2, DType, Layout, Result, Shape, Tensor};
 use rayon::prelude::*;
+use std::sync::Mutex;
 
 /// Mean cross-entropy of `logits` (N, V) against `targets` (N) u32 → scalar f32.
 pub fn cross_entropy(logits: &Tensor, targets: &Tensor) -> Result<Tensor> {
@@ -22,12 +24,18 @@ pub fn cross_entropy(logits: &Tensor, targets: &Tensor) -> Result<Tensor> {
             targets.dtype()
         );
     }
-    logits
-        .contiguous()?
-        .apply_op2(&targets.contiguous()?, CrossEntropy)
+    logits.contiguous()?.apply_op2(
+        &targets.contiguous()?,
+        CrossEntropy {
+            shift: Mutex::new(Vec::new()),
+        },
+    )
 }
 
-struct CrossEntropy;
+struct CrossEntropy {
+    /// Each row's max + log Σ exp from forward (N), for backward.
+    shift: Mutex<Vec<f32>>,
+}
 
 fn targets<'a>(s: &'a CpuStorage, l: &Layout) -> Result<&'a [u32]> {
     match (s, l.contiguous_offsets()) {
@@ -62,14 +70,20 @@ impl CustomOp2 for CrossEntropy {
         if let Some(&bad) = t.iter().find(|&&t| t as usize >= v) {
             bail!("cross_entropy: target id {bad} is outside the vocabulary (size {v})");
         }
-        let total: f64 = x
+        let shift: Vec<f32> = x
             .par_chunks(v)
-            .zip(t.par_iter())
-            .map(|(row, &t)| {
+            .map(|row| {
                 let (max, lse) = vector(|| max_lse(row));
-                (lse + max - row[t as usize]) as f64
+                lse + max
             })
+            .collect();
+        let total: f64 = x
+            .chunks(v)
+            .zip(t)
+            .zip(&shift)
+            .map(|((row, &t), &s)| (s - row[t as usize]) as f64)
             .sum();
+        *self.shift.lock().unwrap_or_else(|e| e.into_inner()) = shift;
         Ok((
             CpuStorage::F32(vec![(total / n as f64) as f32]),
             Shape::from(()),
@@ -85,17 +99,23 @@ impl CustomOp2 for CrossEntropy {
     ) -> Result<(Option<Tensor>, Option<Tensor>)> {
         let _t = op_scope_in(scope::HEAD_ID, "cross-entropy", Pass::Backward);
         let scale = g.to_dtype(DType::F32)?.to_scalar::<f32>()?;
-        let op = CrossEntropyGrad { scale };
+        let shift = self.shift.lock().unwrap_or_else(|e| e.into_inner());
+        let op = CrossEntropyGrad {
+            scale,
+            shift: &shift,
+        };
         Ok((Some(logits.detach().apply_op2_no_bwd(targets, &op)?), None))
     }
 }
 
-/// (logits, targets) → scale · (softmax(logits) − one-hot(targets)) / N.
-struct CrossEntropyGrad {
+/// (logits, targets) → scale · (softmax(logits) − one-hot(targets)) / N, with each row's
+/// max + log Σ exp from forward (recomputed when forward's are not there).
+struct CrossEntropyGrad<'a> {
     scale: f32,
+    shift: &'a [f32],
 }
 
-impl CustomOp2 for CrossEntropyGrad {
+impl CustomOp2 for CrossEntropyGrad<'_> {
     fn name(&self) -> &'static str {
         "memscope-cross-entropy-grad"
     }
@@ -113,13 +133,20 @@ impl CustomOp2 for CrossEntropyGrad {
         let k = self.scale / n as f32;
         let mut d = vec![0f32; x.len()];
         let rows = rows_per_task(v);
+        let saved = (self.shift.len() == n).then_some(self.shift);
         d.par_chunks_mut(v * rows)
             .zip(x.par_chunks(v * rows).zip(t.par_chunks(rows)))
-            .for_each(|(d, (x, t))| {
+            .enumerate()
+            .for_each(|(task, (d, (x, t)))| {
                 vector(|| {
-                    for ((d, x), &t) in d.chunks_mut(v).zip(x.chunks(v)).zip(t) {
-                        let (max, lse) = max_lse(x);
-                        let shift = max + lse;
+                    for (r, ((d, x), &t)) in d.chunks_mut(v).zip(x.chunks(v)).zip(t).enumerate() {
+                        let shift = match saved {
+                            Some(s) => s[task * rows + r],
+                            None => {
+                                let (max, lse) = max_lse(x);
+                                lse + max
+                            }
+                        };
                         for (d, &x) in d.iter_mut().zip(x) {
                             *d = k * fast_exp(x - shift);
                         }

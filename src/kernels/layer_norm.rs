@@ -4,6 +4,7 @@
 //! recomputes mean and 1/σ per row in backward.
 
 use super::elems::{self, rows_per_task, with_f32};
+use super::simd::vector;
 use crate::measure::op_timer::{op_scope, op_scope_in, Pass};
 use crate::model::scope;
 use candle_core::backend::BackendStorage;
@@ -70,12 +71,14 @@ impl CustomOp3 for LayerNorm {
         y.par_chunks_mut(c * rows)
             .zip(x.par_chunks(c * rows))
             .for_each(|(y, x)| {
-                for (y, x) in y.chunks_mut(c).zip(x.chunks(c)) {
-                    let (mean, rstd) = moments(x, self.eps);
-                    for i in 0..c {
-                        y[i] = (x[i] - mean) * rstd * w[i] + b[i];
+                vector(|| {
+                    for (y, x) in y.chunks_mut(c).zip(x.chunks(c)) {
+                        let (mean, rstd) = moments(x, self.eps);
+                        for (((y, &x), &w), &b) in y.iter_mut().zip(x).zip(w.iter()).zip(b.iter()) {
+                            *y = (x - mean) * rstd * w + b;
+                        }
                     }
-                }
+                })
             });
         Ok((
             elems::write("layer_norm", y, s1.dtype())?,
@@ -148,21 +151,23 @@ fn backward(x: &[f32], w: &[f32], g: &[f32], c: usize, eps: f32) -> (Vec<f32>, V
         .zip(x.par_chunks(c * rows).zip(g.par_chunks(c * rows)))
         .map(|(dx, (x, g))| {
             let (mut dw, mut db) = (vec![0f32; c], vec![0f32; c]);
-            for ((dx, x), g) in dx.chunks_mut(c).zip(x.chunks(c)).zip(g.chunks(c)) {
-                let (mean, rstd) = moments(x, eps);
-                for i in 0..c {
-                    let xh = (x[i] - mean) * rstd;
-                    dw[i] += g[i] * xh;
-                    db[i] += g[i];
+            vector(|| {
+                for ((dx, x), g) in dx.chunks_mut(c).zip(x.chunks(c)).zip(g.chunks(c)) {
+                    let (mean, rstd) = moments(x, eps);
+                    for (((dw, db), &g), &x) in dw.iter_mut().zip(db.iter_mut()).zip(g).zip(x) {
+                        let xh = (x - mean) * rstd;
+                        *dw += g * xh;
+                        *db += g;
+                    }
+                    let (s1, s2) = wg_sums(w, g, x, mean);
+                    let s2 = s2 * rstd; // Σ w·g·x̂
+                    let (m1, m2) = (s1 / c as f32, s2 / c as f32);
+                    for (((dx, &w), &g), &x) in dx.iter_mut().zip(w).zip(g).zip(x) {
+                        let xh = (x - mean) * rstd;
+                        *dx = rstd * (w * g - m1 - xh * m2);
+                    }
                 }
-                let (s1, s2) = wg_sums(w, g, x, mean);
-                let s2 = s2 * rstd; // Σ w·g·x̂
-                let (m1, m2) = (s1 / c as f32, s2 / c as f32);
-                for i in 0..c {
-                    let xh = (x[i] - mean) * rstd;
-                    dx[i] = rstd * (w[i] * g[i] - m1 - xh * m2);
-                }
-            }
+            });
             (dw, db)
         })
         .collect();

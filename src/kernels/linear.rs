@@ -414,35 +414,10 @@ impl Linear {
         let mut dx32 = vec![0f32; n * i]; // (N, I) = dy (N, O) · W (O, I)
         {
             let (ws, wl) = w.storage_and_layout();
-            // SAFETY: dy32 is (N, O) row-major, dx32 (N, I); `strided` checked W's view.
-            unsafe {
-                match cpu(op, &ws)? {
-                    CpuStorage::BF16(v) => {
-                        let w_oi = self.w_oi(strided(op, v, wl)?);
-                        product_widening(
-                            (n, i, o),
-                            dx32.as_mut_ptr(),
-                            i,
-                            false,
-                            row_major(&dy32, o),
-                            w_oi,
-                            1.0,
-                        )
-                    }
-                    CpuStorage::F16(v) => {
-                        let w_oi = self.w_oi(strided(op, v, wl)?);
-                        product_widening(
-                            (n, i, o),
-                            dx32.as_mut_ptr(),
-                            i,
-                            false,
-                            row_major(&dy32, o),
-                            w_oi,
-                            1.0,
-                        )
-                    }
-                    other => bail!("{op}: unsupported dtype {:?}", other.dtype()),
-                }
+            match cpu(op, &ws)? {
+                CpuStorage::BF16(v) => self.half_dx(v, wl, &dy32, &mut dx32, (n, i, o))?,
+                CpuStorage::F16(v) => self.half_dx(v, wl, &dy32, &mut dx32, (n, i, o))?,
+                other => bail!("{op}: unsupported dtype {:?}", other.dtype()),
             }
         }
         let dx = narrowed(dx32, (n, i), dt, dev)?;
@@ -476,6 +451,31 @@ impl Linear {
             db.map(|db| narrowed(db, (o, 1), dt, dev)?.reshape(o))
                 .transpose()?,
         ])
+    }
+
+    /// dx (N, I) f32 = dy (N, O) f32 · W (O, I), W a half view read through f32 tiles.
+    fn half_dx<T: Widen>(
+        &self,
+        w: &[T],
+        wl: &Layout,
+        dy: &[f32],
+        dx: &mut [f32],
+        (n, i, o): (usize, usize, usize),
+    ) -> Result<()> {
+        let w_oi = self.w_oi(strided("linear backward", w, wl)?);
+        // SAFETY: dy is (N, O) row-major, dx (N, I); `strided` checked W's view.
+        unsafe {
+            product_widening(
+                (n, i, o),
+                dx.as_mut_ptr(),
+                i,
+                false,
+                row_major(dy, o),
+                w_oi,
+                1.0,
+            )
+        };
+        Ok(())
     }
 
     /// W as (O, I) from its view as stored.

@@ -357,6 +357,63 @@ fn checkpoints_load_into_the_same_structs_and_give_the_same_logits() {
 }
 
 #[test]
+fn inference_stores_keep_linear_weights_transposed_with_the_same_values_and_logits() {
+    let dir = tempfile::tempdir().unwrap();
+    for name in ["tiny-llama", "tiny-bert", "tiny-gpt2"] {
+        let (c, train, train_model) = build(name, true, DType::F32);
+        let (_, infer, infer_model) = build(name, false, DType::F32);
+        let path = dir.path().join(format!("{name}.safetensors"));
+        write_checkpoint(&train, &path, "");
+        let ws = WeightSet::open(&path).unwrap();
+        let (loaded, _) =
+            ParamStore::from_weights(&param_specs(&c), &ws, DType::F32, false).unwrap();
+        let mut transposed = 0;
+        for spec in param_specs(&c) {
+            let t = train.get(&spec.name).unwrap();
+            assert!(
+                t.is_contiguous(),
+                "{name} {}: training keeps row-major",
+                spec.name
+            );
+            for (how, i) in [
+                ("random", infer.get(&spec.name)),
+                ("checkpoint", loaded.get(&spec.name)),
+            ] {
+                let i = i.unwrap();
+                assert_eq!(i.dims(), t.dims(), "{name} {} ({how})", spec.name);
+                if spec.linear {
+                    // (O, I) viewed over (I, O) row-major memory.
+                    assert_eq!(
+                        i.stride(),
+                        [1, spec.shape[0]],
+                        "{name} {} ({how})",
+                        spec.name
+                    );
+                } else {
+                    assert!(i.is_contiguous(), "{name} {} ({how})", spec.name);
+                }
+                assert_eq!(max_abs_diff(&i, &t), 0.0, "{name} {} ({how})", spec.name);
+            }
+            transposed += spec.linear as usize;
+        }
+        // GPT-2's Conv1D weights are (I, O) already and its head is the tied embedding.
+        assert_eq!(transposed > 0, name != "tiny-gpt2", "{name}: {transposed}");
+        let ids = tokens(2, 12, c.vocab_size, 3);
+        let want = train_model.forward(&ids, None).unwrap();
+        let got = infer_model.forward(&ids, None).unwrap();
+        let scale = want
+            .abs()
+            .unwrap()
+            .max_all()
+            .unwrap()
+            .to_scalar::<f32>()
+            .unwrap();
+        let d = max_abs_diff(&want, &got);
+        assert!(d <= 1e-5 * scale.max(1.0), "{name}: logits differ by {d}");
+    }
+}
+
+#[test]
 fn a_checkpoint_missing_a_tensor_or_with_a_wrong_shape_is_rejected_by_name() {
     let dir = tempfile::tempdir().unwrap();
     let c = cfg("tiny-gpt2");

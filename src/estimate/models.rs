@@ -16,29 +16,36 @@ use crate::model::scope;
 use std::collections::HashMap;
 
 /// Parameters by checkpoint name, in `param_specs` order.
+/// One parameter as the estimator creates it: name, shape, and whether the engine's store keeps
+/// it transposed in memory (`ParamSpec::stored_transposed`).
+pub struct ParamSlot {
+    pub name: String,
+    pub shape: Vec<usize>,
+    pub transposed: bool,
+}
+
 pub struct Params {
     pub ids: Vec<Id>,
     by_name: HashMap<String, Id>,
 }
 
 impl Params {
-    /// Creates every parameter (as a `Var` when `trainable`).
-    pub fn create(
-        sim: &mut Sim,
-        specs: &[(String, Vec<usize>)],
-        dtype: u64,
-        trainable: bool,
-    ) -> Self {
+    /// Creates every parameter (as a `Var` when `trainable`); a weight the engine's store keeps
+    /// transposed in memory is a non-contiguous leaf.
+    pub fn create(sim: &mut Sim, specs: &[ParamSlot], dtype: u64, trainable: bool) -> Self {
         let mut ids = Vec::with_capacity(specs.len());
         let mut by_name = HashMap::new();
-        for (name, shape) in specs {
+        for p in specs {
             let id = if trainable {
-                sim.var(shape, dtype)
+                sim.var(&p.shape, dtype)
             } else {
-                sim.leaf(shape, dtype)
+                sim.leaf(&p.shape, dtype)
             };
+            if p.transposed {
+                sim.nodes[id].contiguous = false;
+            }
             ids.push(id);
-            by_name.insert(name.clone(), id);
+            by_name.insert(p.name.clone(), id);
         }
         Self { ids, by_name }
     }

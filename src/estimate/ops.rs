@@ -151,8 +151,9 @@ pub fn linear_kernel(sim: &mut Sim, x: Id, w: Id, b: Option<Id>, out_in: bool) -
         return y;
     }
     let y = sim.fused(Fused::Linear { out_in }, &inputs, x, &[n, o]);
-    // y = x · Wᵀ reads the (O, I) weight column-major: copied tile by tile.
-    if out_in {
+    // y = x · Wᵀ reads a row-major (O, I) weight column-major: copied tile by tile. An
+    // inference store's weight is stored transposed (non-contiguous) and read in place.
+    if out_in && sim.nodes[w].contiguous {
         sim.scratch(product::scratch_bytes((n, o, i), 1, i));
     }
     y

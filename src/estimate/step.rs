@@ -3,7 +3,7 @@
 //! measured steps repeat), or a forward, or a prefill plus one decode step.
 
 use super::backward::segmented_backward;
-use super::models::{Built, Params, WithParams};
+use super::models::{Built, ParamSlot, Params, WithParams};
 use super::ops::cross_entropy;
 use super::sim::{Id, Phase, Sim};
 use super::{
@@ -21,18 +21,23 @@ pub fn estimate(req: &Request) -> anyhow::Result<Estimate> {
     // Mixed precision: f32 master parameters; the model computes in `dt` from a cast copy.
     let mixed = req.precision == Precision::Mixed && req.mode == Mode::Train;
     let param_dt = if mixed { 4 } else { dt };
-    let specs: Vec<(String, Vec<usize>)> = param_specs(&req.cfg)
+    let trainable = req.mode == Mode::Train;
+    let specs: Vec<ParamSlot> = param_specs(&req.cfg)
         .into_iter()
-        .map(|p| (p.name.clone(), p.shape.clone()))
+        .map(|p| ParamSlot {
+            transposed: p.stored_transposed(trainable),
+            name: p.name,
+            shape: p.shape,
+        })
         .collect();
     let params: u64 = specs
         .iter()
-        .map(|(_, s)| s.iter().map(|&d| d as u64).product::<u64>())
+        .map(|p| p.shape.iter().map(|&d| d as u64).product::<u64>())
         .sum();
     let mut sim = Sim::new();
     sim.unfused = req.fusion == Fusion::None;
     sim.phase = Phase::Load;
-    let p = Params::create(&mut sim, &specs, param_dt, req.mode == Mode::Train);
+    let p = Params::create(&mut sim, &specs, param_dt, trainable);
     let model = Built {
         cfg: &req.cfg,
         dtype: dt,
@@ -80,10 +85,10 @@ pub fn estimate(req: &Request) -> anyhow::Result<Estimate> {
     Ok(out)
 }
 
-fn sim_param_bytes(specs: &[(String, Vec<usize>)], dt: u64) -> u64 {
+fn sim_param_bytes(specs: &[ParamSlot], dt: u64) -> u64 {
     specs
         .iter()
-        .map(|(_, s)| s.iter().map(|&d| d as u64).product::<u64>() * dt)
+        .map(|p| p.shape.iter().map(|&d| d as u64).product::<u64>() * dt)
         .sum()
 }
 

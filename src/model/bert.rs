@@ -45,26 +45,26 @@ pub fn param_specs(cfg: &ModelConfig) -> Vec<ParamSpec> {
     for i in 0..cfg.n_layers {
         let p = |n: &str| format!("bert.encoder.layer.{i}.{n}");
         s.extend([
-            ParamSpec::new(p("attention.self.query.weight"), &[c, c], Normal(std)),
+            ParamSpec::linear(p("attention.self.query.weight"), &[c, c], Normal(std)),
             ParamSpec::new(p("attention.self.query.bias"), &[c], Zeros),
-            ParamSpec::new(p("attention.self.key.weight"), &[c, c], Normal(std)),
+            ParamSpec::linear(p("attention.self.key.weight"), &[c, c], Normal(std)),
             ParamSpec::new(p("attention.self.key.bias"), &[c], Zeros),
-            ParamSpec::new(p("attention.self.value.weight"), &[c, c], Normal(std)),
+            ParamSpec::linear(p("attention.self.value.weight"), &[c, c], Normal(std)),
             ParamSpec::new(p("attention.self.value.bias"), &[c], Zeros),
-            ParamSpec::new(p("attention.output.dense.weight"), &[c, c], Normal(std)),
+            ParamSpec::linear(p("attention.output.dense.weight"), &[c, c], Normal(std)),
             ParamSpec::new(p("attention.output.dense.bias"), &[c], Zeros),
             ParamSpec::new(p("attention.output.LayerNorm.weight"), &[c], Ones),
             ParamSpec::new(p("attention.output.LayerNorm.bias"), &[c], Zeros),
-            ParamSpec::new(p("intermediate.dense.weight"), &[f, c], Normal(std)),
+            ParamSpec::linear(p("intermediate.dense.weight"), &[f, c], Normal(std)),
             ParamSpec::new(p("intermediate.dense.bias"), &[f], Zeros),
-            ParamSpec::new(p("output.dense.weight"), &[c, f], Normal(std)),
+            ParamSpec::linear(p("output.dense.weight"), &[c, f], Normal(std)),
             ParamSpec::new(p("output.dense.bias"), &[c], Zeros),
             ParamSpec::new(p("output.LayerNorm.weight"), &[c], Ones),
             ParamSpec::new(p("output.LayerNorm.bias"), &[c], Zeros),
         ]);
     }
     s.extend([
-        ParamSpec::new(
+        ParamSpec::linear(
             "cls.predictions.transform.dense.weight",
             &[c, c],
             Normal(std),
@@ -75,7 +75,7 @@ pub fn param_specs(cfg: &ModelConfig) -> Vec<ParamSpec> {
         ParamSpec::new("cls.predictions.bias", &[v], Zeros),
     ]);
     if !cfg.tie_embeddings {
-        s.push(ParamSpec::new(
+        s.push(ParamSpec::linear(
             "cls.predictions.decoder.weight",
             &[v, c],
             Normal(std),

@@ -28,19 +28,19 @@ pub fn param_specs(cfg: &ModelConfig) -> Vec<ParamSpec> {
         let p = |n: &str| format!("model.layers.{i}.{n}");
         s.extend([
             ParamSpec::new(p("input_layernorm.weight"), &[c], Ones),
-            ParamSpec::new(p("self_attn.q_proj.weight"), &[c, c], Normal(std)),
-            ParamSpec::new(p("self_attn.k_proj.weight"), &[kv, c], Normal(std)),
-            ParamSpec::new(p("self_attn.v_proj.weight"), &[kv, c], Normal(std)),
-            ParamSpec::new(p("self_attn.o_proj.weight"), &[c, c], Normal(proj_std)),
+            ParamSpec::linear(p("self_attn.q_proj.weight"), &[c, c], Normal(std)),
+            ParamSpec::linear(p("self_attn.k_proj.weight"), &[kv, c], Normal(std)),
+            ParamSpec::linear(p("self_attn.v_proj.weight"), &[kv, c], Normal(std)),
+            ParamSpec::linear(p("self_attn.o_proj.weight"), &[c, c], Normal(proj_std)),
             ParamSpec::new(p("post_attention_layernorm.weight"), &[c], Ones),
-            ParamSpec::new(p("mlp.gate_proj.weight"), &[f, c], Normal(std)),
-            ParamSpec::new(p("mlp.up_proj.weight"), &[f, c], Normal(std)),
-            ParamSpec::new(p("mlp.down_proj.weight"), &[c, f], Normal(proj_std)),
+            ParamSpec::linear(p("mlp.gate_proj.weight"), &[f, c], Normal(std)),
+            ParamSpec::linear(p("mlp.up_proj.weight"), &[f, c], Normal(std)),
+            ParamSpec::linear(p("mlp.down_proj.weight"), &[c, f], Normal(proj_std)),
         ]);
     }
     s.push(ParamSpec::new("model.norm.weight", &[c], Ones));
     if !cfg.tie_embeddings {
-        s.push(ParamSpec::new("lm_head.weight", &[v, c], Normal(std)));
+        s.push(ParamSpec::linear("lm_head.weight", &[v, c], Normal(std)));
     }
     s
 }

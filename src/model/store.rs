@@ -25,6 +25,9 @@ pub struct ParamSpec {
     pub name: String,
     pub shape: Vec<usize>,
     pub init: Init,
+    /// An `nn.Linear` weight (O, I) that the model reads only as the right operand of x·Wᵀ.
+    /// Inference stores keep it transposed in memory (see [`ParamSpec::stored_transposed`]).
+    pub linear: bool,
 }
 
 impl ParamSpec {
@@ -33,7 +36,26 @@ impl ParamSpec {
             name: name.into(),
             shape: shape.to_vec(),
             init,
+            linear: false,
         }
+    }
+
+    /// An `nn.Linear` weight (O, I), read only through `kernels::linear` as x·Wᵀ.
+    pub fn linear(name: impl Into<String>, shape: &[usize], init: Init) -> Self {
+        Self {
+            linear: true,
+            ..Self::new(name, shape, init)
+        }
+    }
+
+    /// Whether a store (trainable or not) keeps this parameter transposed in memory: an
+    /// inference store keeps a linear weight (O, I) as (I, O) row-major under an (O, I) view
+    /// (strides (1, O)), so x·Wᵀ hands gemm a row-major right operand and `kernels::product`
+    /// skips its per-call tile copy (15–20% of a 256-row product). Training keeps (O, I)
+    /// row-major: its backward reads W row-major for dx, and the optimizer and the gradient
+    /// sink expect the gradient's layout.
+    pub fn stored_transposed(&self, trainable: bool) -> bool {
+        self.linear && !trainable && self.shape.len() == 2
     }
 
     pub fn elem_count(&self) -> usize {
@@ -69,13 +91,14 @@ impl ParamStore {
     ) -> anyhow::Result<Self> {
         let data: Vec<(String, Vec<f32>)> = specs
             .par_iter()
-            .map(|s| (s.name.clone(), init_values(s, seed)))
+            .map(|s| {
+                let values = init_values(s, seed, s.stored_transposed(trainable));
+                (s.name.clone(), values)
+            })
             .collect();
         let mut tensors = Vec::with_capacity(specs.len());
         for ((name, values), spec) in data.into_iter().zip(specs) {
-            let t =
-                Tensor::from_vec(values, spec.shape.as_slice(), &Device::Cpu)?.to_dtype(dtype)?;
-            tensors.push((name, t));
+            tensors.push((name, tensor(values, spec, trainable, dtype)?));
         }
         Self::build(tensors, trainable)
     }
@@ -112,13 +135,14 @@ impl ParamStore {
                     spec.shape
                 );
             }
-            let values = raw
-                .to_f32_vec()
-                .with_context(|| format!("--weights: tensor `{found}`"))?;
-            let t =
-                Tensor::from_vec(values, spec.shape.as_slice(), &Device::Cpu)?.to_dtype(dtype)?;
+            let values = if spec.stored_transposed(trainable) {
+                raw.to_f32_vec_transposed()
+            } else {
+                raw.to_f32_vec()
+            }
+            .with_context(|| format!("--weights: tensor `{found}`"))?;
             used.insert(found);
-            tensors.push((spec.name.clone(), t));
+            tensors.push((spec.name.clone(), tensor(values, spec, trainable, dtype)?));
         }
         let unused: Vec<String> = weights
             .names()
@@ -217,6 +241,25 @@ impl ParamStore {
     }
 }
 
+/// The parameter `spec` from its values in memory order: row-major, or (I, O) row-major for a
+/// weight [`ParamSpec::stored_transposed`], returned as its (O, I) view.
+fn tensor(
+    values: Vec<f32>,
+    spec: &ParamSpec,
+    trainable: bool,
+    dtype: DType,
+) -> candle_core::Result<Tensor> {
+    if spec.stored_transposed(trainable) {
+        let (o, i) = (spec.shape[0], spec.shape[1]);
+        // (I, O) row-major → (O, I) view, strides (1, O)
+        Tensor::from_vec(values, (i, o), &Device::Cpu)?
+            .to_dtype(dtype)?
+            .t()
+    } else {
+        Tensor::from_vec(values, spec.shape.as_slice(), &Device::Cpu)?.to_dtype(dtype)
+    }
+}
+
 fn name_hash(name: &str) -> u64 {
     // FNV-1a: stable across runs and platforms, unlike std's RandomState.
     name.bytes().fold(0xcbf29ce484222325u64, |h, b| {
@@ -224,7 +267,9 @@ fn name_hash(name: &str) -> u64 {
     })
 }
 
-fn init_values(spec: &ParamSpec, seed: u64) -> Vec<f32> {
+/// The seeded values of `spec` in row-major order, or, when `transposed` (a 2-d (O, I)
+/// weight), the same values placed as (I, O) row-major: one buffer either way.
+fn init_values(spec: &ParamSpec, seed: u64, transposed: bool) -> Vec<f32> {
     let n = spec.elem_count();
     match spec.init {
         Init::Ones => vec![1.0; n],
@@ -233,7 +278,15 @@ fn init_values(spec: &ParamSpec, seed: u64) -> Vec<f32> {
             let mut rng = rand::rngs::StdRng::seed_from_u64(seed ^ name_hash(&spec.name));
             // std is a positive constant from the model code: Normal::new cannot fail.
             let dist = Normal::new(0.0f32, std).expect("positive std");
-            (0..n).map(|_| dist.sample(&mut rng)).collect()
+            if !transposed {
+                return (0..n).map(|_| dist.sample(&mut rng)).collect();
+            }
+            let (o, i) = (spec.shape[0], spec.shape[1]);
+            let mut out = vec![0f32; n]; // (I, O)
+            for idx in 0..n {
+                out[(idx % i) * o + idx / i] = dist.sample(&mut rng);
+            }
+            out
         }
     }
 }

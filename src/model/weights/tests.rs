@@ -497,6 +497,52 @@ fn to_f32_converts_half_types_and_rejects_integers() {
 }
 
 #[test]
+fn to_f32_transposed_places_a_matrix_column_by_column_in_every_float_dtype() {
+    let m = [1.0f32, 2.0, 3.0, -4.0, 5.5, 6.0]; // (2, 3) row-major
+    let want = vec![1.0, -4.0, 2.0, 5.5, 3.0, 6.0]; // (3, 2) row-major
+    let encodings: [(WDtype, Vec<u8>); 4] = [
+        (
+            WDtype::F32,
+            m.iter().flat_map(|v| v.to_le_bytes()).collect(),
+        ),
+        (
+            WDtype::F64,
+            m.iter().flat_map(|&v| (v as f64).to_le_bytes()).collect(),
+        ),
+        (
+            WDtype::F16,
+            m.iter()
+                .flat_map(|&v| half::f16::from_f32(v).to_le_bytes())
+                .collect(),
+        ),
+        (
+            WDtype::BF16,
+            m.iter()
+                .flat_map(|&v| half::bf16::from_f32(v).to_le_bytes())
+                .collect(),
+        ),
+    ];
+    for (dtype, data) in encodings {
+        let t = RawTensor {
+            dtype,
+            shape: vec![2, 3],
+            data,
+        };
+        assert_eq!(t.to_f32_vec_transposed().unwrap(), want, "{dtype}");
+        assert_eq!(t.to_f32_vec().unwrap(), m.to_vec(), "{dtype}");
+    }
+    let flat = RawTensor {
+        dtype: WDtype::F32,
+        shape: vec![6],
+        data: m.iter().flat_map(|v| v.to_le_bytes()).collect(),
+    };
+    assert_has(
+        &flat.to_f32_vec_transposed().unwrap_err().to_string(),
+        &["shape [6]", "not 2-d"],
+    );
+}
+
+#[test]
 fn write_safetensors_refuses_invalid_input() {
     let dir = TempDir::new().unwrap();
     let path = dir.path().join("bad.safetensors");

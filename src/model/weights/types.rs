@@ -169,6 +169,8 @@ pub enum WeightsError {
         "tensor of dtype {dtype} cannot be converted to f32; valid dtypes: F16, BF16, F32, F64"
     )]
     NotFloat { dtype: WDtype },
+    #[error("tensor of shape {shape:?} cannot be read transposed: it is not 2-d")]
+    NotTwoDimensional { shape: Vec<usize> },
     #[error(
         "raw tensor of dtype {dtype} and shape {shape:?} has {len} bytes; valid is shape product × {} bytes",
         dtype.size_bytes()
@@ -340,31 +342,37 @@ pub struct RawTensor {
 impl RawTensor {
     /// Converts F32/F16/BF16/F64 data to `f32` values; other dtypes are an error.
     pub fn to_f32_vec(&self) -> Result<Vec<f32>, WeightsError> {
-        self.check_length()?;
-        let values = match self.dtype {
-            WDtype::F32 => self
-                .data
-                .chunks_exact(4)
-                .map(|c| f32::from_le_bytes(arr(c)))
-                .collect(),
-            WDtype::F64 => self
-                .data
-                .chunks_exact(8)
-                .map(|c| f64::from_le_bytes(arr(c)) as f32) // rounds to nearest, as a cast
-                .collect(),
-            WDtype::F16 => self
-                .data
-                .chunks_exact(2)
-                .map(|c| half::f16::from_le_bytes(arr(c)).to_f32())
-                .collect(),
-            WDtype::BF16 => self
-                .data
-                .chunks_exact(2)
-                .map(|c| half::bf16::from_le_bytes(arr(c)).to_f32())
-                .collect(),
-            dtype => return Err(WeightsError::NotFloat { dtype }),
+        let (size, decode) = self.decoder()?;
+        Ok(self.data.chunks_exact(size).map(decode).collect())
+    }
+
+    /// As [`Self::to_f32_vec`] for a 2-d (R, C) tensor, the values placed transposed: (C, R)
+    /// row-major, in one buffer.
+    pub fn to_f32_vec_transposed(&self) -> Result<Vec<f32>, WeightsError> {
+        let (size, decode) = self.decoder()?;
+        let &[r, c] = self.shape.as_slice() else {
+            return Err(WeightsError::NotTwoDimensional {
+                shape: self.shape.clone(),
+            });
         };
-        Ok(values)
+        let mut out = vec![0f32; r * c]; // (C, R)
+        for (idx, e) in self.data.chunks_exact(size).enumerate() {
+            out[(idx % c) * r + idx / c] = decode(e);
+        }
+        Ok(out)
+    }
+
+    /// Bytes per element and the little-endian decoder to f32 (a cast for F64, rounding to
+    /// nearest), after checking the data's length.
+    fn decoder(&self) -> Result<(usize, fn(&[u8]) -> f32), WeightsError> {
+        self.check_length()?;
+        Ok(match self.dtype {
+            WDtype::F32 => (4, |c| f32::from_le_bytes(arr(c))),
+            WDtype::F64 => (8, |c| f64::from_le_bytes(arr(c)) as f32),
+            WDtype::F16 => (2, |c| half::f16::from_le_bytes(arr(c)).to_f32()),
+            WDtype::BF16 => (2, |c| half::bf16::from_le_bytes(arr(c)).to_f32()),
+            dtype => return Err(WeightsError::NotFloat { dtype }),
+        })
     }
 
     /// Checks that `data` holds exactly shape product × element size bytes.

@@ -12,7 +12,7 @@ use criterion::{black_box, criterion_group, criterion_main, Criterion};
 use memscope::kernels::adamw::AdamW;
 use memscope::measure::op_timer::{self, Pass};
 use memscope::model::config::ModelConfig;
-use memscope::model::store::ParamStore;
+use memscope::model::store::{ParamStore, Purpose};
 use memscope::model::{ops, param_specs, segments, Model};
 
 #[global_allocator]
@@ -68,7 +68,13 @@ fn whole_step(c: &mut Criterion) {
     let cfg = ModelConfig::preset("tiny-gpt2").unwrap();
     let (b, t) = (8, 128);
     let (ids, targets) = batch(b, t, cfg.vocab_size);
-    let store = ParamStore::random(&param_specs(&cfg), 0, candle_core::DType::F32, true).unwrap();
+    let store = ParamStore::random(
+        &param_specs(&cfg),
+        0,
+        candle_core::DType::F32,
+        Purpose::Train,
+    )
+    .unwrap();
     let model = Model::load(&cfg, &store).unwrap();
     let vars = store.vars();
     let mut opt = AdamW::new(vars.clone(), ParamsAdamW::default());

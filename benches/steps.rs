@@ -12,7 +12,7 @@ use candle_nn::ParamsAdamW;
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use memscope::kernels::adamw::AdamW;
 use memscope::model::config::ModelConfig;
-use memscope::model::store::ParamStore;
+use memscope::model::store::{ParamStore, Purpose};
 use memscope::model::{ops, param_specs, segments, Model};
 use std::path::Path;
 
@@ -64,8 +64,13 @@ fn steps(c: &mut Criterion) {
         g.sample_size(10);
         g.throughput(Throughput::Elements((b * t) as u64));
 
-        let store =
-            ParamStore::random(&param_specs(&cfg), 0, candle_core::DType::F32, true).unwrap();
+        let store = ParamStore::random(
+            &param_specs(&cfg),
+            0,
+            candle_core::DType::F32,
+            Purpose::Train,
+        )
+        .unwrap();
         let model = Model::load(&cfg, &store).unwrap();
         let vars = store.vars();
         let mut opt = AdamW::new(vars.clone(), ParamsAdamW::default());
@@ -74,8 +79,13 @@ fn steps(c: &mut Criterion) {
         });
         drop((model, opt, vars, store));
 
-        let store =
-            ParamStore::random(&param_specs(&cfg), 0, candle_core::DType::F32, false).unwrap();
+        let store = ParamStore::random(
+            &param_specs(&cfg),
+            0,
+            candle_core::DType::F32,
+            Purpose::Forward,
+        )
+        .unwrap();
         let model = Model::load(&cfg, &store).unwrap();
         g.bench_function("forward (inference)", |bch| {
             bch.iter(|| model.forward(&ids, None).unwrap())

@@ -7,7 +7,7 @@ use assert_cmd::Command;
 use candle_core::{DType, Tensor};
 use memscope::input::tokens::{DataSpec, Tokens};
 use memscope::model::config::ModelConfig;
-use memscope::model::store::ParamStore;
+use memscope::model::store::{ParamStore, Purpose};
 use memscope::model::{param_specs, Model};
 use std::path::Path;
 use std::time::Duration;
@@ -97,7 +97,8 @@ fn infer_loss_equals_an_independent_computation_for_every_family() {
 
         // The same model (seeded random parameters, as the binary builds them) and the same windows.
         let cfg = ModelConfig::preset(name).unwrap();
-        let store = ParamStore::random(&param_specs(&cfg), 5, DType::F32, false).unwrap();
+        let store =
+            ParamStore::random(&param_specs(&cfg), 5, DType::F32, Purpose::Forward).unwrap();
         let model = Model::load(&cfg, &store).unwrap();
         let tokens = Tokens::open(&DataSpec {
             path: data.clone(),

@@ -3,7 +3,7 @@
 
 use candle_core::{DType, Device, IndexOp, Tensor};
 use memscope::model::config::ModelConfig;
-use memscope::model::store::ParamStore;
+use memscope::model::store::{ParamStore, Purpose};
 use memscope::model::weights::{write_safetensors, WDtype, WeightSet};
 use memscope::model::{cost, ops, param_specs, segments, Model};
 
@@ -16,7 +16,12 @@ fn cfg(name: &str) -> ModelConfig {
 
 fn build(name: &str, trainable: bool, dtype: DType) -> (ModelConfig, ParamStore, Model) {
     let c = cfg(name);
-    let store = ParamStore::random(&param_specs(&c), 7, dtype, trainable).unwrap();
+    let purpose = if trainable {
+        Purpose::Train
+    } else {
+        Purpose::Forward
+    };
+    let store = ParamStore::random(&param_specs(&c), 7, dtype, purpose).unwrap();
     let model = Model::load(&c, &store).unwrap();
     (c, store, model)
 }
@@ -344,7 +349,7 @@ fn checkpoints_load_into_the_same_structs_and_give_the_same_logits() {
         write_checkpoint(&store, &path, prefix);
         let ws = WeightSet::open(&path).unwrap();
         let (loaded, warnings) =
-            ParamStore::from_weights(&param_specs(&c), &ws, DType::F32, false).unwrap();
+            ParamStore::from_weights(&param_specs(&c), &ws, DType::F32, Purpose::Forward).unwrap();
         assert!(warnings.is_empty(), "{warnings:?}");
         let m2 = Model::load(&c, &loaded).unwrap();
         let ids = tokens(1, 10, c.vocab_size, 8);
@@ -366,7 +371,7 @@ fn inference_stores_keep_linear_weights_transposed_with_the_same_values_and_logi
         write_checkpoint(&train, &path, "");
         let ws = WeightSet::open(&path).unwrap();
         let (loaded, _) =
-            ParamStore::from_weights(&param_specs(&c), &ws, DType::F32, false).unwrap();
+            ParamStore::from_weights(&param_specs(&c), &ws, DType::F32, Purpose::Forward).unwrap();
         let mut transposed = 0;
         for spec in param_specs(&c) {
             let t = train.get(&spec.name).unwrap();
@@ -396,6 +401,11 @@ fn inference_stores_keep_linear_weights_transposed_with_the_same_values_and_logi
             }
             transposed += spec.linear as usize;
         }
+        // Generation keeps every weight row-major (decode's one-row products read them so).
+        let decode = ParamStore::random(&param_specs(&c), 7, DType::F32, Purpose::Decode).unwrap();
+        for (pname, t) in decode.tensors() {
+            assert!(t.is_contiguous(), "{name} {pname} (decode)");
+        }
         // GPT-2's Conv1D weights are (I, O) already and its head is the tied embedding.
         assert_eq!(transposed > 0, name != "tiny-gpt2", "{name}: {transposed}");
         let ids = tokens(2, 12, c.vocab_size, 3);
@@ -421,7 +431,7 @@ fn a_checkpoint_missing_a_tensor_or_with_a_wrong_shape_is_rejected_by_name() {
     let data = vec![0u8; 4 * 4];
     write_safetensors(&path, &[("wte.weight", WDtype::F32, &[2, 2], &data)]).unwrap();
     let ws = WeightSet::open(&path).unwrap();
-    let err = ParamStore::from_weights(&param_specs(&c), &ws, DType::F32, false)
+    let err = ParamStore::from_weights(&param_specs(&c), &ws, DType::F32, Purpose::Forward)
         .err()
         .unwrap()
         .to_string();
@@ -432,7 +442,7 @@ fn a_checkpoint_missing_a_tensor_or_with_a_wrong_shape_is_rejected_by_name() {
     let path = dir.path().join("missing.safetensors");
     write_safetensors(&path, &[("something.else", WDtype::F32, &[2, 2], &data)]).unwrap();
     let ws = WeightSet::open(&path).unwrap();
-    let err = ParamStore::from_weights(&param_specs(&c), &ws, DType::F32, false)
+    let err = ParamStore::from_weights(&param_specs(&c), &ws, DType::F32, Purpose::Forward)
         .err()
         .unwrap()
         .to_string();

@@ -7,7 +7,7 @@
 use assert_cmd::Command;
 use candle_core::{DType, Device, Tensor};
 use memscope::model::config::ModelConfig;
-use memscope::model::store::ParamStore;
+use memscope::model::store::{ParamStore, Purpose};
 use memscope::model::variant::{Attention, Fusion, Variant};
 use memscope::model::{param_specs, segments, Model};
 use rand::{Rng, SeedableRng};
@@ -31,7 +31,7 @@ fn batch(seed: u64, b: usize, t: usize, vocab: usize) -> (Tensor, Tensor) {
 /// One training forward and backward on `variant` → (logits, loss, gradient per parameter).
 fn step(name: &str, v: Variant, seed: u64) -> (Tensor, f32, Vec<(String, Tensor)>) {
     let c = ModelConfig::preset(name).unwrap();
-    let store = ParamStore::random(&param_specs(&c), seed, DType::F32, true).unwrap();
+    let store = ParamStore::random(&param_specs(&c), seed, DType::F32, Purpose::Train).unwrap();
     let model = Model::load_variant(&c, &store, &v).unwrap();
     let (ids, targets) = batch(seed, 2, 24, c.vocab_size);
     let (logits, segs) =

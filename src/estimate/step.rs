@@ -11,6 +11,7 @@ use super::{
     Optimizer, PhaseEstimate, Precision, Request,
 };
 use crate::model::param_specs;
+use crate::model::store::Purpose;
 use crate::spec::Mode;
 use std::collections::HashMap;
 
@@ -22,10 +23,15 @@ pub fn estimate(req: &Request) -> anyhow::Result<Estimate> {
     let mixed = req.precision == Precision::Mixed && req.mode == Mode::Train;
     let param_dt = if mixed { 4 } else { dt };
     let trainable = req.mode == Mode::Train;
+    let purpose = match req.mode {
+        Mode::Train => Purpose::Train,
+        Mode::Infer => Purpose::Forward,
+        Mode::Generate => Purpose::Decode,
+    };
     let specs: Vec<ParamSlot> = param_specs(&req.cfg)
         .into_iter()
         .map(|p| ParamSlot {
-            transposed: p.stored_transposed(trainable),
+            transposed: p.stored_transposed(purpose),
             name: p.name,
             shape: p.shape,
         })

@@ -9,7 +9,7 @@ use crate::measure::phases::PhaseTracker;
 use crate::measure::procfs;
 use crate::model::config::Family;
 use crate::model::ops::Ops;
-use crate::model::store::ParamStore;
+use crate::model::store::{ParamStore, Purpose};
 use crate::model::variant::{Fusion, Precision};
 use crate::model::weights::WeightSet;
 use crate::model::{param_specs, Model};
@@ -69,7 +69,11 @@ pub fn measure_with(
     if mixed {
         tracker.other_category = "weights_copy";
     }
-    let trainable = spec.mode == Mode::Train;
+    let purpose = match spec.mode {
+        Mode::Train => Purpose::Train,
+        Mode::Infer => Purpose::Forward,
+        Mode::Generate => Purpose::Decode,
+    };
 
     // Load: parameters (random or from a checkpoint), then the model built from them.
     let load_start = Instant::now();
@@ -78,13 +82,13 @@ pub fn measure_with(
         let specs = param_specs(cfg);
         let (store, warnings) = match &spec.weights {
             None => (
-                ParamStore::random(&specs, spec.seed, store_dtype, trainable)?,
+                ParamStore::random(&specs, spec.seed, store_dtype, purpose)?,
                 vec![],
             ),
             Some(path) => {
                 let ws = WeightSet::open(path)
                     .with_context(|| format!("--weights {}", path.display()))?;
-                ParamStore::from_weights(&specs, &ws, store_dtype, trainable)?
+                ParamStore::from_weights(&specs, &ws, store_dtype, purpose)?
             }
         };
         // Mixed precision builds its model from a cast copy at every step (`Run::train_step`).

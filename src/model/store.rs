@@ -19,6 +19,26 @@ pub enum Init {
     Zeros,
 }
 
+/// What a store's parameters are for, which decides how they are held.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Purpose {
+    /// Training: trainable `Var`s, row-major.
+    Train,
+    /// Whole-sequence forwards (`--mode infer`): detached tensors, linear weights transposed in
+    /// memory ([`ParamSpec::stored_transposed`]).
+    Forward,
+    /// Generation: detached tensors, row-major. A decode step's products have one row per
+    /// sequence, and gemm reads an (O, I) weight's rows for them faster than its transpose
+    /// (cs336-small decode 18 ms per token, 22–26 ms transposed, on the AVX-512 machine).
+    Decode,
+}
+
+impl Purpose {
+    pub fn trainable(self) -> bool {
+        self == Purpose::Train
+    }
+}
+
 /// One parameter: its checkpoint name, shape and initialisation.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ParamSpec {
@@ -48,14 +68,14 @@ impl ParamSpec {
         }
     }
 
-    /// Whether a store (trainable or not) keeps this parameter transposed in memory: an
-    /// inference store keeps a linear weight (O, I) as (I, O) row-major under an (O, I) view
-    /// (strides (1, O)), so x·Wᵀ hands gemm a row-major right operand and `kernels::product`
-    /// skips its per-call tile copy (15–20% of a 256-row product). Training keeps (O, I)
-    /// row-major: its backward reads W row-major for dx, and the optimizer and the gradient
-    /// sink expect the gradient's layout.
-    pub fn stored_transposed(&self, trainable: bool) -> bool {
-        self.linear && !trainable && self.shape.len() == 2
+    /// Whether a store for `purpose` keeps this parameter transposed in memory: a
+    /// [`Purpose::Forward`] store keeps a linear weight (O, I) as (I, O) row-major under an
+    /// (O, I) view (strides (1, O)), so x·Wᵀ hands gemm a row-major right operand and
+    /// `kernels::product` skips its per-call tile copy (15–20% of a 256-row product). Training
+    /// keeps (O, I) row-major: its backward reads W row-major for dx, and the optimizer and the
+    /// gradient sink expect the gradient's layout; generation too (see [`Purpose::Decode`]).
+    pub fn stored_transposed(&self, purpose: Purpose) -> bool {
+        self.linear && purpose == Purpose::Forward && self.shape.len() == 2
     }
 
     pub fn elem_count(&self) -> usize {
@@ -87,20 +107,20 @@ impl ParamStore {
         specs: &[ParamSpec],
         seed: u64,
         dtype: DType,
-        trainable: bool,
+        purpose: Purpose,
     ) -> anyhow::Result<Self> {
         let data: Vec<(String, Vec<f32>)> = specs
             .par_iter()
             .map(|s| {
-                let values = init_values(s, seed, s.stored_transposed(trainable));
+                let values = init_values(s, seed, s.stored_transposed(purpose));
                 (s.name.clone(), values)
             })
             .collect();
         let mut tensors = Vec::with_capacity(specs.len());
         for ((name, values), spec) in data.into_iter().zip(specs) {
-            tensors.push((name, tensor(values, spec, trainable, dtype)?));
+            tensors.push((name, tensor(values, spec, purpose, dtype)?));
         }
-        Self::build(tensors, trainable)
+        Self::build(tensors, purpose.trainable())
     }
 
     /// Parameters read from a checkpoint. Every spec must be present with its exact shape;
@@ -109,7 +129,7 @@ impl ParamStore {
         specs: &[ParamSpec],
         weights: &WeightSet,
         dtype: DType,
-        trainable: bool,
+        purpose: Purpose,
     ) -> anyhow::Result<(Self, Vec<String>)> {
         let mut used = BTreeSet::new();
         let mut tensors = Vec::with_capacity(specs.len());
@@ -135,14 +155,14 @@ impl ParamStore {
                     spec.shape
                 );
             }
-            let values = if spec.stored_transposed(trainable) {
+            let values = if spec.stored_transposed(purpose) {
                 raw.to_f32_vec_transposed()
             } else {
                 raw.to_f32_vec()
             }
             .with_context(|| format!("--weights: tensor `{found}`"))?;
             used.insert(found);
-            tensors.push((spec.name.clone(), tensor(values, spec, trainable, dtype)?));
+            tensors.push((spec.name.clone(), tensor(values, spec, purpose, dtype)?));
         }
         let unused: Vec<String> = weights
             .names()
@@ -162,7 +182,7 @@ impl ParamStore {
                     .join(", ")
             ));
         }
-        Ok((Self::build(tensors, trainable)?, warnings))
+        Ok((Self::build(tensors, purpose.trainable())?, warnings))
     }
 
     fn build(tensors: Vec<(String, Tensor)>, trainable: bool) -> anyhow::Result<Self> {
@@ -246,10 +266,10 @@ impl ParamStore {
 fn tensor(
     values: Vec<f32>,
     spec: &ParamSpec,
-    trainable: bool,
+    purpose: Purpose,
     dtype: DType,
 ) -> candle_core::Result<Tensor> {
-    if spec.stored_transposed(trainable) {
+    if spec.stored_transposed(purpose) {
         let (o, i) = (spec.shape[0], spec.shape[1]);
         // (I, O) row-major → (O, I) view, strides (1, O)
         Tensor::from_vec(values, (i, o), &Device::Cpu)?

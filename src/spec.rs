@@ -3,6 +3,7 @@
 
 use crate::input::tokens::DataSpec;
 use crate::model::config::{Family, ModelConfig};
+use crate::model::store::Purpose;
 use crate::model::variant::{Precision, Variant};
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
@@ -24,6 +25,15 @@ impl Mode {
             Mode::Train => "train",
             Mode::Infer => "infer",
             Mode::Generate => "generate",
+        }
+    }
+
+    /// How this workload's parameters are held (`ParamStore`).
+    pub fn purpose(self) -> Purpose {
+        match self {
+            Mode::Train => Purpose::Train,
+            Mode::Infer => Purpose::Forward,
+            Mode::Generate => Purpose::Decode,
         }
     }
 }

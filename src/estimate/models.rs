@@ -15,7 +15,6 @@ use crate::model::config::{Family, ModelConfig};
 use crate::model::scope;
 use std::collections::HashMap;
 
-/// Parameters by checkpoint name, in `param_specs` order.
 /// One parameter as the estimator creates it: name, shape, and whether the engine's store keeps
 /// it transposed in memory (`ParamSpec::stored_transposed`).
 pub struct ParamSlot {
@@ -24,6 +23,7 @@ pub struct ParamSlot {
     pub transposed: bool,
 }
 
+/// Parameters by checkpoint name, in `param_specs` order.
 pub struct Params {
     pub ids: Vec<Id>,
     by_name: HashMap<String, Id>,

@@ -11,7 +11,6 @@ use super::{
     Optimizer, PhaseEstimate, Precision, Request,
 };
 use crate::model::param_specs;
-use crate::model::store::Purpose;
 use crate::spec::Mode;
 use std::collections::HashMap;
 
@@ -23,11 +22,7 @@ pub fn estimate(req: &Request) -> anyhow::Result<Estimate> {
     let mixed = req.precision == Precision::Mixed && req.mode == Mode::Train;
     let param_dt = if mixed { 4 } else { dt };
     let trainable = req.mode == Mode::Train;
-    let purpose = match req.mode {
-        Mode::Train => Purpose::Train,
-        Mode::Infer => Purpose::Forward,
-        Mode::Generate => Purpose::Decode,
-    };
+    let purpose = req.mode.purpose();
     let specs: Vec<ParamSlot> = param_specs(&req.cfg)
         .into_iter()
         .map(|p| ParamSlot {

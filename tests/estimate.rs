@@ -446,3 +446,30 @@ fn fits_offers_checkpointing_and_fused_attention_as_labelled_changes() {
     let err = String::from_utf8(bad.get_output().stderr.clone()).unwrap();
     assert!(err.contains("--checkpoint"), "{err}");
 }
+
+#[test]
+fn a_half_precision_model_loads_without_an_f32_copy_of_itself() {
+    // The seeded init draws each tensor in f32; drawing them all before casting any made a bf16
+    // model's load peak its own size plus twice that in f32 (cs336-small: 508 MiB at load, its
+    // forward 310 MiB). Now at most one f32 tensor per thread (2 threads) is alive beside it.
+    let r = check_inference(
+        "tiny-llama",
+        &[
+            "--mode", "infer", "--batch", "1", "--seq", "16", "--dtype", "bf16",
+        ],
+    );
+    let m = &r["memory"];
+    let at = |k: &str| m[k].as_u64().unwrap();
+    let cfg = memscope::model::config::ModelConfig::preset("tiny-llama").unwrap();
+    let largest_f32 = memscope::model::param_specs(&cfg)
+        .iter()
+        .map(|s| s.elem_count() as u64 * 4)
+        .max()
+        .unwrap();
+    let over_start = at("load_peak_bytes") - at("start_bytes");
+    assert!(
+        over_start <= at("param_bytes") + 2 * largest_f32,
+        "load peak {over_start} B above the start for {} B of bf16 parameters (largest f32 tensor {largest_f32} B)",
+        at("param_bytes")
+    );
+}

@@ -1,7 +1,7 @@
 //! `memscope bench`: run a model and report time per phase and where memory goes.
 
 use super::args::{build_spec, check_outputs, write_outputs, ModelArgs, OutputArgs, WorkloadArgs};
-use crate::measure::threads::set_threads;
+use crate::measure::threads::set_run_threads;
 use crate::out;
 use crate::progress::Progress;
 use crate::report;
@@ -24,7 +24,7 @@ pub fn run(a: BenchArgs) -> anyhow::Result<ExitCode> {
     if !a.workload.force {
         crate::runner::check_machine_memory(&spec)?;
     }
-    set_threads(spec.threads);
+    set_run_threads(&spec);
     let progress = Progress::start(
         spec.warmup + spec.steps,
         format!("{} {}", spec.model, spec.mode.name()),

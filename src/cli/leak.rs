@@ -6,7 +6,7 @@ use crate::analysis::leak::{analyze as verdict, cross_check, LeakParams, LeakRep
 use crate::analysis::record_series::{series, steps_per_hour};
 use crate::analysis::targets::{all_pass, evaluate, parse_bytes, Target, TargetKind, TargetRow};
 use crate::input::series::{parse_reader, ParseOptions, SeriesFormat};
-use crate::measure::threads::set_threads;
+use crate::measure::threads::set_run_threads;
 use crate::output::{check_outputs, write_atomic};
 use crate::progress::Progress;
 use crate::report::leak as render;
@@ -191,7 +191,7 @@ pub fn leak(mut a: LeakArgs) -> anyhow::Result<ExitCode> {
     outputs.push(("--record", a.record.as_deref()));
     outputs.push(("--trace", a.trace.as_deref()));
     check_outputs(&outputs)?;
-    set_threads(spec.threads);
+    set_run_threads(&spec);
     let progress = Progress::start(
         spec.warmup + spec.steps,
         format!("{} {} leak", spec.model, spec.mode.name()),

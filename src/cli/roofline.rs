@@ -7,7 +7,7 @@ use crate::analysis::op_cost::{self, Arch, OpCost};
 use crate::analysis::roofline::{MeasuredOp, Roofs};
 use crate::measure::alloc::Phase;
 use crate::measure::op_timer::{self, OpTime};
-use crate::measure::threads::set_threads;
+use crate::measure::threads::set_run_threads;
 use crate::model::config::Family;
 use crate::out;
 use crate::output::{check_outputs, write_atomic};
@@ -120,7 +120,7 @@ pub fn run_profiled(
         crate::runner::check_machine_memory(&spec)?;
     }
     let roofs = roofs(roofs_flag, spec.threads, spec.dtype.name())?;
-    set_threads(spec.threads);
+    set_run_threads(&spec);
     let progress = AtomicUsize::new(0);
     op_timer::set_enabled(false);
     let plain = crate::runner::run(&spec, &progress)?;

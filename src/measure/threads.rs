@@ -27,6 +27,29 @@ pub fn set_threads(n: usize) {
     crate::kernels::product::allocate_slabs_on_every_thread();
 }
 
+/// Sets the threads for a run of `spec`: [`set_threads`], and how candle runs its own
+/// elementwise ops. candle 0.11 runs them on a "barrier pool" of threads − 1 workers that spin
+/// 25,000 `pause`s after every op before parking; on 2 cores that spinning worker competes with
+/// rayon's workers on the kernel that follows (a `perf` profile of cs336-small train put 6.7% of
+/// all samples in that spin, tiny GPT-2 8k 8.3%). When memscope's kernels do the heavy work,
+/// candle's remaining ops (gradient accumulation adds, casts, the residual adds) run on the
+/// calling thread instead (`CANDLE_NUM_THREADS=1`): cs336-small train 2×128 step 1359–1424 →
+/// 1304–1331 ms, tiny GPT-2 8k 8×128 276–279 → 252–265 ms, interleaved. The op-by-op path
+/// (`--fusion none`) keeps candle's pool: it is built from candle's ops and ran 9–13% slower
+/// without it. A `CANDLE_NUM_THREADS` set by the user wins.
+pub fn set_run_threads(spec: &crate::spec::Spec) {
+    let user = std::env::var_os("CANDLE_NUM_THREADS").is_some();
+    if let Some(n) = candle_threads(spec.variant.fusion, user) {
+        std::env::set_var("CANDLE_NUM_THREADS", n);
+    }
+    set_threads(spec.threads);
+}
+
+/// The `CANDLE_NUM_THREADS` a run sets (None: leave candle's default or the user's value).
+fn candle_threads(fusion: crate::model::variant::Fusion, user_set: bool) -> Option<&'static str> {
+    (fusion == crate::model::variant::Fusion::Full && !user_set).then_some("1")
+}
+
 /// The CPUs this process may run on (its affinity mask: `taskset`, Slurm's binding), in order.
 fn allowed_cpus() -> Vec<usize> {
     // SAFETY: a zeroed cpu_set_t is a valid empty set; sched_getaffinity fills it.
@@ -54,6 +77,22 @@ fn pin_to(cpu: usize) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn candle_ops_run_on_the_calling_thread_only_beside_memscopes_kernels() {
+        use crate::model::variant::Fusion;
+        assert_eq!(candle_threads(Fusion::Full, false), Some("1"));
+        assert_eq!(
+            candle_threads(Fusion::None, false),
+            None,
+            "op-by-op keeps candle's pool"
+        );
+        assert_eq!(
+            candle_threads(Fusion::Full, true),
+            None,
+            "the user's value wins"
+        );
+    }
 
     #[test]
     fn a_pinned_thread_runs_only_on_its_cpu() {

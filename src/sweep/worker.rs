@@ -130,7 +130,7 @@ pub fn run(args: WorkerOptions) -> anyhow::Result<ExitCode> {
         )?;
     }
     spec.validate()?;
-    crate::measure::threads::set_threads(spec.threads);
+    crate::measure::threads::set_run_threads(&spec);
     let fault = fault_for(args.index)?;
     emit(&Event::Start {
         pid: std::process::id(),

@@ -34,20 +34,26 @@ pub fn set_threads(n: usize) {
 /// all samples in that spin, tiny GPT-2 8k 8.3%). When memscope's kernels do the heavy work,
 /// candle's remaining ops (gradient accumulation adds, casts, the residual adds) run on the
 /// calling thread instead (`CANDLE_NUM_THREADS=1`): cs336-small train 2×128 step 1359–1424 →
-/// 1304–1331 ms, tiny GPT-2 8k 8×128 276–279 → 252–265 ms, interleaved. The op-by-op path
-/// (`--fusion none`) keeps candle's pool: it is built from candle's ops and ran 9–13% slower
-/// without it. A `CANDLE_NUM_THREADS` set by the user wins.
+/// 1304–1331 ms, tiny GPT-2 8k 8×128 276–279 → 252–265 ms, interleaved. f32 only: the
+/// op-by-op path (`--fusion none`) is built from candle's ops and ran 9–13% slower without the
+/// pool, and bf16 training (candle's casts) 12–16% slower. A `CANDLE_NUM_THREADS` set by the
+/// user wins.
 pub fn set_run_threads(spec: &crate::spec::Spec) {
     let user = std::env::var_os("CANDLE_NUM_THREADS").is_some();
-    if let Some(n) = candle_threads(spec.variant.fusion, user) {
+    let f32 = spec.dtype == crate::spec::Dtype::F32;
+    if let Some(n) = candle_threads(spec.variant.fusion, f32, user) {
         std::env::set_var("CANDLE_NUM_THREADS", n);
     }
     set_threads(spec.threads);
 }
 
 /// The `CANDLE_NUM_THREADS` a run sets (None: leave candle's default or the user's value).
-fn candle_threads(fusion: crate::model::variant::Fusion, user_set: bool) -> Option<&'static str> {
-    (fusion == crate::model::variant::Fusion::Full && !user_set).then_some("1")
+fn candle_threads(
+    fusion: crate::model::variant::Fusion,
+    f32: bool,
+    user_set: bool,
+) -> Option<&'static str> {
+    (fusion == crate::model::variant::Fusion::Full && f32 && !user_set).then_some("1")
 }
 
 /// The CPUs this process may run on (its affinity mask: `taskset`, Slurm's binding), in order.

@@ -87,17 +87,12 @@ mod tests {
     #[test]
     fn candle_ops_run_on_the_calling_thread_only_beside_memscopes_kernels() {
         use crate::model::variant::Fusion;
-        assert_eq!(candle_threads(Fusion::Full, false), Some("1"));
-        assert_eq!(
-            candle_threads(Fusion::None, false),
-            None,
-            "op-by-op keeps candle's pool"
-        );
-        assert_eq!(
-            candle_threads(Fusion::Full, true),
-            None,
-            "the user's value wins"
-        );
+        assert_eq!(candle_threads(Fusion::Full, true, false), Some("1"));
+        let keep =
+            |f, f32, user, why: &str| assert_eq!(candle_threads(f, f32, user), None, "{why}");
+        keep(Fusion::None, true, false, "op-by-op keeps candle's pool");
+        keep(Fusion::Full, false, false, "half types keep candle's pool");
+        keep(Fusion::Full, true, true, "the user's value wins");
     }
 
     #[test]

@@ -13,8 +13,8 @@ pub fn all_cores() -> usize {
 /// When there are no more threads than CPUs this process may run on, worker i is pinned to the
 /// i-th of them. Unpinned, on the 2-core AMD EPYC VMs, Linux left both workers on one CPU for
 /// whole runs often enough that a (256, 768, 768) product, a few milliseconds long, ran at one
-/// core's rate (≈ 105 GFLOP/s instead of ≈ 205) in 3 of 4 processes that held 2 GiB, and in 1
-/// of 4 pinned (`docs/performance.md`).
+/// core's rate (≈ 105 GFLOP/s instead of ≈ 205) in 3 of 4 processes that held 2 GiB, and in 0
+/// of 4 pinned (a later batch: 4 of 12 pinned; `docs/performance.md`).
 pub fn set_threads(n: usize) {
     // candle's gemm calls read RAYON_NUM_THREADS each time; rayon's pool reads it once.
     std::env::set_var("RAYON_NUM_THREADS", n.to_string());

@@ -21,8 +21,8 @@ pub fn estimate(req: &Request) -> anyhow::Result<Estimate> {
     // Mixed precision: f32 master parameters; the model computes in `dt` from a cast copy.
     let mixed = req.precision == Precision::Mixed && req.mode == Mode::Train;
     let param_dt = if mixed { 4 } else { dt };
-    let trainable = req.mode == Mode::Train;
     let purpose = req.mode.purpose();
+    let trainable = purpose.trainable();
     let specs: Vec<ParamSlot> = param_specs(&req.cfg)
         .into_iter()
         .map(|p| ParamSlot {

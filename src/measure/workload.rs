@@ -9,7 +9,7 @@ use crate::measure::phases::PhaseTracker;
 use crate::measure::procfs;
 use crate::model::config::Family;
 use crate::model::ops::Ops;
-use crate::model::store::{ParamStore, Purpose};
+use crate::model::store::ParamStore;
 use crate::model::variant::{Fusion, Precision};
 use crate::model::weights::WeightSet;
 use crate::model::{param_specs, Model};
@@ -69,11 +69,7 @@ pub fn measure_with(
     if mixed {
         tracker.other_category = "weights_copy";
     }
-    let purpose = match spec.mode {
-        Mode::Train => Purpose::Train,
-        Mode::Infer => Purpose::Forward,
-        Mode::Generate => Purpose::Decode,
-    };
+    let purpose = spec.mode.purpose();
 
     // Load: parameters (random or from a checkpoint), then the model built from them.
     let load_start = Instant::now();

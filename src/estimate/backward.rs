@@ -6,7 +6,7 @@
 //! store until backward returns.
 
 use super::sim::{Bin, Fused, Id, Op, Sim, Un};
-use crate::kernels::product;
+use crate::kernels::{dot_bf16, product};
 use std::collections::HashMap;
 
 /// candle's `GradStore`: node → gradient node (one handle each).
@@ -274,7 +274,31 @@ fn fused_rule(sim: &mut Sim, grads: &mut Grads, kind: Fused, inputs: &[Id], grad
             let o = sim.shape(grad)[1];
             sim.add_matmul_flops(2, n, i, o); // dx = dy·W, dW = dyᵀ·x
             let half = sim.nodes[inputs[1]].dtype;
-            if half != 4 {
+            if half != 4 && sim.bf16_dot {
+                // bf16 on the dot-product kernel (`Linear::dot_backward`): db summed, dx made
+                // in f32 from dy and W as they are and narrowed, then dW made in f32 and
+                // narrowed; each product holds its packing buffers.
+                let f = |e: usize| e as u64 * 4;
+                let db32 = if inputs.len() == 3 { f(o) } else { 0 };
+                let (dx32, dw32) = (f(n * i), f(i * o));
+                let dx_h = (n * i) as u64 * half;
+                let w = inputs[1];
+                let dw_h = if sunk
+                    .is_some_and(|_| sim.sink.as_ref().is_some_and(|s| s.contains_key(&w)))
+                {
+                    0
+                } else {
+                    (i * o) as u64 * half
+                };
+                let dw_mnk = if out_in { (o, i, n) } else { (i, o, n) };
+                let most = [
+                    db32 + dx32 + dot_bf16::scratch_bytes((n, i, o)),
+                    db32 + dx32 + dx_h,
+                    db32 + dx_h + dw32 + dot_bf16::scratch_bytes(dw_mnk),
+                    db32 + dx_h + dw32 + dw_h,
+                ];
+                sim.scratch(most.into_iter().max().unwrap_or(0));
+            } else if half != 4 {
                 // bf16 / f16 (`Linear::half_backward`): dy widened, db summed, dx made in f32
                 // through the weight's tiles and narrowed, then x widened and dW made in f32
                 // and narrowed. The largest of those moments, before the outputs exist here.

@@ -6,7 +6,7 @@
 
 use super::sim::{Bin, Fused, Id, Sim, Un};
 use crate::kernels::attention::BLOCK;
-use crate::kernels::product;
+use crate::kernels::{dot_bf16, product};
 
 pub fn drop_all(sim: &mut Sim, ts: &[Id]) {
     for &t in ts {
@@ -137,6 +137,15 @@ pub fn linear_kernel(sim: &mut Sim, x: Id, w: Id, b: Option<Id>, out_in: bool) -
     let o = sim.shape(w)[if out_in { 0 } else { 1 }];
     sim.add_matmul_flops(1, n, i, o);
     let inputs: Vec<Id> = [x, w].into_iter().chain(b).collect();
+    if sim.nodes[x].dtype != 4 && sim.bf16_dot {
+        // bf16 on the dot-product kernel: the bias widened, y made in f32 from x and W as they
+        // are (through the packing buffers), then narrowed.
+        let (y32, b32) = ((n * o * 4) as u64, b.map_or(0, |_| o as u64 * 4));
+        sim.scratch(b32 + y32 + dot_bf16::scratch_bytes((n, o, i)));
+        let y = sim.fused(Fused::Linear { out_in }, &inputs, x, &[n, o]);
+        sim.scratch(b32 + y32);
+        return y;
+    }
     if sim.nodes[x].dtype != 4 {
         // bf16 / f16: x and the bias widened, y made in f32 through the weight's f32 tiles,
         // then narrowed (the widened x is freed first).

@@ -94,6 +94,9 @@ pub struct Sim {
     /// `--fusion none`: norms, GELU, SwiGLU, RoPE and the loss as candle's op chains
     /// (`model::unfused`), not memscope's kernels.
     pub unfused: bool,
+    /// bf16 linear layers run on the CPU's bf16 dot products (`kernels::dot_bf16`): no
+    /// widened copies of x and dy, packing buffers instead of f32 tiles.
+    pub bf16_dot: bool,
 
     /// Train: cut the graph at block boundaries ([`Sim::cut`], `model::segments`).
     pub segmenting: bool,
@@ -133,6 +136,7 @@ impl Sim {
             overflow: false,
             no_grad: false,
             unfused: false,
+            bf16_dot: false,
             segmenting: false,
             segments: Vec::new(),
             segment_input: None,

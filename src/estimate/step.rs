@@ -11,7 +11,7 @@ use super::{
     Optimizer, PhaseEstimate, Precision, Request,
 };
 use crate::model::param_specs;
-use crate::spec::Mode;
+use crate::spec::{Dtype, Mode};
 use std::collections::HashMap;
 
 /// Predicts the memory and FLOPs of `req`. Errors name the flag that fixes them.
@@ -37,6 +37,7 @@ pub fn estimate(req: &Request) -> anyhow::Result<Estimate> {
         .sum();
     let mut sim = Sim::new();
     sim.unfused = req.fusion == Fusion::None;
+    sim.bf16_dot = req.dtype == Dtype::Bf16 && crate::kernels::dot_bf16::available();
     sim.phase = Phase::Load;
     let p = Params::create(&mut sim, &specs, param_dt, trainable);
     let model = Built {

@@ -11,6 +11,7 @@
 //! straight from strided views (no transposed copies).
 //! Shape vocabulary: N rows, I in features, O out features.
 
+use super::dot_bf16;
 use super::elems::{self, rows_per_task};
 use super::product::{product, product_widening, Operand, Strided, Widen};
 use super::sink;
@@ -21,6 +22,7 @@ use candle_core::backend::BackendStorage;
 use candle_core::{
     bail, CpuStorage, CustomOp2, CustomOp3, DType, InplaceOp3, Layout, Result, Shape, Tensor,
 };
+use half::bf16;
 use rayon::prelude::*;
 
 /// `x (N, I) @ w (O, I)ᵀ + b (O)` → (N, O): the `nn.Linear` layout. Differentiable. f32, or
@@ -171,6 +173,30 @@ struct Linear {
 }
 
 /// Σ over rows of `dy` (rows of `o`) → (O).
+/// Column sums of a 2-d bf16 view (N, O), in f32.
+fn column_sums_of(v: &[bf16], l: &Layout, (n, o): (usize, usize)) -> Vec<f32> {
+    let (off, rs, cs) = (l.start_offset(), l.stride()[0], l.stride()[1]);
+    (0..n)
+        .into_par_iter()
+        .with_min_len(rows_per_task(o))
+        .fold(
+            || vec![0f32; o],
+            |mut s, r| {
+                let row = off + r * rs;
+                s.iter_mut()
+                    .enumerate()
+                    .for_each(|(c, s)| *s += v[row + c * cs].to_f32());
+                s
+            },
+        )
+        .reduce(|| vec![0f32; o], add_into)
+}
+
+fn add_into(mut a: Vec<f32>, b: Vec<f32>) -> Vec<f32> {
+    a.iter_mut().zip(&b).for_each(|(a, b)| *a += b);
+    a
+}
+
 fn column_sums(dy: &[f32], o: usize) -> Vec<f32> {
     dy.par_chunks(o * rows_per_task(o))
         .map(|rows| {
@@ -180,13 +206,7 @@ fn column_sums(dy: &[f32], o: usize) -> Vec<f32> {
             }
             s
         })
-        .reduce(
-            || vec![0f32; o],
-            |mut a, b| {
-                a.iter_mut().zip(&b).for_each(|(a, b)| *a += b);
-                a
-            },
-        )
+        .reduce(|| vec![0f32; o], add_into)
 }
 
 /// In place: dW (the sink's) += the weight gradient of (x, dy).
@@ -245,6 +265,10 @@ impl Linear {
                 b,
                 (n, i, o),
             )),
+            CpuStorage::BF16(w) if dot_bf16::available() => {
+                let y = self.dot_forward((xs, xl), w, wl, b, (n, i, o))?;
+                elems::write(op, y, DType::BF16)?
+            }
             CpuStorage::BF16(w) => {
                 let y = self.half_forward(widened(op, xs, xl)?, w, wl, b, (n, i, o))?;
                 elems::write(op, y, DType::BF16)?
@@ -292,6 +316,37 @@ impl Linear {
                 1.0,
             )
         };
+        Ok(y)
+    }
+
+    /// y (N, O) f32 = x (N, I) · W(ᵀ) [+ b], x and W bf16 as they are, on the CPU's bf16 dot
+    /// products (`dot_bf16`).
+    fn dot_forward(
+        &self,
+        (xs, xl): (&CpuStorage, &Layout),
+        w: &[bf16],
+        wl: &Layout,
+        b: Option<&[f32]>,
+        (n, i, o): (usize, usize, usize),
+    ) -> Result<Vec<f32>> {
+        let op = "linear";
+        let CpuStorage::BF16(x) = xs else {
+            bail!("{op}: x is {:?} and W bf16", xs.dtype())
+        };
+        let mut y = vec![0f32; n * o]; // (N, O)
+        if let Some(b) = b {
+            y.par_chunks_mut(o * rows_per_task(o))
+                .for_each(|rows| rows.chunks_mut(o).for_each(|r| r.copy_from_slice(b)));
+        }
+        let (x, w) = (strided(op, x, xl)?, strided(op, w, wl)?);
+        let w = if self.layout == Weight::OutIn {
+            w.t()
+        } else {
+            w
+        }; // (I, O)
+           // SAFETY: `available` was checked by the caller; `strided` checked both views against
+           // their storages, `apply` the shapes; y is (N, O).
+        unsafe { dot_bf16::product((n, o, i), y.as_mut_ptr(), o, b.is_some(), x, w, 1.0) };
         Ok(y)
     }
 
@@ -404,6 +459,9 @@ impl Linear {
     ) -> Result<[Option<Tensor>; 3]> {
         let op = "linear backward";
         let (dt, dev) = (w.dtype(), x.device());
+        if dt == DType::BF16 && dot_bf16::available() {
+            return self.dot_backward(x, w, dy, bias);
+        }
         let (n, i) = x.dims2()?;
         let o = dy.dims2()?.1;
         let dy32 = {
@@ -432,6 +490,70 @@ impl Linear {
             dw32
         };
         drop(dy32);
+        self.half_outputs(w, dx, dw32, db, o)
+    }
+
+    /// [`Linear::half_backward`] on the CPU's bf16 dot products: dx = dy · W and dW = dyᵀ · x
+    /// or xᵀ · dy made in f32 from the bf16 tensors as they are (no widened copies), each
+    /// narrowed as it is made; db summed from dy (`estimate::backward` charges the same).
+    fn dot_backward(
+        &self,
+        x: &Tensor,
+        w: &Tensor,
+        dy: &Tensor,
+        bias: bool,
+    ) -> Result<[Option<Tensor>; 3]> {
+        let op = "linear backward";
+        let dev = x.device();
+        let (n, i) = x.dims2()?;
+        let o = dy.dims2()?.1;
+        let ((xs, xl), (ws, wl), (gs, gl)) = (
+            x.storage_and_layout(),
+            w.storage_and_layout(),
+            dy.storage_and_layout(),
+        );
+        let (CpuStorage::BF16(xv), CpuStorage::BF16(wv), CpuStorage::BF16(gv)) =
+            (cpu(op, &xs)?, cpu(op, &ws)?, cpu(op, &gs)?)
+        else {
+            bail!(
+                "{op}: x, W and dy must all be bf16 (got {:?}, {:?}, {:?})",
+                x.dtype(),
+                w.dtype(),
+                dy.dtype()
+            )
+        };
+        let (xm, g) = (strided(op, xv, xl)?, strided(op, gv, gl)?); // (N, I), (N, O)
+        let w_oi = self.w_oi(strided(op, wv, wl)?);
+        let db = bias.then(|| column_sums_of(gv, gl, (n, o)));
+        let mut dx32 = vec![0f32; n * i]; // (N, I) = dy (N, O) · W (O, I)
+                                          // SAFETY (both products): `available` was checked by the caller, `strided` checked
+                                          // the views against their storages; dx32 and dw32 have the extents given.
+        unsafe { dot_bf16::product((n, i, o), dx32.as_mut_ptr(), i, false, g, w_oi, 1.0) };
+        let dx = narrowed(dx32, (n, i), DType::BF16, dev)?;
+        let mut dw32 = vec![0f32; i * o];
+        match self.layout {
+            Weight::OutIn => unsafe {
+                dot_bf16::product((o, i, n), dw32.as_mut_ptr(), i, false, g.t(), xm, 1.0)
+            }, // (O, I) = dyᵀ · x
+            Weight::InOut => unsafe {
+                dot_bf16::product((i, o, n), dw32.as_mut_ptr(), o, false, xm.t(), g, 1.0)
+            }, // (I, O) = xᵀ · dy
+        }
+        drop((xs, ws, gs));
+        self.half_outputs(w, dx, dw32, db, o)
+    }
+
+    /// The half backward's outputs: dx as made, dW (f32) narrowed to W's dtype, or added
+    /// into the gradient sink's, db narrowed.
+    fn half_outputs(
+        &self,
+        w: &Tensor,
+        dx: Tensor,
+        dw32: Vec<f32>,
+        db: Option<Vec<f32>>,
+        o: usize,
+    ) -> Result<[Option<Tensor>; 3]> {
+        let (dt, dev) = (w.dtype(), w.device());
         let dw = if sink::takes(w) {
             // Only one of the two closures runs: the first contribution is narrowed as it is,
             // later ones are added into the sink's gradient.

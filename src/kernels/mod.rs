@@ -10,6 +10,7 @@
 pub mod adamw;
 pub mod attention;
 pub mod cross_entropy;
+pub mod dot_bf16;
 pub mod elems;
 pub mod embedding;
 pub mod gelu;

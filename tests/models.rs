@@ -451,3 +451,54 @@ fn a_checkpoint_missing_a_tensor_or_with_a_wrong_shape_is_rejected_by_name() {
         "{err}"
     );
 }
+
+#[test]
+fn mixed_precision_linear_weight_gradients_reach_their_f32_masters_directly() {
+    // The working copy of every weight read only through the linear kernel is detached, and
+    // the kernel adds its f32 weight gradient into the master's (`kernels::sink::Masters`).
+    // Against the recorded cast of every weight (candle's cast backward): the same variables
+    // get gradients, all f32, equal within bf16's rounding of the old path's gradient.
+    use memscope::kernels::sink;
+    use std::collections::BTreeSet;
+    for name in TINY {
+        let (c, store, _) = build(name, true, DType::F32);
+        let ids = tokens(2, 16, c.vocab_size, 3);
+        let vars = store.vars();
+        let through: BTreeSet<String> = param_specs(&c)
+            .into_iter()
+            .filter(|p| p.through_linear)
+            .map(|p| p.name)
+            .collect();
+        assert!(
+            !through.is_empty(),
+            "{name}: no weight is read through the linear kernel"
+        );
+        let grads = |linear: &BTreeSet<String>| {
+            let (cast, masters) = store.cast(DType::BF16, linear).unwrap();
+            assert_eq!(masters.len(), linear.len(), "{name}");
+            for (n, t) in cast.tensors() {
+                // A detached copy: only the sink can bring its gradient to the master.
+                assert_eq!(t.track_op(), !linear.contains(n), "{name} {n}");
+            }
+            let model = Model::load(&c, &cast).unwrap();
+            let (logits, segs) =
+                segments::forward(|cut| model.forward_cut(&ids, None, cut)).unwrap();
+            let loss = loss_from_logits(&logits.to_dtype(DType::F32).unwrap(), &ids, c.vocab_size);
+            drop(logits);
+            sink::with_masters(masters, || segs.backward(loss, &vars, None)).unwrap()
+        };
+        let (old, new) = (grads(&BTreeSet::new()), grads(&through));
+        for (pname, t) in store.tensors() {
+            let (a, b) = (old.get(t).unwrap(), new.get(t));
+            let b = b.unwrap_or_else(|| panic!("{name}: {pname} lost its gradient"));
+            assert_eq!(b.dtype(), DType::F32, "{name} {pname}");
+            let scale = max_abs_diff(a, &a.zeros_like().unwrap()).max(1e-6);
+            let d = max_abs_diff(a, b);
+            assert!(
+                d <= 2e-2 * scale,
+                "{name} {pname}: off by {d} (max {scale})"
+            );
+        }
+        assert_eq!(new.get_ids().count(), vars.len(), "{name}");
+    }
+}

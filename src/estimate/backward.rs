@@ -255,7 +255,11 @@ fn fused_rule(sim: &mut Sim, grads: &mut Grads, kind: Fused, inputs: &[Id], grad
         Fused::Embedding => Some(inputs[0]),
         _ => None,
     }
-    .filter(|&w| sim.sink.is_some() && sim.nodes[w].is_var);
+    .filter(|&w| sim.sink.is_some() && (sim.nodes[w].is_var || sim.masters.contains_key(&w)));
+    // The sink keeps a working copy's gradient under its f32 master, made there in f32 (no
+    // half copy of it beside the f32 one).
+    let master = sunk.and_then(|w| sim.masters.get(&w).copied());
+    let sunk_key = master.or(sunk);
     let targets: Vec<Id> = inputs
         .iter()
         .copied()
@@ -283,8 +287,8 @@ fn fused_rule(sim: &mut Sim, grads: &mut Grads, kind: Fused, inputs: &[Id], grad
                 let (dx32, dw32) = (f(n * i), f(i * o));
                 let dx_h = (n * i) as u64 * half;
                 let w = inputs[1];
-                let dw_h = if sunk
-                    .is_some_and(|_| sim.sink.as_ref().is_some_and(|s| s.contains_key(&w)))
+                let dw_h = if master.is_some()
+                    || sunk.is_some_and(|_| sim.sink.as_ref().is_some_and(|s| s.contains_key(&w)))
                 {
                     0
                 } else {
@@ -307,8 +311,8 @@ fn fused_rule(sim: &mut Sim, grads: &mut Grads, kind: Fused, inputs: &[Id], grad
                 let (dy32, dx32, x32, dw32) = (f(n * o), f(n * i), f(n * i), f(i * o));
                 let dx_h = (n * i) as u64 * half;
                 let w = inputs[1];
-                let dw_h = if sunk
-                    .is_some_and(|_| sim.sink.as_ref().is_some_and(|s| s.contains_key(&w)))
+                let dw_h = if master.is_some()
+                    || sunk.is_some_and(|_| sim.sink.as_ref().is_some_and(|s| s.contains_key(&w)))
                 {
                     0
                 } else {
@@ -349,7 +353,7 @@ fn fused_rule(sim: &mut Sim, grads: &mut Grads, kind: Fused, inputs: &[Id], grad
         }
     }
     let gs: Vec<Id> = targets.iter().map(|&t| sim.zeros_like(t)).collect();
-    if let Some(w) = sunk {
+    if let Some(w) = sunk_key {
         if !sim.sink.as_ref().is_some_and(|s| s.contains_key(&w)) {
             let g = sim.zeros_like(w);
             sim.sink.as_mut().map(|s| s.insert(w, g));

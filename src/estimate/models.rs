@@ -13,7 +13,7 @@ use super::ops::{
 use super::sim::{Bin, Fused, Id, Sim, Un};
 use crate::model::config::{Family, ModelConfig};
 use crate::model::scope;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 /// One parameter as the estimator creates it: name, shape, and whether the engine's store keeps
 /// it transposed in memory (`ParamSpec::stored_transposed`).
@@ -50,16 +50,26 @@ impl Params {
         Self { ids, by_name }
     }
 
-    /// Mixed precision's working copy: every parameter cast to `dtype`, recorded (backward
-    /// casts the gradients to the f32 master variables), in the engine's order (by name).
-    pub fn cast(&self, sim: &mut Sim, dtype: u64) -> Self {
+    /// Mixed precision's working copy: every parameter cast to `dtype`, in the engine's order
+    /// (by name). As `ParamStore::cast`: a linear weight's cast is detached and its f32 master
+    /// recorded in `sim.masters` (the kernel sinks the gradient there); the others are recorded
+    /// (backward casts their gradients to the f32 master variables).
+    pub fn cast(&self, sim: &mut Sim, dtype: u64, linear: &HashSet<String>) -> Self {
         let mut names: Vec<&String> = self.by_name.keys().collect();
         names.sort();
         let mut map = HashMap::new();
         let mut by_name = HashMap::new();
         for n in names {
             let id = self.by_name[n];
-            let c = sim.to_dtype(id, dtype);
+            let c = if linear.contains(n) {
+                let d = sim.detach(id);
+                let c = sim.to_dtype(d, dtype);
+                sim.release(d);
+                sim.masters.insert(c, id);
+                c
+            } else {
+                sim.to_dtype(id, dtype)
+            };
             map.insert(id, c);
             by_name.insert(n.clone(), c);
         }

@@ -97,6 +97,9 @@ pub struct Sim {
     /// bf16 linear layers run on the CPU's bf16 dot products (`kernels::dot_bf16`): no
     /// widened copies of x and dy, packing buffers instead of f32 tiles.
     pub bf16_dot: bool,
+    /// Mixed precision: a linear weight's detached working copy → its f32 master variable,
+    /// where the kernels sink its gradient (`kernels::sink::with_masters`).
+    pub masters: HashMap<Id, Id>,
 
     /// Train: cut the graph at block boundaries ([`Sim::cut`], `model::segments`).
     pub segmenting: bool,
@@ -137,6 +140,7 @@ impl Sim {
             no_grad: false,
             unfused: false,
             bf16_dot: false,
+            masters: HashMap::new(),
             segmenting: false,
             segments: Vec::new(),
             segment_input: None,

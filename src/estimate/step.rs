@@ -12,7 +12,7 @@ use super::{
 };
 use crate::model::param_specs;
 use crate::spec::{Dtype, Mode};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 /// Predicts the memory and FLOPs of `req`. Errors name the flag that fixes them.
 pub fn estimate(req: &Request) -> anyhow::Result<Estimate> {
@@ -168,6 +168,11 @@ fn train(sim: &mut Sim, model: &Built, p: &Params, req: &Request) -> Estimate {
     let params_by_module = sim.snapshot().by_module;
     let mut state: Vec<Id> = Vec::new();
     let mixed = req.precision == Precision::Mixed;
+    let linear: HashSet<String> = param_specs(&req.cfg)
+        .into_iter()
+        .filter(|p| p.through_linear)
+        .map(|p| p.name)
+        .collect();
     for step in 0..2 {
         let last = step == 1;
         let flops_before = sim.flops;
@@ -178,7 +183,7 @@ fn train(sim: &mut Sim, model: &Built, p: &Params, req: &Request) -> Estimate {
         let cast = mixed.then(|| {
             let (c, run) = phase(sim, Phase::Other, |sim| {
                 sim.module = 0;
-                p.cast(sim, req.dtype.size_bytes())
+                p.cast(sim, req.dtype.size_bytes(), &linear)
             });
             step_peak = step_peak.max(run.peak);
             c
@@ -267,6 +272,7 @@ fn train(sim: &mut Sim, model: &Built, p: &Params, req: &Request) -> Estimate {
         for id in cast.map(|c| c.ids).unwrap_or_default() {
             sim.release(id);
         }
+        sim.masters.clear();
         step_peak = step_peak.max(opt.peak);
         if last {
             let (fwd, bwd) = (fwd.expect("ran"), bwd.expect("ran"));

@@ -555,12 +555,14 @@ impl Linear {
     ) -> Result<[Option<Tensor>; 3]> {
         let (dt, dev) = (w.dtype(), w.device());
         let dw = if sink::takes(w) {
-            // Only one of the two closures runs: the first contribution is narrowed as it is,
-            // later ones are added into the sink's gradient.
+            // Only one of the two closures runs: the first contribution is narrowed as it is
+            // (kept in f32 for a mixed-precision master), later ones are added into the sink's
+            // gradient.
             let dw32 = std::cell::RefCell::new(Some(dw32));
+            let sunk_dt = sink::dtype(w);
             sink::add(
                 w,
-                || narrowed(dw32.take().unwrap_or_default(), w.dims2()?, dt, dev),
+                || narrowed(dw32.take().unwrap_or_default(), w.dims2()?, sunk_dt, dev),
                 |g| g.inplace_op1(&AddWidened(dw32.borrow().as_deref().unwrap_or_default())),
             )?;
             None

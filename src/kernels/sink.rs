@@ -9,12 +9,38 @@
 //! later ones (a tied embedding's second use, the next segment) are added into it in place.
 //! Backward runs on the calling thread, so the sink is that thread's.
 
-use candle_core::{Result, Tensor, TensorId};
+use candle_core::{DType, Result, Tensor, TensorId};
 use std::cell::RefCell;
 use std::collections::HashMap;
 
 thread_local! {
     static SINK: RefCell<Option<HashMap<TensorId, Tensor>>> = const { RefCell::new(None) };
+    static MASTERS: RefCell<Masters> = RefCell::new(Masters::new());
+}
+
+/// Mixed precision: the working copy's tensor id → its f32 master variable's id and dtype.
+pub type Masters = HashMap<TensorId, (TensorId, DType)>;
+
+/// Runs `f` (a mixed-precision backward) with `masters` known to the sink: a gradient the
+/// kernels make for a working copy goes to its master, in the master's dtype, so it skips the
+/// cast's backward (rounded to bf16, cast back to f32, added into zeros by candle).
+pub fn with_masters<T>(masters: Masters, f: impl FnOnce() -> T) -> T {
+    MASTERS.with(|m| *m.borrow_mut() = masters);
+    let out = f();
+    MASTERS.with(|m| m.borrow_mut().clear());
+    out
+}
+
+/// The id `w`'s gradient is kept under, and its dtype there: its master's when it has one.
+fn target(w: &Tensor) -> (TensorId, DType) {
+    MASTERS
+        .with(|m| m.borrow().get(&w.id()).copied())
+        .unwrap_or((w.id(), w.dtype()))
+}
+
+/// The dtype `w`'s gradient is kept in by the sink (its master's, for a working copy).
+pub fn dtype(w: &Tensor) -> DType {
+    target(w).1
 }
 
 /// Runs `f` (backward passes) with a sink open, holding `seed` (gradients accumulated so far,
@@ -30,19 +56,22 @@ pub fn collect<T>(
     Ok((out?, grads))
 }
 
-/// Whether `w`'s gradient goes to the sink: one is open and `w` is a variable.
+/// Whether `w`'s gradient goes to the sink: one is open and `w` is a variable or a working
+/// copy of one ([`with_masters`]).
 pub fn takes(w: &Tensor) -> bool {
-    w.is_variable() && SINK.with(|s| s.borrow().is_some())
+    (w.is_variable() || MASTERS.with(|m| m.borrow().contains_key(&w.id())))
+        && SINK.with(|s| s.borrow().is_some())
 }
 
-/// Adds a contribution to `w`'s gradient: `add_into(existing)` in place when the sink holds
-/// one, else `fresh()` becomes it. Call only when [`takes`] is true.
+/// Adds a contribution to `w`'s gradient (its master's, for a working copy):
+/// `add_into(existing)` in place when the sink holds one, else `fresh()` becomes it; both in
+/// [`dtype`]`(w)`. Call only when [`takes`] is true.
 pub fn add(
     w: &Tensor,
     fresh: impl FnOnce() -> Result<Tensor>,
     add_into: impl FnOnce(&Tensor) -> Result<()>,
 ) -> Result<()> {
-    let id = w.id();
+    let id = target(w).0;
     let existing = SINK.with(|s| s.borrow_mut().as_mut().and_then(|m| m.remove(&id)));
     let g = match existing {
         Some(g) => {

@@ -3,6 +3,7 @@
 
 use crate::input::tokens::Tokens;
 use crate::kernels::adamw::AdamW;
+use crate::kernels::sink;
 use crate::measure::alloc::{self, Phase};
 use crate::measure::clock::time_ms;
 use crate::measure::phases::PhaseTracker;
@@ -431,13 +432,23 @@ impl Run<'_> {
             None => {
                 let (m, ms) = self.tracker.run(Phase::Other, || {
                     time_ms(dev, || {
-                        let cast = store.cast(candle_dtype(spec.dtype))?;
-                        Model::load_variant(&spec.config, &cast, &spec.variant)
+                        let linear = param_specs(&spec.config)
+                            .into_iter()
+                            .filter(|p| p.through_linear)
+                            .map(|p| p.name)
+                            .collect();
+                        let (cast, masters) = store.cast(candle_dtype(spec.dtype), &linear)?;
+                        let m = Model::load_variant(&spec.config, &cast, &spec.variant)?;
+                        Ok((m, masters))
                     })
                 })?;
                 fwd_ms += ms;
                 Some(m)
             }
+        };
+        let (working, masters) = match working {
+            Some((m, masters)) => (Some(m), masters),
+            None => (None, Default::default()),
         };
         let model = match (model, &working) {
             (Some(m), _) | (None, Some(m)) => m,
@@ -474,7 +485,11 @@ impl Run<'_> {
                     // Segment by segment: each block's activations are freed once its
                     // gradients are out (model::segments).
                     // Micro-batches add into the gradients so far (weights in place).
-                    grads = Some(segs.backward(loss, vars, grads.take())?);
+                    let masters = masters.clone();
+                    let acc = grads.take();
+                    grads = Some(sink::with_masters(masters, || {
+                        segs.backward(loss, vars, acc)
+                    })?);
                     Ok(())
                 })
             })?;

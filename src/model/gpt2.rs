@@ -27,15 +27,15 @@ pub fn param_specs(cfg: &ModelConfig) -> Vec<ParamSpec> {
         s.extend([
             ParamSpec::new(p("ln_1.weight"), &[c], Ones),
             ParamSpec::new(p("ln_1.bias"), &[c], Zeros),
-            ParamSpec::new(p("attn.c_attn.weight"), &[c, 3 * c], Normal(std)),
+            ParamSpec::conv1d(p("attn.c_attn.weight"), &[c, 3 * c], Normal(std)),
             ParamSpec::new(p("attn.c_attn.bias"), &[3 * c], Zeros),
-            ParamSpec::new(p("attn.c_proj.weight"), &[c, c], Normal(proj_std)),
+            ParamSpec::conv1d(p("attn.c_proj.weight"), &[c, c], Normal(proj_std)),
             ParamSpec::new(p("attn.c_proj.bias"), &[c], Zeros),
             ParamSpec::new(p("ln_2.weight"), &[c], Ones),
             ParamSpec::new(p("ln_2.bias"), &[c], Zeros),
-            ParamSpec::new(p("mlp.c_fc.weight"), &[c, f], Normal(std)),
+            ParamSpec::conv1d(p("mlp.c_fc.weight"), &[c, f], Normal(std)),
             ParamSpec::new(p("mlp.c_fc.bias"), &[f], Zeros),
-            ParamSpec::new(p("mlp.c_proj.weight"), &[f, c], Normal(proj_std)),
+            ParamSpec::conv1d(p("mlp.c_proj.weight"), &[f, c], Normal(proj_std)),
             ParamSpec::new(p("mlp.c_proj.bias"), &[c], Zeros),
         ]);
     }

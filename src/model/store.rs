@@ -2,6 +2,7 @@
 //! read from safetensors, as trainable `Var`s (train) or detached tensors (inference, so no
 //! autograd graph is recorded — DESIGN.md: 1953 MiB instead of 699 MiB otherwise).
 
+use crate::kernels::sink::Masters;
 use crate::model::weights::WeightSet;
 use anyhow::{bail, Context};
 use candle_core::{DType, Device, Tensor, Var};
@@ -48,6 +49,9 @@ pub struct ParamSpec {
     /// An `nn.Linear` weight (O, I) that the model reads only as the right operand of x·Wᵀ.
     /// Inference stores keep it transposed in memory (see [`ParamSpec::stored_transposed`]).
     pub linear: bool,
+    /// Read only through `kernels::linear` (an `nn.Linear` weight, or GPT-2's Conv1D (I, O)
+    /// read as x·W): its gradient is made by that kernel alone, which can hand it to the sink.
+    pub through_linear: bool,
 }
 
 impl ParamSpec {
@@ -57,6 +61,7 @@ impl ParamSpec {
             shape: shape.to_vec(),
             init,
             linear: false,
+            through_linear: false,
         }
     }
 
@@ -64,6 +69,15 @@ impl ParamSpec {
     pub fn linear(name: impl Into<String>, shape: &[usize], init: Init) -> Self {
         Self {
             linear: true,
+            through_linear: true,
+            ..Self::new(name, shape, init)
+        }
+    }
+
+    /// A GPT-2 Conv1D weight (I, O), read only through `kernels::linear` as x·W.
+    pub fn conv1d(name: impl Into<String>, shape: &[usize], init: Init) -> Self {
+        Self {
+            through_linear: true,
             ..Self::new(name, shape, init)
         }
     }
@@ -205,19 +219,36 @@ impl ParamStore {
         })
     }
 
-    /// Mixed precision's working copy: every parameter cast to `dtype` (recorded, so the
-    /// gradients flow back to these f32 master variables, cast to f32). No variables of its own.
-    pub fn cast(&self, dtype: DType) -> candle_core::Result<Self> {
+    /// Mixed precision's working copy: every parameter cast to `dtype`. No variables of its
+    /// own. The casts of the parameters named in `linear` (read only through `kernels::linear`,
+    /// [`ParamSpec::through_linear`]) are detached and returned as `kernels::sink::Masters`: the linear
+    /// kernel adds the weight gradient it made in f32 straight into the f32 master's, with no
+    /// rounding to `dtype` and none of candle's cast backward. The others are recorded, so their
+    /// gradients flow back through the cast to the f32 master variables.
+    pub fn cast(
+        &self,
+        dtype: DType,
+        linear: &BTreeSet<String>,
+    ) -> candle_core::Result<(Self, Masters)> {
+        let mut masters = Masters::new();
         let tensors = self
             .tensors
             .iter()
-            .map(|(n, t)| Ok((n.clone(), t.to_dtype(dtype)?)))
+            .map(|(n, t)| {
+                if !linear.contains(n) {
+                    return Ok((n.clone(), t.to_dtype(dtype)?));
+                }
+                let c = t.detach().to_dtype(dtype)?;
+                masters.insert(c.id(), (t.id(), t.dtype()));
+                Ok((n.clone(), c))
+            })
             .collect::<candle_core::Result<_>>()?;
-        Ok(Self {
+        let store = Self {
             tensors,
             vars: Vec::new(),
             taken: RefCell::new(BTreeSet::new()),
-        })
+        };
+        Ok((store, masters))
     }
 
     /// The parameter called `name`; a model asking for a name its spec list lacks is a bug.

@@ -102,6 +102,38 @@ pub fn narrowed(
     }
 }
 
+/// A detached copy of tensor `t` in `dt`, converted on every thread (rounded once per element
+/// when narrowing): mixed precision's working copy of a weight whose gradient the sink takes.
+/// candle's `to_dtype` converts on one thread: 128 M parameters a step.
+pub fn cast_copy(t: &Tensor, dt: DType) -> Result<Tensor> {
+    let op = "cast";
+    let (s, l) = t.storage_and_layout();
+    let CpuStorage::F32(v) = cpu(op, &s)? else {
+        bail!("{op}: the master must be f32, not {:?}", t.dtype())
+    };
+    let Some((a, b)) = l.contiguous_offsets() else {
+        bail!("{op}: the master must be contiguous")
+    };
+    let v = &v[a..b];
+    match dt {
+        DType::BF16 => Tensor::from_vec(
+            v.par_iter()
+                .map(|&x| half::bf16::from_f32(x))
+                .collect::<Vec<_>>(),
+            t.shape(),
+            t.device(),
+        ),
+        DType::F16 => Tensor::from_vec(
+            v.par_iter()
+                .map(|&x| half::f16::from_f32(x))
+                .collect::<Vec<_>>(),
+            t.shape(),
+            t.device(),
+        ),
+        other => bail!("{op}: casts to bf16 or f16, not {other:?}"),
+    }
+}
+
 /// A row-major f32 buffer of `cols` columns as a gemm operand.
 pub fn row_major(v: &[f32], cols: usize) -> Operand {
     Operand {

@@ -5,6 +5,8 @@
 //! machine and the thread count, so `memscope bench` can say what fraction of the peak a step
 //! reaches without re-measuring.
 
+use crate::kernels::dot_bf16;
+use crate::kernels::product::Strided;
 use candle_core::{DType, Device, Tensor};
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
@@ -74,6 +76,9 @@ fn rate(work: f64, secs: &[f64]) -> Rate {
 }
 
 fn matmul_rate(name: &str, m: usize, k: usize, n: usize, dt: DType) -> anyhow::Result<ShapeRate> {
+    if dt == DType::BF16 && dot_bf16::available() {
+        return dot_rate(name, m, k, n);
+    }
     let dev = Device::Cpu;
     let a = Tensor::randn(0f32, 1.0, (m, k), &dev)?.to_dtype(dt)?; // (m, k)
     let b = Tensor::randn(0f32, 1.0, (k, n), &dev)?.to_dtype(dt)?; // (k, n)
@@ -89,6 +94,46 @@ fn matmul_rate(name: &str, m: usize, k: usize, n: usize, dt: DType) -> anyhow::R
         return Err(e.into());
     }
     let mut gflops = rate(flops, &secs);
+    gflops.best /= 1e9;
+    gflops.median /= 1e9;
+    Ok(ShapeRate {
+        name: name.into(),
+        m,
+        k,
+        n,
+        gflops,
+    })
+}
+
+/// The bf16 product the engine's linear layers run on this CPU (`kernels::dot_bf16`): (m, k)
+/// · (k, n) bf16 row-major operands into f32.
+fn dot_rate(name: &str, m: usize, k: usize, n: usize) -> anyhow::Result<ShapeRate> {
+    let vals = |len: usize| -> Vec<half::bf16> {
+        (0..len)
+            .map(|i| half::bf16::from_f32(((i * 7 % 23) as f32 - 11.0) / 16.0))
+            .collect()
+    };
+    let (a, b) = (vals(m * k), vals(k * n));
+    let mut c = vec![0f32; m * n];
+    let (lhs, rhs) = (
+        Strided {
+            ptr: a.as_ptr(),
+            rs: k,
+            cs: 1,
+        },
+        Strided {
+            ptr: b.as_ptr(),
+            rs: n,
+            cs: 1,
+        },
+    );
+    // SAFETY: `available` was checked; a is (m, k), b (k, n), c (m, n), all row-major.
+    let mut run =
+        || unsafe { dot_bf16::product((m, n, k), c.as_mut_ptr(), n, false, lhs, rhs, 1.0) };
+    run(); // first call: the thread pool starts
+    let secs = timed(5, &mut run);
+    std::hint::black_box(&c);
+    let mut gflops = rate(2.0 * m as f64 * k as f64 * n as f64, &secs);
     gflops.best /= 1e9;
     gflops.median /= 1e9;
     Ok(ShapeRate {
@@ -197,8 +242,14 @@ pub fn fingerprint(threads: usize) -> String {
                 .map(|l| l.split_whitespace().nth(1).unwrap_or("?").to_string())
         })
         .unwrap_or_else(|| "?".into());
+    // bf16 products on the dot-product kernel or widened to f32 (`MEMSCOPE_BF16_DOT=0`).
+    let bf16 = if dot_bf16::available() {
+        "dot"
+    } else {
+        "widened"
+    };
     format!(
-        "{model} | {} logical cores | L2 {} L3 {} | {mem} kB | {threads} threads | memscope {}",
+        "{model} | {} logical cores | L2 {} L3 {} | {mem} kB | {threads} threads | memscope {} | bf16 {bf16}",
         crate::measure::threads::all_cores(),
         cache(2),
         cache(3),

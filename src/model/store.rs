@@ -238,7 +238,7 @@ impl ParamStore {
                 if !linear.contains(n) {
                     return Ok((n.clone(), t.to_dtype(dtype)?));
                 }
-                let c = t.detach().to_dtype(dtype)?;
+                let c = crate::kernels::widen::cast_copy(t, dtype)?;
                 masters.insert(c.id(), (t.id(), t.dtype()));
                 Ok((n.clone(), c))
             })

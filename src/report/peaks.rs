@@ -37,8 +37,13 @@ pub fn render(p: &Peaks, source: &str) -> String {
         rows.push(row);
     }
     out += &render_table(&Table {
-        title: "Matmul through candle → gemm (5 runs after one warm-up; best is the ceiling)"
-            .into(),
+        title: if p.fingerprint.ends_with("bf16 dot") {
+            "Matmul: f32 and f16 through candle → gemm, bf16 on memscope's AVX-512 BF16 dot-product \
+             kernel, what the linear layers run (5 runs after one warm-up; best is the ceiling)"
+        } else {
+            "Matmul through candle → gemm (5 runs after one warm-up; best is the ceiling)"
+        }
+        .into(),
         header: header("dtype"),
         rows,
     });

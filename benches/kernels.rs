@@ -11,8 +11,9 @@
 use candle_core::{Device, Tensor, Var};
 use candle_nn::ParamsAdamW;
 use criterion::{black_box, criterion_group, Criterion, Throughput};
+use memscope::kernels::product::{self, Operand, Strided};
 use memscope::kernels::{
-    adamw::AdamW, attention, cross_entropy, gelu, layer_norm, linear, rms_norm, swiglu,
+    adamw::AdamW, attention, cross_entropy, dot_bf16, gelu, layer_norm, linear, rms_norm, swiglu,
 };
 use memscope::model::unfused;
 use std::path::PathBuf;
@@ -91,6 +92,16 @@ fn catalogue() -> Vec<(&'static str, f64, Ceiling)> {
         ),
         (
             "matmul/(256×768)@(768×3072)",
+            2.0 * (N * C * F) as f64,
+            Ceiling::Matmul,
+        ),
+        (
+            "bf16 product/dot",
+            2.0 * (N * C * F) as f64,
+            Ceiling::Matmul,
+        ),
+        (
+            "bf16 product/widened",
             2.0 * (N * C * F) as f64,
             Ceiling::Matmul,
         ),
@@ -202,6 +213,50 @@ fn matmul(c: &mut Criterion) {
     g.throughput(Throughput::Elements((2 * N * C * F) as u64));
     g.bench_function("(256×768)@(768×3072)", |b| {
         b.iter(|| black_box(&x).matmul(&w).unwrap())
+    });
+    g.finish();
+    // The linear layer's bf16 product, x (N, C) · W (F, C)ᵀ into f32, both ways the engine can
+    // run it: on AVX-512 BF16 dot products (`kernels::dot_bf16`, only where the CPU has them),
+    // and x widened to f32 with W read through f32 tiles (every other CPU).
+    let bf = |len: usize, k: usize| -> Vec<half::bf16> {
+        (0..len)
+            .map(|i| half::bf16::from_f32(((i * k % 23) as f32 - 11.0) / 16.0))
+            .collect()
+    };
+    let (xb, wb) = (bf(N * C, 7), bf(F * C, 5)); // x (N, C), W (F, C) row-major
+    let x_op = Strided {
+        ptr: xb.as_ptr(),
+        rs: C,
+        cs: 1,
+    };
+    let w_op = Strided {
+        ptr: wb.as_ptr(),
+        rs: 1,
+        cs: C,
+    }; // Wᵀ (C, F)
+    let mut y = vec![0f32; N * F];
+    let mut g = c.benchmark_group("bf16 product");
+    if dot_bf16::available() {
+        g.bench_function("dot", |b| {
+            // SAFETY: x (N, C), W (F, C) and y (N, F) have the extents given.
+            b.iter(|| unsafe {
+                dot_bf16::product((N, F, C), y.as_mut_ptr(), F, false, x_op, w_op, 1.0)
+            })
+        });
+    }
+    g.bench_function("widened", |b| {
+        b.iter(|| {
+            let x32: Vec<f32> = xb.iter().map(|v| v.to_f32()).collect();
+            let lhs = Operand {
+                ptr: x32.as_ptr(),
+                rs: C,
+                cs: 1,
+            };
+            // SAFETY: as above.
+            unsafe {
+                product::product_widening((N, F, C), y.as_mut_ptr(), F, false, lhs, w_op, 1.0)
+            }
+        })
     });
     g.finish();
 }

@@ -7,6 +7,7 @@
 pub mod backward;
 pub mod fits;
 pub mod graph;
+mod linear_backward;
 pub mod models;
 pub mod ops;
 pub mod sim;

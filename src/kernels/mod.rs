@@ -16,6 +16,7 @@ pub mod embedding;
 pub mod gelu;
 pub mod layer_norm;
 pub mod linear;
+pub mod linear_half;
 pub mod product;
 pub mod rms_norm;
 pub mod rope;

@@ -19,10 +19,11 @@ pub fn linear_kernel(
     let o = sim.shape(grad)[1];
     sim.add_matmul_flops(2, n, i, o); // dx = dy·W, dW = dyᵀ·x
     let half = sim.nodes[inputs[1]].dtype;
-    if half != 4 && sim.bf16_dot {
-        // bf16 on the dot-product kernel (`Linear::dot_backward`): db summed, dx made
-        // in f32 from dy and W as they are and narrowed, then dW made in f32 and
-        // narrowed; each product holds its packing buffers.
+    if half != 4 {
+        // bf16 / f16 (`kernels::linear_half`): db summed, dx made in f32 and narrowed, then dW
+        // made in f32 and narrowed (kept in f32 for a mixed-precision master, added in place
+        // when the sink already holds it). The largest of those moments, before the outputs
+        // exist here.
         let f = |e: usize| e as u64 * 4;
         let db32 = if inputs.len() == 3 { f(o) } else { 0 };
         let (dx32, dw32) = (f(n * i), f(i * o));
@@ -35,37 +36,27 @@ pub fn linear_kernel(
         } else {
             (i * o) as u64 * half
         };
-        let dw_mnk = if out_in { (o, i, n) } else { (i, o, n) };
-        let most = [
-            db32 + dx32 + dot_bf16::scratch_bytes((n, i, o)),
-            db32 + dx32 + dx_h,
-            db32 + dx_h + dw32 + dot_bf16::scratch_bytes(dw_mnk),
-            db32 + dx_h + dw32 + dw_h,
-        ];
-        sim.scratch(most.into_iter().max().unwrap_or(0));
-    } else if half != 4 {
-        // bf16 / f16 (`Linear::half_backward`): dy widened, db summed, dx made in f32
-        // through the weight's tiles and narrowed, then x widened and dW made in f32
-        // and narrowed. The largest of those moments, before the outputs exist here.
-        let f = |e: usize| e as u64 * 4;
-        let db32 = if inputs.len() == 3 { f(o) } else { 0 };
-        let (dy32, dx32, x32, dw32) = (f(n * o), f(n * i), f(n * i), f(i * o));
-        let dx_h = (n * i) as u64 * half;
-        let w = inputs[1];
-        let dw_h = if master.is_some()
-            || sunk.is_some_and(|_| sim.sink.as_ref().is_some_and(|s| s.contains_key(&w)))
-        {
-            0
+        let most = if sim.bf16_dot {
+            // On the dot-product kernel: dy, x and W read as they are; each product holds
+            // its packing buffers.
+            let dw_mnk = if out_in { (o, i, n) } else { (i, o, n) };
+            [
+                db32 + dx32 + dot_bf16::scratch_bytes((n, i, o)),
+                db32 + dx32 + dx_h,
+                db32 + dx_h + dw32 + dot_bf16::scratch_bytes(dw_mnk),
+                db32 + dx_h + dw32 + dw_h,
+            ]
         } else {
-            (i * o) as u64 * half
+            // Widened: dy32 lives until dW is made, x32 beside dW; dx through W's f32 tiles.
+            let (dy32, x32) = (f(n * o), f(n * i));
+            let tile = product::widening_scratch_bytes((n, i, o));
+            [
+                dy32 + db32 + dx32 + tile,
+                dy32 + db32 + dx32 + dx_h,
+                dy32 + db32 + dx_h + x32 + dw32,
+                db32 + dx_h + dw32 + dw_h,
+            ]
         };
-        let tile = product::widening_scratch_bytes((n, i, o));
-        let most = [
-            dy32 + db32 + dx32 + tile,
-            dy32 + db32 + dx32 + dx_h,
-            dy32 + db32 + dx_h + x32 + dw32,
-            db32 + dx_h + dw32 + dw_h,
-        ];
         sim.scratch(most.into_iter().max().unwrap_or(0));
     } else if !out_in {
         // dx = dy · Wᵀ reads the (I, O) weight column-major: the kernel holds dx and

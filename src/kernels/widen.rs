@@ -5,8 +5,9 @@
 
 use super::product::{Operand, Strided, Widen};
 use candle_core::backend::BackendStorage;
-use candle_core::{bail, CpuStorage, DType, InplaceOp1, Layout, Result, Tensor};
+use candle_core::{bail, CpuStorage, DType, InplaceOp1, Layout, Result, Shape, Tensor};
 use rayon::prelude::*;
+use std::borrow::Cow;
 
 /// In place: a bf16 / f16 gradient += an f32 one (rounded once per element).
 pub struct AddWidened<'a>(pub &'a [f32]);
@@ -76,13 +77,15 @@ pub fn widened(op: &str, s: &CpuStorage, l: &Layout) -> Result<Vec<f32>> {
     })
 }
 
-/// f32 results as a (rows, cols) tensor of `dt` (rounded once per element).
-pub fn narrowed(
-    v: Vec<f32>,
-    shape: (usize, usize),
+/// f32 values as a tensor of `shape` in `dt`, rounded once per element on every thread (an
+/// owned f32 buffer becomes the tensor as it is).
+pub fn narrowed<'a>(
+    v: impl Into<Cow<'a, [f32]>>,
+    shape: impl Into<Shape>,
     dt: DType,
     dev: &candle_core::Device,
 ) -> Result<Tensor> {
+    let v = v.into();
     match dt {
         DType::BF16 => Tensor::from_vec(
             v.par_iter()
@@ -98,15 +101,18 @@ pub fn narrowed(
             shape,
             dev,
         ),
-        _ => Tensor::from_vec(v, shape, dev),
+        _ => Tensor::from_vec(v.into_owned(), shape, dev),
     }
 }
 
-/// A detached copy of tensor `t` in `dt`, converted on every thread (rounded once per element
-/// when narrowing): mixed precision's working copy of a weight whose gradient the sink takes.
-/// candle's `to_dtype` converts on one thread: 128 M parameters a step.
+/// A detached copy of the f32 tensor `t` in `dt` (bf16 or f16), converted on every thread:
+/// mixed precision's working copy of a weight whose gradient the sink takes. candle's
+/// `to_dtype` converts on one thread: 128 M parameters a step.
 pub fn cast_copy(t: &Tensor, dt: DType) -> Result<Tensor> {
     let op = "cast";
+    if !matches!(dt, DType::BF16 | DType::F16) {
+        bail!("{op}: casts to bf16 or f16, not {dt:?}")
+    }
     let (s, l) = t.storage_and_layout();
     let CpuStorage::F32(v) = cpu(op, &s)? else {
         bail!("{op}: the master must be f32, not {:?}", t.dtype())
@@ -114,24 +120,7 @@ pub fn cast_copy(t: &Tensor, dt: DType) -> Result<Tensor> {
     let Some((a, b)) = l.contiguous_offsets() else {
         bail!("{op}: the master must be contiguous")
     };
-    let v = &v[a..b];
-    match dt {
-        DType::BF16 => Tensor::from_vec(
-            v.par_iter()
-                .map(|&x| half::bf16::from_f32(x))
-                .collect::<Vec<_>>(),
-            t.shape(),
-            t.device(),
-        ),
-        DType::F16 => Tensor::from_vec(
-            v.par_iter()
-                .map(|&x| half::f16::from_f32(x))
-                .collect::<Vec<_>>(),
-            t.shape(),
-            t.device(),
-        ),
-        other => bail!("{op}: casts to bf16 or f16, not {other:?}"),
-    }
+    narrowed(&v[a..b], t.dims(), dt, t.device())
 }
 
 /// A row-major f32 buffer of `cols` columns as a gemm operand.

@@ -19,6 +19,7 @@
 
 use super::elems::{self, fast_exp};
 use super::product::{product, Operand};
+use super::simd::vector;
 use crate::measure::op_timer::{op_scope, op_scope_in, Pass};
 use crate::model::scope;
 use candle_core::{bail, CpuStorage, CustomOp1, CustomOp3, DType, Layout, Result, Shape, Tensor};
@@ -271,17 +272,22 @@ fn forward(
                     dm.scale(),
                 );
             }
-            for i in 0..br {
-                let row = &mut p[i * dm.s..i * dm.s + n];
-                let seen = dm.visible(r0 + i);
-                let max = elems::max(&row[..seen]);
-                row[..seen].iter_mut().for_each(|x| *x = fast_exp(*x - max));
-                row[seen..].fill(0.0);
-                let sum = elems::sum_by(&row[..seen], |x| x);
-                let inv = 1.0 / sum;
-                row[..seen].iter_mut().for_each(|x| *x *= inv);
-                lse[r0 + i] = max + sum.ln();
-            }
+            vector(
+                #[inline(always)]
+                || {
+                    for i in 0..br {
+                        let row = &mut p[i * dm.s..i * dm.s + n];
+                        let seen = dm.visible(r0 + i);
+                        let max = elems::max(&row[..seen]);
+                        row[..seen].iter_mut().for_each(|x| *x = fast_exp(*x - max));
+                        row[seen..].fill(0.0);
+                        let sum = elems::sum_by(&row[..seen], |x| x);
+                        let inv = 1.0 / sum;
+                        row[..seen].iter_mut().for_each(|x| *x *= inv);
+                        lse[r0 + i] = max + sum.ln();
+                    }
+                },
+            );
             unsafe {
                 let dst = out.at(yv.at(b, h) + r0 * yv.st);
                 mm(
@@ -339,13 +345,18 @@ fn backward(
                     let qp = q.as_ptr().add(qv.at(b, h) + r0 * qv.st);
                     let dyp = dy.as_ptr().add(dyv.at(b, h) + r0 * dyv.st);
                     scores(&mut p, dm.s, qp, qv.st, kp, kv.st, (br, n, dm.d), scale);
-                    for i in 0..br {
-                        let row = &mut p[i * dm.s..i * dm.s + n];
-                        let seen = dm.visible(r0 + i);
-                        let l = lse[r0 + i];
-                        row[..seen].iter_mut().for_each(|x| *x = fast_exp(*x - l));
-                        row[seen..].fill(0.0);
-                    }
+                    vector(
+                        #[inline(always)]
+                        || {
+                            for i in 0..br {
+                                let row = &mut p[i * dm.s..i * dm.s + n];
+                                let seen = dm.visible(r0 + i);
+                                let l = lse[r0 + i];
+                                row[..seen].iter_mut().for_each(|x| *x = fast_exp(*x - l));
+                                row[seen..].fill(0.0);
+                            }
+                        },
+                    );
                     // dV[..n] += Pᵀ dY
                     mm(
                         (n, dm.d, br),
@@ -370,15 +381,20 @@ fn backward(
                         (1, vv.st),
                         1.0,
                     );
-                    for i in 0..br {
-                        let yr = &y[yv.at(b, h) + (r0 + i) * yv.st..][..dm.d];
-                        let dyr = &dy[dyv.at(b, h) + (r0 + i) * dyv.st..][..dm.d];
-                        let di = elems::dot(yr, dyr); // rowsum(dY ∘ Y)
-                        let (pr, dr) = (&p[i * dm.s..][..n], &mut ds[i * dm.s..][..n]);
-                        dr.iter_mut()
-                            .zip(pr)
-                            .for_each(|(d, &p)| *d = scale * p * (*d - di));
-                    }
+                    vector(
+                        #[inline(always)]
+                        || {
+                            for i in 0..br {
+                                let yr = &y[yv.at(b, h) + (r0 + i) * yv.st..][..dm.d];
+                                let dyr = &dy[dyv.at(b, h) + (r0 + i) * dyv.st..][..dm.d];
+                                let di = elems::dot(yr, dyr); // rowsum(dY ∘ Y)
+                                let (pr, dr) = (&p[i * dm.s..][..n], &mut ds[i * dm.s..][..n]);
+                                dr.iter_mut()
+                                    .zip(pr)
+                                    .for_each(|(d, &p)| *d = scale * p * (*d - di));
+                            }
+                        },
+                    );
                     // dQ = dS K[..n]; dK[..n] += dSᵀ Q
                     let dqp = g.dq.0.at(g.dq.1.at(b, h) + r0 * g.dq.1.st);
                     mm(

@@ -45,7 +45,7 @@ fn targets<'a>(s: &'a CpuStorage, l: &Layout) -> Result<&'a [u32]> {
 }
 
 /// max and log Σ exp(x − max) of one row.
-#[inline]
+#[inline(always)]
 fn max_lse(row: &[f32]) -> (f32, f32) {
     let max = elems::max(row);
     let sum = elems::sum_by(row, |x| fast_exp(x - max));
@@ -73,7 +73,10 @@ impl CustomOp2 for CrossEntropy {
         let shift: Vec<f32> = x
             .par_chunks(v)
             .map(|row| {
-                let (max, lse) = vector(|| max_lse(row));
+                let (max, lse) = vector(
+                    #[inline(always)]
+                    || max_lse(row),
+                );
                 lse + max
             })
             .collect();
@@ -138,21 +141,25 @@ impl CustomOp2 for CrossEntropyGrad<'_> {
             .zip(x.par_chunks(v * rows).zip(t.par_chunks(rows)))
             .enumerate()
             .for_each(|(task, (d, (x, t)))| {
-                vector(|| {
-                    for (r, ((d, x), &t)) in d.chunks_mut(v).zip(x.chunks(v)).zip(t).enumerate() {
-                        let shift = match saved {
-                            Some(s) => s[task * rows + r],
-                            None => {
-                                let (max, lse) = max_lse(x);
-                                lse + max
+                vector(
+                    #[inline(always)]
+                    || {
+                        for (r, ((d, x), &t)) in d.chunks_mut(v).zip(x.chunks(v)).zip(t).enumerate()
+                        {
+                            let shift = match saved {
+                                Some(s) => s[task * rows + r],
+                                None => {
+                                    let (max, lse) = max_lse(x);
+                                    lse + max
+                                }
+                            };
+                            for (d, &x) in d.iter_mut().zip(x) {
+                                *d = k * fast_exp(x - shift);
                             }
-                        };
-                        for (d, &x) in d.iter_mut().zip(x) {
-                            *d = k * fast_exp(x - shift);
+                            d[t as usize] -= k;
                         }
-                        d[t as usize] -= k;
-                    }
-                })
+                    },
+                )
             });
         Ok((
             elems::write("cross_entropy backward", d, s1.dtype())?,

@@ -138,15 +138,21 @@ pub fn fast_exp(x: f32) -> f32 {
     // x = n·ln2 + r, |r| ≤ ln2/2; exp(r) by a degree-6 polynomial; 2^n by the exponent bits.
     // Round to nearest by adding and subtracting 1.5·2²³: `f32::round` is a libm call
     // (`roundf`) on baseline x86-64 and would keep the loop scalar.
+    // The sum t = 1.5·2²³ + n holds n in its low mantissa bits, so 2^n's exponent bits come
+    // from t's bits with integer arithmetic: `n as i32` is a saturating conversion, which the
+    // compiler turns into a scalar convert-compare-select per element and the loop stays scalar.
     const SHIFT: f32 = 12_582_912.0;
-    let n = (x * std::f32::consts::LOG2_E + SHIFT) - SHIFT;
+    let t = x * std::f32::consts::LOG2_E + SHIFT;
+    let n = t - SHIFT;
     let r = x - n * 0.693_145_75 - n * 1.428_606_8e-6;
     let p = 1.0
         + r * (1.0
             + r * (0.5
                 + r * (0.166_666_67
                     + r * (0.041_666_668 + r * (0.008_333_334 + r * 0.001_388_889)))));
-    let bits = ((n as i32 + 127) as u32) << 23;
+    // t's bits are 0x4B40_0000 + n; shifting by 23 drops all but the 9 low bits of
+    // 0x40_0000 + n + 127, which leaves n + 127 (1 … 255 after the clamp) as the exponent.
+    let bits = t.to_bits().wrapping_add(127) << 23;
     p * f32::from_bits(bits)
 }
 

@@ -33,7 +33,12 @@ fn map(op: &str, s: &CpuStorage, l: &Layout, f: impl Fn(f32) -> f32 + Sync) -> R
     let chunk = rows_per_task(1);
     y.par_chunks_mut(chunk)
         .zip(x.par_chunks(chunk))
-        .for_each(|(y, x)| vector(|| y.iter_mut().zip(x).for_each(|(y, &x)| *y = f(x))));
+        .for_each(|(y, x)| {
+            vector(
+                #[inline(always)]
+                || y.iter_mut().zip(x).for_each(|(y, &x)| *y = f(x)),
+            )
+        });
     elems::write(op, y, s.dtype())
 }
 
@@ -79,15 +84,18 @@ impl candle_core::CustomOp2 for GeluGrad {
         dx.par_chunks_mut(chunk)
             .zip(x.par_chunks(chunk).zip(g.par_chunks(chunk)))
             .for_each(|(d, (x, g))| {
-                vector(|| {
-                    for i in 0..d.len() {
-                        let x = x[i];
-                        // s = σ(2u); d/dx x·s = s + x·2s(1 − s)·u'.
-                        let s = 1.0 / (1.0 + fast_exp(-2.0 * K * (x + A * x * x * x)));
-                        let du = K * (1.0 + 3.0 * A * x * x);
-                        d[i] = g[i] * (s + 2.0 * x * s * (1.0 - s) * du);
-                    }
-                })
+                vector(
+                    #[inline(always)]
+                    || {
+                        for i in 0..d.len() {
+                            let x = x[i];
+                            // s = σ(2u); d/dx x·s = s + x·2s(1 − s)·u'.
+                            let s = 1.0 / (1.0 + fast_exp(-2.0 * K * (x + A * x * x * x)));
+                            let du = K * (1.0 + 3.0 * A * x * x);
+                            d[i] = g[i] * (s + 2.0 * x * s * (1.0 - s) * du);
+                        }
+                    },
+                )
             });
         Ok((
             elems::write("gelu backward", dx, s1.dtype())?,

@@ -71,14 +71,19 @@ impl CustomOp3 for LayerNorm {
         y.par_chunks_mut(c * rows)
             .zip(x.par_chunks(c * rows))
             .for_each(|(y, x)| {
-                vector(|| {
-                    for (y, x) in y.chunks_mut(c).zip(x.chunks(c)) {
-                        let (mean, rstd) = moments(x, self.eps);
-                        for (((y, &x), &w), &b) in y.iter_mut().zip(x).zip(w.iter()).zip(b.iter()) {
-                            *y = (x - mean) * rstd * w + b;
+                vector(
+                    #[inline(always)]
+                    || {
+                        for (y, x) in y.chunks_mut(c).zip(x.chunks(c)) {
+                            let (mean, rstd) = moments(x, self.eps);
+                            for (((y, &x), &w), &b) in
+                                y.iter_mut().zip(x).zip(w.iter()).zip(b.iter())
+                            {
+                                *y = (x - mean) * rstd * w + b;
+                            }
                         }
-                    }
-                })
+                    },
+                )
             });
         Ok((
             elems::write("layer_norm", y, s1.dtype())?,
@@ -151,23 +156,26 @@ fn backward(x: &[f32], w: &[f32], g: &[f32], c: usize, eps: f32) -> (Vec<f32>, V
         .zip(x.par_chunks(c * rows).zip(g.par_chunks(c * rows)))
         .map(|(dx, (x, g))| {
             let (mut dw, mut db) = (vec![0f32; c], vec![0f32; c]);
-            vector(|| {
-                for ((dx, x), g) in dx.chunks_mut(c).zip(x.chunks(c)).zip(g.chunks(c)) {
-                    let (mean, rstd) = moments(x, eps);
-                    for (((dw, db), &g), &x) in dw.iter_mut().zip(db.iter_mut()).zip(g).zip(x) {
-                        let xh = (x - mean) * rstd;
-                        *dw += g * xh;
-                        *db += g;
+            vector(
+                #[inline(always)]
+                || {
+                    for ((dx, x), g) in dx.chunks_mut(c).zip(x.chunks(c)).zip(g.chunks(c)) {
+                        let (mean, rstd) = moments(x, eps);
+                        for (((dw, db), &g), &x) in dw.iter_mut().zip(db.iter_mut()).zip(g).zip(x) {
+                            let xh = (x - mean) * rstd;
+                            *dw += g * xh;
+                            *db += g;
+                        }
+                        let (s1, s2) = wg_sums(w, g, x, mean);
+                        let s2 = s2 * rstd; // Σ w·g·x̂
+                        let (m1, m2) = (s1 / c as f32, s2 / c as f32);
+                        for (((dx, &w), &g), &x) in dx.iter_mut().zip(w).zip(g).zip(x) {
+                            let xh = (x - mean) * rstd;
+                            *dx = rstd * (w * g - m1 - xh * m2);
+                        }
                     }
-                    let (s1, s2) = wg_sums(w, g, x, mean);
-                    let s2 = s2 * rstd; // Σ w·g·x̂
-                    let (m1, m2) = (s1 / c as f32, s2 / c as f32);
-                    for (((dx, &w), &g), &x) in dx.iter_mut().zip(w).zip(g).zip(x) {
-                        let xh = (x - mean) * rstd;
-                        *dx = rstd * (w * g - m1 - xh * m2);
-                    }
-                }
-            });
+                },
+            );
             (dw, db)
         })
         .collect();

@@ -58,14 +58,17 @@ impl CustomOp2 for RmsNorm {
         y.par_chunks_mut(c * rows)
             .zip(x.par_chunks(c * rows))
             .for_each(|(y, x)| {
-                vector(|| {
-                    for (y, x) in y.chunks_mut(c).zip(x.chunks(c)) {
-                        let r = rstd(x, self.eps);
-                        for ((y, &x), &w) in y.iter_mut().zip(x).zip(w.iter()) {
-                            *y = x * r * w;
+                vector(
+                    #[inline(always)]
+                    || {
+                        for (y, x) in y.chunks_mut(c).zip(x.chunks(c)) {
+                            let r = rstd(x, self.eps);
+                            for ((y, &x), &w) in y.iter_mut().zip(x).zip(w.iter()) {
+                                *y = x * r * w;
+                            }
                         }
-                    }
-                })
+                    },
+                )
             });
         Ok((elems::write("rms_norm", y, s1.dtype())?, l1.shape().clone()))
     }
@@ -101,19 +104,22 @@ fn backward(x: &[f32], w: &[f32], g: &[f32], c: usize, eps: f32) -> (Vec<f32>, V
         .zip(x.par_chunks(c * rows).zip(g.par_chunks(c * rows)))
         .map(|(dx, (x, g))| {
             let mut dw = vec![0f32; c];
-            vector(|| {
-                for ((dx, x), g) in dx.chunks_mut(c).zip(x.chunks(c)).zip(g.chunks(c)) {
-                    let r = rstd(x, eps);
-                    for ((dw, &g), &x) in dw.iter_mut().zip(g).zip(x) {
-                        *dw += g * x * r;
+            vector(
+                #[inline(always)]
+                || {
+                    for ((dx, x), g) in dx.chunks_mut(c).zip(x.chunks(c)).zip(g.chunks(c)) {
+                        let r = rstd(x, eps);
+                        for ((dw, &g), &x) in dw.iter_mut().zip(g).zip(x) {
+                            *dw += g * x * r;
+                        }
+                        let s = r * elems::sum_by3(w, g, x, |w, g, x| w * g * x); // Σ w·g·x̂
+                        let m = s / c as f32;
+                        for (((dx, &w), &g), &x) in dx.iter_mut().zip(w).zip(g).zip(x) {
+                            *dx = r * (w * g - x * r * m);
+                        }
                     }
-                    let s = r * elems::sum_by3(w, g, x, |w, g, x| w * g * x); // Σ w·g·x̂
-                    let m = s / c as f32;
-                    for (((dx, &w), &g), &x) in dx.iter_mut().zip(w).zip(g).zip(x) {
-                        *dx = r * (w * g - x * r * m);
-                    }
-                }
-            });
+                },
+            );
             dw
         })
         .collect();

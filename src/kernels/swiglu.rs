@@ -57,11 +57,14 @@ impl CustomOp2 for SwiGlu {
         y.par_chunks_mut(chunk)
             .zip(g.par_chunks(chunk).zip(u.par_chunks(chunk)))
             .for_each(|(y, (g, u))| {
-                vector(|| {
-                    for i in 0..y.len() {
-                        y[i] = g[i] * sigmoid(g[i]) * u[i];
-                    }
-                })
+                vector(
+                    #[inline(always)]
+                    || {
+                        for i in 0..y.len() {
+                            y[i] = g[i] * sigmoid(g[i]) * u[i];
+                        }
+                    },
+                )
             });
         Ok((elems::write("swiglu", y, s1.dtype())?, l1.shape().clone()))
     }
@@ -94,14 +97,17 @@ fn grads(g: &Tensor, u: &Tensor, dy: &Tensor) -> Result<(Tensor, Tensor)> {
                     .zip(g.par_chunks(chunk).zip(u.par_chunks(chunk)))
                     .zip(dy.par_chunks(chunk))
                     .for_each(|(((dg, du), (g, u)), dy)| {
-                        vector(|| {
-                            for i in 0..dg.len() {
-                                let s = sigmoid(g[i]);
-                                let silu = g[i] * s;
-                                du[i] = dy[i] * silu;
-                                dg[i] = dy[i] * u[i] * (s + silu * (1.0 - s));
-                            }
-                        })
+                        vector(
+                            #[inline(always)]
+                            || {
+                                for i in 0..dg.len() {
+                                    let s = sigmoid(g[i]);
+                                    let silu = g[i] * s;
+                                    du[i] = dy[i] * silu;
+                                    dg[i] = dy[i] * u[i] * (s + silu * (1.0 - s));
+                                }
+                            },
+                        )
                     });
                 Ok(())
             })

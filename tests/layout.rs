@@ -336,3 +336,43 @@ fn no_file_over_600_lines_of_non_test_code_without_a_reason() {
         "split these or say why in the header comment: {bad:?}"
     );
 }
+
+/// `kernels::simd::vector` compiles for AVX2 only what is inlined into it: a closure left out
+/// of line runs as baseline SSE2 code (most of them were, silently), so every call passes an
+/// `#[inline(always)]` closure.
+#[test]
+fn every_avx2_closure_is_inlined_into_the_avx2_function() {
+    let mut calls = 0;
+    let bad: Vec<String> = sources()
+        .into_iter()
+        .flat_map(|(f, t)| {
+            let mut bad = Vec::new();
+            for (i, _) in t.match_indices("vector(") {
+                let before = &t[..i];
+                if before.ends_with("fn ") || before.ends_with('_') || before.ends_with("::") {
+                    continue;
+                }
+                if before.ends_with(|c: char| c.is_alphanumeric()) {
+                    continue; // another name ending in `vector`
+                }
+                calls += 1;
+                if !t[i + "vector(".len()..]
+                    .trim_start()
+                    .starts_with("#[inline(always)]")
+                {
+                    let line = before.lines().count();
+                    bad.push(format!("{f}.rs:{line}"));
+                }
+            }
+            bad
+        })
+        .collect();
+    assert!(
+        calls >= 10,
+        "found only {calls} calls of vector(: the scan is broken"
+    );
+    assert!(
+        bad.is_empty(),
+        "pass `vector(#[inline(always)] || …)` so the closure is compiled for AVX2: {bad:?}"
+    );
+}

@@ -3,7 +3,10 @@
 //! x86-64 machine; the matmuls (the `gemm` crate) already dispatch at run time, but memscope's
 //! own loops (exp, sigmoid, norms, the optimizer) would stay on SSE2. [`vector`] runs a closure
 //! inside a function compiled with `avx2,fma`: the closure and everything it inlines (the slice
-//! helpers of `elems.rs`, `fast_exp`) are vectorised 8 lanes wide there. The arithmetic is the
+//! helpers of `elems.rs`, `fast_exp`) are vectorised 8 lanes wide there. Only what is inlined:
+//! a closure is its own function, compiled for baseline x86-64, and the compiler left most of
+//! them out of line (the AVX2 function was a tail call into SSE2 code), so every caller marks
+//! its closure `#[inline(always)]`, as must any helper it calls. The arithmetic is the
 //! same (no fused multiply-adds are introduced without `mul_add`, and reductions keep their
 //! explicit lane order), so results are bit-identical to the SSE2 path.
 
@@ -51,7 +54,10 @@ mod tests {
     fn the_vector_path_gives_the_same_bits_as_the_plain_one() {
         let xs: Vec<f32> = (0..1000).map(|i| (i as f32 * 0.37).sin() * 20.0).collect();
         let plain = sum_by(&xs, |x| fast_exp(x - 20.0));
-        let vec = vector(|| sum_by(&xs, |x| fast_exp(x - 20.0)));
+        let vec = vector(
+            #[inline(always)]
+            || sum_by(&xs, |x| fast_exp(x - 20.0)),
+        );
         assert_eq!(plain.to_bits(), vec.to_bits());
     }
 }

@@ -344,7 +344,10 @@ fn main() {
         }
     };
     let (bw, mm) = (peaks.bandwidth_gbs, peaks.matmul_gflops["f32"]);
-    println!("\nagainst this machine's ceilings ({threads} threads): triad {bw:.1} GB/s, f32 matmul {mm:.0} GFLOP/s");
+    println!(
+        "\nagainst this machine's ceilings ({threads} threads, {}): triad {bw:.1} GB/s, f32 matmul {mm:.0} GFLOP/s",
+        memscope::environment::isa()
+    );
     println!(
         "{:<34} {:>12} {:>14} {:>9}",
         "kernel", "median", "achieved", "of peak"

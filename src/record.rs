@@ -245,6 +245,10 @@ pub struct MicroStepMemory {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Environment {
     pub cpu_model: String,
+    /// The widest vector instructions the CPU offers the kernels (`avx512 + avx512_bf16`,
+    /// `avx2`, `sse2`); empty in Records written before it was recorded.
+    #[serde(default)]
+    pub isa: String,
     pub cores: usize,
     pub threads: usize,
     pub os: String,

@@ -159,6 +159,7 @@ fn bench_train_writes_a_complete_record_csv_and_markdown() {
     }
     for k in [
         "cpu_model",
+        "isa",
         "cores",
         "threads",
         "os",
@@ -169,6 +170,19 @@ fn bench_train_writes_a_complete_record_csv_and_markdown() {
         assert!(!r["environment"][k].is_null(), "environment.{k}");
     }
     assert_eq!(r["environment"]["candle_version"], "0.11.1");
+    let isa = r["environment"]["isa"].as_str().unwrap();
+    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap();
+    assert_eq!(
+        isa.starts_with("avx512"),
+        cpuinfo.contains(" avx512f"),
+        "environment.isa {isa:?} against /proc/cpuinfo"
+    );
+    assert!(
+        ["avx512", "avx2", "sse2"]
+            .iter()
+            .any(|p| isa.starts_with(p)),
+        "environment.isa {isa:?}"
+    );
     let losses = r["loss"].as_array().unwrap();
     assert!(losses.last().unwrap().as_f64() < losses.first().unwrap().as_f64());
 

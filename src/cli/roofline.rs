@@ -272,6 +272,7 @@ pub fn run(a: RooflineArgs) -> anyhow::Result<ExitCode> {
         new_tokens: p.spec.new_tokens,
         steps: p.spec.steps,
         threads: p.spec.threads,
+        isa: crate::environment::isa(),
         roofs: p.roofs,
         weights_bytes: p.profiled.model.param_bytes,
     };

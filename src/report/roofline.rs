@@ -18,6 +18,9 @@ pub struct Head {
     pub new_tokens: usize,
     pub steps: usize,
     pub threads: usize,
+    /// The CPU's vector instructions (`environment::isa`); empty in files written before it.
+    #[serde(default)]
+    pub isa: String,
     pub roofs: Roofs,
     pub weights_bytes: u64,
 }
@@ -181,10 +184,19 @@ const MODEL_NOTE: &str = "Bytes are the minimum: each input read once, each outp
 Roofs: matmul peak and best bandwidth from `memscope peaks`; overhead-bound = below 10% of the roof \
 at the op's intensity. Ops outside the timed kernels (candle's autograd, copies, the loop) are unattributed.";
 
+/// ", avx2" after the thread count, nothing when the file predates the field.
+fn isa_suffix(isa: &str) -> String {
+    if isa.is_empty() {
+        String::new()
+    } else {
+        format!(", {isa}")
+    }
+}
+
 pub fn terminal(h: &Head, secs: &[SectionReport]) -> String {
     let mut o = format!(
-        "roofline: {} {} batch {} seq {} ({} measured steps, {} threads); roofs {:.1} GFLOP/s, {:.1} GB/s, ridge {:.1} FLOP/B\n{}\n",
-        h.model, h.mode, h.batch, h.seq, h.steps, h.threads, h.roofs.matmul_gflops, h.roofs.bandwidth_gbs, h.roofs.ridge(), MODEL_NOTE
+        "roofline: {} {} batch {} seq {} ({} measured steps, {} threads{}); roofs {:.1} GFLOP/s, {:.1} GB/s, ridge {:.1} FLOP/B\n{}\n",
+        h.model, h.mode, h.batch, h.seq, h.steps, h.threads, isa_suffix(&h.isa), h.roofs.matmul_gflops, h.roofs.bandwidth_gbs, h.roofs.ridge(), MODEL_NOTE
     );
     for s in secs {
         let _ = write!(

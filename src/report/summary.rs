@@ -25,7 +25,7 @@ pub fn headline(r: &Record) -> String {
         _ => format!("batch {} × seq {}", s.batch, s.seq),
     };
     format!(
-        "{} ({}, {} params) · {} · {} · {} · {} thread{} · {} warm-up + {} measured steps",
+        "{} ({}, {} params) · {} · {} · {} · {} thread{}{} · {} warm-up + {} measured steps",
         r.model.name,
         r.model.family,
         thousands(r.model.params),
@@ -34,6 +34,10 @@ pub fn headline(r: &Record) -> String {
         s.dtype.name(),
         s.threads,
         if s.threads == 1 { "" } else { "s" },
+        match r.environment.isa.as_str() {
+            "" => String::new(),
+            isa => format!(" · {isa}"),
+        },
         s.warmup,
         s.steps
     )

@@ -118,8 +118,14 @@ pub fn records_table(records: &[(usize, String, &Record)]) -> String {
                 .rss_peak_bytes
                 .map_or("not measured".into(), |b| fmt_bytes(b as f64)),
             format!(
-                "{}, {} cores, {}",
-                r.environment.cpu_model, r.environment.cores, r.environment.os
+                "{}, {} cores{}, {}",
+                r.environment.cpu_model,
+                r.environment.cores,
+                match r.environment.isa.as_str() {
+                    "" => String::new(),
+                    isa => format!(", {isa}"),
+                },
+                r.environment.os
             ),
             format!(
                 "{} ({}), candle {}",

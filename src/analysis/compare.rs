@@ -69,6 +69,10 @@ pub struct Comparison {
     pub changes: Vec<Change>,
     /// Configurations only in one of two sweeps, or not ok in one of them.
     pub unmatched: Vec<String>,
+    /// How the two runs' machines differ (CPU, its vector instructions, threads): their timing
+    /// differences include the machine's. Empty when they ran alike.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub machines_differ: Vec<String>,
 }
 
 impl Comparison {
@@ -216,7 +220,27 @@ pub fn records(base: &Record, new: &Record, threshold: f64, p: &BootstrapParams)
         bootstrap: *p,
         changes,
         unmatched,
+        machines_differ: machines_differ(&base.environment, &new.environment),
     }
+}
+
+/// The ways two runs' environments differ that move timings: CPU model, vector instructions
+/// (an AVX2-only and an AVX-512 CPU run different kernels), threads. A field a Record predates
+/// (empty) is not compared.
+fn machines_differ(b: &crate::record::Environment, n: &crate::record::Environment) -> Vec<String> {
+    let mut out = Vec::new();
+    for (what, bv, nv) in [
+        ("CPU", &b.cpu_model, &n.cpu_model),
+        ("vector instructions", &b.isa, &n.isa),
+    ] {
+        if !bv.is_empty() && !nv.is_empty() && bv != nv {
+            out.push(format!("{what}: base {bv}, new {nv}"));
+        }
+    }
+    if b.threads != n.threads && b.threads > 0 && n.threads > 0 {
+        out.push(format!("threads: base {}, new {}", b.threads, n.threads));
+    }
+    out
 }
 
 /// Two sweeps, configurations matched by their label (model, mode, dtype, batch, seq, warm-up,
@@ -266,6 +290,7 @@ pub fn sweeps(base: &[Row], new: &[Row], threshold: f64, p: &BootstrapParams) ->
         bootstrap: *p,
         changes,
         unmatched,
+        machines_differ: Vec::new(),
     }
 }
 
@@ -280,5 +305,31 @@ mod tests {
         assert_eq!(verdict(0.01, Some([0.1, 0.2]), 0.02), Verdict::NoChange);
         assert_eq!(verdict(-0.3, Some([-2.0, -1.0]), 0.02), Verdict::Improved);
         assert_eq!(verdict(0.03, None, 0.02), Verdict::Regressed);
+    }
+
+    #[test]
+    fn runs_on_different_vector_instructions_or_threads_are_flagged() {
+        use crate::record::Environment;
+        let env = |cpu: &str, isa: &str, threads| Environment {
+            cpu_model: cpu.into(),
+            isa: isa.into(),
+            threads,
+            ..Environment::default()
+        };
+        let epyc = "AMD EPYC 9R14";
+        assert!(machines_differ(&env(epyc, "avx2", 2), &env(epyc, "avx2", 2)).is_empty());
+        assert_eq!(
+            machines_differ(&env(epyc, "avx2", 2), &env(epyc, "avx512", 4)),
+            [
+                "vector instructions: base avx2, new avx512",
+                "threads: base 2, new 4"
+            ]
+        );
+        // A Record written before `isa` was recorded leaves it out of the comparison.
+        assert!(machines_differ(&env(epyc, "", 2), &env(epyc, "avx512", 2)).is_empty());
+        assert_eq!(
+            machines_differ(&env(epyc, "avx2", 2), &env("Intel Xeon", "avx2", 2)),
+            ["CPU: base AMD EPYC 9R14, new Intel Xeon"]
+        );
     }
 }

@@ -82,6 +82,14 @@ pub fn to_markdown(base: &str, new: &str, c: &Comparison) -> String {
         c.bootstrap.resamples,
         c.bootstrap.seed
     );
+    if !c.machines_differ.is_empty() {
+        out += "**The two runs come from different machines or settings**: timing changes below \
+                include the machine's, not only the code's.\n\n";
+        for m in &c.machines_differ {
+            out += &format!("- {m}\n");
+        }
+        out += "\n";
+    }
     out += "| figure | base | new | change | CI of change | n (base / new) | verdict |\n";
     out += "|---|---:|---:|---:|---:|---:|---|\n";
     for ch in &c.changes {

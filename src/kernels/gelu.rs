@@ -27,6 +27,7 @@ struct Gelu {
     module: u16,
 }
 
+/// `f` on every element, on the AVX2 path (pass an `#[inline(always)]` closure: see `simd`).
 fn map(op: &str, s: &CpuStorage, l: &Layout, f: impl Fn(f32) -> f32 + Sync) -> Result<CpuStorage> {
     let x = elems::read(op, s, l)?;
     let mut y = vec![0f32; x.len()];
@@ -49,9 +50,13 @@ impl CustomOp1 for Gelu {
 
     fn cpu_fwd(&self, s: &CpuStorage, l: &Layout) -> Result<(CpuStorage, Shape)> {
         // ½(1 + tanh(u)) = σ(2u): no cancellation for large negative x.
-        let out = map("gelu", s, l, |x| {
-            x / (1.0 + fast_exp(-2.0 * K * (x + A * x * x * x)))
-        })?;
+        let out = map(
+            "gelu",
+            s,
+            l,
+            #[inline(always)]
+            |x| x / (1.0 + fast_exp(-2.0 * K * (x + A * x * x * x))),
+        )?;
         Ok((out, l.shape().clone()))
     }
 

@@ -40,7 +40,7 @@ struct LayerNorm {
 }
 
 /// Mean and 1/σ of one row.
-#[inline]
+#[inline(always)]
 pub(crate) fn moments(row: &[f32], eps: f32) -> (f32, f32) {
     let n = row.len() as f32;
     let mean = elems::sum_by(row, |x| x) / n;

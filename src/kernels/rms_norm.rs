@@ -32,7 +32,7 @@ struct RmsNorm {
     module: u16,
 }
 
-#[inline]
+#[inline(always)]
 fn rstd(row: &[f32], eps: f32) -> f32 {
     let ms = elems::sum_by(row, |x| x * x) / row.len() as f32;
     1.0 / (ms + eps).sqrt()

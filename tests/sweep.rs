@@ -241,6 +241,9 @@ fn sweep_with_a_hanging_second_worker(
         ])
         .arg(&jsonl)
         .env("MEMSCOPE_TEST_FAULT", "hang@1")
+        // The sweep's scratch directory inside the test's own: a parent killed outright leaves
+        // it behind (no handler runs), and the tempdir takes it away.
+        .env("TMPDIR", dir)
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()

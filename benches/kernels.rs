@@ -13,7 +13,8 @@ use candle_nn::ParamsAdamW;
 use criterion::{black_box, criterion_group, Criterion, Throughput};
 use memscope::kernels::product::{self, Operand, Strided};
 use memscope::kernels::{
-    adamw::AdamW, attention, cross_entropy, dot_bf16, gelu, layer_norm, linear, rms_norm, swiglu,
+    adamw::AdamW, attention, cross_entropy, dot_bf16, gelu, half_bits, layer_norm, linear,
+    rms_norm, swiglu,
 };
 use memscope::model::unfused;
 use std::path::PathBuf;
@@ -246,7 +247,7 @@ fn matmul(c: &mut Criterion) {
     }
     g.bench_function("widened", |b| {
         b.iter(|| {
-            let x32: Vec<f32> = xb.iter().map(|v| v.to_f32()).collect();
+            let x32 = half_bits::widened_vec(&xb);
             let lhs = Operand {
                 ptr: x32.as_ptr(),
                 rs: C,

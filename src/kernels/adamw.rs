@@ -4,7 +4,7 @@
 //! θ ← θ·(1 − lr·λ) − lr · m̂ / (√v̂ + ε). The moments are f32 whatever the parameter dtype,
 //! allocated once, at construction.
 
-use super::elems;
+use super::{elems, half_bits};
 use crate::measure::op_timer::{op_scope_in, Pass};
 use crate::model::scope;
 use candle_core::backend::BackendStorage;
@@ -131,7 +131,7 @@ impl InplaceOp2 for Step<'_> {
         }
         match s1 {
             CpuStorage::F32(p) => run!(p, |x: f32| x, |x: f32| x),
-            CpuStorage::BF16(p) => run!(p, |x: half::bf16| x.to_f32(), half::bf16::from_f32),
+            CpuStorage::BF16(p) => run!(p, half_bits::bf16_to_f32, half_bits::f32_to_bf16),
             CpuStorage::F16(p) => run!(p, |x: half::f16| x.to_f32(), half::f16::from_f32),
             other => bail!("adamw: unsupported parameter dtype {:?}", other.dtype()),
         }

@@ -1,9 +1,9 @@
 //! Reading and writing a contiguous CPU storage as f32, whatever its float dtype.
 
+use super::half_bits::{narrowed_vec, widened_vec};
 use candle_core::backend::BackendStorage;
 use candle_core::{bail, CpuStorage, DType, Layout, Result};
 use half::{bf16, f16};
-use rayon::prelude::*;
 use std::borrow::Cow;
 
 /// The elements of `s` under `l` as f32: borrowed when the storage is f32, widened otherwise
@@ -15,8 +15,8 @@ pub fn read<'a>(op: &str, s: &'a CpuStorage, l: &Layout) -> Result<Cow<'a, [f32]
     };
     Ok(match s {
         CpuStorage::F32(v) => Cow::Borrowed(&v[a..b]),
-        CpuStorage::BF16(v) => Cow::Owned(v[a..b].par_iter().map(|x| x.to_f32()).collect()),
-        CpuStorage::F16(v) => Cow::Owned(v[a..b].par_iter().map(|x| x.to_f32()).collect()),
+        CpuStorage::BF16(v) => Cow::Owned(widened_vec(&v[a..b])),
+        CpuStorage::F16(v) => Cow::Owned(widened_vec(&v[a..b])),
         CpuStorage::F64(v) => Cow::Owned(v[a..b].iter().map(|&x| x as f32).collect()),
         other => bail!("{op}: unsupported dtype {:?}", other.dtype()),
     })
@@ -27,8 +27,8 @@ pub fn read<'a>(op: &str, s: &'a CpuStorage, l: &Layout) -> Result<Cow<'a, [f32]
 pub fn write(op: &str, v: Vec<f32>, dtype: DType) -> Result<CpuStorage> {
     Ok(match dtype {
         DType::F32 => CpuStorage::F32(v),
-        DType::BF16 => CpuStorage::BF16(v.par_iter().map(|&x| bf16::from_f32(x)).collect()),
-        DType::F16 => CpuStorage::F16(v.par_iter().map(|&x| f16::from_f32(x)).collect()),
+        DType::BF16 => CpuStorage::BF16(narrowed_vec::<bf16>(&v)),
+        DType::F16 => CpuStorage::F16(narrowed_vec::<f16>(&v)),
         DType::F64 => CpuStorage::F64(v.into_iter().map(f64::from).collect()),
         other => bail!("{op}: unsupported dtype {other:?}"),
     })
@@ -159,6 +159,18 @@ pub fn fast_exp(x: f32) -> f32 {
 #[cfg(test)]
 mod tests {
     use super::{fast_exp, max, sum_by, sum_by3};
+    use crate::kernels::simd::vector;
+
+    #[test]
+    fn the_vector_path_gives_the_same_bits_as_the_plain_one() {
+        let xs: Vec<f32> = (0..1000).map(|i| (i as f32 * 0.37).sin() * 20.0).collect();
+        let plain = sum_by(&xs, |x| fast_exp(x - 20.0));
+        let vec = vector(
+            #[inline(always)]
+            || sum_by(&xs, |x| fast_exp(x - 20.0)),
+        );
+        assert_eq!(plain.to_bits(), vec.to_bits());
+    }
 
     #[test]
     fn lane_reductions_match_the_plain_ones_at_every_tail_length() {

@@ -7,8 +7,9 @@
 
 use super::dot_bf16;
 use super::elems::rows_per_task;
+use super::half_bits::Widen;
 use super::linear::{add_into, column_sums, Linear, Mat, Weight};
-use super::product::{product_widening, Strided, Widen};
+use super::product::{product_widening, Strided};
 use super::sink;
 use super::widen::{cpu, narrowed, row_major, strided, widened, AddWidened};
 use candle_core::backend::BackendStorage;

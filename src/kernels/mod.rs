@@ -14,6 +14,7 @@ pub mod dot_bf16;
 pub mod elems;
 pub mod embedding;
 pub mod gelu;
+pub mod half_bits;
 pub mod layer_norm;
 pub mod linear;
 pub mod linear_half;

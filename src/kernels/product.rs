@@ -18,8 +18,10 @@
 //! rows, the copy included. The buffer (at most 4 MiB) lives only during the call; the
 //! estimator charges it (`estimate::ops::product_scratch`).
 
-use super::transpose;
+use super::half_bits::Widen;
+use super::{simd, transpose};
 use gemm::Parallelism;
+use half::bf16;
 use rayon::prelude::*;
 
 /// A row-major operand: pointer to its (0, 0) element and its (row, column) strides.
@@ -125,32 +127,6 @@ pub fn scratch_bytes(mnk: (usize, usize, usize), rs: usize, cs: usize) -> u64 {
     transposed_tile(mnk, rs, cs).map_or(0, |(kb, nb)| (kb * nb * 4) as u64)
 }
 
-/// An element gemm's f32 products can read once widened: f32 itself, bf16, f16.
-pub trait Widen: Copy + Send + Sync + 'static {
-    fn widen(self) -> f32;
-}
-
-impl Widen for f32 {
-    #[inline(always)]
-    fn widen(self) -> f32 {
-        self
-    }
-}
-
-impl Widen for half::bf16 {
-    #[inline(always)]
-    fn widen(self) -> f32 {
-        self.to_f32()
-    }
-}
-
-impl Widen for half::f16 {
-    #[inline(always)]
-    fn widen(self) -> f32 {
-        self.to_f32()
-    }
-}
-
 /// A strided operand of any [`Widen`] element type: pointer to its (0, 0) element and its
 /// (row, column) strides.
 pub struct Strided<T> {
@@ -253,8 +229,10 @@ unsafe fn product_tiled<T: Widen>(
 }
 
 /// out (c, b) row-major f32 = the (c, b) operand `src`, widened. Adjacent rows (`rs == 1`, a
-/// transposed weight): 16 of its columns at a time (16 sequential streams), written as
-/// 16-element row pieces; otherwise row by row.
+/// transposed weight): 16 of its columns at a time (16 sequential streams) through register
+/// transposes (bf16 widened in registers, f16 through a widened copy of the 16 columns),
+/// written as 16-element row pieces; otherwise row by row (8 lanes wide when a row is
+/// contiguous).
 ///
 /// # Safety
 /// `src` must be valid for its (c, b) extent.
@@ -268,8 +246,17 @@ unsafe fn copy_row_major<T: Widen>(src: Strided<T>, (c, b): (usize, usize), out:
     if src.rs != 1 {
         out.par_chunks_mut(b).enumerate().for_each(|(kk, row)| {
             let from = s.0.ptr.add(kk * s.0.rs);
-            for (jj, o) in row.iter_mut().enumerate() {
-                *o = (*from.add(jj * s.0.cs)).widen();
+            if s.0.cs == 1 {
+                // A row-major half weight: each row widened 8 lanes wide.
+                let from = std::slice::from_raw_parts(from, row.len());
+                simd::vector(
+                    #[inline(always)]
+                    || row.iter_mut().zip(from).for_each(|(o, v)| *o = v.widen()),
+                );
+            } else {
+                for (jj, o) in row.iter_mut().enumerate() {
+                    *o = (*from.add(jj * s.0.cs)).widen();
+                }
             }
         });
         return;
@@ -291,14 +278,31 @@ unsafe fn copy_row_major<T: Widen>(src: Strided<T>, (c, b): (usize, usize), out:
                     });
                     transpose::columns8(&col, c, o.add(j0 + half), b);
                 }
-            } else if cols == R {
-                let col: [*const T; R] = std::array::from_fn(|r| s.0.ptr.add((j0 + r) * s.0.cs));
-                for kk in 0..c {
-                    let mut v = [0f32; R];
-                    for r in 0..R {
-                        v[r] = (*col[r].add(kk)).widen();
-                    }
-                    std::ptr::copy_nonoverlapping(v.as_ptr(), o.add(kk * b + j0), R);
+            } else if cols == R && std::any::TypeId::of::<T>() == std::any::TypeId::of::<bf16>() {
+                // bf16: widened in registers on the way through the same transposes.
+                for half in [0, R / 2] {
+                    let col: [*const bf16; 8] = std::array::from_fn(|r| {
+                        s.0.ptr.add((j0 + half + r) * s.0.cs) as *const bf16
+                    });
+                    transpose::columns8_bf16(&col, c, o.add(j0 + half), b);
+                }
+            } else if cols == R && c > 0 {
+                // f16: the 16 columns widened (each contiguous, 8 lanes wide) into
+                // f32 columns, then through the same register transposes.
+                let mut wide = vec![0f32; R * c]; // (R, c): column r at r · c
+                simd::vector(
+                    #[inline(always)]
+                    || {
+                        for (r, w) in wide.chunks_exact_mut(c).enumerate() {
+                            let col = std::slice::from_raw_parts(s.0.ptr.add((j0 + r) * s.0.cs), c);
+                            w.iter_mut().zip(col).for_each(|(w, v)| *w = v.widen());
+                        }
+                    },
+                );
+                for half in [0, R / 2] {
+                    let col: [*const f32; 8] =
+                        std::array::from_fn(|r| wide.as_ptr().add((half + r) * c));
+                    transpose::columns8(&col, c, o.add(j0 + half), b);
                 }
             } else {
                 for r in 0..cols {

@@ -1,7 +1,7 @@
 //! SGD with momentum applied in place (PyTorch's rule, no dampening): buf ← μ·buf + g,
 //! θ ← θ − lr·buf. The momentum buffer is f32, allocated once.
 
-use super::elems;
+use super::{elems, half_bits};
 use candle_core::backend::BackendStorage;
 use candle_core::{backprop::GradStore, bail, CpuStorage, InplaceOp2, Layout, Result, Var};
 use rayon::prelude::*;
@@ -83,7 +83,7 @@ impl InplaceOp2 for Step<'_> {
         }
         match s1 {
             CpuStorage::F32(p) => run!(p, |x: f32| x, |x: f32| x),
-            CpuStorage::BF16(p) => run!(p, |x: half::bf16| x.to_f32(), half::bf16::from_f32),
+            CpuStorage::BF16(p) => run!(p, half_bits::bf16_to_f32, half_bits::f32_to_bf16),
             CpuStorage::F16(p) => run!(p, |x: half::f16| x.to_f32(), half::f16::from_f32),
             other => bail!("sgd: unsupported parameter dtype {:?}", other.dtype()),
         }

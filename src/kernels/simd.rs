@@ -44,20 +44,3 @@ pub fn vector<R>(f: impl FnOnce() -> R) -> R {
 unsafe fn avx2_fma<R>(f: impl FnOnce() -> R) -> R {
     f()
 }
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::kernels::elems::{fast_exp, sum_by};
-
-    #[test]
-    fn the_vector_path_gives_the_same_bits_as_the_plain_one() {
-        let xs: Vec<f32> = (0..1000).map(|i| (i as f32 * 0.37).sin() * 20.0).collect();
-        let plain = sum_by(&xs, |x| fast_exp(x - 20.0));
-        let vec = vector(
-            #[inline(always)]
-            || sum_by(&xs, |x| fast_exp(x - 20.0)),
-        );
-        assert_eq!(plain.to_bits(), vec.to_bits());
-    }
-}

@@ -3,7 +3,9 @@
 //! narrowed back (rounded once per element), and an f32 gradient added into a half one in
 //! place.
 
-use super::product::{Operand, Strided, Widen};
+use super::half_bits::{narrowed_vec, Narrow, Widen};
+use super::product::{Operand, Strided};
+use super::simd::vector;
 use candle_core::backend::BackendStorage;
 use candle_core::{bail, CpuStorage, DType, InplaceOp1, Layout, Result, Shape, Tensor};
 use rayon::prelude::*;
@@ -22,15 +24,24 @@ impl InplaceOp1 for AddWidened<'_> {
         let Some((a, b)) = l.contiguous_offsets() else {
             bail!("{op}: the gradient must be contiguous")
         };
-        fn add<T: Widen>(g: &mut [T], d: &[f32], narrow: impl Fn(f32) -> T + Sync) {
-            g.par_iter_mut()
-                .zip(d)
-                .for_each(|(g, &d)| *g = narrow(g.widen() + d));
+        fn add<T: Narrow>(g: &mut [T], d: &[f32]) {
+            g.par_chunks_mut(16_384)
+                .zip(d.par_chunks(16_384))
+                .for_each(|(g, d)| {
+                    vector(
+                        #[inline(always)]
+                        || {
+                            g.iter_mut()
+                                .zip(d)
+                                .for_each(|(g, &d)| *g = T::narrow(g.widen() + d))
+                        },
+                    )
+                });
         }
         match s {
-            CpuStorage::BF16(g) => add(&mut g[a..b], self.0, half::bf16::from_f32),
-            CpuStorage::F16(g) => add(&mut g[a..b], self.0, half::f16::from_f32),
-            CpuStorage::F32(g) => add(&mut g[a..b], self.0, |x| x),
+            CpuStorage::BF16(g) => add(&mut g[a..b], self.0),
+            CpuStorage::F16(g) => add(&mut g[a..b], self.0),
+            CpuStorage::F32(g) => add(&mut g[a..b], self.0),
             other => bail!("{op}: unsupported dtype {:?}", other.dtype()),
         }
         Ok(())
@@ -63,9 +74,17 @@ pub fn widened(op: &str, s: &CpuStorage, l: &Layout) -> Result<Vec<f32>> {
             .enumerate()
             .for_each(|(row, o)| {
                 let base = off + row * rs;
-                o.iter_mut()
-                    .enumerate()
-                    .for_each(|(j, o)| *o = v[base + j * cs].widen());
+                if cs == 1 {
+                    let v = &v[base..base + o.len()];
+                    vector(
+                        #[inline(always)]
+                        || o.iter_mut().zip(v).for_each(|(o, v)| *o = v.widen()),
+                    )
+                } else {
+                    o.iter_mut()
+                        .enumerate()
+                        .for_each(|(j, o)| *o = v[base + j * cs].widen());
+                }
             });
         out
     }
@@ -87,20 +106,8 @@ pub fn narrowed<'a>(
 ) -> Result<Tensor> {
     let v = v.into();
     match dt {
-        DType::BF16 => Tensor::from_vec(
-            v.par_iter()
-                .map(|&x| half::bf16::from_f32(x))
-                .collect::<Vec<_>>(),
-            shape,
-            dev,
-        ),
-        DType::F16 => Tensor::from_vec(
-            v.par_iter()
-                .map(|&x| half::f16::from_f32(x))
-                .collect::<Vec<_>>(),
-            shape,
-            dev,
-        ),
+        DType::BF16 => Tensor::from_vec(narrowed_vec::<half::bf16>(&v), shape, dev),
+        DType::F16 => Tensor::from_vec(narrowed_vec::<half::f16>(&v), shape, dev),
         _ => Tensor::from_vec(v.into_owned(), shape, dev),
     }
 }

@@ -4,10 +4,11 @@
 //! θ ← θ·(1 − lr·λ) − lr · m̂ / (√v̂ + ε). The moments are f32 whatever the parameter dtype,
 //! allocated once, at construction.
 
-use super::{elems, half_bits};
+use super::elems;
+use super::half_bits::{Narrow, Widen};
+use super::simd::vector;
 use crate::measure::op_timer::{op_scope_in, Pass};
 use crate::model::scope;
-use candle_core::backend::BackendStorage;
 use candle_core::{backprop::GradStore, bail, CpuStorage, InplaceOp2, Layout, Result, Var};
 use candle_nn::ParamsAdamW;
 use rayon::prelude::*;
@@ -106,35 +107,36 @@ impl InplaceOp2 for Step<'_> {
         s2: &CpuStorage,
         l2: &Layout,
     ) -> Result<()> {
-        let g = elems::read("adamw gradient", s2, l2)?;
-        let Some((a, b)) = l1.contiguous_offsets() else {
-            bail!("adamw: the parameter must be contiguous")
-        };
         let (mut m, mut v) = (self.m.borrow_mut(), self.v.borrow_mut());
-        if g.len() != b - a || m.len() != b - a {
-            bail!("adamw: parameter, gradient and moments differ in size");
+        if m.len() != l1.shape().elem_count() {
+            bail!("adamw: parameter and moments differ in size");
         }
-        let h = self.h;
-        macro_rules! run {
-            ($p:expr, $to:expr, $from:expr) => {
-                $p[a..b]
-                    .par_chunks_mut(CHUNK)
-                    .zip(g.par_chunks(CHUNK))
-                    .zip(m.par_chunks_mut(CHUNK))
-                    .zip(v.par_chunks_mut(CHUNK))
-                    .for_each(|(((p, g), m), v)| {
+        let (m, v) = (&mut m[..], &mut v[..]);
+        elems::update_in_place("adamw", (s1, l1), (s2, l2), Moments(m, v, self.h))
+    }
+}
+
+/// One AdamW step over a parameter, its gradient and moments, on every thread, 8 lanes wide.
+struct Moments<'a>(&'a mut [f32], &'a mut [f32], Hyper);
+
+impl elems::Update for Moments<'_> {
+    fn run<P: Narrow, G: Widen>(&mut self, p: &mut [P], g: &[G]) -> Result<()> {
+        let h = self.2;
+        p.par_chunks_mut(CHUNK)
+            .zip(g.par_chunks(CHUNK))
+            .zip(self.0.par_chunks_mut(CHUNK))
+            .zip(self.1.par_chunks_mut(CHUNK))
+            .for_each(|(((p, g), m), v)| {
+                vector(
+                    #[inline(always)]
+                    || {
                         for i in 0..p.len() {
-                            p[i] = $from(h.update($to(p[i]), g[i], &mut m[i], &mut v[i]));
+                            let new = h.update(p[i].widen(), g[i].widen(), &mut m[i], &mut v[i]);
+                            p[i] = P::narrow(new);
                         }
-                    })
-            };
-        }
-        match s1 {
-            CpuStorage::F32(p) => run!(p, |x: f32| x, |x: f32| x),
-            CpuStorage::BF16(p) => run!(p, half_bits::bf16_to_f32, half_bits::f32_to_bf16),
-            CpuStorage::F16(p) => run!(p, |x: half::f16| x.to_f32(), half::f16::from_f32),
-            other => bail!("adamw: unsupported parameter dtype {:?}", other.dtype()),
-        }
+                    },
+                )
+            });
         Ok(())
     }
 }

@@ -1,6 +1,6 @@
 //! Reading and writing a contiguous CPU storage as f32, whatever its float dtype.
 
-use super::half_bits::{narrowed_vec, widened_vec};
+use super::half_bits::{narrowed_vec, widened_vec, Narrow, Widen};
 use candle_core::backend::BackendStorage;
 use candle_core::{bail, CpuStorage, DType, Layout, Result};
 use half::{bf16, f16};
@@ -32,6 +32,45 @@ pub fn write(op: &str, v: Vec<f32>, dtype: DType) -> Result<CpuStorage> {
         DType::F64 => CpuStorage::F64(v.into_iter().map(f64::from).collect()),
         other => bail!("{op}: unsupported dtype {other:?}"),
     })
+}
+
+/// An in-place update of a parameter from its gradient, generic over both element types.
+pub trait Update {
+    fn run<P: Narrow, G: Widen>(&mut self, p: &mut [P], g: &[G]) -> Result<()>;
+}
+
+/// Runs `f` on a contiguous parameter (f32, bf16 or f16) and its gradient: read in place when
+/// it has the parameter's dtype (widened per element inside the update), otherwise widened to
+/// an f32 copy first. `op` names the optimizer in errors.
+pub fn update_in_place(
+    op: &str,
+    (s1, l1): (&mut CpuStorage, &Layout),
+    (s2, l2): (&CpuStorage, &Layout),
+    mut f: impl Update,
+) -> Result<()> {
+    let Some((a, b)) = l1.contiguous_offsets() else {
+        bail!("{op}: the parameter must be contiguous")
+    };
+    let own = l2.contiguous_offsets().filter(|(ga, gb)| gb - ga == b - a);
+    match (s1, s2, own) {
+        (CpuStorage::F32(p), CpuStorage::F32(g), Some((ga, gb))) => f.run(&mut p[a..b], &g[ga..gb]),
+        (CpuStorage::BF16(p), CpuStorage::BF16(g), Some((ga, gb))) => {
+            f.run(&mut p[a..b], &g[ga..gb])
+        }
+        (CpuStorage::F16(p), CpuStorage::F16(g), Some((ga, gb))) => f.run(&mut p[a..b], &g[ga..gb]),
+        (s1, s2, _) => {
+            let g = read(&format!("{op} gradient"), s2, l2)?;
+            if g.len() != b - a {
+                bail!("{op}: parameter and gradient differ in size");
+            }
+            match s1 {
+                CpuStorage::F32(p) => f.run(&mut p[a..b], &g),
+                CpuStorage::BF16(p) => f.run(&mut p[a..b], &g),
+                CpuStorage::F16(p) => f.run(&mut p[a..b], &g),
+                other => bail!("{op}: unsupported parameter dtype {:?}", other.dtype()),
+            }
+        }
+    }
 }
 
 /// All of an f32 storage's elements, for kernels that index strided views themselves with

@@ -1,8 +1,9 @@
 //! SGD with momentum applied in place (PyTorch's rule, no dampening): buf ← μ·buf + g,
 //! θ ← θ − lr·buf. The momentum buffer is f32, allocated once.
 
-use super::{elems, half_bits};
-use candle_core::backend::BackendStorage;
+use super::elems;
+use super::half_bits::{Narrow, Widen};
+use super::simd::vector;
 use candle_core::{backprop::GradStore, bail, CpuStorage, InplaceOp2, Layout, Result, Var};
 use rayon::prelude::*;
 use std::cell::RefCell;
@@ -58,35 +59,36 @@ impl InplaceOp2 for Step<'_> {
         s2: &CpuStorage,
         l2: &Layout,
     ) -> Result<()> {
-        let g = elems::read("sgd gradient", s2, l2)?;
-        let Some((a, b)) = l1.contiguous_offsets() else {
-            bail!("sgd: the parameter must be contiguous")
-        };
         let mut buf = self.buf.borrow_mut();
-        if g.len() != b - a || buf.len() != b - a {
-            bail!("sgd: parameter, gradient and momentum buffer differ in size");
+        if buf.len() != l1.shape().elem_count() {
+            bail!("sgd: parameter and momentum buffer differ in size");
         }
-        let (lr, mu) = (self.lr, self.momentum);
-        macro_rules! run {
-            ($p:expr, $to:expr, $from:expr) => {
-                $p[a..b]
-                    .par_chunks_mut(16_384)
-                    .zip(g.par_chunks(16_384))
-                    .zip(buf.par_chunks_mut(16_384))
-                    .for_each(|((p, g), m)| {
+        let f = Momentum(&mut buf[..], self.lr, self.momentum);
+        elems::update_in_place("sgd", (s1, l1), (s2, l2), f)
+    }
+}
+
+/// One SGD-with-momentum step over a parameter, its gradient and momentum buffer, on every
+/// thread, 8 lanes wide.
+struct Momentum<'a>(&'a mut [f32], f32, f32);
+
+impl elems::Update for Momentum<'_> {
+    fn run<P: Narrow, G: Widen>(&mut self, p: &mut [P], g: &[G]) -> Result<()> {
+        let (lr, mu) = (self.1, self.2);
+        p.par_chunks_mut(16_384)
+            .zip(g.par_chunks(16_384))
+            .zip(self.0.par_chunks_mut(16_384))
+            .for_each(|((p, g), m)| {
+                vector(
+                    #[inline(always)]
+                    || {
                         for i in 0..p.len() {
-                            m[i] = mu * m[i] + g[i];
-                            p[i] = $from($to(p[i]) - lr * m[i]);
+                            m[i] = mu * m[i] + g[i].widen();
+                            p[i] = P::narrow(p[i].widen() - lr * m[i]);
                         }
-                    })
-            };
-        }
-        match s1 {
-            CpuStorage::F32(p) => run!(p, |x: f32| x, |x: f32| x),
-            CpuStorage::BF16(p) => run!(p, half_bits::bf16_to_f32, half_bits::f32_to_bf16),
-            CpuStorage::F16(p) => run!(p, |x: half::f16| x.to_f32(), half::f16::from_f32),
-            other => bail!("sgd: unsupported parameter dtype {:?}", other.dtype()),
-        }
+                    },
+                )
+            });
         Ok(())
     }
 }

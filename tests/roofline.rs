@@ -272,6 +272,23 @@ fn roofline_without_peaks_names_the_fix() {
         "1",
     ]));
     assert!(e.contains("memscope peaks") && e.contains("--roofs"), "{e}");
+    // With the bf16 dot products turned off the peaks measured with them on do not apply:
+    // the fix names the variable (on CPUs without the instruction there is one path only).
+    let e = stderr_of(
+        memscope()
+            .env("MEMSCOPE_CACHE_DIR", dir.path())
+            .env("MEMSCOPE_BF16_DOT", "0")
+            .args(["roofline", "--model", "tiny-gpt2", "--steps", "1"]),
+    );
+    let has_dot = std::fs::read_to_string("/proc/cpuinfo")
+        .unwrap()
+        .lines()
+        .any(|l| l.starts_with("flags") && l.contains(" avx512_bf16") && l.contains(" avx512f"));
+    assert_eq!(
+        e.contains("`MEMSCOPE_BF16_DOT=0 memscope peaks --threads"),
+        has_dot,
+        "{e}"
+    );
     let e = stderr_of(memscope().args(["roofline", "--model", "tiny-bert", "--roofs", "1:1"]));
     assert!(e.contains("--model tiny-bert"), "{e}");
 }

@@ -73,9 +73,17 @@ fn roofs(flag: &Option<String>, threads: usize, dtype: &str) -> anyhow::Result<R
         });
     }
     let Some(p) = crate::measure::peaks::cached(threads) else {
+        // Peaks are cached per bf16 path too: with the dot products turned off, the peaks
+        // measured with them on do not apply.
+        let (path, env) =
+            if crate::kernels::dot_bf16::cpu_has_it() && !crate::kernels::dot_bf16::available() {
+                (" with bf16 products widened", "MEMSCOPE_BF16_DOT=0 ")
+            } else {
+                ("", "")
+            };
         bail!(
-            "no measured peaks cached for {threads} threads: run `memscope peaks --threads \
-             {threads}` first (about a minute), or pass --roofs GFLOPS:GBS"
+            "no measured peaks cached for {threads} threads{path}: run `{env}memscope peaks \
+             --threads {threads}` first (about a minute), or pass --roofs GFLOPS:GBS"
         );
     };
     Ok(Roofs {

@@ -20,11 +20,12 @@ pub fn bf16_to_f32(h: bf16) -> f32 {
 }
 
 /// f32 → bf16, rounded to nearest even (a NaN keeps its top mantissa bits and gets its quiet
-/// bit, as `half` does). No overflow: the largest non-NaN pattern, -inf, is 0xff80_0000.
+/// bit, as `half` does). The rounding sum wraps only for NaN patterns (the largest non-NaN
+/// one, -inf, is 0xff80_0000), whose sum is discarded.
 #[inline(always)]
 pub fn f32_to_bf16(x: f32) -> bf16 {
     let x = x.to_bits();
-    let rounded = (x + 0x7fff + ((x >> 16) & 1)) >> 16;
+    let rounded = x.wrapping_add(0x7fff + ((x >> 16) & 1)) >> 16;
     let nan = (x >> 16) | 0x0040;
     bf16::from_bits(if x & 0x7fff_ffff > 0x7f80_0000 {
         nan

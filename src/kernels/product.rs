@@ -230,9 +230,8 @@ unsafe fn product_tiled<T: Widen>(
 
 /// out (c, b) row-major f32 = the (c, b) operand `src`, widened. Adjacent rows (`rs == 1`, a
 /// transposed weight): 16 of its columns at a time (16 sequential streams) through register
-/// transposes (bf16 widened in registers, f16 through a widened copy of the 16 columns),
-/// written as 16-element row pieces; otherwise row by row (8 lanes wide when a row is
-/// contiguous).
+/// transposes (bf16 widened in registers; f16 element by element), written as 16-element
+/// row pieces; otherwise row by row (8 lanes wide when a row is contiguous).
 ///
 /// # Safety
 /// `src` must be valid for its (c, b) extent.
@@ -286,23 +285,15 @@ unsafe fn copy_row_major<T: Widen>(src: Strided<T>, (c, b): (usize, usize), out:
                     });
                     transpose::columns8_bf16(&col, c, o.add(j0 + half), b);
                 }
-            } else if cols == R && c > 0 {
-                // f16: the 16 columns widened (each contiguous, 8 lanes wide) into
-                // f32 columns, then through the same register transposes.
-                let mut wide = vec![0f32; R * c]; // (R, c): column r at r · c
-                simd::vector(
-                    #[inline(always)]
-                    || {
-                        for (r, w) in wide.chunks_exact_mut(c).enumerate() {
-                            let col = std::slice::from_raw_parts(s.0.ptr.add((j0 + r) * s.0.cs), c);
-                            w.iter_mut().zip(col).for_each(|(w, v)| *w = v.widen());
-                        }
-                    },
-                );
-                for half in [0, R / 2] {
-                    let col: [*const f32; 8] =
-                        std::array::from_fn(|r| wide.as_ptr().add((half + r) * c));
-                    transpose::columns8(&col, c, o.add(j0 + half), b);
+            } else if cols == R {
+                // f16: element by element (a register path for it was never measured).
+                let col: [*const T; R] = std::array::from_fn(|r| s.0.ptr.add((j0 + r) * s.0.cs));
+                for kk in 0..c {
+                    let mut v = [0f32; R];
+                    for r in 0..R {
+                        v[r] = (*col[r].add(kk)).widen();
+                    }
+                    std::ptr::copy_nonoverlapping(v.as_ptr(), o.add(kk * b + j0), R);
                 }
             } else {
                 for r in 0..cols {

@@ -6,7 +6,10 @@ For each case and each of --rounds rounds, runs `memscope bench` (A) and then
 `scripts/torch_reference.py --impl transformers` (B; `--impl eager` for memscope's models
 re-written in PyTorch eager), each as a fresh process with the same model config, batch, sequence,
 dtype, threads, seed, warm-up and measured steps. The header names the CPU and its vector ISA
-(avx512 / avx2, from /proc/cpuinfo). Prints per case:
+(avx512 / avx2, from /proc/cpuinfo). `--isa avx2` measures what an AVX2-only CPU runs, on an
+AVX-512 one: torch with ATEN_CPU_CAPABILITY=avx2, MKL_ENABLE_INSTRUCTIONS=AVX2 and
+ONEDNN_MAX_CPU_ISA=AVX2, against a memscope built with `cargo build --release
+--no-default-features` (checked from its Record). Prints per case:
 - the median step time (ms) of both per round and the ratio memscope/torch per round, then the
   median of the ratios and their min–max (spread);
 - the per-phase medians (forward, backward, optimizer for train);
@@ -73,6 +76,16 @@ def isa() -> str:
     return "avx2" if "avx2" in flags else "no avx2"
 
 
+# What caps torch's kernels at AVX2: ATen's dispatch, MKL (BLAS) and oneDNN.
+TORCH_AVX2_ENV = {"ATEN_CPU_CAPABILITY": "avx2", "MKL_ENABLE_INSTRUCTIONS": "AVX2",
+                  "ONEDNN_MAX_CPU_ISA": "AVX2"}
+
+
+def isa_label(a) -> str:
+    """The ISA both sides run: the CPU's, or AVX2 capped on it (`--isa avx2`)."""
+    return isa() if a.isa == "native" else f"avx2 (capped; the CPU has {isa()})"
+
+
 def cpu_model() -> str:
     try:
         for ln in open("/proc/cpuinfo"):
@@ -103,6 +116,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--cases", default="a,b,c,d,e",
                     help="comma list of cases: " + "; ".join(f"{k} = {v['title']}"
                                                                for k, v in CASES.items()))
+    ap.add_argument("--isa", choices=["native", "avx2"], default="native",
+                    help="native: both sides use what the CPU has (default); avx2: both capped at "
+                         "AVX2 on an AVX-512 CPU (memscope must be built with "
+                         "--no-default-features)")
     ap.add_argument("--timeout", type=float, default=None,
                     help="seconds before one run is killed (default: none)")
     ap.add_argument("--json", metavar="FILE", help="write all raw Records and ratios here")
@@ -190,6 +207,20 @@ def run_one(kind: str, cmd: list[str], out: Path, env: dict, timeout) -> tuple[d
     rec["_process_wall_seconds"] = wall
     rec["_other_cpu_pct"] = other_pct
     return rec, ""
+
+
+def isa_mismatch(kind: str, rec: dict, a) -> str:
+    """Error text when a run's Record shows it did not run the ISA asked for ('' when it did)."""
+    got = rec.get("environment", {}).get("isa") or "?"
+    if a.isa != "avx2":
+        return ""
+    if kind == "memscope" and not got.startswith("avx2"):
+        return (f"--isa avx2: {a.memscope} runs {got} kernels; build an AVX2 engine with "
+                "`cargo build --release --no-default-features --target-dir target/avx2` and pass "
+                "--memscope target/avx2/release/memscope")
+    if kind == "torch" and got not in ("avx2", "?"):
+        return f"--isa avx2: torch ran its {got} kernels despite ATEN_CPU_CAPABILITY=avx2"
+    return ""
 
 
 def step_ms(rec: dict) -> float:
@@ -348,7 +379,7 @@ def summarize_case(rounds: list[dict]) -> dict:
 
 def overview(results: dict, a) -> str:
     """All cases in one table: step ratio median and spread, RSS peaks, the torch side's AdamW."""
-    lines = [f"## all cases · ISA {isa()} · {a.threads} threads · {a.dtype} · torch side: {a.impl}",
+    lines = [f"## all cases · ISA {isa_label(a)} · {a.threads} threads · {a.dtype} · torch side: {a.impl}",
              "",
              "| case | memscope ms | torch ms | memscope/torch (median, min – max) | "
              "RSS peak memscope | RSS peak torch | AdamW (torch) |",
@@ -376,7 +407,7 @@ def main(argv=None) -> int:
         return 2
     common = ["--threads", str(a.threads), "--warmup", str(a.warmup), "--steps", str(a.steps),
               "--seed", str(a.seed), "--dtype", a.dtype]
-    print(f"# memscope vs {a.impl} · CPU {cpu_model()} · ISA {isa()} · {os.cpu_count()} cores · "
+    print(f"# memscope vs {a.impl} · CPU {cpu_model()} · ISA {isa_label(a)} · {os.cpu_count()} cores · "
           f"{a.threads} threads · {a.dtype} · {a.rounds} interleaved rounds\n", flush=True)
     env_m = dict(os.environ)
     env_t = dict(os.environ)
@@ -384,6 +415,8 @@ def main(argv=None) -> int:
     # from starting more threads than that before it runs.
     for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
         env_t[k] = str(a.threads)
+    if a.isa == "avx2":
+        env_t.update(TORCH_AVX2_ENV)
     results = {"settings": {k: v for k, v in vars(a).items() if k != "case_list"},
                "cases": {}}
     failed = False
@@ -406,6 +439,9 @@ def main(argv=None) -> int:
                     print(f"[{key} round {i}/{a.rounds}] {kind}: {' '.join(cmd)}", file=sys.stderr,
                           flush=True)
                     rec, err = run_one(kind, cmd, out, env, a.timeout)
+                    if rec and not err:
+                        err = isa_mismatch(kind, rec, a)
+                        rec = None if err else rec
                     r[kind] = rec
                     if err:
                         r["errors"].append(err)

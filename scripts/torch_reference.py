@@ -951,6 +951,9 @@ def run(args, interpreter_rss, baseline_rss, baseline_hwm, import_seconds, torch
             "engine": engine, "python": platform.python_version(),
             "torch_num_threads": torch.get_num_threads(),
             "torch_parallel_info": parallel_backend(torch),
+            # The vector ISA ATen's kernels run (ATEN_CPU_CAPABILITY caps it) and MKL's cap.
+            "isa": torch.backends.cpu.get_cpu_capability().lower(),
+            "mkl_enable_instructions": os.environ.get("MKL_ENABLE_INSTRUCTIONS"),
         },
         "started_at": started_at,
         "wall_seconds": time.perf_counter() - wall0,

@@ -25,13 +25,17 @@ pub fn capture(threads: usize) -> Environment {
     }
 }
 
-/// The widest vector instructions this CPU offers memscope's kernels: `avx512 + avx512_bf16`,
+/// The widest vector instructions memscope's kernels use on this CPU: `avx512 + avx512_bf16`,
 /// `avx512`, `avx2`, `sse2` on x86-64 (gemm and `kernels::simd` choose theirs at run time), the
-/// architecture's name elsewhere. Figures from an AVX2-only and an AVX-512 machine differ.
+/// architecture's name elsewhere. Figures from an AVX2-only and an AVX-512 machine differ. A
+/// build without the `avx512` feature says `avx2 (AVX-512 CPU, build without avx512)` there.
 pub fn isa() -> String {
     #[cfg(target_arch = "x86_64")]
     {
         use std::arch::is_x86_feature_detected as has;
+        if has!("avx512f") && !cfg!(feature = "avx512") {
+            return "avx2 (AVX-512 CPU, build without avx512)".into();
+        }
         if has!("avx512f") {
             return if has!("avx512bf16") {
                 "avx512 + avx512_bf16".into()
@@ -61,4 +65,29 @@ fn cpu_model() -> Option<String> {
 fn os() -> Option<String> {
     let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").ok()?;
     Some(format!("{} {}", std::env::consts::OS, release.trim()))
+}
+
+#[cfg(test)]
+mod tests {
+    /// The Record names the kernels this build runs: an AVX-512 CPU runs AVX2 ones in a build
+    /// without the `avx512` feature (`cargo test --release --no-default-features`, run by CI).
+    #[test]
+    #[cfg(target_arch = "x86_64")]
+    fn isa_names_the_kernels_this_build_runs() {
+        let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").expect("/proc/cpuinfo");
+        let flags = cpuinfo
+            .lines()
+            .find(|l| l.starts_with("flags"))
+            .expect("a flags line in /proc/cpuinfo");
+        let has = |f: &str| flags.split_whitespace().any(|x| x == f);
+        let isa = super::isa();
+        let want = match (has("avx512f"), cfg!(feature = "avx512")) {
+            (true, false) => "avx2 (AVX-512 CPU, build without avx512)",
+            (true, true) if has("avx512_bf16") => "avx512 + avx512_bf16",
+            (true, true) => "avx512",
+            (false, _) if has("avx2") && has("fma") => "avx2",
+            (false, _) => "sse2",
+        };
+        assert_eq!(isa, want);
+    }
 }

@@ -42,11 +42,13 @@ pub fn available() -> bool {
     *ON.get_or_init(|| cpu_has_it() && std::env::var("MEMSCOPE_BF16_DOT").as_deref() != Ok("0"))
 }
 
-/// Whether this CPU has the bf16 dot-product instruction.
+/// Whether this CPU has the bf16 dot-product instruction and this build may use it (the
+/// `avx512` cargo feature, on by default).
 pub fn cpu_has_it() -> bool {
     #[cfg(target_arch = "x86_64")]
     {
-        std::arch::is_x86_feature_detected!("avx512f")
+        cfg!(feature = "avx512")
+            && std::arch::is_x86_feature_detected!("avx512f")
             && std::arch::is_x86_feature_detected!("avx512bf16")
     }
     #[cfg(not(target_arch = "x86_64"))]
@@ -262,7 +264,9 @@ mod tests {
     #[test]
     fn products_equal_the_exact_sum_in_every_layout_or_the_cpu_lacks_the_instruction() {
         let flags = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
-        let has = flags.contains(" avx512f") && flags.contains(" avx512_bf16");
+        let has = cfg!(feature = "avx512")
+            && flags.contains(" avx512f")
+            && flags.contains(" avx512_bf16");
         assert_eq!(
             cpu_has_it(),
             has,

@@ -218,7 +218,8 @@ pub fn measure(
 }
 
 /// What identifies this machine's ceilings: CPU model, logical cores, cache sizes, memory,
-/// the thread count and memscope's version (a new engine may reach a different peak).
+/// the thread count, memscope's version (a new engine may reach a different peak) and the ISA
+/// its kernels use.
 pub fn fingerprint(threads: usize) -> String {
     let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
     let model = cpuinfo
@@ -248,12 +249,14 @@ pub fn fingerprint(threads: usize) -> String {
     } else {
         "widened"
     };
+    // The kernels' ISA: a build without the `avx512` feature runs gemm's AVX2 kernels.
     format!(
-        "{model} | {} logical cores | L2 {} L3 {} | {mem} kB | {threads} threads | memscope {} | bf16 {bf16}",
+        "{model} | {} logical cores | L2 {} L3 {} | {mem} kB | {threads} threads | memscope {} | bf16 {bf16} | {}",
         crate::measure::threads::all_cores(),
         cache(2),
         cache(3),
-        env!("CARGO_PKG_VERSION")
+        env!("CARGO_PKG_VERSION"),
+        crate::environment::isa()
     )
 }
 

@@ -15,8 +15,8 @@ pub fn linear_kernel(
     sunk: Option<Id>,
     master: Option<Id>,
 ) {
-    let (n, i) = (sim.shape(inputs[0])[0], sim.shape(inputs[0])[1]);
-    let o = sim.shape(grad)[1];
+    let (n, i) = sim.rows(inputs[0]);
+    let o = sim.rows(grad).1;
     sim.add_matmul_flops(2, n, i, o); // dx = dy·W, dW = dyᵀ·x
     let half = sim.nodes[inputs[1]].dtype;
     if half != 4 {

@@ -220,11 +220,9 @@ impl Built<'_> {
             p.get("lm_head.weight")
         };
         let h = layer_norm(sim, x, lw, lb); // (B, T, C)
-        let h2 = sim.reshape(h, &[b * t, c]); // (N, C)
         sim.kind = "logits";
-        let logits = linear(sim, h2, lm, None); // (N, V)
-        let out = sim.reshape(logits, &[b, t, cfg.vocab_size]); // (B, T, V)
-        drop_all(sim, &[x, h, h2, logits]);
+        let out = linear(sim, h, lm, None); // (B, T, V)
+        drop_all(sim, &[x, h]);
         if let Some(m) = mask {
             sim.release(m);
         }
@@ -300,52 +298,44 @@ impl Built<'_> {
         offset: usize,
     ) -> Id {
         let cfg = self.cfg;
-        let (b, t, c) = (sim.shape(x)[0], sim.shape(x)[1], sim.shape(x)[2]);
+        let (b, t) = (sim.shape(x)[0], sim.shape(x)[1]);
         let (nh, hd) = (cfg.n_heads, cfg.head_dim());
         sim.enter(&scope::norms(i));
         sim.kind = "norms";
-        let ln = layer_norm(sim, x, w[0], w[1]);
-        let h = sim.reshape(ln, &[b * t, c]); // (N, C)
+        let ln = layer_norm(sim, x, w[0], w[1]); // (B, T, C)
         sim.enter(&scope::attention(i));
         sim.kind = "attention input (qkv)";
-        let qkv = conv1d(sim, h, w[2], w[3]); // (N, 3C)
+        let qkv = conv1d(sim, ln, w[2], w[3]); // (B, T, 3C)
         let y2 = if cache.is_none() && !self.naive {
             // The kernel reads Q, K and V in place in the packed projection.
-            let q3 = sim.reshape(qkv, &[b, t, 3 * c]);
-            let y = attention_kernel(sim, &[q3], (b, nh, t, t, hd), true); // (B, T, C)
-            let y2 = sim.reshape(y, &[b * t, c]); // (N, C)
-            drop_all(sim, &[q3, y]);
-            y2
+            attention_kernel(sim, &[qkv], (b, nh, t, t, hd), true) // (B, T, C)
         } else {
             let r = sim.reshape(qkv, &[b, t, 3, nh, hd]);
             let pm = sim.permute(r, &[2, 0, 3, 1, 4]); // (3, B, H, T, D)
             let parts: Vec<Id> = (0..3).map(|j| sim.get(pm, j)).collect(); // q, k, v views
             let (k, v) = append(sim, cache, parts[1], parts[2], offset); // (B, H, S, D)
-            let y2 = attention(sim, self.naive, parts[0], k, v, mask); // (N, C)
+            let y2 = attention(sim, self.naive, parts[0], k, v, mask); // (B, T, C)
             drop_all(sim, &[r, pm, k, v]);
             drop_all(sim, &parts);
             y2
         };
         sim.kind = "attention output";
-        let pr = conv1d(sim, y2, w[4], w[5]);
-        let pr3 = sim.reshape(pr, &[b, t, c]);
+        let pr3 = conv1d(sim, y2, w[4], w[5]); // (B, T, C)
         // The engine's attention half returns here: its temporaries are freed.
-        drop_all(sim, &[ln, h, qkv, y2, pr]);
+        drop_all(sim, &[ln, qkv, y2]);
         sim.kind = "residual";
         let x1 = sim.binary(Bin::Add, x, pr3); // (B, T, C)
         sim.release(pr3);
         sim.enter(&scope::norms(i));
         sim.kind = "norms";
-        let ln2 = layer_norm(sim, x1, w[6], w[7]);
-        let h2 = sim.reshape(ln2, &[b * t, c]);
+        let ln2 = layer_norm(sim, x1, w[6], w[7]); // (B, T, C)
         sim.enter(&scope::mlp(i));
         sim.kind = "mlp";
-        let fc = conv1d(sim, h2, w[8], w[9]); // (N, F)
-        let g = gelu(sim, fc); // (N, F)
+        let fc = conv1d(sim, ln2, w[8], w[9]); // (B, T, F)
+        let g = gelu(sim, fc); // (B, T, F)
         sim.release(fc);
-        let pj = conv1d(sim, g, w[10], w[11]); // (N, C)
-        let pj3 = sim.reshape(pj, &[b, t, c]);
-        drop_all(sim, &[ln2, h2, g, pj]);
+        let pj3 = conv1d(sim, g, w[10], w[11]); // (B, T, C)
+        drop_all(sim, &[ln2, g]);
         sim.kind = "residual";
         let out = sim.binary(Bin::Add, x1, pj3); // (B, T, C)
         drop_all(sim, &[x1, pj3]);
@@ -383,12 +373,10 @@ impl Built<'_> {
         } else {
             p.get("lm_head.weight")
         };
-        let h = rms_norm(sim, x, nw);
-        let h2 = sim.reshape(h, &[b * t, c]);
+        let h = rms_norm(sim, x, nw); // (B, T, C)
         sim.kind = "logits";
-        let logits = linear(sim, h2, lm, None); // (N, V)
-        let out = sim.reshape(logits, &[b, t, cfg.vocab_size]);
-        drop_all(sim, &[x, h, h2, logits, cos, sin]);
+        let out = linear(sim, h, lm, None); // (B, T, V)
+        drop_all(sim, &[x, h, cos, sin]);
         if let Some(m) = mask {
             sim.release(m);
         }
@@ -407,12 +395,11 @@ impl Built<'_> {
         (cache, offset): (Option<(Id, Id)>, usize),
     ) -> Id {
         let cfg = self.cfg;
-        let (b, t, c) = (sim.shape(x)[0], sim.shape(x)[1], sim.shape(x)[2]);
+        let (b, t) = (sim.shape(x)[0], sim.shape(x)[1]);
         let (nh, nkv, hd) = (cfg.n_heads, cfg.n_kv_heads, cfg.head_dim());
         sim.enter(&scope::norms(i));
         sim.kind = "norms";
-        let rn = rms_norm(sim, x, w[0]);
-        let h = sim.reshape(rn, &[b * t, c]);
+        let h = rms_norm(sim, x, w[0]); // (B, T, C)
         sim.enter(&scope::attention(i));
         sim.kind = "attention input (qkv)";
         let heads = |sim: &mut Sim, wt: Id, n: usize| {
@@ -443,27 +430,24 @@ impl Built<'_> {
         let (k0, kc, k) = rot(sim, w[2], nkv); // (B, KV, T, D)
         let v0 = heads(sim, w[3], nkv);
         let (k2, v2) = append(sim, cache, k, v0, offset); // (B, KV, S, D)
-        let y2 = attention(sim, self.naive, q, k2, v2, mask); // (N, C)
+        let y2 = attention(sim, self.naive, q, k2, v2, mask); // (B, T, C)
         sim.kind = "attention output";
-        let o = linear(sim, y2, w[4], None);
-        let o3 = sim.reshape(o, &[b, t, c]);
+        let o3 = linear(sim, y2, w[4], None); // (B, T, C)
         sim.kind = "residual";
         // The engine's attention half returns here: its temporaries are freed.
-        drop_all(sim, &[rn, h, q0, k0, v0, qc, q, kc, k, k2, v2, y2, o]);
+        drop_all(sim, &[h, q0, k0, v0, qc, q, kc, k, k2, v2, y2]);
         let x1 = sim.binary(Bin::Add, x, o3);
         sim.release(o3);
         sim.enter(&scope::norms(i));
         sim.kind = "norms";
-        let rn2 = rms_norm(sim, x1, w[5]);
-        let h2 = sim.reshape(rn2, &[b * t, c]);
+        let h2 = rms_norm(sim, x1, w[5]); // (B, T, C)
         sim.enter(&scope::mlp(i));
         sim.kind = "mlp";
-        let gl = linear(sim, h2, w[6], None); // (N, F)
-        let u = linear(sim, h2, w[7], None); // (N, F)
-        let gu = swiglu(sim, gl, u); // (N, F)
-        let d = linear(sim, gu, w[8], None); // (N, C)
-        let d3 = sim.reshape(d, &[b, t, c]);
-        drop_all(sim, &[rn2, h2, gl, u, gu, d]);
+        let gl = linear(sim, h2, w[6], None); // (B, T, F)
+        let u = linear(sim, h2, w[7], None); // (B, T, F)
+        let gu = swiglu(sim, gl, u); // (B, T, F)
+        let d3 = linear(sim, gu, w[8], None); // (B, T, C)
+        drop_all(sim, &[h2, gl, u, gu]);
         sim.kind = "residual";
         let out = sim.binary(Bin::Add, x1, d3);
         drop_all(sim, &[x1, d3]);
@@ -520,25 +504,22 @@ impl Built<'_> {
             c_("decoder.weight")
         };
         let dec_b = c_("bias");
-        let h = sim.reshape(x, &[b * t, c]);
-        let d = linear(sim, h, dw, Some(db));
+        let d = linear(sim, x, dw, Some(db)); // (B, T, C)
         let g = sim.unary(Un::GeluErf, d);
         let n = layer_norm(sim, g, nw, nb);
-        let logits = linear(sim, n, dec, Some(dec_b)); // (N, V)
-        let out = sim.reshape(logits, &[b, t, cfg.vocab_size]);
-        drop_all(sim, &[x, h, d, g, n, logits]);
+        let out = linear(sim, n, dec, Some(dec_b)); // (B, T, V)
+        drop_all(sim, &[x, d, g, n]);
         out
     }
 
     fn bert_layer(&self, sim: &mut Sim, i: usize, w: &[Id], x: Id) -> Id {
         let cfg = self.cfg;
-        let (b, t, c) = (sim.shape(x)[0], sim.shape(x)[1], sim.shape(x)[2]);
+        let (b, t) = (sim.shape(x)[0], sim.shape(x)[1]);
         let (nh, hd) = (cfg.n_heads, cfg.head_dim());
         sim.enter(&scope::attention(i));
         sim.kind = "attention input (qkv)";
-        let h = sim.reshape(x, &[b * t, c]);
         let heads = |sim: &mut Sim, wi: usize| {
-            let l = linear(sim, h, w[wi], Some(w[wi + 1]));
+            let l = linear(sim, x, w[wi], Some(w[wi + 1])); // (B, T, C)
             let r = sim.reshape(l, &[b, t, nh, hd]);
             let tr = sim.transpose(r, 1, 2); // (B, H, T, D), a view
             drop_all(sim, &[l, r]);
@@ -553,9 +534,8 @@ impl Built<'_> {
             attention_kernel(sim, &[q, k, v], (b, nh, t, t, hd), false)
         };
         sim.kind = "attention output";
-        let o = linear(sim, y2, w[6], Some(w[7]));
-        let o3 = sim.reshape(o, &[b, t, c]);
-        drop_all(sim, &[h, q, k, v, y2, o]); // the engine's attention half returns here
+        let o3 = linear(sim, y2, w[6], Some(w[7])); // (B, T, C)
+        drop_all(sim, &[q, k, v, y2]); // the engine's attention half returns here
         sim.kind = "residual";
         let s = sim.binary(Bin::Add, x, o3);
         sim.release(o3);
@@ -565,13 +545,11 @@ impl Built<'_> {
         sim.release(s);
         sim.enter(&scope::mlp(i));
         sim.kind = "mlp";
-        let h1 = sim.reshape(x1, &[b * t, c]);
-        let it = linear(sim, h1, w[10], Some(w[11]));
+        let it = linear(sim, x1, w[10], Some(w[11])); // (B, T, F)
         let g = sim.unary(Un::GeluErf, it);
         sim.release(it);
-        let out = linear(sim, g, w[12], Some(w[13]));
-        let o3 = sim.reshape(out, &[b, t, c]);
-        drop_all(sim, &[h1, g, out]);
+        let o3 = linear(sim, g, w[12], Some(w[13])); // (B, T, C)
+        sim.release(g);
         sim.kind = "residual";
         let s2 = sim.binary(Bin::Add, x1, o3);
         sim.release(o3);

@@ -133,8 +133,10 @@ pub fn embedding(sim: &mut Sim, table: Id, ids: Id) -> Id {
 /// `kernels::linear` over x (N, I) → (N, O), W (O, I) when `out_in`, else (I, O): keeps
 /// nothing but its inputs; backward makes dx, dW and db once each.
 pub fn linear_kernel(sim: &mut Sim, x: Id, w: Id, b: Option<Id>, out_in: bool) -> Id {
-    let (n, i) = (sim.shape(x)[0], sim.shape(x)[1]);
+    let (n, i) = sim.rows(x); // x (…, I) read as (N, I)
     let o = sim.shape(w)[if out_in { 0 } else { 1 }];
+    let mut out = sim.shape(x).to_vec(); // (…, O)
+    *out.last_mut().expect("linear input has dims") = o;
     sim.add_matmul_flops(1, n, i, o);
     let inputs: Vec<Id> = [x, w].into_iter().chain(b).collect();
     if sim.nodes[x].dtype != 4 && sim.bf16_dot {
@@ -142,7 +144,7 @@ pub fn linear_kernel(sim: &mut Sim, x: Id, w: Id, b: Option<Id>, out_in: bool) -
         // are (through the packing buffers), then narrowed.
         let (y32, b32) = ((n * o * 4) as u64, b.map_or(0, |_| o as u64 * 4));
         sim.scratch(b32 + y32 + dot_bf16::scratch_bytes((n, o, i)));
-        let y = sim.fused(Fused::Linear { out_in }, &inputs, x, &[n, o]);
+        let y = sim.fused(Fused::Linear { out_in }, &inputs, x, &out);
         sim.scratch(b32 + y32);
         return y;
     }
@@ -155,11 +157,11 @@ pub fn linear_kernel(sim: &mut Sim, x: Id, w: Id, b: Option<Id>, out_in: bool) -
             b.map_or(0, |_| o as u64 * 4),
         );
         sim.scratch(b32 + x32 + y32 + product::widening_scratch_bytes((n, o, i)));
-        let y = sim.fused(Fused::Linear { out_in }, &inputs, x, &[n, o]);
+        let y = sim.fused(Fused::Linear { out_in }, &inputs, x, &out);
         sim.scratch(b32 + y32);
         return y;
     }
-    let y = sim.fused(Fused::Linear { out_in }, &inputs, x, &[n, o]);
+    let y = sim.fused(Fused::Linear { out_in }, &inputs, x, &out);
     // y = x · Wᵀ reads a row-major (O, I) weight column-major: copied tile by tile. An
     // inference store's weight is stored transposed (non-contiguous) and read in place.
     if out_in && sim.nodes[w].contiguous {
@@ -210,10 +212,7 @@ pub fn attention(sim: &mut Sim, naive: bool, q: Id, k: Id, v: Id, mask: Option<I
     );
     let s = sim.shape(k)[2];
     if !naive {
-        let y = attention_kernel(sim, &[q, k, v], (b, h, t, s, d), true); // (B, T, C)
-        let y2 = sim.reshape(y, &[b * t, h * d]);
-        sim.release(y);
-        return y2;
+        return attention_kernel(sim, &[q, k, v], (b, h, t, s, d), true); // (B, T, C)
     }
     let rep = h / sim.shape(k)[1];
     let cs: Vec<Id> = [q, k, v].iter().map(|&x| sim.contiguous(x)).collect();
@@ -252,7 +251,7 @@ pub fn naive_attention(sim: &mut Sim, q: Id, k: Id, v: Id, mask: Option<Id>) -> 
     sim.kind = "attention output";
     let y = sim.matmul(probs, v); // (B, H, T, D)
     let yt = sim.transpose(y, 1, 2);
-    let y2 = sim.reshape(yt, &[b * t, h * d]); // (N, C)
+    let y2 = sim.reshape(yt, &[b, t, h * d]); // (B, T, C), a copy
     drop_all(sim, &[s2, probs, y, yt]);
     sim.kind = before;
     y2
@@ -366,15 +365,18 @@ pub fn cross_entropy(sim: &mut Sim, logits: Id, targets: Id) -> Id {
     }
     let l = sim.contiguous(logits);
     // Each row's max + log Σ exp (N f32), kept by the op for backward.
-    let shift = sim.leaf(&[sim.shape(l)[0]], 4);
+    let shift = sim.leaf(&[sim.rows(l).0], 4);
     let loss = sim.fused_as(Fused::CrossEntropy, &[l, targets, shift], &[], 4);
     sim.release(shift);
     sim.release(l);
     loss
 }
 
-/// `model::unfused::cross_entropy`: logits (N, V), targets (N) → f32 scalar, op by op.
+/// `model::unfused::cross_entropy`: logits (…, V) flattened to (N, V), targets to (N), → f32
+/// scalar, op by op.
 fn cross_entropy_unfused(sim: &mut Sim, logits: Id, targets: Id) -> Id {
+    let (n, v) = sim.rows(logits);
+    let (logits, targets) = (sim.reshape(logits, &[n, v]), sim.reshape(targets, &[n]));
     let l = sim.to_dtype(logits, 4); // (N, V)
     let mx = sim.max_keepdim(l, 1);
     let md = sim.detach(mx);
@@ -386,6 +388,6 @@ fn cross_entropy_unfused(sim: &mut Sim, logits: Id, targets: Id) -> Id {
     let picked = sim.gather(sh, tu, 1); // (N, 1)
     let d = sim.binary(Bin::Sub, lse, picked);
     let out = sim.mean_all(d);
-    drop_all(sim, &[l, mx, md, sh, e, s, lse, tu, picked, d]);
+    drop_all(sim, &[logits, targets, l, mx, md, sh, e, s, lse, tu, picked, d]);
     out
 }

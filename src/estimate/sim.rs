@@ -219,6 +219,13 @@ impl Sim {
         &self.nodes[t].shape
     }
 
+    /// A (…, F) tensor as (rows, F): its leading dims multiplied out, then its last.
+    pub fn rows(&self, t: Id) -> (usize, usize) {
+        let s = self.shape(t);
+        let f = s.last().copied().unwrap_or(1);
+        (s[..s.len().saturating_sub(1)].iter().product(), f)
+    }
+
     pub fn elems(&self, t: Id) -> u64 {
         self.nodes[t].elems()
     }

@@ -164,7 +164,7 @@ fn train(sim: &mut Sim, model: &Built, p: &Params, req: &Request) -> Estimate {
     let mut est = blank(req);
     let (b, t) = (req.batch, req.seq);
     let ids = sim.ints(&[b, t]);
-    let targets = sim.ints(&[b * t]);
+    let targets = sim.ints(&[b, t]);
     let params_by_module = sim.snapshot().by_module;
     let mut state: Vec<Id> = Vec::new();
     let mixed = req.precision == Precision::Mixed;
@@ -197,9 +197,7 @@ fn train(sim: &mut Sim, model: &Built, p: &Params, req: &Request) -> Estimate {
                 sim.segmenting = false;
                 let parts = std::mem::take(&mut sim.segments);
                 let head_input = sim.segment_input.take().expect("the model cuts");
-                let flat = sim.reshape(logits, &[b * t, req.cfg.vocab_size]);
-                let loss = cross_entropy(sim, flat, targets);
-                sim.release(flat);
+                let loss = cross_entropy(sim, logits, targets); // logits (B, T, V)
                 sim.release(logits);
                 let loss = if req.grad_accum > 1 {
                     let scaled = sim.affine(loss, 1.0);

@@ -13,13 +13,18 @@ use candle_core::{bail, CpuStorage, CustomOp2, DType, Layout, Result, Shape, Ten
 use rayon::prelude::*;
 use std::sync::Mutex;
 
-/// Mean cross-entropy of `logits` (N, V) against `targets` (N) u32 → scalar f32.
+/// Mean cross-entropy of `logits` (…, V) against `targets` (…) u32 → scalar f32. Any leading
+/// dims are rows: a model's (B, T, V) logits go in as they are (a reshape would be a graph
+/// node, whose backward candle runs as zeros + add on a logits-sized gradient).
 pub fn cross_entropy(logits: &Tensor, targets: &Tensor) -> Result<Tensor> {
     let _t = op_scope_in(scope::HEAD_ID, "cross-entropy", Pass::Forward);
-    let (n, _) = logits.dims2()?;
-    if targets.dims() != [n] || targets.dtype() != DType::U32 {
+    let lead = match logits.dims() {
+        [lead @ .., _] if !lead.is_empty() => lead,
+        d => bail!("cross_entropy: logits must be (…, V), got {d:?}"),
+    };
+    if targets.dims() != lead || targets.dtype() != DType::U32 {
         bail!(
-            "cross_entropy: targets must be ({n},) u32, got {:?} {:?}",
+            "cross_entropy: targets must be {lead:?} u32, got {:?} {:?}",
             targets.dims(),
             targets.dtype()
         );
@@ -44,6 +49,12 @@ fn targets<'a>(s: &'a CpuStorage, l: &Layout) -> Result<&'a [u32]> {
     }
 }
 
+/// (rows, V) of logits (…, V).
+fn rows(l: &Layout) -> (usize, usize) {
+    let v = l.dims().last().copied().unwrap_or(1);
+    (l.shape().elem_count() / v.max(1), v)
+}
+
 /// max and log Σ exp(x − max) of one row.
 #[inline(always)]
 fn max_lse(row: &[f32]) -> (f32, f32) {
@@ -64,7 +75,7 @@ impl CustomOp2 for CrossEntropy {
         s2: &CpuStorage,
         l2: &Layout,
     ) -> Result<(CpuStorage, Shape)> {
-        let (n, v) = l1.shape().dims2()?;
+        let (n, v) = rows(l1);
         let x = elems::read("cross_entropy logits", s1, l1)?;
         let t = targets(s2, l2)?;
         if let Some(&bad) = t.iter().find(|&&t| t as usize >= v) {
@@ -130,7 +141,7 @@ impl CustomOp2 for CrossEntropyGrad<'_> {
         s2: &CpuStorage,
         l2: &Layout,
     ) -> Result<(CpuStorage, Shape)> {
-        let (n, v) = l1.shape().dims2()?;
+        let (n, v) = rows(l1);
         let x = elems::read("cross_entropy backward", s1, l1)?;
         let t = targets(s2, l2)?;
         let k = self.scale / n as f32;
@@ -185,6 +196,23 @@ mod tests {
         let go = ours.backward().unwrap();
         let gt = theirs.backward().unwrap();
         close(go.get(&x).unwrap(), gt.get(&x).unwrap(), 1e-5);
+    }
+
+    #[test]
+    fn leading_dims_are_rows_with_the_gradient_in_the_logits_shape() {
+        let dev = Device::Cpu;
+        let x = Var::from_tensor(&Tensor::randn(0f32, 4.0, (3, 5, 11), &dev).unwrap()).unwrap();
+        let t = Tensor::from_vec((0..15u32).map(|i| (i * 7) % 11).collect(), (3, 5), &dev).unwrap();
+        let ours = cross_entropy(&x, &t).unwrap();
+        let flat = (x.reshape((15, 11)).unwrap(), t.flatten_all().unwrap());
+        let theirs = crate::model::unfused::cross_entropy(&flat.0, &flat.1).unwrap();
+        close(&ours, &theirs, 1e-5);
+        let (go, gt) = (ours.backward().unwrap(), theirs.backward().unwrap());
+        let g = go.get(&x).unwrap();
+        assert_eq!(g.dims(), [3, 5, 11]);
+        close(g, gt.get(&x).unwrap(), 1e-5);
+        let e = cross_entropy(&x, &t.flatten_all().unwrap()).unwrap_err().to_string();
+        assert!(e.contains("targets must be [3, 5]"), "{e}");
     }
 
     #[test]

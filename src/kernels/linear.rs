@@ -24,13 +24,15 @@ use candle_core::{
 };
 use rayon::prelude::*;
 
-/// `x (N, I) @ w (O, I)ᵀ + b (O)` → (N, O): the `nn.Linear` layout. Differentiable. f32, or
-/// bf16 / f16 storage with f32 products (see [`half_forward`]).
+/// `x (…, I) @ w (O, I)ᵀ + b (O)` → (…, O): the `nn.Linear` layout. Differentiable. f32, or
+/// bf16 / f16 storage with f32 products (see [`half_forward`]). Leading dims are rows, read in
+/// place: a model passes (B, T, C) as it is, since a reshape to (B·T, C) would be a graph node
+/// whose backward candle runs as zeros + add on an activation-sized gradient.
 pub fn linear(x: &Tensor, w: &Tensor, b: Option<&Tensor>) -> Result<Tensor> {
     apply(x, w, b, Weight::OutIn)
 }
 
-/// `x (N, I) @ w (I, O) + b (O)` → (N, O): GPT-2's `Conv1D` layout. Differentiable.
+/// `x (…, I) @ w (I, O) + b (O)` → (…, O): GPT-2's `Conv1D` layout. Differentiable.
 pub fn conv1d(x: &Tensor, w: &Tensor, b: &Tensor) -> Result<Tensor> {
     apply(x, w, Some(b), Weight::InOut)
 }
@@ -46,7 +48,10 @@ pub(super) enum Weight {
 
 fn apply(x: &Tensor, w: &Tensor, b: Option<&Tensor>, layout: Weight) -> Result<Tensor> {
     let _t = op_scope("linear", Pass::Forward);
-    let (_, i) = x.dims2()?;
+    let i = match x.dims() {
+        [_, .., i] => *i,
+        d => bail!("linear: x must have rows and features (…, I), got {d:?}"),
+    };
     let (w0, w1) = w.dims2()?;
     let (wi, o) = match layout {
         Weight::OutIn => (w1, w0),
@@ -54,7 +59,7 @@ fn apply(x: &Tensor, w: &Tensor, b: Option<&Tensor>, layout: Weight) -> Result<T
     };
     if wi != i || b.is_some_and(|b| b.dims() != [o]) {
         bail!(
-            "linear: x {:?}, weight {:?} and bias {:?} do not fit (N, I), {} and (O)",
+            "linear: x {:?}, weight {:?} and bias {:?} do not fit (…, I), {} and (O)",
             x.dims(),
             w.dims(),
             b.map(|b| b.dims()),
@@ -70,9 +75,9 @@ fn apply(x: &Tensor, w: &Tensor, b: Option<&Tensor>, layout: Weight) -> Result<T
     let same = w.dtype() == dt && b.is_none_or(|b| b.dtype() == dt);
     if !float || !same || !x.device().is_cpu() {
         let y = match layout {
-            Weight::OutIn => x.matmul(&w.t()?)?,
-            Weight::InOut => x.matmul(w)?,
-        }; // (N, O)
+            Weight::OutIn => x.broadcast_matmul(&w.t()?)?,
+            Weight::InOut => x.broadcast_matmul(w)?,
+        }; // (…, O)
         return match b {
             Some(b) => y.broadcast_add(b),
             None => Ok(y),
@@ -137,6 +142,39 @@ impl<'a> Mat<'a> {
             rs: cols,
             cs: 1,
         }
+    }
+}
+
+/// `l` as an (N, I) layout: a 2-d one as it is (any strides), more dims collapsed into rows,
+/// which needs them contiguous.
+fn as_rows(l: &Layout) -> Result<Layout> {
+    match l.dims() {
+        [_, _] => Ok(l.clone()),
+        [lead @ .., i] if l.is_contiguous() && !lead.is_empty() => Ok(
+            Layout::contiguous_with_offset((lead.iter().product::<usize>(), *i), l.start_offset()),
+        ),
+        d => bail!(
+            "linear: a {}-d input must be contiguous (strides {:?})",
+            d.len(),
+            l.stride()
+        ),
+    }
+}
+
+/// The output shape of a linear over `x`: x's leading dims, then `o`.
+fn out_shape(x: &Layout, o: usize) -> Shape {
+    let mut d = x.dims().to_vec();
+    if let Some(last) = d.last_mut() {
+        *last = o;
+    }
+    Shape::from(d)
+}
+
+/// `t` (…, F) as a detached (N, F) tensor (a view when contiguous), for backward.
+fn rows_of(t: &Tensor) -> Result<Tensor> {
+    match t.rank() {
+        2 => Ok(t.clone()),
+        r => t.detach().flatten_to(r - 2),
     }
 }
 
@@ -368,14 +406,15 @@ impl CustomOp2 for Linear {
         s2: &CpuStorage,
         l2: &Layout,
     ) -> Result<(CpuStorage, Shape)> {
-        let (n, i) = l1.shape().dims2()?;
+        let x = as_rows(l1)?;
+        let (n, i) = x.shape().dims2()?;
         let o = if self.layout == Weight::OutIn {
             l2.shape().dims2()?.0
         } else {
             l2.shape().dims2()?.1
         };
-        let y = self.forward_any((s1, l1), (s2, l2), None, (n, i, o))?;
-        Ok((y, Shape::from((n, o))))
+        let y = self.forward_any((s1, &x), (s2, l2), None, (n, i, o))?;
+        Ok((y, out_shape(l1, o)))
     }
 
     fn bwd(
@@ -386,8 +425,8 @@ impl CustomOp2 for Linear {
         dy: &Tensor,
     ) -> Result<(Option<Tensor>, Option<Tensor>)> {
         let _t = op_scope_in(self.module, "linear", Pass::Backward);
-        let [dx, dw, _] = self.backward(x, w, dy, false)?;
-        Ok((dx, dw))
+        let [dx, dw, _] = self.backward(&rows_of(x)?, w, &rows_of(dy)?, false)?;
+        Ok((dx.map(|dx| dx.reshape(x.shape())).transpose()?, dw))
     }
 }
 
@@ -405,10 +444,11 @@ impl CustomOp3 for Linear {
         s3: &CpuStorage,
         l3: &Layout,
     ) -> Result<(CpuStorage, Shape)> {
-        let (n, i) = l1.shape().dims2()?;
+        let x = as_rows(l1)?;
+        let (n, i) = x.shape().dims2()?;
         let o = l3.shape().dims1()?;
-        let y = self.forward_any((s1, l1), (s2, l2), Some((s3, l3)), (n, i, o))?;
-        Ok((y, Shape::from((n, o))))
+        let y = self.forward_any((s1, &x), (s2, l2), Some((s3, l3)), (n, i, o))?;
+        Ok((y, out_shape(l1, o)))
     }
 
     fn bwd(
@@ -420,8 +460,8 @@ impl CustomOp3 for Linear {
         dy: &Tensor,
     ) -> Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
         let _t = op_scope_in(self.module, "linear", Pass::Backward);
-        let [dx, dw, db] = self.backward(x, w, dy, true)?;
-        Ok((dx, dw, db))
+        let [dx, dw, db] = self.backward(&rows_of(x)?, w, &rows_of(dy)?, true)?;
+        Ok((dx.map(|dx| dx.reshape(x.shape())).transpose()?, dw, db))
     }
 }
 
@@ -456,6 +496,30 @@ mod tests {
             |t| t[0].matmul(&t[1])?.broadcast_add(&t[2]),
             1e-5,
         );
+    }
+
+    #[test]
+    fn leading_dims_are_rows_in_both_weight_layouts() {
+        let (x, b) = (randn(&[3, 7, 19]), randn(&[23]));
+        against_reference(
+            &[x.clone(), randn(&[23, 19]), b.clone()],
+            |t| linear(&t[0], &t[1], Some(&t[2])),
+            |t| t[0].broadcast_matmul(&t[1].t()?)?.broadcast_add(&t[2]),
+            1e-5,
+        );
+        against_reference(
+            &[x, randn(&[19, 23]), b],
+            |t| conv1d(&t[0], &t[1], &t[2]),
+            |t| t[0].broadcast_matmul(&t[1])?.broadcast_add(&t[2]),
+            1e-5,
+        );
+    }
+
+    #[test]
+    fn a_strided_input_of_more_than_two_dims_is_refused_naming_its_strides() {
+        let x = randn(&[7, 3, 19]).transpose(0, 1).unwrap(); // (3, 7, 19), not contiguous
+        let e = linear(&x, &randn(&[23, 19]), None).unwrap_err().to_string();
+        assert!(e.contains("3-d input must be contiguous"), "{e}");
     }
 
     #[test]

@@ -208,9 +208,7 @@ pub fn measure_with(
                     run.tracker.run(Phase::Forward, || -> anyhow::Result<_> {
                         let (logits, ms) = time_ms(&dev, || model.forward(&ids, None))?; // (B, T, V)
                                                                                          // The batch's mean loss, outside the timed region (no update in infer).
-                        let (b, t, v) = logits.dims3()?;
-                        let loss = Ops::new(&spec.variant)
-                            .cross_entropy(&logits.reshape((b * t, v))?, &targets.flatten_all()?)?;
+                        let loss = Ops::new(&spec.variant).cross_entropy(&logits, &targets)?;
                         Ok(((logits, loss.to_dtype(DType::F64)?.to_scalar::<f64>()?), ms))
                     })?;
                 drop(logits);
@@ -457,7 +455,6 @@ impl Run<'_> {
         let mut grads: Option<GradStore> = None;
         let mut loss_sum = 0.0;
         for (micro, (ids, targets)) in batches.iter().enumerate() {
-            let (b, t) = ids.dims2()?;
             if accum > 1 {
                 self.tracker.take_recent_peak();
             }
@@ -466,9 +463,7 @@ impl Run<'_> {
                     let (logits, segs) = segments::forward_with(spec.variant.checkpoint, |cut| {
                         model.forward_cut(ids, None, cut)
                     })?; // (B, T, V)
-                    let v = logits.dim(D::Minus1)?;
-                    let loss =
-                        ops.cross_entropy(&logits.reshape((b * t, v))?, &targets.flatten_all()?)?;
+                    let loss = ops.cross_entropy(&logits, &targets)?; // logits (B, T, V)
                     let loss = if accum > 1 {
                         (loss / accum as f64)?
                     } else {

@@ -233,11 +233,9 @@ impl Bert {
             x = cut.block(&x, Box::new(move |x, track| self.layer(i, track, x)))?;
         }
         crate::model::scope::enter(crate::model::scope::HEAD_ID);
-        let h = x.reshape((b * t, c))?; // (B*T, C)
-        let h = linear(&h, &self.head_dense.w, Some(&self.head_dense.b))?.gelu_erf()?; // (B*T, C)
-        let h = ops.layer_norm(&h, &self.head_norm.w, &self.head_norm.b, eps)?; // (B*T, C)
-        let logits = linear(&h, &self.decoder, Some(&self.decoder_bias))?; // (B*T, V)
-        logits.reshape((b, t, self.cfg.vocab_size)) // (B, T, V)
+        let h = linear(&x, &self.head_dense.w, Some(&self.head_dense.b))?.gelu_erf()?; // (B, T, C)
+        let h = ops.layer_norm(&h, &self.head_norm.w, &self.head_norm.b, eps)?; // (B, T, C)
+        linear(&h, &self.decoder, Some(&self.decoder_bias)) // (B, T, V)
     }
 
     /// Layer `i`: x (B, T, C) → (B, T, C), on the variables (`track`) or their detached copies.
@@ -261,25 +259,22 @@ impl Bert {
     /// so that its temporaries are freed before the MLP runs (inference keeps no graph).
     fn attention(&self, i: usize, l: &Layer, x: &Tensor) -> Result<Tensor> {
         scope::enter(scope::attention_id(i));
-        let (b, t, c) = x.dims3()?;
+        let (b, t, _) = x.dims3()?;
         let (nh, hd) = (self.cfg.n_heads, self.cfg.head_dim());
-        let h = x.reshape((b * t, c))?; // (B*T, C)
         let heads = |d: &Dense| -> Result<Tensor> {
-            linear(&h, &d.w, Some(&d.b))?
+            linear(x, &d.w, Some(&d.b))?
                 .reshape((b, t, nh, hd))?
                 .transpose(1, 2) // (B, H, T, D), a view: the kernel reads it in place
         };
         let (q, k, v) = (heads(&l.q)?, heads(&l.k)?, heads(&l.v)?);
-        let y = self.ops.attention_split(&q, &k, &v, false, None)?; // (B*T, C)
-        linear(&y, &l.attn_out.w, Some(&l.attn_out.b))?.reshape((b, t, c)) // (B, T, C)
+        let y = self.ops.attention_split(&q, &k, &v, false, None)?; // (B, T, C)
+        linear(&y, &l.attn_out.w, Some(&l.attn_out.b)) // (B, T, C)
     }
 
     /// Layer `i`'s feed-forward → (B, T, C).
     fn mlp(&self, i: usize, l: &Layer, x: &Tensor) -> Result<Tensor> {
         scope::enter(scope::mlp_id(i));
-        let (b, t, c) = x.dims3()?;
-        let h = x.reshape((b * t, c))?; // (B*T, C)
-        let h = linear(&h, &l.inter.w, Some(&l.inter.b))?.gelu_erf()?; // (B*T, F)
-        linear(&h, &l.out.w, Some(&l.out.b))?.reshape((b, t, c)) // (B, T, C)
+        let h = linear(x, &l.inter.w, Some(&l.inter.b))?.gelu_erf()?; // (B, T, F)
+        linear(&h, &l.out.w, Some(&l.out.b)) // (B, T, C)
     }
 }

@@ -185,8 +185,7 @@ impl Gpt2 {
         let x = self
             .ops
             .layer_norm(&x, &self.ln_f.w, &self.ln_f.b, self.cfg.norm_eps)?; // (B, T, C)
-        let logits = linear(&x.reshape((b * t, c))?, &self.lm_head, None)?; // (B*T, V)
-        logits.reshape((b, t, self.cfg.vocab_size)) // (B, T, V)
+        linear(&x, &self.lm_head, None) // (B, T, V)
     }
 
     /// Block `i`: x (B, T, C) → (B, T, C), on the variables (`track`) or their detached copies.
@@ -219,38 +218,35 @@ impl Gpt2 {
         mask: Option<&Tensor>,
         cache: Option<(usize, &mut KvCache)>,
     ) -> Result<Tensor> {
-        let (b, t, c) = x.dims3()?;
+        let (b, t, _) = x.dims3()?;
         let (nh, hd) = (self.cfg.n_heads, self.cfg.head_dim());
         let ops = &self.ops;
         scope::enter(scope::norms_id(i));
         let h = ops.layer_norm(x, &blk.ln_1.w, &blk.ln_1.b, self.cfg.norm_eps)?; // (B, T, C)
         scope::enter(scope::attention_id(i));
-        let qkv = conv1d(&h.reshape((b * t, c))?, &blk.c_attn_w, &blk.c_attn_b)?; // (B*T, 3C)
+        let qkv = conv1d(&h, &blk.c_attn_w, &blk.c_attn_b)?; // (B, T, 3C)
         let y = match cache {
             // Training and cache-less forwards read Q, K and V in place in the projection.
-            None => ops.attention_packed(&qkv.reshape((b, t, 3 * c))?, nh, mask)?, // (B*T, C)
+            None => ops.attention_packed(&qkv, nh, mask)?, // (B, T, C)
             Some((layer, kv)) => {
                 let qkv = qkv.reshape((b, t, 3, nh, hd))?.permute((2, 0, 3, 1, 4))?; // (3, B, H, T, D)
                 let (k, v) = timed("kv cache append", || {
                     kv.append(layer, &qkv.get(1)?, &qkv.get(2)?)
                 })?; // (B, H, S, D)
-                ops.attention_split(&qkv.get(0)?, &k, &v, true, mask)? // (B*T, C)
+                ops.attention_split(&qkv.get(0)?, &k, &v, true, mask)? // (B, T, C)
             }
         };
-        let y = conv1d(&y, &blk.c_proj_w, &blk.c_proj_b)?; // (B*T, C)
-        y.reshape((b, t, c)) // (B, T, C)
+        conv1d(&y, &blk.c_proj_w, &blk.c_proj_b) // (B, T, C)
     }
 
     /// Block `i`'s MLP half, norm to output projection → (B, T, C).
     fn mlp(&self, i: usize, blk: &Block, x: &Tensor) -> Result<Tensor> {
-        let (b, t, c) = x.dims3()?;
         scope::enter(scope::norms_id(i));
         let h = self
             .ops
             .layer_norm(x, &blk.ln_2.w, &blk.ln_2.b, self.cfg.norm_eps)?; // (B, T, C)
         scope::enter(scope::mlp_id(i));
-        let f = |h: &Tensor| conv1d(&h.reshape((b * t, c))?, &blk.fc_w, &blk.fc_b); // (B*T, F)
-        let g = self.ops.gelu(&f(&h)?)?; // (B*T, F)
-        conv1d(&g, &blk.proj_w, &blk.proj_b)?.reshape((b, t, c)) // (B, T, C)
+        let g = self.ops.gelu(&conv1d(&h, &blk.fc_w, &blk.fc_b)?)?; // (B, T, F)
+        conv1d(&g, &blk.proj_w, &blk.proj_b) // (B, T, C)
     }
 }

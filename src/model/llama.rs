@@ -154,11 +154,8 @@ impl Llama {
             k.advance();
         }
         scope::enter(scope::HEAD_ID);
-        let x = self
-            .ops
-            .rms_norm(&x, &self.norm, self.cfg.norm_eps)?
-            .reshape((b * t, c))?; // (B*T, C)
-        linear(&x, &self.lm_head, None)?.reshape((b, t, self.cfg.vocab_size)) // (B, T, V)
+        let x = self.ops.rms_norm(&x, &self.norm, self.cfg.norm_eps)?; // (B, T, C)
+        linear(&x, &self.lm_head, None) // (B, T, V)
     }
 
     /// Block `i`: x (B, T, C) → (B, T, C), on the variables (`track`) or their detached copies.
@@ -193,13 +190,11 @@ impl Llama {
         mask: Option<&Tensor>,
         cache: Option<(usize, &mut KvCache)>,
     ) -> Result<Tensor> {
-        let (b, t, c) = x.dims3()?;
+        let (b, t, _) = x.dims3()?;
         let (nh, nkv, hd) = (self.cfg.n_heads, self.cfg.n_kv_heads, self.cfg.head_dim());
         let ops = &self.ops;
         scope::enter(scope::norms_id(i));
-        let h = ops
-            .rms_norm(x, &blk.attn_norm, self.cfg.norm_eps)?
-            .reshape((b * t, c))?; // (B*T, C)
+        let h = ops.rms_norm(x, &blk.attn_norm, self.cfg.norm_eps)?; // (B, T, C)
         scope::enter(scope::attention_id(i));
         let q = linear(&h, &blk.q, None)?.reshape((b, t, nh, hd))?; // (B, T, H, D)
         let k = linear(&h, &blk.k, None)?.reshape((b, t, nkv, hd))?; // (B, T, KV, D)
@@ -213,22 +208,18 @@ impl Llama {
             None => (k, v),
         };
         // Query heads share K/V heads inside the kernel: no repeated copies.
-        let y = ops.attention_split(&q, &k, &v, true, mask)?; // (B*T, C)
-        linear(&y, &blk.o, None)?.reshape((b, t, c)) // (B, T, C)
+        let y = ops.attention_split(&q, &k, &v, true, mask)?; // (B, T, C)
+        linear(&y, &blk.o, None) // (B, T, C)
     }
 
     /// Block `i`'s MLP half, norm to down projection → (B, T, C).
     fn mlp(&self, i: usize, blk: &Block, x: &Tensor) -> Result<Tensor> {
-        let (b, t, c) = x.dims3()?;
         scope::enter(scope::norms_id(i));
-        let h = self
-            .ops
-            .rms_norm(x, &blk.mlp_norm, self.cfg.norm_eps)?
-            .reshape((b * t, c))?; // (B*T, C)
+        let h = self.ops.rms_norm(x, &blk.mlp_norm, self.cfg.norm_eps)?; // (B, T, C)
         scope::enter(scope::mlp_id(i));
-        let g = linear(&h, &blk.gate, None)?; // (B*T, F)
-        let u = linear(&h, &blk.up, None)?; // (B*T, F)
-        let gu = self.ops.swiglu(&g, &u)?; // (B*T, F)
-        linear(&gu, &blk.down, None)?.reshape((b, t, c)) // (B, T, C)
+        let g = linear(&h, &blk.gate, None)?; // (B, T, F)
+        let u = linear(&h, &blk.up, None)?; // (B, T, F)
+        let gu = self.ops.swiglu(&g, &u)?; // (B, T, F)
+        linear(&gu, &blk.down, None) // (B, T, C)
     }
 }

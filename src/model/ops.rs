@@ -69,12 +69,16 @@ impl Ops {
         timed("swiglu", || gate.silu()? * up)
     }
 
-    /// Mean cross-entropy of logits (N, V) against target ids (N,) → f32 scalar.
+    /// Mean cross-entropy of logits (…, V) against target ids (…) → f32 scalar. The kernel reads
+    /// the logits as they are; candle's version flattens them to (N, V) first, as a script does.
     pub fn cross_entropy(&self, logits: &Tensor, targets: &Tensor) -> Result<Tensor> {
         if self.fused() {
             return cross_entropy(logits, targets);
         }
-        timed("cross-entropy", || unfused::cross_entropy(logits, targets))
+        timed("cross-entropy", || {
+            let v = logits.dim(candle_core::D::Minus1)?;
+            unfused::cross_entropy(&logits.reshape(((), v))?, &targets.flatten_all()?)
+        })
     }
 
     /// RoPE on a projection's heads: x (B, T, n, D) → rotated (B, n, T, D). The fused kernel
@@ -104,7 +108,7 @@ impl Ops {
         unfused::causal_mask(t, offset, dtype, dev).map(Some)
     }
 
-    /// Causal attention over a packed projection `qkv` (B, T, 3C) of `heads` heads → (B·T, C).
+    /// Causal attention over a packed projection `qkv` (B, T, 3C) of `heads` heads → (B, T, C).
     pub fn attention_packed(
         &self,
         qkv: &Tensor,
@@ -114,7 +118,7 @@ impl Ops {
         let (b, t, c3) = qkv.dims3()?;
         let c = c3 / 3;
         if self.attention == Attention::Fused {
-            return kernel::packed(qkv, heads, true)?.reshape((b * t, c));
+            return kernel::packed(qkv, heads, true); // (B, T, C)
         }
         let r = qkv
             .reshape((b, t, 3, heads, c / heads))?
@@ -123,7 +127,7 @@ impl Ops {
     }
 
     /// Attention over q (B, H, T, D), k and v (B, KV, S, D), any strides with a contiguous head
-    /// dim → (B·T, H·D). Naive: contiguous copies, K/V heads repeated for grouped-query
+    /// dim → (B, T, H·D). Naive: contiguous copies, K/V heads repeated for grouped-query
     /// attention (Hugging Face's `repeat_kv`), scores and probabilities (B, H, T, S) kept.
     pub fn attention_split(
         &self,
@@ -135,14 +139,14 @@ impl Ops {
     ) -> Result<Tensor> {
         let (b, h, t, d) = q.dims4()?;
         if self.attention == Attention::Fused {
-            return kernel::split(q, k, v, causal)?.reshape((b * t, h * d));
+            return kernel::split(q, k, v, causal); // (B, T, H·D)
         }
         timed("attention", || {
             let rep = h / k.dim(1)?;
             let (q, k, v) = (q.contiguous()?, k.contiguous()?, v.contiguous()?);
             let (k, v) = (repeat_kv(&k, rep)?, repeat_kv(&v, rep)?); // (B, H, S, D)
             let y = unfused::attention(&q, &k, &v, mask)?; // (B, H, T, D)
-            y.transpose(1, 2)?.reshape((b * t, h * d)) // (B·T, H·D), a copy
+            y.transpose(1, 2)?.reshape((b, t, h * d)) // (B, T, H·D), a copy
         })
     }
 }

@@ -145,10 +145,12 @@ impl CustomOp2 for CrossEntropyGrad<'_> {
         let x = elems::read("cross_entropy backward", s1, l1)?;
         let t = targets(s2, l2)?;
         let k = self.scale / n as f32;
-        let mut d = vec![0f32; x.len()];
+        // Every element is written below (no zeroing pass over a logits-sized buffer first).
+        let mut d = Vec::<f32>::with_capacity(x.len());
         let rows = rows_per_task(v);
         let saved = (self.shift.len() == n).then_some(self.shift);
-        d.par_chunks_mut(v * rows)
+        d.spare_capacity_mut()[..x.len()]
+            .par_chunks_mut(v * rows)
             .zip(x.par_chunks(v * rows).zip(t.par_chunks(rows)))
             .enumerate()
             .for_each(|(task, (d, (x, t)))| {
@@ -165,13 +167,16 @@ impl CustomOp2 for CrossEntropyGrad<'_> {
                                 }
                             };
                             for (d, &x) in d.iter_mut().zip(x) {
-                                *d = k * fast_exp(x - shift);
+                                d.write(k * fast_exp(x - shift));
                             }
-                            d[t as usize] -= k;
+                            // SAFETY: the loop above wrote the whole row.
+                            unsafe { *d[t as usize].assume_init_mut() -= k };
                         }
                     },
                 )
             });
+        // SAFETY: the tasks above wrote every row.
+        unsafe { d.set_len(x.len()) };
         Ok((
             elems::write("cross_entropy backward", d, s1.dtype())?,
             l1.shape().clone(),

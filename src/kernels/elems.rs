@@ -22,6 +22,20 @@ pub fn read<'a>(op: &str, s: &'a CpuStorage, l: &Layout) -> Result<Cow<'a, [f32]
     })
 }
 
+/// `n` f32 that `fill` makes through the pointer it is given (a product that does not read its
+/// destination, a copy), with no zeroing pass first: `vec![0; n]` writes every byte once more
+/// (on tiny GPT-2's 32 MiB logits gradient, a full extra pass).
+///
+/// # Safety
+/// `fill` must write all `n` elements, and nothing past them, before it returns.
+pub unsafe fn written(n: usize, fill: impl FnOnce(*mut f32)) -> Vec<f32> {
+    let mut v = Vec::with_capacity(n);
+    fill(v.as_mut_ptr());
+    // SAFETY: the caller's `fill` initialised all n elements.
+    unsafe { v.set_len(n) };
+    v
+}
+
 /// f32 results stored as `dtype` (rounded for bf16 and f16). Half types are converted on
 /// every thread (one thread took 1–2 ms per (256, 2048) linear output).
 pub fn write(op: &str, v: Vec<f32>, dtype: DType) -> Result<CpuStorage> {

@@ -182,25 +182,30 @@ fn rows_of(t: &Tensor) -> Result<Tensor> {
 /// threads when gemm finds it worth it (candle's own matmul does the same).
 fn mm(m: usize, n: usize, k: usize, dst: &mut [f32], acc: bool, lhs: Mat, rhs: Mat) {
     assert_eq!(dst.len(), m * n);
+    // SAFETY: `dst` is m×n and initialised.
+    unsafe { mm_to(m, n, k, dst.as_mut_ptr(), acc, lhs, rhs) }
+}
+
+/// A fresh (m, n) row-major = lhs (m, k) · rhs (k, n), written by gemm with no zeroing first.
+fn mm_new(m: usize, n: usize, k: usize, lhs: Mat, rhs: Mat) -> Vec<f32> {
+    // SAFETY: without `acc` the product writes every one of the m×n elements, reading none.
+    unsafe { elems::written(m * n, |dst| mm_to(m, n, k, dst, false, lhs, rhs)) }
+}
+
+/// [`mm`] into a pointer.
+///
+/// # Safety
+/// `dst` must be valid for m×n writes, and initialised when `acc`.
+#[allow(clippy::too_many_arguments)]
+unsafe fn mm_to(m: usize, n: usize, k: usize, dst: *mut f32, acc: bool, lhs: Mat, rhs: Mat) {
     let op = |m: Mat| Operand {
         ptr: m.ptr(),
         rs: m.rs,
         cs: m.cs,
     };
-    // SAFETY: `dst` is m×n; `Mat::of` took the operands' offsets and strides from layouts
-    // candle checked against their storages, and `apply` checked the shapes fit together.
-    unsafe {
-        product(
-            (m, n, k),
-            dst.as_mut_ptr(),
-            n,
-            acc,
-            op(lhs),
-            op(rhs),
-            1.0,
-            true,
-        )
-    }
+    // SAFETY: the caller vouches for `dst`; `Mat::of` took the operands' offsets and strides
+    // from layouts candle checked against their storages, and `apply` checked the shapes fit.
+    unsafe { product((m, n, k), dst, n, acc, op(lhs), op(rhs), 1.0, true) }
 }
 
 pub(super) struct Linear {
@@ -307,18 +312,36 @@ impl Linear {
         b: Option<&[f32]>,
         (n, i, o): (usize, usize, usize),
     ) -> Vec<f32> {
-        let mut y = vec![0f32; n * o]; // (N, O)
-        if let Some(b) = b {
-            y.par_chunks_mut(o * rows_per_task(o))
-                .for_each(|rows| rows.chunks_mut(o).for_each(|r| r.copy_from_slice(b)));
-        }
         let w = if self.layout == Weight::OutIn {
             w.t()
         } else {
             w
         }; // (I, O)
-        mm(n, o, i, &mut y, b.is_some(), x, w);
+        let Some(b) = b else {
+            return mm_new(n, o, i, x, w); // (N, O)
+        };
+        let mut y = Vec::with_capacity(n * o); // (N, O): the bias in every row, then + x · W
+        y.spare_capacity_mut()
+            .par_chunks_mut(o * rows_per_task(o))
+            .for_each(|rows| {
+                for r in rows.chunks_mut(o) {
+                    r.iter_mut().zip(b).for_each(|(y, &b)| {
+                        y.write(b);
+                    });
+                }
+            });
+        // SAFETY: every row was written with the bias above.
+        unsafe { y.set_len(n * o) };
+        mm(n, o, i, &mut y, true, x, w);
         y
+    }
+
+    /// A fresh dW (W's layout) = dyᵀ · x or xᵀ · dy.
+    pub(super) fn weight_grad_new(&self, x: Mat, dy: Mat, (n, i, o): (usize, usize, usize)) -> Vec<f32> {
+        match self.layout {
+            Weight::OutIn => mm_new(o, i, n, dy.t(), x), // (O, I) = dyᵀ · x
+            Weight::InOut => mm_new(i, o, n, x.t(), dy), // (I, O) = xᵀ · dy
+        }
     }
 
     /// dW (W's layout) = dyᵀ · x or xᵀ · dy, written into `dw`, or added to it when `acc`.
@@ -364,8 +387,7 @@ impl Linear {
             } else {
                 wm.t()
             }; // (O, I)
-            let mut dx = vec![0f32; n * i]; // (N, I) = dy (N, O) · W (O, I)
-            mm(n, i, o, &mut dx, false, g, w_oi);
+            let dx = mm_new(n, i, o, g, w_oi); // (N, I) = dy (N, O) · W (O, I)
             let db = bias.then(|| column_sums(&g.v[g.off..g.off + n * o], o));
             (dx, db)
         };
@@ -375,9 +397,7 @@ impl Linear {
                 Mat::of(op, elems::all_f32_of(op, &xs)?, xl)?,
                 Mat::of(op, elems::all_f32_of(op, &gs)?, gl)?,
             );
-            let mut dw = vec![0f32; i * o];
-            self.weight_grad(&mut dw, false, xm, g, (n, i, o));
-            Tensor::from_vec(dw, w.shape(), dev)
+            Tensor::from_vec(self.weight_grad_new(xm, g, (n, i, o)), w.shape(), dev)
         };
         let dw = if sink::takes(w) {
             let acc = AccWeight { of: self };

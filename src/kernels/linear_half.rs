@@ -147,10 +147,8 @@ impl Linear {
                 let (s, l) = x.storage_and_layout();
                 widened(op, cpu(op, &s)?, l)?
             }; // (N, I)
-            let mut dw32 = vec![0f32; i * o];
             let (xm, g) = (Mat::full(&x32, i), Mat::full(&dy32, o));
-            self.weight_grad(&mut dw32, false, xm, g, (n, i, o));
-            dw32
+            self.weight_grad_new(xm, g, (n, i, o))
         };
         drop(dy32);
         self.half_outputs(w, dx, dw32, db, o)

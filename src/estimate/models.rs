@@ -321,7 +321,7 @@ impl Built<'_> {
         };
         sim.kind = "attention output";
         let pr3 = conv1d(sim, y2, w[4], w[5]); // (B, T, C)
-        // The engine's attention half returns here: its temporaries are freed.
+                                               // The engine's attention half returns here: its temporaries are freed.
         drop_all(sim, &[ln, qkv, y2]);
         sim.kind = "residual";
         let x1 = sim.binary(Bin::Add, x, pr3); // (B, T, C)

@@ -388,6 +388,9 @@ fn cross_entropy_unfused(sim: &mut Sim, logits: Id, targets: Id) -> Id {
     let picked = sim.gather(sh, tu, 1); // (N, 1)
     let d = sim.binary(Bin::Sub, lse, picked);
     let out = sim.mean_all(d);
-    drop_all(sim, &[logits, targets, l, mx, md, sh, e, s, lse, tu, picked, d]);
+    drop_all(
+        sim,
+        &[logits, targets, l, mx, md, sh, e, s, lse, tu, picked, d],
+    );
     out
 }

@@ -216,7 +216,9 @@ mod tests {
         let g = go.get(&x).unwrap();
         assert_eq!(g.dims(), [3, 5, 11]);
         close(g, gt.get(&x).unwrap(), 1e-5);
-        let e = cross_entropy(&x, &t.flatten_all().unwrap()).unwrap_err().to_string();
+        let e = cross_entropy(&x, &t.flatten_all().unwrap())
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("targets must be [3, 5]"), "{e}");
     }
 

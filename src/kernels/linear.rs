@@ -337,7 +337,12 @@ impl Linear {
     }
 
     /// A fresh dW (W's layout) = dyᵀ · x or xᵀ · dy.
-    pub(super) fn weight_grad_new(&self, x: Mat, dy: Mat, (n, i, o): (usize, usize, usize)) -> Vec<f32> {
+    pub(super) fn weight_grad_new(
+        &self,
+        x: Mat,
+        dy: Mat,
+        (n, i, o): (usize, usize, usize),
+    ) -> Vec<f32> {
         match self.layout {
             Weight::OutIn => mm_new(o, i, n, dy.t(), x), // (O, I) = dyᵀ · x
             Weight::InOut => mm_new(i, o, n, x.t(), dy), // (I, O) = xᵀ · dy
@@ -495,44 +500,30 @@ mod tests {
         Tensor::randn(0f32, 1.0, s.to_vec(), &Device::Cpu).unwrap()
     }
 
+    /// x (N, I) and x (…, I): leading dims are rows, read in place.
     #[test]
     fn matches_candle_matmul_plus_bias_in_both_weight_layouts() {
-        let (x, b) = (randn(&[37, 19]), randn(&[23]));
-        against_reference(
-            &[x.clone(), randn(&[23, 19]), b.clone()],
-            |t| linear(&t[0], &t[1], Some(&t[2])),
-            |t| t[0].matmul(&t[1].t()?)?.broadcast_add(&t[2]),
-            1e-5,
-        );
-        against_reference(
-            &[x.clone(), randn(&[23, 19])],
-            |t| linear(&t[0], &t[1], None),
-            |t| t[0].matmul(&t[1].t()?),
-            1e-5,
-        );
-        against_reference(
-            &[x, randn(&[19, 23]), b],
-            |t| conv1d(&t[0], &t[1], &t[2]),
-            |t| t[0].matmul(&t[1])?.broadcast_add(&t[2]),
-            1e-5,
-        );
-    }
-
-    #[test]
-    fn leading_dims_are_rows_in_both_weight_layouts() {
-        let (x, b) = (randn(&[3, 7, 19]), randn(&[23]));
-        against_reference(
-            &[x.clone(), randn(&[23, 19]), b.clone()],
-            |t| linear(&t[0], &t[1], Some(&t[2])),
-            |t| t[0].broadcast_matmul(&t[1].t()?)?.broadcast_add(&t[2]),
-            1e-5,
-        );
-        against_reference(
-            &[x, randn(&[19, 23]), b],
-            |t| conv1d(&t[0], &t[1], &t[2]),
-            |t| t[0].broadcast_matmul(&t[1])?.broadcast_add(&t[2]),
-            1e-5,
-        );
+        for shape in [&[37, 19][..], &[3, 7, 19]] {
+            let (x, b) = (randn(shape), randn(&[23]));
+            against_reference(
+                &[x.clone(), randn(&[23, 19]), b.clone()],
+                |t| linear(&t[0], &t[1], Some(&t[2])),
+                |t| t[0].broadcast_matmul(&t[1].t()?)?.broadcast_add(&t[2]),
+                1e-5,
+            );
+            against_reference(
+                &[x.clone(), randn(&[23, 19])],
+                |t| linear(&t[0], &t[1], None),
+                |t| t[0].broadcast_matmul(&t[1].t()?),
+                1e-5,
+            );
+            against_reference(
+                &[x, randn(&[19, 23]), b],
+                |t| conv1d(&t[0], &t[1], &t[2]),
+                |t| t[0].broadcast_matmul(&t[1])?.broadcast_add(&t[2]),
+                1e-5,
+            );
+        }
     }
 
     #[test]

@@ -3,7 +3,7 @@
 
 use candle_core::{DType, Device, IndexOp, Tensor};
 use memscope::model::config::ModelConfig;
-use memscope::model::store::{ParamStore, Purpose};
+use memscope::model::store::{ParamStore, Placement, Purpose};
 use memscope::model::weights::{write_safetensors, WDtype, WeightSet};
 use memscope::model::{cost, ops, param_specs, segments, Model};
 
@@ -321,14 +321,18 @@ fn half_precision_forward_and_backward_run_and_stay_close_to_f32() {
 }
 
 /// Writes a store's tensors as a Hugging Face-named safetensors checkpoint.
-fn write_checkpoint(store: &ParamStore, path: &std::path::Path, prefix: &str) {
+/// `store`'s parameters as a checkpoint, each with its spec's dims (an inference store's
+/// weight in panels is a 3-d view whose elements run in the weight's own order).
+fn write_checkpoint(c: &ModelConfig, store: &ParamStore, path: &std::path::Path, prefix: &str) {
+    let specs = param_specs(c);
     let owned: Vec<(String, Vec<usize>, Vec<u8>)> = store
         .tensors()
         .map(|(n, t)| {
             let v: Vec<f32> = t.flatten_all().unwrap().to_vec1().unwrap();
+            let spec = specs.iter().find(|s| &s.name == n).unwrap();
             (
                 format!("{prefix}{n}"),
-                t.dims().to_vec(),
+                spec.shape.clone(),
                 v.iter().flat_map(|x| x.to_le_bytes()).collect(),
             )
         })
@@ -346,7 +350,7 @@ fn checkpoints_load_into_the_same_structs_and_give_the_same_logits() {
     for (name, prefix) in [("tiny-gpt2", "transformer."), ("tiny-llama", "")] {
         let (c, store, model) = build(name, false, DType::F32);
         let path = dir.path().join(format!("{name}.safetensors"));
-        write_checkpoint(&store, &path, prefix);
+        write_checkpoint(&c, &store, &path, prefix);
         let ws = WeightSet::open(&path).unwrap();
         let (loaded, warnings) =
             ParamStore::from_weights(&param_specs(&c), &ws, DType::F32, Purpose::Forward).unwrap();
@@ -368,11 +372,11 @@ fn inference_stores_keep_linear_weights_transposed_with_the_same_values_and_logi
         let (c, train, train_model) = build(name, true, DType::F32);
         let (_, infer, infer_model) = build(name, false, DType::F32);
         let path = dir.path().join(format!("{name}.safetensors"));
-        write_checkpoint(&train, &path, "");
+        write_checkpoint(&c, &train, &path, "");
         let ws = WeightSet::open(&path).unwrap();
         let (loaded, _) =
             ParamStore::from_weights(&param_specs(&c), &ws, DType::F32, Purpose::Forward).unwrap();
-        let mut transposed = 0;
+        let (mut transposed, mut panelled) = (0, 0);
         for spec in param_specs(&c) {
             let t = train.get(&spec.name).unwrap();
             assert!(
@@ -385,21 +389,27 @@ fn inference_stores_keep_linear_weights_transposed_with_the_same_values_and_logi
                 ("checkpoint", loaded.get(&spec.name)),
             ] {
                 let i = i.unwrap();
-                assert_eq!(i.dims(), t.dims(), "{name} {} ({how})", spec.name);
-                if spec.linear {
+                let what = format!("{name} {} ({how})", spec.name);
+                match spec.placement(Purpose::Forward, DType::F32) {
                     // (O, I) viewed over (I, O) row-major memory.
-                    assert_eq!(
-                        i.stride(),
-                        [1, spec.shape[0]],
-                        "{name} {} ({how})",
-                        spec.name
-                    );
-                } else {
-                    assert!(i.is_contiguous(), "{name} {} ({how})", spec.name);
+                    Placement::Transposed => assert_eq!(i.stride(), [1, spec.shape[0]], "{what}"),
+                    // A 3-d view of 64-wide strips (AVX-512 machines), the weight's elements
+                    // in its own order.
+                    Placement::Panels => {
+                        assert_eq!(i.elem_count(), t.elem_count(), "{what}");
+                        assert_eq!(i.rank(), 3, "{what}");
+                    }
+                    Placement::RowMajor => {
+                        assert_eq!(i.dims(), t.dims(), "{what}");
+                        assert!(i.is_contiguous(), "{what}");
+                    }
                 }
-                assert_eq!(max_abs_diff(&i, &t), 0.0, "{name} {} ({how})", spec.name);
+                let i = i.contiguous().unwrap().reshape(t.shape()).unwrap();
+                assert_eq!(max_abs_diff(&i, &t), 0.0, "{what}");
             }
             transposed += spec.linear as usize;
+            panelled +=
+                (spec.placement(Purpose::Forward, DType::F32) == Placement::Panels) as usize;
         }
         // Generation keeps every weight row-major (decode's one-row products read them so).
         let decode = ParamStore::random(&param_specs(&c), 7, DType::F32, Purpose::Decode).unwrap();
@@ -408,6 +418,9 @@ fn inference_stores_keep_linear_weights_transposed_with_the_same_values_and_logi
         }
         // GPT-2's Conv1D weights are (I, O) already and its head is the tied embedding.
         assert_eq!(transposed > 0, name != "tiny-gpt2", "{name}: {transposed}");
+        // Where gemm runs AVX-512 kernels every weight read only through the linear kernel is
+        // in panels (the tiny models' out features are multiples of 64), Conv1D ones included.
+        assert_eq!(panelled > 0, memscope::kernels::panels::chosen(), "{name}");
         let ids = tokens(2, 12, c.vocab_size, 3);
         let want = train_model.forward(&ids, None).unwrap();
         let got = infer_model.forward(&ids, None).unwrap();

@@ -163,7 +163,8 @@ pub fn linear_kernel(sim: &mut Sim, x: Id, w: Id, b: Option<Id>, out_in: bool) -
     }
     let y = sim.fused(Fused::Linear { out_in }, &inputs, x, &out);
     // y = x · Wᵀ reads a row-major (O, I) weight column-major: copied tile by tile. An
-    // inference store's weight is stored transposed (non-contiguous) and read in place.
+    // inference store's weight is stored transposed or in panels (non-contiguous) and read in
+    // place.
     if out_in && sim.nodes[w].contiguous {
         sim.scratch(product::scratch_bytes((n, o, i), 1, i));
     }

@@ -13,6 +13,7 @@
 
 use super::dot_bf16;
 use super::elems::{self, rows_per_task};
+use super::panels;
 use super::product::{product, Operand};
 use super::sink;
 use super::widen::widened;
@@ -52,11 +53,7 @@ fn apply(x: &Tensor, w: &Tensor, b: Option<&Tensor>, layout: Weight) -> Result<T
         [_, .., i] => *i,
         d => bail!("linear: x must have rows and features (…, I), got {d:?}"),
     };
-    let (w0, w1) = w.dims2()?;
-    let (wi, o) = match layout {
-        Weight::OutIn => (w1, w0),
-        Weight::InOut => (w0, w1),
-    };
+    let (wi, o) = weight_dims(w.layout(), layout)?;
     if wi != i || b.is_some_and(|b| b.dims() != [o]) {
         bail!(
             "linear: x {:?}, weight {:?} and bias {:?} do not fit (…, I), {} and (O)",
@@ -74,6 +71,11 @@ fn apply(x: &Tensor, w: &Tensor, b: Option<&Tensor>, layout: Weight) -> Result<T
     let float = matches!(dt, DType::F32 | DType::BF16 | DType::F16);
     let same = w.dtype() == dt && b.is_none_or(|b| b.dtype() == dt);
     if !float || !same || !x.device().is_cpu() {
+        if w.rank() != 2 {
+            bail!(
+                "linear: a weight kept in panels (an f32 inference store's) needs an f32 CPU input, got {dt:?}"
+            )
+        }
         let y = match layout {
             Weight::OutIn => x.broadcast_matmul(&w.t()?)?,
             Weight::InOut => x.broadcast_matmul(w)?,
@@ -100,6 +102,18 @@ fn apply(x: &Tensor, w: &Tensor, b: Option<&Tensor>, layout: Weight) -> Result<T
             },
         ),
     }
+}
+
+/// (I, O) of a weight in `layout`: its dims, or those of a panel view ([`panels::view`]).
+fn weight_dims(l: &Layout, layout: Weight) -> Result<(usize, usize)> {
+    if let Some(io) = panels::recognise(l, layout == Weight::OutIn) {
+        return Ok(io);
+    }
+    let (w0, w1) = l.shape().dims2()?;
+    Ok(match layout {
+        Weight::OutIn => (w1, w0),
+        Weight::InOut => (w0, w1),
+    })
 }
 
 /// A 2-d operand: its elements, offset and (row, column) strides.
@@ -208,6 +222,54 @@ unsafe fn mm_to(m: usize, n: usize, k: usize, dst: *mut f32, acc: bool, lhs: Mat
     unsafe { product((m, n, k), dst, n, acc, op(lhs), op(rhs), 1.0, true) }
 }
 
+/// A fresh (N, O) with the bias `b` (O) in every row.
+fn bias_rows(n: usize, b: &[f32]) -> Vec<f32> {
+    let o = b.len();
+    let mut y = Vec::with_capacity(n * o);
+    y.spare_capacity_mut()
+        .par_chunks_mut(o * rows_per_task(o))
+        .for_each(|rows| {
+            for r in rows.chunks_mut(o) {
+                r.iter_mut().zip(b).for_each(|(y, &b)| {
+                    y.write(b);
+                });
+            }
+        });
+    // SAFETY: every row was written with the bias above.
+    unsafe { y.set_len(n * o) };
+    y
+}
+
+/// y (N, O) = x · W [+ b], W a panel buffer's elements ([`panels`]).
+fn forward_panels(
+    x: Mat,
+    w: &[f32],
+    b: Option<&[f32]>,
+    (n, i, o): (usize, usize, usize),
+) -> Vec<f32> {
+    assert!(w.len() >= i * o);
+    let x = Operand {
+        ptr: x.ptr(),
+        rs: x.rs,
+        cs: x.cs,
+    };
+    // SAFETY: `Mat::of` took x's offset and strides from a layout candle checked, `apply`
+    // checked that x is (N, I), and the buffer holds the O·I weights (asserted above); without
+    // a bias the product writes every element of y, with one it adds onto the bias rows.
+    unsafe {
+        match b {
+            None => elems::written(n * o, |y| {
+                panels::product((n, i, o), y, false, x, w.as_ptr())
+            }),
+            Some(b) => {
+                let mut y = bias_rows(n, b);
+                panels::product((n, i, o), y.as_mut_ptr(), true, x, w.as_ptr());
+                y
+            }
+        }
+    }
+}
+
 pub(super) struct Linear {
     pub(super) layout: Weight,
     /// The module its forward ran in (its backward is timed there).
@@ -282,6 +344,10 @@ impl Linear {
         };
         let b = b.as_deref();
         Ok(match ws {
+            CpuStorage::F32(w) if panels::recognise(wl, self.layout == Weight::OutIn).is_some() => {
+                let x = Mat::of(op, elems::all_f32(op, xs)?, xl)?;
+                CpuStorage::F32(forward_panels(x, &w[wl.start_offset()..], b, (n, i, o)))
+            }
             CpuStorage::F32(w) => CpuStorage::F32(self.forward(
                 Mat::of(op, elems::all_f32(op, xs)?, xl)?,
                 Mat::of(op, w, wl)?,
@@ -320,18 +386,7 @@ impl Linear {
         let Some(b) = b else {
             return mm_new(n, o, i, x, w); // (N, O)
         };
-        let mut y = Vec::with_capacity(n * o); // (N, O): the bias in every row, then + x · W
-        y.spare_capacity_mut()
-            .par_chunks_mut(o * rows_per_task(o))
-            .for_each(|rows| {
-                for r in rows.chunks_mut(o) {
-                    r.iter_mut().zip(b).for_each(|(y, &b)| {
-                        y.write(b);
-                    });
-                }
-            });
-        // SAFETY: every row was written with the bias above.
-        unsafe { y.set_len(n * o) };
+        let mut y = bias_rows(n, b); // (N, O), then + x · W
         mm(n, o, i, &mut y, true, x, w);
         y
     }
@@ -374,6 +429,9 @@ impl Linear {
         bias: bool,
     ) -> Result<[Option<Tensor>; 3]> {
         let op = "linear backward";
+        if w.rank() != 2 {
+            bail!("{op}: the weight is kept in panels, which only inference stores do (no gradients there)")
+        }
         if w.dtype() != DType::F32 {
             return self.half_backward(x, w, dy, bias);
         }
@@ -433,11 +491,7 @@ impl CustomOp2 for Linear {
     ) -> Result<(CpuStorage, Shape)> {
         let x = as_rows(l1)?;
         let (n, i) = x.shape().dims2()?;
-        let o = if self.layout == Weight::OutIn {
-            l2.shape().dims2()?.0
-        } else {
-            l2.shape().dims2()?.1
-        };
+        let o = weight_dims(l2, self.layout)?.1;
         let y = self.forward_any((s1, &x), (s2, l2), None, (n, i, o))?;
         Ok((y, out_shape(l1, o)))
     }
@@ -524,6 +578,47 @@ mod tests {
                 1e-5,
             );
         }
+    }
+
+    /// On any machine (the store picks panels only with AVX-512, the product runs anywhere):
+    /// 100 rows are two full 48-row calls and a partial one; 128 out features, two panels.
+    #[test]
+    fn a_weight_in_panels_gives_the_product_of_the_weight_it_holds() {
+        let (i, o) = (19, 128);
+        let w_io = randn(&[i, o]);
+        let buffer = panels::panelled(&w_io.flatten_all().unwrap().to_vec1().unwrap(), i, o);
+        let (lin, conv) = (
+            panels::view(buffer.clone(), true).unwrap(),
+            panels::view(buffer, false).unwrap(),
+        );
+        let w_oi = w_io.t().unwrap();
+        for shape in [&[100, 19][..], &[2, 5, 19], &[1, 19]] {
+            let (x, b) = (randn(shape), randn(&[o]));
+            let close = |got: Tensor, want: Tensor| {
+                let d = (got - want).unwrap().abs().unwrap().max_all().unwrap();
+                assert!(d.to_scalar::<f32>().unwrap() < 1e-4, "{shape:?}");
+            };
+            let plain = x.broadcast_matmul(&w_io).unwrap();
+            close(linear(&x, &lin, None).unwrap(), plain.clone());
+            close(
+                linear(&x, &lin, Some(&b)).unwrap(),
+                linear(&x, &w_oi, Some(&b)).unwrap(),
+            );
+            close(
+                conv1d(&x, &conv, &b).unwrap(),
+                plain.broadcast_add(&b).unwrap(),
+            );
+        }
+        let x = candle_core::Var::from_tensor(&randn(&[3, 19])).unwrap();
+        let y = linear(x.as_tensor(), &lin, None)
+            .unwrap()
+            .sum_all()
+            .unwrap();
+        let e = y.backward().unwrap_err().to_string();
+        assert!(e.contains("kept in panels"), "{e}");
+        let x16 = randn(&[3, 19]).to_dtype(DType::BF16).unwrap();
+        let e = linear(&x16, &lin, None).unwrap_err().to_string();
+        assert!(e.contains("panels") && e.contains("BF16"), "{e}");
     }
 
     #[test]

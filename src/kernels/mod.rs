@@ -18,6 +18,7 @@ pub mod half_bits;
 pub mod layer_norm;
 pub mod linear;
 pub mod linear_half;
+pub mod panels;
 pub mod product;
 pub mod rms_norm;
 pub mod rope;

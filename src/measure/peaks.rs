@@ -6,13 +6,18 @@
 //! reaches without re-measuring.
 
 use crate::kernels::dot_bf16;
-use crate::kernels::product::Strided;
+use crate::kernels::panels;
+use crate::kernels::product::{Operand, Strided};
 use candle_core::{DType, Device, Tensor};
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Instant;
+
+/// The `matmul` entry of the f32 product through weights kept in panels, where inference
+/// stores keep them so (AVX-512 machines).
+pub const PANELS: &str = "f32 panels";
 
 /// A rate measured over several repetitions: the best (the ceiling) and the median.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -37,7 +42,8 @@ pub struct Peaks {
     /// CPU model, logical cores, cache sizes, memory, memscope version: the cache key.
     pub fingerprint: String,
     pub threads: usize,
-    /// Best GFLOP/s of a large square product per dtype (2048³ for f32, 1024³ for bf16/f16).
+    /// Best GFLOP/s of a large square product per dtype (2048³ for f32, 1024³ for bf16/f16);
+    /// for f32 the faster of candle → gemm and the panel product ([`PANELS`]) where measured.
     pub matmul_gflops: BTreeMap<String, f64>,
     /// The same products with their median and repetitions.
     pub matmul: BTreeMap<String, ShapeRate>,
@@ -145,6 +151,38 @@ fn dot_rate(name: &str, m: usize, k: usize, n: usize) -> anyhow::Result<ShapeRat
     })
 }
 
+/// The f32 product an inference store's linear layers run where weights are kept in panels
+/// (`kernels::panels`): x (m, k) row-major · W (k, n) from its panel buffer.
+fn panels_rate(name: &str, m: usize, k: usize, n: usize) -> ShapeRate {
+    let vals = |len: usize| -> Vec<f32> {
+        (0..len)
+            .map(|i| ((i * 7 % 23) as f32 - 11.0) / 16.0)
+            .collect()
+    };
+    let (x, w) = (vals(m * k), vals(k * n)); // (m, k) row-major; (n/64, k, 64) panels
+    let mut y = vec![0f32; m * n];
+    let lhs = Operand {
+        ptr: x.as_ptr(),
+        rs: k,
+        cs: 1,
+    };
+    // SAFETY: x is (m, k) row-major, w holds k·n values, y is (m, n) and initialised.
+    let mut run = || unsafe { panels::product((m, k, n), y.as_mut_ptr(), false, lhs, w.as_ptr()) };
+    run(); // first call: the thread pool starts
+    let secs = timed(5, &mut run);
+    std::hint::black_box(&y);
+    let mut gflops = rate(2.0 * m as f64 * k as f64 * n as f64, &secs);
+    gflops.best /= 1e9;
+    gflops.median /= 1e9;
+    ShapeRate {
+        name: name.into(),
+        m,
+        k,
+        n,
+        gflops,
+    }
+}
+
 /// Copy and triad over three arrays of `n` f32 each, split across the rayon pool.
 fn bandwidth(n: usize) -> (Rate, Rate) {
     let chunk = 1 << 16;
@@ -193,6 +231,13 @@ pub fn measure(
         let r = matmul_rate(&format!("{size}³"), size, size, size, dt)?;
         best.insert(name.to_string(), r.gflops.best);
         matmul.insert(name.to_string(), r);
+    }
+    if panels::chosen() {
+        // Inference stores' f32 products; the f32 ceiling is the faster of the two paths.
+        let r = panels_rate("2048³, weight in panels", 2048, 2048, 2048);
+        best.entry("f32".into())
+            .and_modify(|b| *b = b.max(r.gflops.best));
+        matmul.insert(PANELS.into(), r);
     }
     let model_shapes = shapes
         .iter()
@@ -249,9 +294,15 @@ pub fn fingerprint(threads: usize) -> String {
     } else {
         "widened"
     };
+    // Inference stores' f32 weights in panels (measured as a second f32 ceiling).
+    let f32_panels = if panels::chosen() {
+        " | f32 panels"
+    } else {
+        ""
+    };
     // The kernels' ISA: a build without the `avx512` feature runs gemm's AVX2 kernels.
     format!(
-        "{model} | {} logical cores | L2 {} L3 {} | {mem} kB | {threads} threads | memscope {} | bf16 {bf16} | {}",
+        "{model} | {} logical cores | L2 {} L3 {} | {mem} kB | {threads} threads | memscope {} | bf16 {bf16}{f32_panels} | {}",
         crate::measure::threads::all_cores(),
         cache(2),
         cache(3),

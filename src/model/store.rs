@@ -2,6 +2,7 @@
 //! read from safetensors, as trainable `Var`s (train) or detached tensors (inference, so no
 //! autograd graph is recorded — DESIGN.md: 1953 MiB instead of 699 MiB otherwise).
 
+use crate::kernels::panels;
 use crate::kernels::sink::Masters;
 use crate::model::weights::WeightSet;
 use anyhow::{bail, Context};
@@ -25,8 +26,8 @@ pub enum Init {
 pub enum Purpose {
     /// Training: trainable `Var`s, row-major.
     Train,
-    /// Whole-sequence forwards (`--mode infer`): detached tensors, linear weights transposed in
-    /// memory ([`ParamSpec::stored_transposed`]).
+    /// Whole-sequence forwards (`--mode infer`): detached tensors, weights read only through
+    /// the linear kernel laid out for its products ([`ParamSpec::placement`]).
     Forward,
     /// Generation: detached tensors, row-major. A decode step's products have one row per
     /// sequence, and gemm reads an (O, I) weight's rows for them faster than its transpose
@@ -47,7 +48,7 @@ pub struct ParamSpec {
     pub shape: Vec<usize>,
     pub init: Init,
     /// An `nn.Linear` weight (O, I) that the model reads only as the right operand of x·Wᵀ.
-    /// Inference stores keep it transposed in memory (see [`ParamSpec::stored_transposed`]).
+    /// Inference stores keep it transposed or in panels ([`ParamSpec::placement`]).
     pub linear: bool,
     /// Read only through `kernels::linear` (an `nn.Linear` weight, or GPT-2's Conv1D (I, O)
     /// read as x·W): its gradient is made by that kernel alone, which can hand it to the sink.
@@ -82,19 +83,69 @@ impl ParamSpec {
         }
     }
 
-    /// Whether a store for `purpose` keeps this parameter transposed in memory: a
-    /// [`Purpose::Forward`] store keeps a linear weight (O, I) as (I, O) row-major under an
-    /// (O, I) view (strides (1, O)), so x·Wᵀ hands gemm a row-major right operand and
-    /// `kernels::product` skips its per-call tile copy (15–20% of a 256-row product). Training
+    /// Whether a store for `purpose` keeps this parameter out of row-major (O, I) order, read
+    /// in place as a non-contiguous view (the estimator's flag): a [`Purpose::Forward`] store
+    /// keeps a linear weight (O, I) as (I, O) row-major under an (O, I) view (strides (1, O)),
+    /// or in panels (same bytes, same view semantics), so x·Wᵀ hands gemm a row-major right
+    /// operand and `kernels::product` skips its per-call tile copy (15–20% of a 256-row
+    /// product). Training
     /// keeps (O, I) row-major: its backward reads W row-major for dx, and the optimizer and the
     /// gradient sink expect the gradient's layout; generation too (see [`Purpose::Decode`]).
     pub fn stored_transposed(&self, purpose: Purpose) -> bool {
         self.linear && purpose == Purpose::Forward && self.shape.len() == 2
     }
 
+    /// How a store for `purpose` holding `dtype` lays this parameter's values out in memory.
+    /// An f32 [`Purpose::Forward`] store on a machine where gemm runs AVX-512 kernels keeps a
+    /// weight read only through the linear kernel in panels when its out features allow
+    /// (`kernels::panels`: 64 out features per strip, read by gemm with no packing, 10% faster
+    /// products); otherwise an `nn.Linear` weight transposed; everything else row-major.
+    pub fn placement(&self, purpose: Purpose, dtype: DType) -> Placement {
+        let out = if self.linear {
+            self.shape.first()
+        } else {
+            self.shape.get(1)
+        };
+        let panels = purpose == Purpose::Forward
+            && self.through_linear
+            && self.shape.len() == 2
+            && dtype == DType::F32
+            && out.is_some_and(|&o| panels::fits(o))
+            && panels::chosen();
+        if panels {
+            Placement::Panels
+        } else if self.stored_transposed(purpose) {
+            Placement::Transposed
+        } else {
+            Placement::RowMajor
+        }
+    }
+
+    /// Where the element at row-major index `k` of this parameter goes under `placement`.
+    fn position(&self, placement: Placement, k: usize) -> usize {
+        match (placement, self.shape.as_slice()) {
+            (Placement::Transposed, &[o, i]) => (k % i) * o + k / i, // (O, I) → (I, O)
+            (Placement::Panels, &[_, i]) if self.linear => panels::index(k % i, k / i, i),
+            (Placement::Panels, &[i, o]) => panels::index(k / o, k % o, i),
+            _ => k,
+        }
+    }
+
     pub fn elem_count(&self) -> usize {
         self.shape.iter().product()
     }
+}
+
+/// How a store lays a parameter's values out ([`ParamSpec::placement`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Placement {
+    /// In its own shape, row-major.
+    RowMajor,
+    /// An (O, I) `nn.Linear` weight as (I, O) row-major, under an (O, I) view.
+    Transposed,
+    /// Cut into 64-column strips of the weight as (I, O) (`kernels::panels`), under a view
+    /// with the weight's dims.
+    Panels,
 }
 
 /// Checkpoint name prefixes accepted in front of ours (`transformer.h.0…` for GPT2LMHeadModel).
@@ -129,8 +180,9 @@ impl ParamStore {
         let tensors: Vec<(String, Tensor)> = specs
             .par_iter()
             .map(|s| {
-                let values = init_values(s, seed, s.stored_transposed(purpose));
-                Ok((s.name.clone(), tensor(values, s, purpose, dtype)?))
+                let placement = s.placement(purpose, dtype);
+                let values = init_values(s, seed, placement);
+                Ok((s.name.clone(), tensor(values, s, placement, dtype)?))
             })
             .collect::<candle_core::Result<_>>()?;
         Self::build(tensors, purpose.trainable())
@@ -168,14 +220,14 @@ impl ParamStore {
                     spec.shape
                 );
             }
-            let values = if spec.stored_transposed(purpose) {
-                raw.to_f32_vec_transposed()
-            } else {
-                raw.to_f32_vec()
+            let placement = spec.placement(purpose, dtype);
+            let values = match placement {
+                Placement::RowMajor => raw.to_f32_vec(),
+                p => raw.to_f32_vec_placed(|k| spec.position(p, k)),
             }
             .with_context(|| format!("--weights: tensor `{found}`"))?;
             used.insert(found);
-            tensors.push((spec.name.clone(), tensor(values, spec, purpose, dtype)?));
+            tensors.push((spec.name.clone(), tensor(values, spec, placement, dtype)?));
         }
         let unused: Vec<String> = weights
             .names()
@@ -291,22 +343,26 @@ impl ParamStore {
     }
 }
 
-/// The parameter `spec` from its values in memory order: row-major, or (I, O) row-major for a
-/// weight [`ParamSpec::stored_transposed`], returned as its (O, I) view.
+/// The parameter `spec` from its values in memory order ([`Placement`]), as a tensor with its
+/// own dims (a view for a transposed or panelled weight).
 fn tensor(
     values: Vec<f32>,
     spec: &ParamSpec,
-    purpose: Purpose,
+    placement: Placement,
     dtype: DType,
 ) -> candle_core::Result<Tensor> {
-    if spec.stored_transposed(purpose) {
-        let (o, i) = (spec.shape[0], spec.shape[1]);
-        // (I, O) row-major → (O, I) view, strides (1, O)
-        Tensor::from_vec(values, (i, o), &Device::Cpu)?
-            .to_dtype(dtype)?
-            .t()
-    } else {
-        Tensor::from_vec(values, spec.shape.as_slice(), &Device::Cpu)?.to_dtype(dtype)
+    let dev = &Device::Cpu;
+    match (placement, spec.shape.as_slice()) {
+        (Placement::Transposed, &[o, i]) => {
+            // (I, O) row-major → (O, I) view, strides (1, O)
+            Tensor::from_vec(values, (i, o), dev)?.to_dtype(dtype)?.t()
+        }
+        (Placement::Panels, &[a, b]) => {
+            let (o, i) = if spec.linear { (a, b) } else { (b, a) };
+            let buffer = Tensor::from_vec(values, (o / panels::WIDTH, i, panels::WIDTH), dev)?;
+            panels::view(buffer.to_dtype(dtype)?, spec.linear)
+        }
+        _ => Tensor::from_vec(values, spec.shape.as_slice(), dev)?.to_dtype(dtype),
     }
 }
 
@@ -317,9 +373,9 @@ fn name_hash(name: &str) -> u64 {
     })
 }
 
-/// The seeded values of `spec` in row-major order, or, when `transposed` (a 2-d (O, I)
-/// weight), the same values placed as (I, O) row-major: one buffer either way.
-fn init_values(spec: &ParamSpec, seed: u64, transposed: bool) -> Vec<f32> {
+/// The seeded values of `spec`, drawn in row-major order and placed by `placement`: one
+/// buffer either way.
+fn init_values(spec: &ParamSpec, seed: u64, placement: Placement) -> Vec<f32> {
     let n = spec.elem_count();
     match spec.init {
         Init::Ones => vec![1.0; n],
@@ -328,15 +384,85 @@ fn init_values(spec: &ParamSpec, seed: u64, transposed: bool) -> Vec<f32> {
             let mut rng = rand::rngs::StdRng::seed_from_u64(seed ^ name_hash(&spec.name));
             // std is a positive constant from the model code: Normal::new cannot fail.
             let dist = Normal::new(0.0f32, std).expect("positive std");
-            if !transposed {
+            if placement == Placement::RowMajor {
                 return (0..n).map(|_| dist.sample(&mut rng)).collect();
             }
-            let (o, i) = (spec.shape[0], spec.shape[1]);
-            let mut out = vec![0f32; n]; // (I, O)
-            for idx in 0..n {
-                out[(idx % i) * o + idx / i] = dist.sample(&mut rng);
+            let mut out = vec![0f32; n];
+            for k in 0..n {
+                out[spec.position(placement, k)] = dist.sample(&mut rng);
             }
             out
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Both weight layouts placed in panels hold the values drawn row-major, on any machine
+    /// (the store chooses panels only where gemm runs AVX-512 kernels).
+    #[test]
+    fn panelled_weights_hold_the_row_major_draw_under_their_own_dims() {
+        for spec in [
+            ParamSpec::linear("w", &[128, 5], Init::Normal(1.0)),
+            ParamSpec::conv1d("w", &[5, 128], Init::Normal(1.0)),
+        ] {
+            let want = tensor(
+                init_values(&spec, 3, Placement::RowMajor),
+                &spec,
+                Placement::RowMajor,
+                DType::F32,
+            )
+            .unwrap();
+            let got = tensor(
+                init_values(&spec, 3, Placement::Panels),
+                &spec,
+                Placement::Panels,
+                DType::F32,
+            )
+            .unwrap();
+            assert_eq!(got.rank(), 3, "a view of the (O/64, I, 64) buffer");
+            let got = got.contiguous().unwrap().reshape(want.shape()).unwrap();
+            assert_eq!(
+                got.to_vec2::<f32>().unwrap(),
+                want.to_vec2::<f32>().unwrap(),
+                "linear: {}",
+                spec.linear
+            );
+        }
+    }
+
+    #[test]
+    fn panels_only_for_f32_forward_stores_of_whole_strips_on_avx512() {
+        let lin = ParamSpec::linear("w", &[128, 5], Init::Normal(1.0));
+        let f32_forward = if panels::chosen() {
+            Placement::Panels
+        } else {
+            Placement::Transposed
+        };
+        assert_eq!(lin.placement(Purpose::Forward, DType::F32), f32_forward);
+        assert_eq!(
+            lin.placement(Purpose::Forward, DType::BF16),
+            Placement::Transposed
+        );
+        assert_eq!(
+            lin.placement(Purpose::Train, DType::F32),
+            Placement::RowMajor
+        );
+        assert_eq!(
+            lin.placement(Purpose::Decode, DType::F32),
+            Placement::RowMajor
+        );
+        let odd = ParamSpec::linear("w", &[100, 5], Init::Normal(1.0));
+        assert_eq!(
+            odd.placement(Purpose::Forward, DType::F32),
+            Placement::Transposed
+        );
+        let embedding = ParamSpec::new("e", &[128, 5], Init::Normal(1.0));
+        assert_eq!(
+            embedding.placement(Purpose::Forward, DType::F32),
+            Placement::RowMajor
+        );
     }
 }

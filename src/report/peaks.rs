@@ -1,6 +1,6 @@
 //! `memscope peaks`: this machine's matmul and bandwidth ceilings as tables.
 
-use crate::measure::peaks::{Peaks, ShapeRate};
+use crate::measure::peaks::{Peaks, ShapeRate, PANELS};
 use crate::report::table::Table;
 use crate::report::terminal::render_table;
 use std::fmt::Write;
@@ -17,6 +17,25 @@ fn shape_rows(rates: &[&ShapeRate]) -> Vec<Vec<String>> {
             ]
         })
         .collect()
+}
+
+/// What the matmul rows ran through, and which is the f32 ceiling.
+fn matmul_title(p: &Peaks) -> String {
+    let mut t = String::from("Matmul (5 runs after one warm-up; best is the ceiling): f32 and f16");
+    if p.fingerprint.contains("bf16 dot") {
+        t += " through candle → gemm, bf16 on memscope's AVX-512 BF16 dot-product kernel (what \
+              the linear layers run)";
+    } else {
+        t += " and bf16 through candle → gemm";
+    }
+    if p.matmul.contains_key(PANELS) {
+        t += &format!(
+            "; {PANELS}: gemm reading a weight kept in 64-wide strips, as inference stores keep \
+             them on this machine. The f32 ceiling is the faster f32 row: {:.1} GFLOP/s",
+            p.matmul_gflops.get("f32").copied().unwrap_or(0.0)
+        );
+    }
+    t
 }
 
 pub fn render(p: &Peaks, source: &str) -> String {
@@ -37,13 +56,7 @@ pub fn render(p: &Peaks, source: &str) -> String {
         rows.push(row);
     }
     out += &render_table(&Table {
-        title: if p.fingerprint.ends_with("bf16 dot") {
-            "Matmul: f32 and f16 through candle → gemm, bf16 on memscope's AVX-512 BF16 dot-product \
-             kernel, what the linear layers run (5 runs after one warm-up; best is the ceiling)"
-        } else {
-            "Matmul through candle → gemm (5 runs after one warm-up; best is the ceiling)"
-        }
-        .into(),
+        title: matmul_title(p),
         header: header("dtype"),
         rows,
     });

@@ -169,8 +169,6 @@ pub enum WeightsError {
         "tensor of dtype {dtype} cannot be converted to f32; valid dtypes: F16, BF16, F32, F64"
     )]
     NotFloat { dtype: WDtype },
-    #[error("tensor of shape {shape:?} cannot be read transposed: it is not 2-d")]
-    NotTwoDimensional { shape: Vec<usize> },
     #[error(
         "raw tensor of dtype {dtype} and shape {shape:?} has {len} bytes; valid is shape product × {} bytes",
         dtype.size_bytes()
@@ -346,18 +344,16 @@ impl RawTensor {
         Ok(self.data.chunks_exact(size).map(decode).collect())
     }
 
-    /// As [`Self::to_f32_vec`] for a 2-d (R, C) tensor, the values placed transposed: (C, R)
-    /// row-major, in one buffer.
-    pub fn to_f32_vec_transposed(&self) -> Result<Vec<f32>, WeightsError> {
+    /// As [`Self::to_f32_vec`], the element at row-major index k written at `place(k)`: a
+    /// permutation of 0..len, such as a transposition, so the values land in one buffer.
+    pub fn to_f32_vec_placed(
+        &self,
+        place: impl Fn(usize) -> usize,
+    ) -> Result<Vec<f32>, WeightsError> {
         let (size, decode) = self.decoder()?;
-        let &[r, c] = self.shape.as_slice() else {
-            return Err(WeightsError::NotTwoDimensional {
-                shape: self.shape.clone(),
-            });
-        };
-        let mut out = vec![0f32; r * c]; // (C, R)
+        let mut out = vec![0f32; self.data.len() / size];
         for (idx, e) in self.data.chunks_exact(size).enumerate() {
-            out[(idx % c) * r + idx / c] = decode(e);
+            out[place(idx)] = decode(e);
         }
         Ok(out)
     }

@@ -83,14 +83,14 @@ impl ParamSpec {
         }
     }
 
-    /// Whether a store for `purpose` keeps this parameter out of row-major (O, I) order, read
-    /// in place as a non-contiguous view (the estimator's flag): a [`Purpose::Forward`] store
-    /// keeps a linear weight (O, I) as (I, O) row-major under an (O, I) view (strides (1, O)),
-    /// or in panels (same bytes, same view semantics), so x·Wᵀ hands gemm a row-major right
-    /// operand and `kernels::product` skips its per-call tile copy (15–20% of a 256-row
-    /// product). Training
-    /// keeps (O, I) row-major: its backward reads W row-major for dx, and the optimizer and the
-    /// gradient sink expect the gradient's layout; generation too (see [`Purpose::Decode`]).
+    /// Whether a store for `purpose` keeps this `nn.Linear` weight out of row-major (O, I)
+    /// order, as a non-contiguous view the linear kernel reads in place (the estimator's flag:
+    /// no tile copy, the same bytes). A [`Purpose::Forward`] store keeps it as (I, O) row-major
+    /// under an (O, I) view (strides (1, O)) or in panels ([`ParamSpec::placement`]), so gemm
+    /// gets a row-major right operand and `kernels::product` skips its per-call tile copy
+    /// (15–20% of a 256-row product). Training keeps (O, I) row-major: its backward reads W
+    /// row-major for dx, and the optimizer and the gradient sink expect the gradient's layout;
+    /// generation too (see [`Purpose::Decode`]).
     pub fn stored_transposed(&self, purpose: Purpose) -> bool {
         self.linear && purpose == Purpose::Forward && self.shape.len() == 2
     }

@@ -393,11 +393,12 @@ fn inference_stores_keep_linear_weights_transposed_with_the_same_values_and_logi
                 match spec.placement(Purpose::Forward, DType::F32) {
                     // (O, I) viewed over (I, O) row-major memory.
                     Placement::Transposed => assert_eq!(i.stride(), [1, spec.shape[0]], "{what}"),
-                    // A 3-d view of 64-wide strips (AVX-512 machines), the weight's elements
-                    // in its own order.
-                    Placement::Panels => {
+                    // A 3-d view of strips as wide as gemm's kernel reads (AVX-512: 64, AVX2:
+                    // 16), the weight's elements in its own order.
+                    Placement::Panels(w) => {
                         assert_eq!(i.elem_count(), t.elem_count(), "{what}");
                         assert_eq!(i.rank(), 3, "{what}");
+                        assert_eq!(Some(w), memscope::kernels::strips::width(), "{what}");
                     }
                     Placement::RowMajor => {
                         assert_eq!(i.dims(), t.dims(), "{what}");
@@ -408,8 +409,10 @@ fn inference_stores_keep_linear_weights_transposed_with_the_same_values_and_logi
                 assert_eq!(max_abs_diff(&i, &t), 0.0, "{what}");
             }
             transposed += spec.linear as usize;
-            panelled +=
-                (spec.placement(Purpose::Forward, DType::F32) == Placement::Panels) as usize;
+            panelled += matches!(
+                spec.placement(Purpose::Forward, DType::F32),
+                Placement::Panels(_)
+            ) as usize;
         }
         // Generation keeps every weight row-major (decode's one-row products read them so).
         let decode = ParamStore::random(&param_specs(&c), 7, DType::F32, Purpose::Decode).unwrap();
@@ -418,9 +421,14 @@ fn inference_stores_keep_linear_weights_transposed_with_the_same_values_and_logi
         }
         // GPT-2's Conv1D weights are (I, O) already and its head is the tied embedding.
         assert_eq!(transposed > 0, name != "tiny-gpt2", "{name}: {transposed}");
-        // Where gemm runs AVX-512 kernels every weight read only through the linear kernel is
-        // in panels (the tiny models' out features are multiples of 64), Conv1D ones included.
-        assert_eq!(panelled > 0, memscope::kernels::panels::chosen(), "{name}");
+        // Where gemm runs AVX-512 or AVX2 kernels every weight read only through the linear
+        // kernel is in panels (the tiny models' out features are multiples of 64), Conv1D ones
+        // included.
+        assert_eq!(
+            panelled > 0,
+            memscope::kernels::strips::width().is_some(),
+            "{name}"
+        );
         let ids = tokens(2, 12, c.vocab_size, 3);
         let want = train_model.forward(&ids, None).unwrap();
         let got = infer_model.forward(&ids, None).unwrap();

@@ -13,10 +13,10 @@
 
 use super::dot_bf16;
 use super::elems::{self, rows_per_task};
-use super::panels;
 use super::product::{product, Operand};
 use super::sink;
 use super::widen::widened;
+use super::{panels, strips};
 use crate::measure::op_timer::{op_scope, op_scope_in, Pass};
 use crate::model::scope;
 use candle_core::backend::BackendStorage;
@@ -106,8 +106,8 @@ fn apply(x: &Tensor, w: &Tensor, b: Option<&Tensor>, layout: Weight) -> Result<T
 
 /// (I, O) of a weight in `layout`: its dims, or those of a panel view ([`panels::view`]).
 fn weight_dims(l: &Layout, layout: Weight) -> Result<(usize, usize)> {
-    if let Some(io) = panels::recognise(l, layout == Weight::OutIn) {
-        return Ok(io);
+    if let Some(s) = panels::recognise(l, layout == Weight::OutIn) {
+        return Ok((s.i, s.o));
     }
     let (w0, w1) = l.shape().dims2()?;
     Ok(match layout {
@@ -240,30 +240,26 @@ fn bias_rows(n: usize, b: &[f32]) -> Vec<f32> {
     y
 }
 
-/// y (N, O) = x · W [+ b], W a panel buffer's elements ([`panels`]).
+/// y (N, O) = x · W [+ b], W a strip buffer's elements, strips `width` wide ([`panels`]).
 fn forward_panels(
     x: Mat,
-    w: &[f32],
+    (w, width): (&[f32], usize),
     b: Option<&[f32]>,
     (n, i, o): (usize, usize, usize),
 ) -> Vec<f32> {
     assert!(w.len() >= i * o);
-    let x = Operand {
-        ptr: x.ptr(),
-        rs: x.rs,
-        cs: x.cs,
-    };
+    let x = (x.ptr(), x.rs, x.cs);
     // SAFETY: `Mat::of` took x's offset and strides from a layout candle checked, `apply`
     // checked that x is (N, I), and the buffer holds the O·I weights (asserted above); without
     // a bias the product writes every element of y, with one it adds onto the bias rows.
     unsafe {
         match b {
             None => elems::written(n * o, |y| {
-                panels::product((n, i, o), y, false, x, w.as_ptr())
+                strips::product((n, i, o), width, (y, o), false, x, w.as_ptr())
             }),
             Some(b) => {
                 let mut y = bias_rows(n, b);
-                panels::product((n, i, o), y.as_mut_ptr(), true, x, w.as_ptr());
+                strips::product((n, i, o), width, (y.as_mut_ptr(), o), true, x, w.as_ptr());
                 y
             }
         }
@@ -343,10 +339,12 @@ impl Linear {
             None => None,
         };
         let b = b.as_deref();
+        let strips = panels::recognise(wl, self.layout == Weight::OutIn);
         Ok(match ws {
-            CpuStorage::F32(w) if panels::recognise(wl, self.layout == Weight::OutIn).is_some() => {
+            CpuStorage::F32(w) if strips.is_some() => {
                 let x = Mat::of(op, elems::all_f32(op, xs)?, xl)?;
-                CpuStorage::F32(forward_panels(x, &w[wl.start_offset()..], b, (n, i, o)))
+                let w = (&w[wl.start_offset()..], strips.map_or(0, |s| s.width));
+                CpuStorage::F32(forward_panels(x, w, b, (n, i, o)))
             }
             CpuStorage::F32(w) => CpuStorage::F32(self.forward(
                 Mat::of(op, elems::all_f32(op, xs)?, xl)?,
@@ -580,35 +578,46 @@ mod tests {
         }
     }
 
-    /// On any machine (the store picks panels only with AVX-512, the product runs anywhere):
-    /// 100 rows are two full 48-row calls and a partial one; 128 out features, two panels.
-    #[test]
-    fn a_weight_in_panels_gives_the_product_of_the_weight_it_holds() {
-        let (i, o) = (19, 128);
-        let w_io = randn(&[i, o]);
-        let buffer = panels::panelled(&w_io.flatten_all().unwrap().to_vec1().unwrap(), i, o);
-        let (lin, conv) = (
-            panels::view(buffer.clone(), true).unwrap(),
-            panels::view(buffer, false).unwrap(),
-        );
-        let w_oi = w_io.t().unwrap();
+    /// x · W through a strip view `lin` ((O, I)) and `conv` ((I, O)) against the plain product.
+    fn products_match(w_io: &Tensor, w_oi: &Tensor, lin: &Tensor, conv: &Tensor) {
+        let o = w_io.dim(1).unwrap();
         for shape in [&[100, 19][..], &[2, 5, 19], &[1, 19]] {
             let (x, b) = (randn(shape), randn(&[o]));
             let close = |got: Tensor, want: Tensor| {
                 let d = (got - want).unwrap().abs().unwrap().max_all().unwrap();
                 assert!(d.to_scalar::<f32>().unwrap() < 1e-4, "{shape:?}");
             };
-            let plain = x.broadcast_matmul(&w_io).unwrap();
-            close(linear(&x, &lin, None).unwrap(), plain.clone());
+            let plain = x.broadcast_matmul(w_io).unwrap();
+            close(linear(&x, lin, None).unwrap(), plain.clone());
             close(
-                linear(&x, &lin, Some(&b)).unwrap(),
-                linear(&x, &w_oi, Some(&b)).unwrap(),
+                linear(&x, lin, Some(&b)).unwrap(),
+                linear(&x, w_oi, Some(&b)).unwrap(),
             );
             close(
-                conv1d(&x, &conv, &b).unwrap(),
+                conv1d(&x, conv, &b).unwrap(),
                 plain.broadcast_add(&b).unwrap(),
             );
         }
+    }
+
+    /// On any machine (the store picks the width gemm's kernel reads, the product runs at
+    /// either): 100 rows are two full 48-row calls and a partial one; 128 out features are
+    /// two strips 64 wide or eight 16 wide.
+    #[test]
+    fn a_weight_in_panels_gives_the_product_of_the_weight_it_holds() {
+        let (i, o) = (19, 128);
+        let w_io = randn(&[i, o]);
+        let w_oi = w_io.t().unwrap();
+        let values = w_io.flatten_all().unwrap().to_vec1().unwrap();
+        let strips = strips::WIDTHS.map(|w| panels::panelled(&values, i, o, w));
+        for buffer in &strips {
+            let (lin, conv) = (
+                panels::view(buffer.clone(), true).unwrap(),
+                panels::view(buffer.clone(), false).unwrap(),
+            );
+            products_match(&w_io, &w_oi, &lin, &conv);
+        }
+        let lin = panels::view(strips[1].clone(), true).unwrap();
         let x = candle_core::Var::from_tensor(&randn(&[3, 19])).unwrap();
         let y = linear(x.as_tensor(), &lin, None)
             .unwrap()

@@ -25,6 +25,7 @@ pub mod rope;
 pub mod sgd;
 pub mod simd;
 pub mod sink;
+pub mod strips;
 pub mod swiglu;
 pub mod transpose;
 pub mod widen;

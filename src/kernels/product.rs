@@ -19,7 +19,7 @@
 //! estimator charges it (`estimate::ops::product_scratch`).
 
 use super::half_bits::Widen;
-use super::{simd, transpose};
+use super::{simd, strips, transpose};
 use gemm::Parallelism;
 use half::bf16;
 use rayon::prelude::*;
@@ -178,9 +178,11 @@ pub fn widening_scratch_bytes((_, n, k): (usize, usize, usize)) -> u64 {
     (TILE_K.min(k) * TILE_N.min(n) * 4) as u64
 }
 
-/// [`product`] through row-major f32 copies of the right operand, tile by tile: for each block
-/// of `nb` columns and each block of `kb` inner rows, copy (widening), then gemm-accumulate
-/// into dst.
+/// [`product`] through f32 copies of the right operand, tile by tile: for each block of `nb`
+/// columns and each block of `kb` inner rows, copy (widening), then gemm-accumulate into dst.
+/// A transposed operand (`rs == 1`) is copied into the strips gemm's kernel reads in place
+/// (`kernels::strips`) where the block's columns cut into whole strips and `beta` is 1, so gemm
+/// does not pack it a second time; otherwise into a row-major tile.
 ///
 /// # Safety
 /// As [`product`].
@@ -195,20 +197,28 @@ unsafe fn product_tiled<T: Widen>(
     beta: f32,
     (kb, nb): (usize, usize),
 ) {
-    let mut tile = vec![0f32; kb * nb]; // (kb, nb) row-major
+    let mut tile = vec![0f32; kb * nb]; // (kb, nb) row-major, or (nb/w, kb, w) strips
+    let strips = strips::width().filter(|_| rhs.rs == 1 && beta == 1.0);
     for j in (0..n).step_by(nb) {
         let b = nb.min(n - j);
+        let width = strips.filter(|&w| b % w == 0);
         for d in (0..k).step_by(kb) {
             let c = kb.min(k - d);
             let src = Strided {
                 ptr: rhs.ptr.add(d * rhs.rs + j * rhs.cs),
                 ..rhs
             };
-            copy_row_major(src, (c, b), &mut tile[..c * b]);
+            copy_tile(src, (c, b), width, &mut tile[..c * b]);
             let lhs_d = Operand {
                 ptr: lhs.ptr.add(d * lhs.cs),
                 ..lhs
             };
+            if let Some(w) = width {
+                let x = (lhs_d.ptr, lhs.rs, lhs.cs);
+                let acc = acc || d > 0;
+                strips::product((m, c, b), w, (dst.add(j), dst_rs), acc, x, tile.as_ptr());
+                continue;
+            }
             let tile_op = Operand {
                 ptr: tile.as_ptr(),
                 rs: b,
@@ -228,21 +238,35 @@ unsafe fn product_tiled<T: Widen>(
     }
 }
 
-/// out (c, b) row-major f32 = the (c, b) operand `src`, widened. Adjacent rows (`rs == 1`, a
-/// transposed weight): 16 of its columns at a time (16 sequential streams) through register
-/// transposes (bf16 widened in registers; f16 element by element), written as 16-element
-/// row pieces; otherwise row by row (8 lanes wide when a row is contiguous).
+/// out = the (c, b) operand `src` as f32, widened: (c, b) row-major, or with `strips` = Some(w)
+/// (only for `rs == 1`; w a multiple of 16 dividing b) as (b/w, c, w) strips
+/// (`kernels::strips`). Adjacent rows (`rs == 1`, a transposed weight): 16 of its columns at a
+/// time (16 sequential streams) through register transposes (bf16 widened in registers; f16
+/// element by element), written as 16-element row pieces; otherwise row by row (8 lanes wide
+/// when a row is contiguous).
 ///
 /// # Safety
 /// `src` must be valid for its (c, b) extent.
-unsafe fn copy_row_major<T: Widen>(src: Strided<T>, (c, b): (usize, usize), out: &mut [f32]) {
+unsafe fn copy_tile<T: Widen>(
+    src: Strided<T>,
+    (c, b): (usize, usize),
+    strips: Option<usize>,
+    out: &mut [f32],
+) {
     const R: usize = 16;
     struct Src<T>(Strided<T>);
     // SAFETY: only read, and the caller keeps the operand alive for the call.
     unsafe impl<T> Sync for Src<T> {}
     let s = Src(src);
     let s = &s;
+    // Element (kk, jj) of the copy, and the distance between its rows.
+    let at = |kk: usize, jj: usize| match strips {
+        Some(w) => (jj / w) * c * w + kk * w + jj % w,
+        None => kk * b + jj,
+    };
+    let row = strips.unwrap_or(b);
     if src.rs != 1 {
+        debug_assert!(strips.is_none());
         out.par_chunks_mut(b).enumerate().for_each(|(kk, row)| {
             let from = s.0.ptr.add(kk * s.0.rs);
             if s.0.cs == 1 {
@@ -275,7 +299,7 @@ unsafe fn copy_row_major<T: Widen>(src: Strided<T>, (c, b): (usize, usize), out:
                     let col: [*const f32; 8] = std::array::from_fn(|r| {
                         s.0.ptr.add((j0 + half + r) * s.0.cs) as *const f32
                     });
-                    transpose::columns8(&col, c, o.add(j0 + half), b);
+                    transpose::columns8(&col, c, o.add(at(0, j0 + half)), row);
                 }
             } else if cols == R && std::any::TypeId::of::<T>() == std::any::TypeId::of::<bf16>() {
                 // bf16: widened in registers on the way through the same transposes.
@@ -283,7 +307,7 @@ unsafe fn copy_row_major<T: Widen>(src: Strided<T>, (c, b): (usize, usize), out:
                     let col: [*const bf16; 8] = std::array::from_fn(|r| {
                         s.0.ptr.add((j0 + half + r) * s.0.cs) as *const bf16
                     });
-                    transpose::columns8_bf16(&col, c, o.add(j0 + half), b);
+                    transpose::columns8_bf16(&col, c, o.add(at(0, j0 + half)), row);
                 }
             } else if cols == R {
                 // f16: element by element (a register path for it was never measured).
@@ -293,13 +317,13 @@ unsafe fn copy_row_major<T: Widen>(src: Strided<T>, (c, b): (usize, usize), out:
                     for r in 0..R {
                         v[r] = (*col[r].add(kk)).widen();
                     }
-                    std::ptr::copy_nonoverlapping(v.as_ptr(), o.add(kk * b + j0), R);
+                    std::ptr::copy_nonoverlapping(v.as_ptr(), o.add(at(kk, j0)), R);
                 }
             } else {
                 for r in 0..cols {
                     let col = s.0.ptr.add((j0 + r) * s.0.cs);
                     for kk in 0..c {
-                        *o.add(kk * b + j0 + r) = (*col.add(kk)).widen();
+                        *o.add(at(kk, j0 + r)) = (*col.add(kk)).widen();
                     }
                 }
             }

@@ -6,8 +6,8 @@
 //! reaches without re-measuring.
 
 use crate::kernels::dot_bf16;
-use crate::kernels::panels;
-use crate::kernels::product::{Operand, Strided};
+use crate::kernels::product::Strided;
+use crate::kernels::strips;
 use candle_core::{DType, Device, Tensor};
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
@@ -16,7 +16,7 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 /// The `matmul` entry of the f32 product through weights kept in panels, where inference
-/// stores keep them so (AVX-512 machines).
+/// stores keep them so (machines where gemm runs its AVX-512 or AVX2 kernels).
 pub const PANELS: &str = "f32 panels";
 
 /// A rate measured over several repetitions: the best (the ceiling) and the median.
@@ -152,22 +152,27 @@ fn dot_rate(name: &str, m: usize, k: usize, n: usize) -> anyhow::Result<ShapeRat
 }
 
 /// The f32 product an inference store's linear layers run where weights are kept in panels
-/// (`kernels::panels`): x (m, k) row-major · W (k, n) from its panel buffer.
-fn panels_rate(name: &str, m: usize, k: usize, n: usize) -> ShapeRate {
+/// (`kernels::strips`): x (m, k) row-major · W (k, n) from its strip buffer.
+fn panels_rate(name: &str, (m, k, n): (usize, usize, usize), width: usize) -> ShapeRate {
     let vals = |len: usize| -> Vec<f32> {
         (0..len)
             .map(|i| ((i * 7 % 23) as f32 - 11.0) / 16.0)
             .collect()
     };
-    let (x, w) = (vals(m * k), vals(k * n)); // (m, k) row-major; (n/64, k, 64) panels
+    let (x, w) = (vals(m * k), vals(k * n)); // (m, k) row-major; (n/w, k, w) strips
     let mut y = vec![0f32; m * n];
-    let lhs = Operand {
-        ptr: x.as_ptr(),
-        rs: k,
-        cs: 1,
-    };
+    let lhs = (x.as_ptr(), k, 1);
     // SAFETY: x is (m, k) row-major, w holds k·n values, y is (m, n) and initialised.
-    let mut run = || unsafe { panels::product((m, k, n), y.as_mut_ptr(), false, lhs, w.as_ptr()) };
+    let mut run = || unsafe {
+        strips::product(
+            (m, k, n),
+            width,
+            (y.as_mut_ptr(), n),
+            false,
+            lhs,
+            w.as_ptr(),
+        )
+    };
     run(); // first call: the thread pool starts
     let secs = timed(5, &mut run);
     std::hint::black_box(&y);
@@ -232,9 +237,13 @@ pub fn measure(
         best.insert(name.to_string(), r.gflops.best);
         matmul.insert(name.to_string(), r);
     }
-    if panels::chosen() {
+    if let Some(w) = strips::width() {
         // Inference stores' f32 products; the f32 ceiling is the faster of the two paths.
-        let r = panels_rate("2048³, weight in panels", 2048, 2048, 2048);
+        let r = panels_rate(
+            &format!("2048³, weight in {w}-wide panels"),
+            (2048, 2048, 2048),
+            w,
+        );
         best.entry("f32".into())
             .and_modify(|b| *b = b.max(r.gflops.best));
         matmul.insert(PANELS.into(), r);
@@ -295,10 +304,10 @@ pub fn fingerprint(threads: usize) -> String {
         "widened"
     };
     // Inference stores' f32 weights in panels (measured as a second f32 ceiling).
-    let f32_panels = if panels::chosen() {
-        " | f32 panels"
+    let f32_panels = if let Some(w) = strips::width() {
+        format!(" | f32 panels {w}")
     } else {
-        ""
+        String::new()
     };
     // The kernels' ISA: a build without the `avx512` feature runs gemm's AVX2 kernels.
     format!(

@@ -2,8 +2,8 @@
 //! read from safetensors, as trainable `Var`s (train) or detached tensors (inference, so no
 //! autograd graph is recorded — DESIGN.md: 1953 MiB instead of 699 MiB otherwise).
 
-use crate::kernels::panels;
 use crate::kernels::sink::Masters;
+use crate::kernels::{panels, strips};
 use crate::model::weights::WeightSet;
 use anyhow::{bail, Context};
 use candle_core::{DType, Device, Tensor, Var};
@@ -96,24 +96,25 @@ impl ParamSpec {
     }
 
     /// How a store for `purpose` holding `dtype` lays this parameter's values out in memory.
-    /// An f32 [`Purpose::Forward`] store on a machine where gemm runs AVX-512 kernels keeps a
-    /// weight read only through the linear kernel in panels when its out features allow
-    /// (`kernels::panels`: 64 out features per strip, read by gemm with no packing, 10% faster
-    /// products); otherwise an `nn.Linear` weight transposed; everything else row-major.
+    /// An f32 [`Purpose::Forward`] store on a machine where gemm runs its AVX-512 or AVX2
+    /// kernels keeps a weight read only through the linear kernel in strips when its out
+    /// features allow (`kernels::panels`: 64 or 32 out features per strip, read by gemm with no
+    /// packing); otherwise an `nn.Linear` weight transposed; everything else row-major.
     pub fn placement(&self, purpose: Purpose, dtype: DType) -> Placement {
         let out = if self.linear {
             self.shape.first()
         } else {
             self.shape.get(1)
         };
-        let panels = purpose == Purpose::Forward
-            && self.through_linear
-            && self.shape.len() == 2
-            && dtype == DType::F32
-            && out.is_some_and(|&o| panels::fits(o))
-            && panels::chosen();
-        if panels {
-            Placement::Panels
+        let strips = strips::width().filter(|&w| {
+            purpose == Purpose::Forward
+                && self.through_linear
+                && self.shape.len() == 2
+                && dtype == DType::F32
+                && out.is_some_and(|&o| panels::fits(o, w))
+        });
+        if let Some(w) = strips {
+            Placement::Panels(w)
         } else if self.stored_transposed(purpose) {
             Placement::Transposed
         } else {
@@ -125,8 +126,8 @@ impl ParamSpec {
     fn position(&self, placement: Placement, k: usize) -> usize {
         match (placement, self.shape.as_slice()) {
             (Placement::Transposed, &[o, i]) => (k % i) * o + k / i, // (O, I) → (I, O)
-            (Placement::Panels, &[_, i]) if self.linear => panels::index(k % i, k / i, i),
-            (Placement::Panels, &[i, o]) => panels::index(k / o, k % o, i),
+            (Placement::Panels(w), &[_, i]) if self.linear => panels::index(k % i, k / i, i, w),
+            (Placement::Panels(w), &[i, o]) => panels::index(k / o, k % o, i, w),
             _ => k,
         }
     }
@@ -143,9 +144,9 @@ pub enum Placement {
     RowMajor,
     /// An (O, I) `nn.Linear` weight as (I, O) row-major, under an (O, I) view.
     Transposed,
-    /// Cut into 64-column strips of the weight as (I, O) (`kernels::panels`), under a view
-    /// with the weight's dims.
-    Panels,
+    /// Cut into strips of this many columns of the weight as (I, O) (`kernels::panels`),
+    /// under a view with the weight's dims.
+    Panels(usize),
 }
 
 /// Checkpoint name prefixes accepted in front of ours (`transformer.h.0…` for GPT2LMHeadModel).
@@ -357,9 +358,9 @@ fn tensor(
             // (I, O) row-major → (O, I) view, strides (1, O)
             Tensor::from_vec(values, (i, o), dev)?.to_dtype(dtype)?.t()
         }
-        (Placement::Panels, &[a, b]) => {
+        (Placement::Panels(w), &[a, b]) => {
             let (o, i) = if spec.linear { (a, b) } else { (b, a) };
-            let buffer = Tensor::from_vec(values, (o / panels::WIDTH, i, panels::WIDTH), dev)?;
+            let buffer = Tensor::from_vec(values, (o / w, i, w), dev)?;
             panels::view(buffer.to_dtype(dtype)?, spec.linear)
         }
         _ => Tensor::from_vec(values, spec.shape.as_slice(), dev)?.to_dtype(dtype),
@@ -400,14 +401,18 @@ fn init_values(spec: &ParamSpec, seed: u64, placement: Placement) -> Vec<f32> {
 mod tests {
     use super::*;
 
-    /// Both weight layouts placed in panels hold the values drawn row-major, on any machine
-    /// (the store chooses panels only where gemm runs AVX-512 kernels).
+    /// Both weight layouts placed in strips of either width hold the values drawn row-major,
+    /// on any machine (the store chooses the width gemm's kernel reads).
     #[test]
     fn panelled_weights_hold_the_row_major_draw_under_their_own_dims() {
-        for spec in [
+        let specs = [
             ParamSpec::linear("w", &[128, 5], Init::Normal(1.0)),
             ParamSpec::conv1d("w", &[5, 128], Init::Normal(1.0)),
-        ] {
+        ];
+        for (spec, w) in specs
+            .iter()
+            .flat_map(|s| strips::WIDTHS.map(|w| (s.clone(), w)))
+        {
             let want = tensor(
                 init_values(&spec, 3, Placement::RowMajor),
                 &spec,
@@ -416,31 +421,27 @@ mod tests {
             )
             .unwrap();
             let got = tensor(
-                init_values(&spec, 3, Placement::Panels),
+                init_values(&spec, 3, Placement::Panels(w)),
                 &spec,
-                Placement::Panels,
+                Placement::Panels(w),
                 DType::F32,
             )
             .unwrap();
-            assert_eq!(got.rank(), 3, "a view of the (O/64, I, 64) buffer");
+            assert_eq!(got.rank(), 3, "a view of the (O/w, I, w) buffer");
             let got = got.contiguous().unwrap().reshape(want.shape()).unwrap();
             assert_eq!(
                 got.to_vec2::<f32>().unwrap(),
                 want.to_vec2::<f32>().unwrap(),
-                "linear: {}",
+                "linear: {}, width {w}",
                 spec.linear
             );
         }
     }
 
     #[test]
-    fn panels_only_for_f32_forward_stores_of_whole_strips_on_avx512() {
+    fn panels_only_for_f32_forward_stores_of_whole_strips_where_gemm_reads_them() {
         let lin = ParamSpec::linear("w", &[128, 5], Init::Normal(1.0));
-        let f32_forward = if panels::chosen() {
-            Placement::Panels
-        } else {
-            Placement::Transposed
-        };
+        let f32_forward = strips::width().map_or(Placement::Transposed, Placement::Panels);
         assert_eq!(lin.placement(Purpose::Forward, DType::F32), f32_forward);
         assert_eq!(
             lin.placement(Purpose::Forward, DType::BF16),

@@ -30,8 +30,8 @@ fn matmul_title(p: &Peaks) -> String {
     }
     if p.matmul.contains_key(PANELS) {
         t += &format!(
-            "; {PANELS}: gemm reading a weight kept in 64-wide strips, as inference stores keep \
-             them on this machine. The f32 ceiling is the faster f32 row: {:.1} GFLOP/s",
+            "; {PANELS}: gemm reading a weight kept in strips its kernel reads in place, as \
+             inference stores keep them on this machine. The f32 ceiling is the faster f32 row: {:.1} GFLOP/s",
             p.matmul_gflops.get("f32").copied().unwrap_or(0.0)
         );
     }

@@ -37,7 +37,7 @@ ROOT = Path(__file__).resolve().parent.parent
 TORCH_REFERENCE = ROOT / "scripts" / "torch_reference.py"
 MIB = 1024 * 1024
 
-# The five cases of issue 18.
+# The five cases docs/performance.md measures the engine on.
 CASES = {
     "a": {
         "title": "gpt2-small train, batch 2 × seq 128",

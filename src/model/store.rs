@@ -98,7 +98,7 @@ impl ParamSpec {
     /// How a store for `purpose` holding `dtype` lays this parameter's values out in memory.
     /// An f32 [`Purpose::Forward`] store on a machine where gemm runs its AVX-512 or AVX2
     /// kernels keeps a weight read only through the linear kernel in strips when its out
-    /// features allow (`kernels::panels`: 64 or 32 out features per strip, read by gemm with no
+    /// features allow (`kernels::panels`: 64 or 16 out features per strip, read by gemm with no
     /// packing); otherwise an `nn.Linear` weight transposed; everything else row-major.
     pub fn placement(&self, purpose: Purpose, dtype: DType) -> Placement {
         let out = if self.linear {

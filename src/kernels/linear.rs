@@ -339,13 +339,13 @@ impl Linear {
             None => None,
         };
         let b = b.as_deref();
-        let strips = panels::recognise(wl, self.layout == Weight::OutIn);
+        let held = panels::recognise(wl, self.layout == Weight::OutIn);
+        if let (CpuStorage::F32(w), Some(s)) = (ws, held) {
+            let x = Mat::of(op, elems::all_f32(op, xs)?, xl)?;
+            let w = (&w[wl.start_offset()..], s.width);
+            return Ok(CpuStorage::F32(forward_panels(x, w, b, (n, i, o))));
+        }
         Ok(match ws {
-            CpuStorage::F32(w) if strips.is_some() => {
-                let x = Mat::of(op, elems::all_f32(op, xs)?, xl)?;
-                let w = (&w[wl.start_offset()..], strips.map_or(0, |s| s.width));
-                CpuStorage::F32(forward_panels(x, w, b, (n, i, o)))
-            }
             CpuStorage::F32(w) => CpuStorage::F32(self.forward(
                 Mat::of(op, elems::all_f32(op, xs)?, xl)?,
                 Mat::of(op, w, wl)?,
@@ -609,15 +609,15 @@ mod tests {
         let w_io = randn(&[i, o]);
         let w_oi = w_io.t().unwrap();
         let values = w_io.flatten_all().unwrap().to_vec1().unwrap();
-        let strips = strips::WIDTHS.map(|w| panels::panelled(&values, i, o, w));
-        for buffer in &strips {
+        let buffers = strips::WIDTHS.map(|w| panels::panelled(&values, i, o, w));
+        for buffer in &buffers {
             let (lin, conv) = (
                 panels::view(buffer.clone(), true).unwrap(),
                 panels::view(buffer.clone(), false).unwrap(),
             );
             products_match(&w_io, &w_oi, &lin, &conv);
         }
-        let lin = panels::view(strips[1].clone(), true).unwrap();
+        let lin = panels::view(buffers[1].clone(), true).unwrap();
         let x = candle_core::Var::from_tensor(&randn(&[3, 19])).unwrap();
         let y = linear(x.as_tensor(), &lin, None)
             .unwrap()

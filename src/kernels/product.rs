@@ -201,10 +201,10 @@ unsafe fn product_tiled<T: Widen>(
     (kb, nb): (usize, usize),
 ) {
     let mut tile = vec![0f32; kb * nb]; // (kb, nb) row-major, or (nb/w, kb, w) strips
-    let strips = strips::width().filter(|_| rhs.rs == 1 && beta == 1.0);
+    let strip_width = strips::width().filter(|_| rhs.rs == 1 && beta == 1.0);
     for j in (0..n).step_by(nb) {
         let b = nb.min(n - j);
-        let width = strips.filter(|&w| b % w == 0);
+        let width = strip_width.filter(|&w| b % w == 0);
         for d in (0..k).step_by(kb) {
             let c = kb.min(k - d);
             let src = Strided {
@@ -243,8 +243,8 @@ unsafe fn product_tiled<T: Widen>(
     }
 }
 
-/// out = the (c, b) operand `src` as f32, widened: (c, b) row-major, or with `strips` = Some(w)
-/// (only for `rs == 1`; w a multiple of 16 dividing b) as (b/w, c, w) strips
+/// out = the (c, b) operand `src` as f32, widened: (c, b) row-major, or with `strip_width`
+/// Some(w) (only for `rs == 1`; w a multiple of 16 dividing b) as (b/w, c, w) strips
 /// (`kernels::strips`). Adjacent rows (`rs == 1`, a transposed weight): 16 of its columns at a
 /// time (16 sequential streams) through register transposes (bf16 widened in registers; f16
 /// element by element), written as 16-element row pieces; otherwise row by row (8 lanes wide
@@ -255,7 +255,7 @@ unsafe fn product_tiled<T: Widen>(
 unsafe fn copy_tile<T: Widen>(
     src: Strided<T>,
     (c, b): (usize, usize),
-    strips: Option<usize>,
+    strip_width: Option<usize>,
     out: &mut [f32],
 ) {
     const R: usize = 16;
@@ -265,13 +265,13 @@ unsafe fn copy_tile<T: Widen>(
     let s = Src(src);
     let s = &s;
     // Element (kk, jj) of the copy, and the distance between its rows.
-    let at = |kk: usize, jj: usize| match strips {
+    let at = |kk: usize, jj: usize| match strip_width {
         Some(w) => (jj / w) * c * w + kk * w + jj % w,
         None => kk * b + jj,
     };
-    let stride = strips.unwrap_or(b);
+    let stride = strip_width.unwrap_or(b);
     if src.rs != 1 {
-        debug_assert!(strips.is_none());
+        debug_assert!(strip_width.is_none());
         out.par_chunks_mut(b).enumerate().for_each(|(kk, row)| {
             let from = s.0.ptr.add(kk * s.0.rs);
             if s.0.cs == 1 {

@@ -26,6 +26,7 @@
 
 use gemm::Parallelism;
 use rayon::prelude::*;
+use std::sync::OnceLock;
 
 /// Out features per strip where gemm runs its AVX-512 kernels: the microkernel's 4 × 16 lanes.
 pub const AVX512_WIDTH: usize = 64;
@@ -45,7 +46,14 @@ const ROWS: usize = 48;
 /// The strip width gemm reads in place on this machine, if any: 64 where gemm runs its AVX-512
 /// kernels (the CPU has AVX-512F and memscope was built with the `avx512` feature), 16 where it
 /// runs its AVX2 kernel, none elsewhere or when the environment sets `MEMSCOPE_PANELS=0`.
+/// Decided once per process (the products inside a measured step ask for it, so it neither
+/// reads the environment nor allocates there).
 pub fn width() -> Option<usize> {
+    static WIDTH: OnceLock<Option<usize>> = OnceLock::new();
+    *WIDTH.get_or_init(machine_width)
+}
+
+fn machine_width() -> Option<usize> {
     #[cfg(target_arch = "x86_64")]
     {
         if std::env::var_os("MEMSCOPE_PANELS").is_some_and(|v| v == "0") {

@@ -106,14 +106,14 @@ impl ParamSpec {
         } else {
             self.shape.get(1)
         };
-        let strips = strips::width().filter(|&w| {
+        let width = strips::width().filter(|&w| {
             purpose == Purpose::Forward
                 && self.through_linear
                 && self.shape.len() == 2
                 && dtype == DType::F32
                 && out.is_some_and(|&o| panels::fits(o, w))
         });
-        if let Some(w) = strips {
+        if let Some(w) = width {
             Placement::Panels(w)
         } else if self.stored_transposed(purpose) {
             Placement::Transposed

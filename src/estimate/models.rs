@@ -409,11 +409,11 @@ impl Built<'_> {
             drop_all(sim, &[l, r]);
             tr
         };
-        // Q and K stay (B, T, n, D) for the fused RoPE kernel in f32 (it writes (B, n, T, D));
-        // other dtypes rotate a transposed contiguous copy with candle's ops.
-        let f32_rope = sim.nodes[h].dtype == 4 && !sim.unfused;
+        // Q and K stay (B, T, n, D) for the fused RoPE kernel (it writes (B, n, T, D)); the
+        // op-by-op path rotates a transposed contiguous copy with candle's ops.
+        let fused_rope = !sim.unfused;
         let rot = |sim: &mut Sim, wt: Id, n: usize| -> (Id, Id, Id) {
-            if f32_rope {
+            if fused_rope {
                 let l = linear(sim, h, wt, None);
                 let r = sim.reshape(l, &[b, t, n, hd]); // (B, T, n, D)
                 sim.release(l);

@@ -206,6 +206,38 @@ mod tests {
     }
 
     #[test]
+    fn bf16_matches_f32_within_its_rounding_forward_and_backward() {
+        // bf16 is rotated in f32 and rounded once: the f32 kernel on the same (bf16-exact)
+        // inputs, rounded, within one bf16 step (2⁻⁸ relative) of it.
+        use candle_core::{DType, Var};
+        let half = |t: &Tensor| t.to_dtype(DType::BF16).unwrap();
+        let [x, c, s] = inputs(2, 5, 3, 8).map(|t| half(&t).to_dtype(DType::F32).unwrap());
+        let run = |dt: DType| {
+            let v = Var::from_tensor(&x.to_dtype(dt).unwrap()).unwrap();
+            let (c, s) = (c.to_dtype(dt).unwrap(), s.to_dtype(dt).unwrap());
+            let y = rope(v.as_tensor(), &c, &s).unwrap();
+            assert_eq!(y.dtype(), dt);
+            let w = Tensor::arange(0f32, y.elem_count() as f32, &Device::Cpu)
+                .unwrap()
+                .reshape(y.dims())
+                .unwrap()
+                .affine(0.01, -1.0)
+                .unwrap()
+                .to_dtype(dt)
+                .unwrap();
+            let g = (y.clone() * w).unwrap().sum_all().unwrap().backward().unwrap();
+            let dx = g.get(v.as_tensor()).unwrap().to_dtype(DType::F32).unwrap();
+            (y.to_dtype(DType::F32).unwrap(), dx)
+        };
+        let ((y32, dx32), (y16, dx16)) = (run(DType::F32), run(DType::BF16));
+        for (a, b) in [(&y32, &y16), (&dx32, &dx16)] {
+            let err = (a - b).unwrap().abs().unwrap().max_all().unwrap().to_scalar::<f32>().unwrap();
+            let scale = a.abs().unwrap().max_all().unwrap().to_scalar::<f32>().unwrap();
+            assert!(err <= scale / 128.0, "bf16 off by {err} at scale {scale}");
+        }
+    }
+
+    #[test]
     fn wrong_tables_are_an_error_naming_the_shapes() {
         let [x, c, _] = inputs(1, 4, 2, 8);
         let e = rope(&x, &c, &c.narrow(0, 0, 3).unwrap())

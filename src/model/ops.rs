@@ -82,10 +82,10 @@ impl Ops {
     }
 
     /// RoPE on a projection's heads: x (B, T, n, D) → rotated (B, n, T, D). The fused kernel
-    /// (one pass, no copies) in f32 with fusion; otherwise candle's ops on a transposed copy,
-    /// as Hugging Face's `rotate_half`.
+    /// (one pass, no copies; bf16 and f16 rotated in f32 and rounded once) with fusion;
+    /// otherwise candle's ops on a transposed copy, as Hugging Face's `rotate_half`.
     pub fn rope(&self, x: &Tensor, cos: &Tensor, sin: &Tensor) -> Result<Tensor> {
-        if self.fused() && x.dtype() == DType::F32 {
+        if self.fused() {
             return crate::kernels::rope::rope(x, cos, sin);
         }
         timed("rope", || {

@@ -270,16 +270,23 @@ pub fn attention_kernel(
 ) -> Id {
     let before = sim.kind;
     let dt = sim.nodes[inputs[0]].dtype;
+    // bf16 / f16 views that cover their storage are read in their dtype, widened for the call
+    // (with the f32 output they are the kernel's scratch); others get f32 copies the graph keeps.
+    let in_place = dt >= 4 || inputs.iter().all(|&x| sim.dense(x));
     let mut xs: Vec<Id> = inputs
         .iter()
         .map(|&x| {
-            if dt >= 4 {
+            if in_place {
                 sim.hold(x)
             } else {
                 sim.to_dtype(x, 4)
             }
         })
         .collect();
+    if dt < 4 && in_place {
+        let widened: u64 = inputs.iter().map(|&x| sim.elems(x) * 4).sum();
+        sim.scratch(widened + (b * t * h * d) as u64 * 4);
+    }
     sim.kind = "scores + probabilities";
     let lse = sim.leaf(&[b, h, t], 4);
     xs.push(lse);
@@ -290,7 +297,7 @@ pub fn attention_kernel(
     }
     let y = sim.fused(Fused::Attention { causal }, &xs, xs[0], &[b, t, h * d]);
     drop_all(sim, &xs);
-    let out = if dt >= 4 {
+    let out = if dt >= 4 || in_place {
         y
     } else {
         let o = sim.to_dtype(y, dt);

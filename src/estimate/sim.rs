@@ -359,6 +359,13 @@ impl Sim {
         }
     }
 
+    /// f32, or a view that covers its whole storage (contiguous or permuted): what the
+    /// attention kernel reads in its own dtype (`kernels::attention`'s `dense`).
+    pub fn dense(&self, t: Id) -> bool {
+        let n = &self.nodes[t];
+        n.dtype >= 4 || self.storages[n.storage].bytes == n.elems() * n.dtype
+    }
+
     pub fn is_alive(&self, t: Id) -> bool {
         self.nodes[t].rc > 0
     }

@@ -18,12 +18,15 @@
 //! layout, `Dims` and the storage readers, and the backward recomputes exactly the forward's scores.
 
 use super::elems::{self, fast_exp};
+use super::widen::narrowed;
 use super::product::{product, Operand};
 use super::simd::vector;
 use crate::measure::op_timer::{op_scope, op_scope_in, Pass};
 use crate::model::scope;
+use candle_core::backend::BackendStorage;
 use candle_core::{bail, CpuStorage, CustomOp1, CustomOp3, DType, Layout, Result, Shape, Tensor};
 use rayon::prelude::*;
+use std::borrow::Cow;
 use std::sync::Mutex;
 
 /// Query rows per block.
@@ -41,14 +44,16 @@ pub fn packed(qkv: &Tensor, heads: usize, causal: bool) -> Result<Tensor> {
     if heads == 0 || c3 % (3 * heads) != 0 {
         bail!("attention: the packed projection's width {c3} is not 3 × heads ({heads}) × head dim")
     }
-    in_f32(qkv, |x| {
-        x.apply_op1(Packed {
-            heads,
-            causal,
-            lse: Mutex::default(),
-            module: scope::current(),
-        })
-    })
+    let op = Packed {
+        heads,
+        causal,
+        lse: Mutex::default(),
+        module: scope::current(),
+    };
+    if dense(qkv) {
+        return qkv.apply_op1(op);
+    }
+    in_f32(qkv, |x| x.apply_op1(op))
 }
 
 /// Attention over separate heads: `q` (B, H, T, D), `k` and `v` (B, KV, S, D) with H a
@@ -75,11 +80,43 @@ pub fn split(q: &Tensor, k: &Tensor, v: &Tensor, causal: bool) -> Result<Tensor>
         lse: Mutex::default(),
         module: scope::current(),
     };
-    if q.dtype() == DType::F32 && k.dtype() == DType::F32 && v.dtype() == DType::F32 {
+    let one_dtype = k.dtype() == q.dtype() && v.dtype() == q.dtype();
+    if one_dtype && (q.dtype() == DType::F32 || [q, k, v].iter().all(|x| dense(x))) {
         return q.apply_op3(k, v, op);
     }
     let f = |x: &Tensor| x.to_dtype(DType::F32);
     f(q)?.apply_op3(&f(k)?, &f(v)?, op)?.to_dtype(q.dtype())
+}
+
+/// Whether `x` is f32, or a view that covers a dense block of its storage (contiguous or
+/// transposed). The kernel reads bf16 and f16 operands itself, widening the span their view
+/// covers for the call: for such a view that is the tensor's own size, so the graph keeps
+/// them in their dtype instead of f32 copies. A view into a larger buffer (a KV cache's
+/// prefix) goes through [`in_f32`]'s compact copy instead.
+fn dense(x: &Tensor) -> bool {
+    x.dtype() == DType::F32 || elems::span(x.layout()).len() == x.elem_count()
+}
+
+/// An operand's elements for one call: an f32 storage in place, or the span a bf16 / f16
+/// view covers widened; and the offset to subtract from the view's (0 in place).
+fn operand<'a>(op: &str, s: &'a CpuStorage, l: &Layout) -> Result<(Cow<'a, [f32]>, usize)> {
+    if let CpuStorage::F32(v) = s {
+        return Ok((Cow::Borrowed(v.as_slice()), 0));
+    }
+    let r = elems::span(l);
+    Ok((elems::span_f32(op, s, r.clone())?, r.start))
+}
+
+/// [`operand`] for a tensor's storage (behind `storage_and_layout`'s guard).
+fn operand_of<'a>(
+    op: &str,
+    s: &'a candle_core::Storage,
+    l: &Layout,
+) -> Result<(Cow<'a, [f32]>, usize)> {
+    match s {
+        candle_core::Storage::Cpu(s) => operand(op, s, l),
+        _ => bail!("{op}: CPU tensors only (memscope's kernels run on the CPU)"),
+    }
 }
 
 /// Runs `f` on an f32 copy of a half-precision `x` and casts back.
@@ -140,6 +177,13 @@ impl View {
                 st,
             }),
             s => bail!("{op}: the head dim must be contiguous, strides are {s:?}"),
+        }
+    }
+    /// The same view into a buffer that starts `by` elements later (a widened span).
+    fn shifted(self, by: usize) -> Self {
+        View {
+            off: self.off - by,
+            ..self
         }
     }
     /// A contiguous (B, T, H, D) buffer of `h` heads: how outputs and packed gradients lie.
@@ -469,15 +513,17 @@ impl CustomOp1 for Packed {
 
     fn cpu_fwd(&self, s: &CpuStorage, l: &Layout) -> Result<(CpuStorage, Shape)> {
         let op = "attention";
-        let x = elems::all_f32(op, s)?;
+        let (x, shift) = operand(op, s, l)?;
         let (dm, [qv, kv, vv]) = packed_views(op, l, self.heads, self.causal)?;
+        let [qv, kv, vv] = [qv, kv, vv].map(|v| v.shifted(shift));
         let c = dm.h * dm.d;
         let mut y = vec![0f32; dm.b * dm.t * c]; // (B, T, C)
         let mut lse = vec![0f32; dm.b * dm.h * dm.t]; // (B, H, T)
         let yv = View::rows(0, dm.t, c, dm.d);
-        forward(dm, (x, qv), (x, kv), (x, vv), (&mut y, yv), &mut lse);
+        forward(dm, (&x, qv), (&x, kv), (&x, vv), (&mut y, yv), &mut lse);
+        drop(x);
         *self.lse.lock().unwrap() = lse;
-        Ok((CpuStorage::F32(y), Shape::from((dm.b, dm.t, c))))
+        Ok((elems::write(op, y, s.dtype())?, Shape::from((dm.b, dm.t, c))))
     }
 
     fn bwd(&self, qkv: &Tensor, y: &Tensor, dy: &Tensor) -> Result<Option<Tensor>> {
@@ -489,7 +535,9 @@ impl CustomOp1 for Packed {
             y.storage_and_layout(),
             dy.storage_and_layout(),
         );
-        let (dm, [qv, kv, vv]) = packed_views(op, xl, self.heads, self.causal)?;
+        let (dm, views) = packed_views(op, xl, self.heads, self.causal)?;
+        let (x, shift) = operand_of(op, &xs, xl)?;
+        let [qv, kv, vv] = views.map(|v| v.shifted(shift));
         let c = dm.h * dm.d;
         let mut dx = vec![0f32; dm.b * dm.t * 3 * c]; // (B, T, 3C)
         let out = Out(dx.as_mut_ptr());
@@ -499,24 +547,20 @@ impl CustomOp1 for Packed {
             dk: at(1),
             dv: at(2),
         };
-        let x = elems::all_f32_of(op, &xs)?;
-        let rows = |l: &Layout| View::rows(l.start_offset(), dm.t, c, dm.d);
+        let ((y, ysh), (dy, dsh)) = (operand_of(op, &ys, yl)?, operand_of(op, &ds, dl)?);
+        let rows = |l: &Layout, sh: usize| View::rows(l.start_offset() - sh, dm.t, c, dm.d);
         let lse = self.lse.lock().unwrap();
         backward(
             dm,
-            (x, qv),
-            (x, kv),
-            (x, vv),
-            (elems::all_f32_of(op, &ys)?, rows(yl)),
-            (elems::all_f32_of(op, &ds)?, rows(dl)),
+            (&x, qv),
+            (&x, kv),
+            (&x, vv),
+            (&y, rows(yl, ysh)),
+            (&dy, rows(dl, dsh)),
             &lse,
             &g,
         );
-        Ok(Some(Tensor::from_vec(
-            dx,
-            (dm.b, dm.t, 3 * c),
-            qkv.device(),
-        )?))
+        narrowed(dx, (dm.b, dm.t, 3 * c), qkv.dtype(), qkv.device()).map(Some)
     }
 }
 
@@ -561,16 +605,17 @@ impl CustomOp3 for Split {
         let c = dm.h * dm.d;
         let mut y = vec![0f32; dm.b * dm.t * c]; // (B, T, H·D)
         let mut lse = vec![0f32; dm.b * dm.h * dm.t]; // (B, H, T)
-        forward(
-            dm,
-            (elems::all_f32(op, s1)?, View::of4(op, l1)?),
-            (elems::all_f32(op, s2)?, View::of4(op, l2)?),
-            (elems::all_f32(op, s3)?, View::of4(op, l3)?),
-            (&mut y, View::rows(0, dm.t, c, dm.d)),
-            &mut lse,
-        );
+        {
+            let arg = |s, l| -> Result<(Cow<[f32]>, View)> {
+                let (v, shift) = operand(op, s, l)?;
+                Ok((v, View::of4(op, l)?.shifted(shift)))
+            };
+            let ((q, qv), (k, kv), (v, vv)) = (arg(s1, l1)?, arg(s2, l2)?, arg(s3, l3)?);
+            let yv = View::rows(0, dm.t, c, dm.d);
+            forward(dm, (&q, qv), (&k, kv), (&v, vv), (&mut y, yv), &mut lse);
+        }
         *self.lse.lock().unwrap() = lse;
-        Ok((CpuStorage::F32(y), Shape::from((dm.b, dm.t, c))))
+        Ok((elems::write(op, y, s1.dtype())?, Shape::from((dm.b, dm.t, c))))
     }
 
     fn bwd(
@@ -601,24 +646,33 @@ impl CustomOp3 for Split {
                 v.storage_and_layout(),
             );
             let ((ys, yl), (ds, dl)) = (y.storage_and_layout(), dy.storage_and_layout());
-            let rows = |l: &Layout| View::rows(l.start_offset(), dm.t, c, dm.d);
+            let arg = |s, l| -> Result<(Cow<[f32]>, View)> {
+                let (v, shift) = operand_of(op, s, l)?;
+                Ok((v, View::of4(op, l)?.shifted(shift)))
+            };
+            let rows = |s, l: &Layout| -> Result<(Cow<[f32]>, View)> {
+                let (v, shift) = operand_of(op, s, l)?;
+                Ok((v, View::rows(l.start_offset() - shift, dm.t, c, dm.d)))
+            };
+            let ((q, qv), (k, kv), (v, vv)) = (arg(&qs, ql)?, arg(&ks, kl)?, arg(&vs, vl)?);
+            let ((y, yv), (dy, dv)) = (rows(&ys, yl)?, rows(&ds, dl)?);
             let lse = self.lse.lock().unwrap();
             backward(
                 dm,
-                (elems::all_f32_of(op, &qs)?, View::of4(op, ql)?),
-                (elems::all_f32_of(op, &ks)?, View::of4(op, kl)?),
-                (elems::all_f32_of(op, &vs)?, View::of4(op, vl)?),
-                (elems::all_f32_of(op, &ys)?, rows(yl)),
-                (elems::all_f32_of(op, &ds)?, rows(dl)),
+                (&q, qv),
+                (&k, kv),
+                (&v, vv),
+                (&y, yv),
+                (&dy, dv),
                 &lse,
                 &g,
             );
         }
-        let dev = q.device();
+        let (dev, dt) = (q.device(), q.dtype());
         Ok((
-            Some(Tensor::from_vec(dq, q.shape(), dev)?),
-            Some(Tensor::from_vec(dk, k.shape(), dev)?),
-            Some(Tensor::from_vec(dv, v.shape(), dev)?),
+            Some(narrowed(dq, q.shape(), dt, dev)?),
+            Some(narrowed(dk, k.shape(), dt, dev)?),
+            Some(narrowed(dv, v.shape(), dt, dev)?),
         ))
     }
 }
@@ -710,6 +764,49 @@ mod tests {
         // The same bf16 inputs in f32: only the output's rounding to bf16 differs (2⁻⁹).
         let f32s = packed(&x.to_dtype(DType::F32).unwrap(), 2, true).unwrap();
         crate::kernels::check::close(&ours.to_dtype(DType::F32).unwrap(), &f32s, 1e-2);
+    }
+
+    #[test]
+    fn bf16_operands_are_read_in_place_and_match_f32_forward_and_backward() {
+        // Dense views (contiguous q, a transposed k, the packed projection) are read in bf16
+        // by the kernel; a view into a larger buffer (a KV cache's prefix: v) goes through an
+        // f32 copy. Either way: the f32 kernel on the same bf16-exact inputs, within bf16's
+        // rounding of outputs and gradients.
+        use candle_core::Var;
+        let bf = |t: Tensor| t.to_dtype(DType::BF16).unwrap().to_dtype(DType::F32).unwrap();
+        let (q, kt, vbig) = (
+            bf(randn(&[2, 4, 6, 8])),
+            bf(randn(&[2, 6, 2, 8])),
+            bf(randn(&[2, 2, 10, 8])),
+        );
+        let packed_in = bf(randn(&[2, 6, 3 * 2 * 8]));
+        let run = |dt: DType| {
+            let vars: Vec<Var> = [&q, &kt, &vbig, &packed_in]
+                .iter()
+                .map(|t| Var::from_tensor(&t.to_dtype(dt).unwrap()).unwrap())
+                .collect();
+            let k = vars[1].as_tensor().transpose(1, 2).unwrap(); // (B, KV, S, D), a view
+            let v = vars[2].as_tensor().narrow(2, 0, 6).unwrap(); // prefix of a larger buffer
+            let y1 = split(vars[0].as_tensor(), &k, &v, true).unwrap();
+            let y2 = packed(vars[3].as_tensor(), 2, true).unwrap();
+            let y3 = split(vars[0].as_tensor(), &k, &k, false).unwrap(); // all dense
+            assert_eq!((y1.dtype(), y2.dtype(), y3.dtype()), (dt, dt, dt));
+            let sq = |y: &Tensor| y.sqr().unwrap().sum_all().unwrap();
+            let loss = ((sq(&y1) + sq(&y2)).unwrap() + sq(&y3)).unwrap();
+            let g = loss.backward().unwrap();
+            let mut out = vec![y1, y2, y3];
+            for v in &vars {
+                let gv = g.get(v.as_tensor()).unwrap();
+                assert_eq!(gv.dtype(), dt);
+                out.push(gv.clone());
+            }
+            out.into_iter()
+                .map(|t| t.to_dtype(DType::F32).unwrap())
+                .collect::<Vec<_>>()
+        };
+        for (a, b) in run(DType::F32).iter().zip(run(DType::BF16)) {
+            crate::kernels::check::close(&b, a, 3e-2);
+        }
     }
 
     #[test]

@@ -96,6 +96,28 @@ pub fn all_f32<'a>(op: &str, s: &'a CpuStorage) -> Result<&'a [f32]> {
     }
 }
 
+/// Elements `r` of a storage as f32: borrowed when it is f32, a copy widened on every thread
+/// when bf16 or f16. For a kernel that indexes a strided view itself (the span its view covers).
+pub fn span_f32<'a>(op: &str, s: &'a CpuStorage, r: std::ops::Range<usize>) -> Result<Cow<'a, [f32]>> {
+    Ok(match s {
+        CpuStorage::F32(v) => Cow::Borrowed(&v[r]),
+        CpuStorage::BF16(v) => Cow::Owned(widened_vec(&v[r])),
+        CpuStorage::F16(v) => Cow::Owned(widened_vec(&v[r])),
+        other => bail!("{op}: unsupported dtype {:?}", other.dtype()),
+    })
+}
+
+/// The element range a layout's view covers in its storage: from its first element to its
+/// last (strides are never negative in candle).
+pub fn span(l: &Layout) -> std::ops::Range<usize> {
+    let start = l.start_offset();
+    if l.shape().elem_count() == 0 {
+        return start..start;
+    }
+    let last: usize = l.dims().iter().zip(l.stride()).map(|(&n, &st)| (n - 1) * st).sum();
+    start..start + last + 1
+}
+
 /// The same for a tensor's storage, which `storage_and_layout` hands out behind a lock guard.
 pub fn all_f32_of<'a>(op: &str, s: &'a candle_core::Storage) -> Result<&'a [f32]> {
     match s {

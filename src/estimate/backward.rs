@@ -292,7 +292,10 @@ fn fused_rule(sim: &mut Sim, grads: &mut Grads, kind: Fused, inputs: &[Id], grad
             // bf16 / f16 read in place: the operands, y and dy widened for the call, and the
             // gradients made in f32 before they are rounded.
             if sim.nodes[inputs[0]].dtype < 4 {
-                let qkv: u64 = inputs[..inputs.len() - 1].iter().map(|&x| sim.elems(x)).sum();
+                let qkv: u64 = inputs[..inputs.len() - 1]
+                    .iter()
+                    .map(|&x| sim.elems(x))
+                    .sum();
                 sim.scratch((2 * qkv + 2 * sim.elems(grad)) * 4);
             }
         }

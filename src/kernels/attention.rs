@@ -18,9 +18,9 @@
 //! layout, `Dims` and the storage readers, and the backward recomputes exactly the forward's scores.
 
 use super::elems::{self, fast_exp};
-use super::widen::narrowed;
 use super::product::{product, Operand};
 use super::simd::vector;
+use super::widen::narrowed;
 use crate::measure::op_timer::{op_scope, op_scope_in, Pass};
 use crate::model::scope;
 use candle_core::backend::BackendStorage;
@@ -523,7 +523,10 @@ impl CustomOp1 for Packed {
         forward(dm, (&x, qv), (&x, kv), (&x, vv), (&mut y, yv), &mut lse);
         drop(x);
         *self.lse.lock().unwrap() = lse;
-        Ok((elems::write(op, y, s.dtype())?, Shape::from((dm.b, dm.t, c))))
+        Ok((
+            elems::write(op, y, s.dtype())?,
+            Shape::from((dm.b, dm.t, c)),
+        ))
     }
 
     fn bwd(&self, qkv: &Tensor, y: &Tensor, dy: &Tensor) -> Result<Option<Tensor>> {
@@ -615,7 +618,10 @@ impl CustomOp3 for Split {
             forward(dm, (&q, qv), (&k, kv), (&v, vv), (&mut y, yv), &mut lse);
         }
         *self.lse.lock().unwrap() = lse;
-        Ok((elems::write(op, y, s1.dtype())?, Shape::from((dm.b, dm.t, c))))
+        Ok((
+            elems::write(op, y, s1.dtype())?,
+            Shape::from((dm.b, dm.t, c)),
+        ))
     }
 
     fn bwd(
@@ -773,7 +779,12 @@ mod tests {
         // f32 copy. Either way: the f32 kernel on the same bf16-exact inputs, within bf16's
         // rounding of outputs and gradients.
         use candle_core::Var;
-        let bf = |t: Tensor| t.to_dtype(DType::BF16).unwrap().to_dtype(DType::F32).unwrap();
+        let bf = |t: Tensor| {
+            t.to_dtype(DType::BF16)
+                .unwrap()
+                .to_dtype(DType::F32)
+                .unwrap()
+        };
         let (q, kt, vbig) = (
             bf(randn(&[2, 4, 6, 8])),
             bf(randn(&[2, 6, 2, 8])),

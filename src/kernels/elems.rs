@@ -98,7 +98,11 @@ pub fn all_f32<'a>(op: &str, s: &'a CpuStorage) -> Result<&'a [f32]> {
 
 /// Elements `r` of a storage as f32: borrowed when it is f32, a copy widened on every thread
 /// when bf16 or f16. For a kernel that indexes a strided view itself (the span its view covers).
-pub fn span_f32<'a>(op: &str, s: &'a CpuStorage, r: std::ops::Range<usize>) -> Result<Cow<'a, [f32]>> {
+pub fn span_f32<'a>(
+    op: &str,
+    s: &'a CpuStorage,
+    r: std::ops::Range<usize>,
+) -> Result<Cow<'a, [f32]>> {
     Ok(match s {
         CpuStorage::F32(v) => Cow::Borrowed(&v[r]),
         CpuStorage::BF16(v) => Cow::Owned(widened_vec(&v[r])),
@@ -114,7 +118,12 @@ pub fn span(l: &Layout) -> std::ops::Range<usize> {
     if l.shape().elem_count() == 0 {
         return start..start;
     }
-    let last: usize = l.dims().iter().zip(l.stride()).map(|(&n, &st)| (n - 1) * st).sum();
+    let last: usize = l
+        .dims()
+        .iter()
+        .zip(l.stride())
+        .map(|(&n, &st)| (n - 1) * st)
+        .sum();
     start..start + last + 1
 }
 

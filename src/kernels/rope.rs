@@ -225,14 +225,32 @@ mod tests {
                 .unwrap()
                 .to_dtype(dt)
                 .unwrap();
-            let g = (y.clone() * w).unwrap().sum_all().unwrap().backward().unwrap();
+            let g = (y.clone() * w)
+                .unwrap()
+                .sum_all()
+                .unwrap()
+                .backward()
+                .unwrap();
             let dx = g.get(v.as_tensor()).unwrap().to_dtype(DType::F32).unwrap();
             (y.to_dtype(DType::F32).unwrap(), dx)
         };
         let ((y32, dx32), (y16, dx16)) = (run(DType::F32), run(DType::BF16));
         for (a, b) in [(&y32, &y16), (&dx32, &dx16)] {
-            let err = (a - b).unwrap().abs().unwrap().max_all().unwrap().to_scalar::<f32>().unwrap();
-            let scale = a.abs().unwrap().max_all().unwrap().to_scalar::<f32>().unwrap();
+            let err = (a - b)
+                .unwrap()
+                .abs()
+                .unwrap()
+                .max_all()
+                .unwrap()
+                .to_scalar::<f32>()
+                .unwrap();
+            let scale = a
+                .abs()
+                .unwrap()
+                .max_all()
+                .unwrap()
+                .to_scalar::<f32>()
+                .unwrap();
             assert!(err <= scale / 128.0, "bf16 off by {err} at scale {scale}");
         }
     }

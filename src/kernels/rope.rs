@@ -207,8 +207,8 @@ mod tests {
 
     #[test]
     fn bf16_matches_f32_within_its_rounding_forward_and_backward() {
-        // bf16 is rotated in f32 and rounded once: the f32 kernel on the same (bf16-exact)
-        // inputs, rounded, within one bf16 step (2⁻⁸ relative) of it.
+        // bf16 is rotated in f32 and rounded once: within bf16's rounding of the f32 kernel
+        // on the same (bf16-exact) inputs, forward and backward.
         use candle_core::{DType, Var};
         let half = |t: &Tensor| t.to_dtype(DType::BF16).unwrap();
         let [x, c, s] = inputs(2, 5, 3, 8).map(|t| half(&t).to_dtype(DType::F32).unwrap());
@@ -235,24 +235,8 @@ mod tests {
             (y.to_dtype(DType::F32).unwrap(), dx)
         };
         let ((y32, dx32), (y16, dx16)) = (run(DType::F32), run(DType::BF16));
-        for (a, b) in [(&y32, &y16), (&dx32, &dx16)] {
-            let err = (a - b)
-                .unwrap()
-                .abs()
-                .unwrap()
-                .max_all()
-                .unwrap()
-                .to_scalar::<f32>()
-                .unwrap();
-            let scale = a
-                .abs()
-                .unwrap()
-                .max_all()
-                .unwrap()
-                .to_scalar::<f32>()
-                .unwrap();
-            assert!(err <= scale / 128.0, "bf16 off by {err} at scale {scale}");
-        }
+        crate::kernels::check::close(&y16, &y32, 2e-2);
+        crate::kernels::check::close(&dx16, &dx32, 2e-2);
     }
 
     #[test]

@@ -13,13 +13,7 @@ pub fn read<'a>(op: &str, s: &'a CpuStorage, l: &Layout) -> Result<Cow<'a, [f32]
     let Some((a, b)) = l.contiguous_offsets() else {
         bail!("{op}: the input must be contiguous (call .contiguous() first)")
     };
-    Ok(match s {
-        CpuStorage::F32(v) => Cow::Borrowed(&v[a..b]),
-        CpuStorage::BF16(v) => Cow::Owned(widened_vec(&v[a..b])),
-        CpuStorage::F16(v) => Cow::Owned(widened_vec(&v[a..b])),
-        CpuStorage::F64(v) => Cow::Owned(v[a..b].iter().map(|&x| x as f32).collect()),
-        other => bail!("{op}: unsupported dtype {:?}", other.dtype()),
-    })
+    span_f32(op, s, a..b)
 }
 
 /// `n` f32 that `fill` makes through the pointer it is given (a product that does not read its
@@ -97,7 +91,8 @@ pub fn all_f32<'a>(op: &str, s: &'a CpuStorage) -> Result<&'a [f32]> {
 }
 
 /// Elements `r` of a storage as f32: borrowed when it is f32, a copy widened on every thread
-/// when bf16 or f16. For a kernel that indexes a strided view itself (the span its view covers).
+/// when bf16 or f16 (converted when f64). [`read`] for a contiguous view; directly for a kernel
+/// that indexes a strided view itself (the span its view covers, [`span`]).
 pub fn span_f32<'a>(
     op: &str,
     s: &'a CpuStorage,
@@ -107,6 +102,7 @@ pub fn span_f32<'a>(
         CpuStorage::F32(v) => Cow::Borrowed(&v[r]),
         CpuStorage::BF16(v) => Cow::Owned(widened_vec(&v[r])),
         CpuStorage::F16(v) => Cow::Owned(widened_vec(&v[r])),
+        CpuStorage::F64(v) => Cow::Owned(v[r].iter().map(|&x| x as f32).collect()),
         other => bail!("{op}: unsupported dtype {:?}", other.dtype()),
     })
 }

@@ -1,6 +1,6 @@
 //! The leak verdict: does memory keep growing across identical steps, or is an allocator warming up?
 //!
-//! Method (RELIABILITY.md, "The leak verdict"; deviations are marked "Refinement"):
+//! Method (docs/reliability.md, "The leak verdict"; deviations are marked "Refinement"):
 //! 1. Aggregate to the post-GC floor ([`crate::analysis::aggregate`]): rolling minimum, w = max(5, P),
 //!    stride 5; series shorter than `short_series` are used as they are. Refinement: so are series
 //!    with symmetric noise and no period, where the minimum only discards data.

@@ -165,7 +165,7 @@ fn leak_text_shows_rates_in_binary_units() {
     assert!(t.contains("GiB/h (at 3600 steps/h)"), "{t}");
 }
 
-/// DESIGN.md: analysis and report never import candle.
+/// docs/design.md: analysis and report never import candle.
 #[test]
 fn analysis_and_report_do_not_import_candle() {
     let sources = [

@@ -1,6 +1,6 @@
 //! GPU memory through NVML, with the driver library loaded at run time (`dlopen` of
 //! `libnvidia-ml.so.1`): the binary has no link-time dependency on NVIDIA software. No library, no
-//! device, a failing call or implausible values → `unavailable` and why (RELIABILITY.md case 20),
+//! device, a failing call or implausible values → `unavailable` and why (docs/reliability.md case 20),
 //! never an error.
 
 use serde::Serialize;

@@ -5,6 +5,7 @@
 //! fooled by a missing number), and so does a growth target when the leak verdict is inconclusive
 //! (a run too short or too noisy to tell says nothing about the growth rate).
 
+use crate::record::watch::TargetRow;
 use serde::Serialize;
 
 use crate::analysis::leak::{LeakReport, Verdict};
@@ -119,19 +120,6 @@ impl Target {
             text: value.trim().to_string(),
         })
     }
-}
-
-/// One line of the targets table.
-#[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct TargetRow {
-    pub metric: String,
-    pub target: String,
-    pub achieved: String,
-    pub pass: bool,
-    /// The limit in bytes (per hour / per step for growth).
-    pub limit: f64,
-    /// The achieved number, when known.
-    pub value: Option<f64>,
 }
 
 /// Evaluates each target against the report (and the load / peak memory, when measured).

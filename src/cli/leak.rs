@@ -4,11 +4,12 @@
 use super::args::{build_spec, ModelArgs, WorkloadArgs};
 use crate::analysis::leak::{analyze as verdict, cross_check, LeakParams, LeakReport};
 use crate::analysis::record_series::{series, steps_per_hour};
-use crate::analysis::targets::{all_pass, evaluate, parse_bytes, Target, TargetKind, TargetRow};
+use crate::analysis::targets::{all_pass, evaluate, parse_bytes, Target, TargetKind};
 use crate::input::series::{parse_reader, ParseOptions, SeriesFormat};
 use crate::measure::threads::set_run_threads;
 use crate::output::{check_outputs, write_atomic};
 use crate::progress::Progress;
+use crate::record::watch::TargetRow;
 use crate::report::leak as render;
 use crate::units::Unit;
 use crate::{out, outln};
@@ -201,7 +202,7 @@ pub fn leak(mut a: LeakArgs) -> anyhow::Result<ExitCode> {
     progress.finish();
     let record = result?;
     if let Some(p) = &a.record {
-        let text = serde_json::to_string_pretty(&record)? + "\n";
+        let text = record.to_json()?;
         write_atomic(p, &text).with_context(|| format!("--record {}", p.display()))?;
     }
     if let Some(p) = &a.trace {

@@ -6,7 +6,7 @@
 
 use crate::analysis::leak::LeakReport;
 use crate::analysis::leak_text::{group, rate_in};
-use crate::analysis::targets::TargetRow;
+use crate::record::watch::TargetRow;
 use crate::units::{fmt_bytes, fmt_bytes_in, fmt_range_in};
 
 /// The key facts as (name, value) pairs, shared by text and Markdown. Figures are in binary units,

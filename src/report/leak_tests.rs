@@ -3,7 +3,6 @@
 use super::*;
 use crate::analysis::leak::{analyze, LeakParams, MemorySeries};
 use crate::analysis::targets::{evaluate, Target, TargetKind};
-
 const MIB: f64 = 1048576.0;
 const GIB: f64 = 1073741824.0;
 

@@ -6,49 +6,11 @@
 //! forward left live; step time = median of the measured steps with its coefficient of
 //! variation; the estimate is `memscope estimate`'s predicted heap peak for the same run.
 
-use crate::sweep::rows::{Row, RowSummary, Status};
+use crate::record::optimize::Figures;
+use crate::record::sweep_row::{Row, RowSummary, Status};
 use crate::sweep::variants::{describe, Outcome};
 use crate::units::{bytes, ms};
-use serde::Serialize;
 use std::fmt::Write;
-
-/// One variant's figures at one sequence length, relative to the baseline's.
-#[derive(Clone, Debug, Serialize)]
-pub struct Figures {
-    pub name: String,
-    /// The reference row (what a plain PyTorch script runs).
-    pub baseline: bool,
-    /// The `memscope bench` flags that run it.
-    pub flags: String,
-    pub seq: usize,
-    /// ok, oom, timeout, crashed, error, skipped.
-    pub status: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub reason: Option<String>,
-    pub heap_peak_bytes: Option<u64>,
-    /// (peak − baseline peak) / baseline peak, %: against the baseline's measured peak, or its
-    /// estimated one when the baseline did not run (`delta_peak_vs`).
-    pub delta_peak_pct: Option<f64>,
-    /// `measured` or `estimated`: which baseline peak Δ peak is taken against.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub delta_peak_vs: Option<&'static str>,
-    /// The baseline's estimated heap peak, when Δ peak is taken against it.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub baseline_estimated_peak_bytes: Option<u64>,
-    pub activations_bytes: Option<u64>,
-    pub delta_activations_pct: Option<f64>,
-    pub step_median_ms: Option<f64>,
-    pub step_cv_pct: Option<f64>,
-    pub delta_time_pct: Option<f64>,
-    /// The loss of the last measured step (same data and seed in every variant).
-    pub loss_last: Option<f64>,
-    pub estimated_peak_bytes: Option<u64>,
-    /// (estimate − measured) / measured heap peak, %.
-    pub estimate_error_pct: Option<f64>,
-    /// With --memory-limit: the largest batch that ran within it.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub max_batch: Option<usize>,
-}
 
 fn pct(new: f64, base: f64) -> Option<f64> {
     (base > 0.0).then(|| (new - base) / base * 100.0)
@@ -98,7 +60,7 @@ pub fn figures(outcomes: &[Outcome]) -> Vec<Figures> {
                 reason: o.row.reason.clone(),
                 heap_peak_bytes: s.map(|x| x.heap_peak_bytes),
                 delta_peak_pct,
-                delta_peak_vs,
+                delta_peak_vs: delta_peak_vs.map(str::to_string),
                 baseline_estimated_peak_bytes: base_est.filter(|_| delta_peak_vs.is_some()),
                 activations_bytes: s.and_then(|x| x.activations_bytes),
                 delta_activations_pct: rel(&act),
@@ -151,7 +113,7 @@ pub fn sentence(f: &Figures) -> String {
             f.name
         );
     }
-    if f.delta_peak_vs == Some("estimated") {
+    if f.delta_peak_vs.as_deref() == Some("estimated") {
         return format!(
             "{}: {} heap peak against the baseline's estimated {} (the baseline did not run), at {} per step",
             f.name,
@@ -204,7 +166,7 @@ pub fn markdown(title: &str, figs: &[Figures], steps: usize) -> String {
             (Some(e), None) => format!("{} (not run)", bytes(e as f64)),
             _ => "not modelled".into(),
         };
-        let dpeak = match f.delta_peak_vs {
+        let dpeak = match f.delta_peak_vs.as_deref() {
             Some("estimated") => format!("{} vs est.", signed(f.delta_peak_pct)),
             _ => signed(f.delta_peak_pct),
         };
@@ -245,7 +207,7 @@ mod tests {
         Figures {
             name: name.into(),
             baseline: name == "baseline",
-            delta_peak_vs: peak.map(|_| "measured"),
+            delta_peak_vs: peak.map(|_| "measured".to_string()),
             baseline_estimated_peak_bytes: None,
             flags: String::new(),
             seq: 8,
@@ -276,7 +238,7 @@ mod tests {
         assert!(sentence(&b).contains("reference"));
         // The baseline refused (its estimate over the machine): Δ against its estimate, said so.
         let mut c = fig("checkpointing", Some(-78.7), None, None);
-        c.delta_peak_vs = Some("estimated");
+        c.delta_peak_vs = Some("estimated".to_string());
         c.baseline_estimated_peak_bytes = Some(44 << 30);
         let t = sentence(&c);
         assert!(

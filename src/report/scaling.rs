@@ -6,7 +6,7 @@
 //! appears with several warm-ups, the row with the most warm-up steps stands for it.
 
 use crate::analysis::scaling::{choose, describe, fit_linear, warmup_axis, Pattern};
-use crate::sweep::rows::{Row, RowSummary, Status};
+use crate::record::sweep_row::{Row, RowSummary, Status};
 use crate::units::{ms, rate};
 use std::collections::BTreeMap;
 use std::fmt::Write;

@@ -2,10 +2,10 @@
 //! series, its stderr with slurmstepd's lines) and what the scheduler says (state, exit code,
 //! node, MaxRSS). The same [`Row`] as a local sweep, plus its `slurm` part.
 
+use crate::record::sweep_row::{Row, RowSummary, SlurmTask, Status};
 use crate::record::Record;
 use crate::spec::Spec;
 use crate::sweep::classify::signal_name;
-use crate::sweep::rows::{Row, RowSummary, SlurmTask, Status};
 use crate::sweep::run::read_series;
 use crate::sweep::slurm::classify::{classify, split_exit, TaskEnd, OOM_EVIDENCE};
 use crate::sweep::slurm::query::TaskState;

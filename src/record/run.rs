@@ -257,3 +257,10 @@ pub struct Environment {
     pub candle_version: String,
     pub allocator: String,
 }
+
+impl Record {
+    /// The file's text (`bench --json`, `leak --record`): pretty JSON in field order, a final newline.
+    pub fn to_json(&self) -> serde_json::Result<String> {
+        Ok(serde_json::to_string_pretty(self)? + "\n")
+    }
+}

@@ -1,7 +1,6 @@
 //! What to run: model, workload and sizes. Validated once; serialisable, so it is the only thing
 //! a worker process needs.
 
-use crate::input::tokens::DataSpec;
 use crate::model::config::{Family, ModelConfig};
 use crate::model::store::Purpose;
 use crate::model::variant::{Precision, Variant};
@@ -227,4 +226,21 @@ impl Spec {
         } as u64;
         (self.batch as u64).saturating_mul(per_seq)
     }
+}
+
+/// Element type of a `.bin` token file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum BinDtype {
+    U16,
+    U32,
+}
+
+/// What `--data` asks for; lives in the Spec so a sweep worker opens the same file.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct DataSpec {
+    pub path: PathBuf,
+    /// `--data-dtype`, only meaningful for `.bin` (u16 when absent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bin_dtype: Option<BinDtype>,
 }

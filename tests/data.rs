@@ -5,10 +5,11 @@
 
 use assert_cmd::Command;
 use candle_core::{DType, Tensor};
-use memscope::input::tokens::{DataSpec, Tokens};
+use memscope::input::tokens::Tokens;
 use memscope::model::config::ModelConfig;
 use memscope::model::store::{ParamStore, Purpose};
 use memscope::model::{param_specs, Model};
+use memscope::spec::DataSpec;
 use std::path::Path;
 use std::time::Duration;
 

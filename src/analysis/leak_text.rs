@@ -1,8 +1,14 @@
 //! Plain-language phrasing of a leak verdict (the one sentence stated first) and of the RSS vs heap
 //! cross-check. Pure: reads a finished [`LeakReport`], writes text.
 
-use crate::analysis::leak_types::{Context, LeakReport, Verdict};
+use crate::record::leak::{LeakReport, Verdict};
 use crate::units::{fmt_bytes, fmt_bytes_in, fmt_range_in, Unit};
+
+/// Everything `leak_text` needs to phrase the verdict that is not in the report itself.
+pub(crate) struct Context {
+    pub reason: Option<String>,
+    pub falling: bool,
+}
 
 /// What the series measured, as the subject of a sentence ("memory", "heap live", "RSS").
 pub fn subject(label: &str) -> &str {

@@ -5,10 +5,10 @@
 //! fooled by a missing number), and so does a growth target when the leak verdict is inconclusive
 //! (a run too short or too noisy to tell says nothing about the growth rate).
 
-use crate::record::watch::TargetRow;
+use crate::record::leak::TargetRow;
 use serde::Serialize;
 
-use crate::analysis::leak::{LeakReport, Verdict};
+use crate::record::leak::{LeakReport, Verdict};
 use crate::units::{fmt_bytes, parse_size, UNIT_NAMES};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -193,8 +193,8 @@ fn evaluate_one(t: &Target, r: &LeakReport, load: Option<f64>, peak: Option<f64>
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::analysis::leak::{analyze, LeakParams, MemorySeries};
-
+    use crate::analysis::leak::analyze;
+    use crate::record::leak::{LeakParams, MemorySeries};
     const MIB: f64 = 1048576.0;
 
     #[test]

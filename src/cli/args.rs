@@ -2,13 +2,13 @@
 //! workload (mode, sizes, dtype, steps, threads), which output files — and their conversion into a
 //! validated Spec, once.
 
-use crate::input::tokens::{BinDtype, DataSpec};
 use crate::measure::threads::all_cores;
 use crate::model::config::ModelConfig;
 use crate::model::variant::{Attention, Fusion, Precision, Variant};
 use crate::output::{self, write_atomic};
 use crate::record::Record;
 use crate::report::{self, Export};
+use crate::spec::{BinDtype, DataSpec};
 use crate::spec::{Dtype, Mode, Spec};
 use anyhow::{bail, Context};
 use clap::Args;

@@ -2,14 +2,15 @@
 //! log someone else wrote), then state whether live memory keeps growing, and check CI targets.
 
 use super::args::{build_spec, ModelArgs, WorkloadArgs};
-use crate::analysis::leak::{analyze as verdict, cross_check, LeakParams, LeakReport};
+use crate::analysis::leak::{analyze as verdict, cross_check};
 use crate::analysis::record_series::{series, steps_per_hour};
 use crate::analysis::targets::{all_pass, evaluate, parse_bytes, Target, TargetKind};
 use crate::input::series::{parse_reader, ParseOptions, SeriesFormat};
 use crate::measure::threads::set_run_threads;
 use crate::output::{check_outputs, write_atomic};
 use crate::progress::Progress;
-use crate::record::watch::TargetRow;
+use crate::record::leak::TargetRow;
+use crate::record::leak::{LeakParams, LeakReport};
 use crate::report::leak as render;
 use crate::units::Unit;
 use crate::{out, outln};
@@ -233,7 +234,7 @@ pub fn leak(mut a: LeakArgs) -> anyhow::Result<ExitCode> {
 pub fn analyze(a: AnalyzeArgs) -> anyhow::Result<ExitCode> {
     check_outputs(&a.files.flags())?;
     // Nothing is measured here: give freed memory back so a long log costs only what it holds.
-    crate::measure::alloc::return_freed_memory();
+    crate::instrument::alloc::return_freed_memory();
     let stdin = a.file.as_os_str() == "-";
     let name = if stdin {
         "stdin".to_string()

@@ -5,8 +5,8 @@
 use super::args::{build_spec, ModelArgs, WorkloadArgs};
 use crate::analysis::op_cost::{self, Arch, OpCost};
 use crate::analysis::roofline::MeasuredOp;
-use crate::measure::alloc::Phase;
-use crate::measure::op_timer::{self, OpTime};
+use crate::instrument::alloc::Phase;
+use crate::instrument::op_timer::{self, OpTime};
 use crate::measure::threads::set_run_threads;
 use crate::model::config::Family;
 use crate::out;

@@ -13,9 +13,9 @@
 
 use std::io::{BufRead, Read};
 
-use crate::analysis::leak::MemorySeries;
 use crate::input::series_types::csv_delimiter;
 pub use crate::input::series_types::{ParseOptions, SeriesError, SeriesFormat};
+use crate::record::leak::MemorySeries;
 pub use crate::units::Unit;
 
 /// Bytes read ahead to recognise the encoding and the format.

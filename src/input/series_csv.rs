@@ -5,11 +5,11 @@
 //! column 2 the value (a single column is the value, numbered in file order), or give 1-based column
 //! numbers. Lines starting with `#` are comments.
 
-use crate::analysis::leak::MemorySeries;
 use crate::input::series_fields::{parse_iso8601, parse_step, parse_time, parse_value, CellError};
 use crate::input::series_types::{
     choose_columns, csv_delimiter, Collector, Columns, ParseOptions, SeriesError,
 };
+use crate::record::leak::MemorySeries;
 use crate::units::{check_number, Unit};
 use std::io::{BufRead, Read};
 

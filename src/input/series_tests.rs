@@ -405,7 +405,7 @@ fn parsed_series_feeds_the_verdict() {
     let r = crate::analysis::leak::analyze(&s, &Default::default());
     assert_eq!(
         r.verdict,
-        crate::analysis::leak::Verdict::Plateau,
+        crate::record::leak::Verdict::Plateau,
         "{}",
         r.sentence
     );

@@ -2,19 +2,20 @@
 //! accounted. Sample buffers are allocated before the first step; nothing here prints.
 
 use crate::input::tokens::Tokens;
+use crate::instrument::alloc::{self, Phase};
+use crate::instrument::scope;
 use crate::kernels::adamw::AdamW;
 use crate::kernels::sink;
-use crate::measure::alloc::{self, Phase};
 use crate::measure::clock::time_ms;
 use crate::measure::phases::PhaseTracker;
 use crate::measure::procfs;
 use crate::model::config::Family;
 use crate::model::ops::Ops;
+use crate::model::segments;
 use crate::model::store::ParamStore;
 use crate::model::variant::{Fusion, Precision};
 use crate::model::weights::WeightSet;
 use crate::model::{param_specs, Model};
-use crate::model::{scope, segments};
 use crate::record::{DataInfo, MemoryRecord, MicroStepMemory, ModelInfo, StepMemory};
 use crate::spec::{Dtype, Mode, Spec};
 use anyhow::Context;
@@ -168,7 +169,7 @@ pub fn measure_with(
             let mut micro_batches = Vec::with_capacity(spec.grad_accum);
             for step in 0..total_steps {
                 if step == spec.warmup {
-                    crate::measure::op_timer::reset(); // per-op times cover the measured steps
+                    crate::instrument::op_timer::reset(); // per-op times cover the measured steps
                 }
                 run.tracker.capture = step == capture_step;
                 micro_batches.clear();
@@ -198,7 +199,7 @@ pub fn measure_with(
             drop(store); // inference keeps the model's detached tensors only
             for step in 0..total_steps {
                 if step == spec.warmup {
-                    crate::measure::op_timer::reset(); // per-op times cover the measured steps
+                    crate::instrument::op_timer::reset(); // per-op times cover the measured steps
                 }
                 run.tracker.capture = step == capture_step;
                 let (ids, targets) = batches
@@ -231,7 +232,7 @@ pub fn measure_with(
             kv_cache_bytes = Some(cache.bytes());
             for step in 0..total_steps {
                 if step == spec.warmup {
-                    crate::measure::op_timer::reset(); // per-op times cover the measured steps
+                    crate::instrument::op_timer::reset(); // per-op times cover the measured steps
                 }
                 run.tracker.capture = step == capture_step;
                 cache.reset();

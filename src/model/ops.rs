@@ -8,9 +8,9 @@
 //! Shape vocabulary: B batch, T query length, S key length, C d_model, H heads, KV key/value
 //! heads, D head dim, N rows.
 
+use crate::instrument::op_timer::timed;
 use crate::kernels::attention as kernel;
-use crate::measure::op_timer::timed;
-use crate::model::unfused;
+use crate::kernels::unfused;
 use crate::model::variant::{Attention, Fusion, Variant};
 use candle_core::{DType, Device, Result, Tensor};
 

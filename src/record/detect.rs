@@ -9,8 +9,8 @@
 //! - a roofline: `roofline --json` (has `run.roofs` and `sections`);
 //! - a watch: `watch --json` (has `"schema": "memscope-watch"`).
 
-use crate::analysis::leak::LeakReport;
 use crate::record::estimate::EstimateFile;
+use crate::record::leak::LeakReport;
 use crate::record::roofline::RooflineFile;
 use crate::record::sweep_row::Row;
 use crate::record::watch::{WatchFile, WATCH_SCHEMA};

@@ -11,6 +11,7 @@
 
 pub mod detect;
 pub mod estimate;
+pub mod leak;
 pub mod optimize;
 pub mod roofline;
 mod run;

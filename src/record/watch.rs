@@ -2,7 +2,7 @@
 //! and summed), the peaks, step markers and values read from its output, the verdict and the
 //! targets. Keys are written sorted at every level (the file is serialised through a JSON value).
 
-use crate::analysis::leak::LeakReport;
+use crate::record::leak::{LeakReport, TargetRow};
 use crate::record::Environment;
 use serde::{Deserialize, Serialize};
 
@@ -102,19 +102,6 @@ pub struct ValuePoint {
     pub unit: Option<String>,
     pub step: Option<u64>,
     pub time_s: f64,
-}
-
-/// One line of the targets table.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct TargetRow {
-    pub metric: String,
-    pub target: String,
-    pub achieved: String,
-    pub pass: bool,
-    /// The limit in bytes (per hour / per step for growth).
-    pub limit: f64,
-    /// The achieved number, when known.
-    pub value: Option<f64>,
 }
 
 /// The whole file.

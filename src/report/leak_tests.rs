@@ -1,8 +1,9 @@
 //! Renderers: sentence first, units named, every parameter listed, CSV one row, JSON contract fields.
 
 use super::*;
-use crate::analysis::leak::{analyze, LeakParams, MemorySeries};
+use crate::analysis::leak::analyze;
 use crate::analysis::targets::{evaluate, Target, TargetKind};
+use crate::record::leak::{LeakParams, MemorySeries};
 const MIB: f64 = 1048576.0;
 const GIB: f64 = 1073741824.0;
 

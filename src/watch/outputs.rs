@@ -1,8 +1,9 @@
 //! What a finished watch writes: the closing text (peaks, how the command ended, GPU, notes), the
 //! `--csv` table (one row per sample and process, plus a `total` row) and the `--json` Record.
 
-use crate::analysis::leak::LeakReport;
-use crate::record::watch::{Peak, TargetRow, WatchFile, WATCH_SCHEMA};
+use crate::record::leak::LeakReport;
+use crate::record::leak::TargetRow;
+use crate::record::watch::{Peak, WatchFile, WATCH_SCHEMA};
 use crate::units::bytes;
 use crate::watch::run::WatchResult;
 

@@ -1,7 +1,7 @@
 //! From samples to what the analysis reads: the judged series (per step when the output had step
 //! markers, else per sample with its time) and the peaks per process and summed.
 
-use crate::analysis::leak::MemorySeries;
+use crate::record::leak::MemorySeries;
 use crate::record::watch::Peak;
 use crate::record::watch::{Totals, TreeSample};
 use crate::watch::steps::StepLog;

@@ -2,7 +2,9 @@
 //! peak, slope so far, warm-up and the verdict so far, redrawn in place every half second and only
 //! between whole lines of the command's own output.
 
-use crate::analysis::leak::{analyze, LeakParams, MemorySeries};
+use crate::analysis::leak::analyze;
+
+use crate::record::leak::{LeakParams, MemorySeries};
 use crate::record::watch::TreeSample;
 use crate::units::bytes;
 use crate::watch::passthrough::Console;

@@ -184,7 +184,7 @@ pub fn render(inputs: &[Named]) -> anyhow::Result<String> {
 
 fn summary(
     table: &[(usize, String, String)],
-    leaks: &[(usize, String, crate::analysis::leak::LeakReport)],
+    leaks: &[(usize, String, crate::record::leak::LeakReport)],
     records: &[(usize, String, &Record)],
 ) -> String {
     let mut h = page::inputs_table(table);

@@ -212,3 +212,15 @@ pub fn read_jsonl(path: &Path) -> anyhow::Result<(Vec<Row>, Vec<String>)> {
     }
     Ok((rows, warnings))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn status_serialises_lowercase() {
+        assert_eq!(serde_json::to_string(&Status::Oom).unwrap(), "\"oom\"");
+        let s: Status = serde_json::from_str("\"skipped\"").unwrap();
+        assert_eq!(s, Status::Skipped);
+    }
+}

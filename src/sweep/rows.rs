@@ -145,15 +145,3 @@ pub fn to_csv(rows: &[Row]) -> anyhow::Result<String> {
     }
     Ok(String::from_utf8(w.into_inner()?)?)
 }
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn status_serialises_lowercase() {
-        assert_eq!(serde_json::to_string(&Status::Oom).unwrap(), "\"oom\"");
-        let s: Status = serde_json::from_str("\"skipped\"").unwrap();
-        assert_eq!(s, Status::Skipped);
-    }
-}

@@ -591,7 +591,6 @@ const NOT_YET_SPLIT: &[&str] = &[
     "analysis/leak.rs: fn analyze",
     "estimate/backward.rs: fn rule",
     "estimate/step.rs: fn train",
-    "input/series_csv.rs: fn parse",
     "measure/workload.rs: fn measure_with",
     "report/html/charts_memory_stack.rs: fn panel",
     "report/leak.rs: fn facts",

@@ -66,12 +66,6 @@ pub enum Per {
     Step,
 }
 
-/// Parses a size (`500MB`, `2GB`, `1.5GiB`, `1MiB`, `4096`): decimal units are powers of 1000, binary
-/// units powers of 1024. Errors say what is valid.
-pub fn parse_bytes(s: &str) -> Result<f64, String> {
-    parse_size(s)
-}
-
 /// Parses a size with an optional rate suffix: `10MB/h`, `10 MB/hour`, `1MiB/step`, `1MiB`.
 pub fn parse_rate(s: &str) -> Result<(f64, Per), String> {
     let t = s.trim();
@@ -199,8 +193,8 @@ mod tests {
 
     #[test]
     fn parses_flag_values() {
-        assert_eq!(parse_bytes("500MB").unwrap(), 500e6);
-        assert_eq!(parse_bytes("1.5GiB").unwrap(), 1.5 * 1073741824.0);
+        assert_eq!(parse_size("500MB").unwrap(), 500e6);
+        assert_eq!(parse_size("1.5GiB").unwrap(), 1.5 * 1073741824.0);
         assert_eq!(parse_rate("10MB/h").unwrap(), (10e6, Per::Hour));
         assert_eq!(parse_rate("10 MB/hour").unwrap(), (10e6, Per::Hour));
         assert_eq!(parse_rate("1MiB/step").unwrap(), (MIB, Per::Step));
@@ -231,7 +225,7 @@ mod tests {
         let e = parse_rate("10MB/day").unwrap_err();
         assert!(e.contains("/h or /step"), "{e}");
         for bad in ["", "ten MB", "NaN", "inf", "-1GB", "1e400", "5 XB"] {
-            let e = parse_bytes(bad).unwrap_err();
+            let e = parse_size(bad).unwrap_err();
             assert!(
                 e.contains("KiB")
                     || e.contains("finite")

@@ -4,7 +4,7 @@
 use super::args::{build_spec, ModelArgs, WorkloadArgs};
 use crate::analysis::leak::{analyze as verdict, cross_check};
 use crate::analysis::record_series::{series, steps_per_hour};
-use crate::analysis::targets::{all_pass, evaluate, parse_bytes, Target, TargetKind};
+use crate::analysis::targets::{all_pass, evaluate, Target, TargetKind};
 use crate::input::series::{parse_reader, ParseOptions, SeriesFormat};
 use crate::measure::threads::set_run_threads;
 use crate::output::{check_outputs, write_atomic};
@@ -12,6 +12,7 @@ use crate::progress::Progress;
 use crate::record::leak::TargetRow;
 use crate::record::leak::{LeakParams, LeakReport};
 use crate::report::leak as render;
+use crate::units::parse_size;
 use crate::units::Unit;
 use crate::{out, outln};
 use anyhow::Context;
@@ -67,7 +68,7 @@ impl TargetArgs {
         measured_steps_per_hour: Option<f64>,
     ) -> anyhow::Result<LeakParams> {
         let budget_bytes = match &self.budget {
-            Some(b) => Some(parse_bytes(b).map_err(|e| anyhow::anyhow!("--budget: {e}"))?),
+            Some(b) => Some(parse_size(b).map_err(|e| anyhow::anyhow!("--budget: {e}"))?),
             None => None,
         };
         if let Some(s) = self.steps_per_hour {

@@ -129,7 +129,7 @@ fn stepd_rss(line: &str) -> Option<u64> {
 pub fn slurm_mem_bytes(m: &str) -> Option<u64> {
     let m = m.trim();
     let bare = m.bytes().all(|b| b.is_ascii_digit());
-    let b = crate::sweep::slurm::query::parse_size(m)?;
+    let b = crate::sweep::slurm::query::parse_slurm_size(m)?;
     Some(if bare { b << 20 } else { b })
 }
 

@@ -1,6 +1,7 @@
 //! The leak verdict: does memory keep growing across identical steps, or is an allocator warming up?
 //!
-//! Method (docs/reliability.md, "The leak verdict"; deviations are marked "Refinement"):
+//! Method (`docs/analyze.md`, "How the verdict is decided"; deviations from the published methods are
+//! marked "Refinement"):
 //! 1. Aggregate to the post-GC floor ([`crate::analysis::aggregate`]): rolling minimum, w = max(5, P),
 //!    stride 5; series shorter than `short_series` are used as they are. Refinement: so are series
 //!    with symmetric noise and no period, where the minimum only discards data.
@@ -14,13 +15,14 @@
 //!    Sen's CI at `confidence`, Kendall-S variance inflated by Hamed–Rao, never deflated
 //!    ([`crate::analysis::trend`]). Each half of the tail gets its own trend at `halves_confidence`.
 //! 4. Margins over the tail span L (steps): δ_plateau = max(plateau_min_bytes, plateau_rel × |median|);
-//!    δ_leak = max(δ_plateau, leak_noise_k × MAD-σ of the detrended tail).
-//! 5. Verdicts:
-//!    LEAK: CI low > 0, slope·L > δ_leak, both halves' CI low > 0, second-half slope ≥ decel_ratio ×
-//!    first-half slope. DECELERATING: the same with a smaller second-half slope. PLATEAU: CI·L inside
-//!    ±δ_plateau, or the tail falls (CI high ≤ 0); refinement: and the second half does not itself rise
-//!    significantly by more than δ_plateau (a series still rising at its end is never a plateau).
-//!    INCONCLUSIVE: anything else, with the smallest detectable rate and the steps needed.
+//!    δ_leak = leak_noise_k × MAD-σ of the detrended tail (the noise alone); the rate that matters
+//!    r* = δ_plateau / horizon_steps (1,000 steps).
+//! 5. Verdicts ([`crate::analysis::leak_rules`]): PLATEAU only when the slope's interval excludes
+//!    every rate ≥ r* and any significant growth, or when a fitted saturating approach
+//!    ([`crate::analysis::approach`]) bounds the growth still to come by δ_plateau; LEAK /
+//!    DECELERATING when the tail rises significantly beyond the noise, in both halves (a steady
+//!    growth is a leak whatever its size); INCONCLUSIVE otherwise, with the rate memory could
+//!    still be growing at, the smallest detectable rate and the steps needed.
 //!
 //! Invariants: `analyze` never panics and never puts NaN or ∞ in a report (unknown numbers are `None`);
 //! n = 0, 1, 2, constant series, unsorted steps and non-finite values give INCONCLUSIVE or a verdict with
@@ -31,6 +33,8 @@ use crate::analysis::leak_text::{self, Context};
 use crate::analysis::trend::{mad_sigma, median, theil_sen, Trend};
 use crate::analysis::warmup::{check_break, hinge_fit, mser_cut, settle, Hinge};
 
+use crate::analysis::leak_rules::{decide, Inputs};
+use crate::record::leak::ApproachFit;
 pub use crate::record::leak::{LeakParams, LeakReport, MemorySeries, Verdict};
 
 /// The verdict for one series. Never panics; never NaN (see the module invariants).
@@ -41,6 +45,7 @@ pub fn analyze(series: &MemorySeries, params: &LeakParams) -> LeakReport {
     let mut ctx = Context {
         reason: None,
         falling: false,
+        settling: false,
     };
     let n = series.steps.len().min(series.values.len());
     r.n_samples = n;
@@ -145,14 +150,8 @@ pub fn analyze(series: &MemorySeries, params: &LeakParams) -> LeakReport {
         Err(why) => r.notes.push(format!("no warm-up end reported: {why}")),
     }
     r.tail_start_step = Some(step_at(start));
-    {
-        let post_from = r.warmup_end_step.unwrap_or(step_at(start));
-        let from = steps.partition_point(|&s| s < post_from);
-        let post = &values[from..];
-        r.plateau_min_bytes = post.iter().cloned().reduce(f64::min);
-        r.plateau_max_bytes = post.iter().cloned().reduce(f64::max);
-        r.plateau_median_bytes = median_without_copy(post);
-    }
+    let post_from = r.warmup_end_step.unwrap_or(step_at(start));
+    post_warmup_range(&mut r, steps, values, post_from);
 
     let thinned = thin_tail(&xs[start..], &ys[start..]);
     if let Some((_, _, block)) = &thinned {
@@ -201,37 +200,64 @@ pub fn analyze(series: &MemorySeries, params: &LeakParams) -> LeakReport {
     r.slope_ci_first_half = first.map(|t| t.ci);
     r.slope_ci_second_half = second.map(|t| t.ci);
 
-    // 4. Margins.
+    // 4. Margins: δ_leak is the noise alone (growth beyond it is a leak whatever its size); the
+    // rate that matters is the plateau margin over the horizon.
     let span = tx[tx.len() - 1] - tx[0];
     let resid: Vec<f64> = tx.iter().zip(ty).map(|(x, y)| y - full.slope * x).collect();
     let noise = mad_sigma(&resid).unwrap_or(0.0);
-    let dl = dp.max(r.params.leak_noise_k * noise);
+    let dl = r.params.leak_noise_k * noise;
     r.margin_leak_bytes = Some(dl);
+    let rate_matters = dp / r.params.horizon_steps;
+    r.rate_that_matters_bytes_per_step = Some(rate_matters);
 
-    // 5. Verdict.
-    let pos = |t: Option<Trend>| t.is_some_and(|t| t.ci[0] > 0.0);
-    let rising = full.ci[0] > 0.0 && full.slope * span > dl;
-    let halves_rise = pos(first) && pos(second);
-    let (s1, s2) = (
-        first.map_or(0.0, |t| t.slope),
-        second.map_or(0.0, |t| t.slope),
-    );
-    let inside = full.ci[0] * span >= -dp && full.ci[1] * span <= dp;
-    ctx.falling = full.ci[1] <= 0.0 && !inside;
-    let second_span = tx[tx.len() - 1] - tx[h];
-    let late_rise = second.is_some_and(|t| t.ci[0] > 0.0 && t.slope * second_span > dp);
-    r.verdict = if rising && halves_rise {
-        if s2 >= r.params.decel_ratio * s1 {
-            Verdict::Leak
-        } else {
-            Verdict::Decelerating
+    // 5. Verdict (the rules: `leak_rules.rs`).
+    let d = decide(&Inputs {
+        full,
+        first,
+        second,
+        tx,
+        ty,
+        xs: &xs,
+        ys: &ys,
+        start,
+        cut,
+        dp,
+        dl,
+        rate_matters,
+        horizon: r.params.horizon_steps,
+        confidence: r.params.confidence,
+        decel_ratio: r.params.decel_ratio,
+        noise_k: r.params.leak_noise_k,
+    });
+    r.verdict = d.verdict;
+    ctx.falling = d.falling;
+    ctx.reason = d.reason;
+    ctx.settling = d.settling.is_some();
+    r.approach = d.approach.map(|a| {
+        let settled = a.within(dp);
+        let k = xs.partition_point(|&x| x < settled).min(m - 1);
+        ApproachFit {
+            level_bytes: a.level,
+            level_ci_bytes: [Some(a.level_ci[0]), Some(a.level_ci[1])],
+            time_constant_steps: a.tau,
+            fitted_now_bytes: a.at_end,
+            settled_step: (settled <= xs[m - 1]).then(|| step_at(k)),
         }
-    } else if (inside || full.ci[1] <= 0.0) && !late_rise {
-        Verdict::Plateau
-    } else {
-        ctx.reason = Some(inconclusive_reason(&full, rising, late_rise, span, dp));
-        Verdict::Inconclusive
-    };
+    });
+    if let (Some(a), Some(fit), None) = (d.settling, &r.approach, r.warmup_end_step) {
+        // A warm-up still settling, with no break found: it ends where the fit comes within δ of
+        // its level.
+        if let Some(w) = fit.settled_step {
+            let k = steps.partition_point(|&s| s < w);
+            let before = values[..=k.min(n - 1)]
+                .iter()
+                .cloned()
+                .fold(f64::INFINITY, f64::min);
+            r.warmup_end_step = Some(w);
+            r.warmup_growth_bytes = Some((a.level - before).max(0.0));
+            post_warmup_range(&mut r, steps, values, w);
+        }
+    }
 
     // 6. Derived numbers.
     let hw = |t: Option<Trend>| t.map_or(f64::INFINITY, |t| (t.ci[1] - t.ci[0]) / 2.0);
@@ -242,7 +268,7 @@ pub fn analyze(series: &MemorySeries, params: &LeakParams) -> LeakReport {
         .max(if span > 0.0 { dl / span } else { f64::INFINITY });
     r.min_detectable_bytes_per_step = min_det.is_finite().then_some(min_det);
     if r.verdict == Verdict::Inconclusive {
-        r.more_steps_needed = more_steps(&full, hw_full, hw_halves, span, dp, dl);
+        r.more_steps_needed = more_steps(&full, hw_full, hw_halves, span, rate_matters, dl);
     }
     let last_x = tx[tx.len() - 1];
     let level_last = full.intercept + full.slope * last_x;
@@ -284,6 +310,14 @@ pub fn analyze(series: &MemorySeries, params: &LeakParams) -> LeakReport {
     finish(r, &ctx)
 }
 
+/// Median, min and max of the raw samples from step `from` on.
+fn post_warmup_range(r: &mut LeakReport, steps: &[u64], values: &[f64], from: u64) {
+    let post = &values[steps.partition_point(|&s| s < from)..];
+    r.plateau_min_bytes = post.iter().cloned().reduce(f64::min);
+    r.plateau_max_bytes = post.iter().cloned().reduce(f64::max);
+    r.plateau_median_bytes = median_without_copy(post);
+}
+
 /// Largest magnitude analysed: 2^80 bytes (1 YiB). Beyond it differences of two values overflow
 /// nothing yet, but no memory is that large: the unit is wrong.
 pub const MAX_ABS_BYTES: f64 = 1_208_925_819_614_629_174_706_176.0;
@@ -322,27 +356,11 @@ fn valid_seconds<'a>(s: Option<&'a [f64]>, n: usize, notes: &mut Vec<String>) ->
     ok.then_some(&s[..n])
 }
 
-fn inconclusive_reason(full: &Trend, rising: bool, late_rise: bool, span: f64, dp: f64) -> String {
-    if rising {
-        "memory rose after the warm-up, but not steadily: the two halves of the tail do not both rise significantly".into()
-    } else if late_rise {
-        "memory rose at the end of the run after a flat or falling stretch".into()
-    } else {
-        format!(
-            "the slope's confidence interval ({} to {} over the {:.0} steps after warm-up) is too wide to tell a plateau (within ±{}) from a leak",
-            crate::units::fmt_bytes(full.ci[0] * span),
-            crate::units::fmt_bytes(full.ci[1] * span),
-            span,
-            crate::units::fmt_bytes(dp)
-        )
-    }
-}
-
 /// Steps until a verdict is likely, assuming the CI half-widths shrink like L^(-3/2) (slope precision
 /// for a growing span at a fixed sampling rate). A tail that rises significantly needs the leak gates
-/// to pass at the measured slope; otherwise the CI must fit inside the plateau margin if memory is in
-/// fact flat: (hw·L)·f^(-1/2) ≤ δ_plateau, f = (hw·L/δ_plateau)².
-fn more_steps(full: &Trend, hw: f64, hw_halves: f64, span: f64, dp: f64, dl: f64) -> Option<u64> {
+/// to pass at the measured slope; otherwise, if memory is in fact flat, the CI's upper end must fall
+/// to the rate that matters r*: hw·f^(-3/2) ≤ r*, f = (hw/r*)^(2/3).
+fn more_steps(full: &Trend, hw: f64, hw_halves: f64, span: f64, rate: f64, dl: f64) -> Option<u64> {
     if span.is_nan() || span <= 0.0 {
         return None;
     }
@@ -360,13 +378,13 @@ fn more_steps(full: &Trend, hw: f64, hw_halves: f64, span: f64, dp: f64, dl: f64
             }
         }
     } else {
-        if dp <= 0.0 {
+        if rate <= 0.0 {
             return None;
         }
-        (hw * span / dp).powi(2).max(1.0)
+        (hw / rate).powf(2.0 / 3.0).max(1.0)
     };
     let more = ((f - 1.0) * span).ceil();
-    (more.is_finite() && more < 1e15).then_some(more as u64)
+    (more.is_finite() && more >= 1.0 && more < 1e15).then_some(more as u64)
 }
 
 /// Points kept for the trend when a tail is longer than [`crate::analysis::aggregate::MAX_POINTS`]

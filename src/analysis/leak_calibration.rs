@@ -269,3 +269,210 @@ fn print_golden_robustness() {
         eprintln!("{name}: {c:?}");
     }
 }
+
+/// One series of the calibration set and the truth behind it.
+pub(super) struct Case {
+    pub family: &'static str,
+    /// The leak rate built in (bytes/step); 0 for series that do not leak.
+    pub leak: f64,
+    pub series: MemorySeries,
+}
+
+/// The calibration set (docs/reliability.md, "Leak verdict calibration"): 20 seeds of each family.
+/// No leak: flat with white and AR(1) noise, exact heap counts with a periodic pattern, saturating
+/// warm-ups (exponential approach with a 13-step sawtooth; a 40-step buffer fill), sawtooth allocator
+/// patterns. Leaks: linear at 1 KiB to 1 MiB per step, the exact-count and RSS-like cases of a slow
+/// leak, a warm-up with a leak on top, a sawtooth with a leak.
+pub(super) fn calibration_set() -> Vec<Case> {
+    const KIB: f64 = 1024.0;
+    let mut out = Vec::new();
+    let mut add = |family: &'static str, leak: f64, f: &dyn Fn(u64) -> MemorySeries| {
+        for seed in 0..20u64 {
+            out.push(Case {
+                family,
+                leak,
+                series: f(9000 + seed),
+            });
+        }
+    };
+    let page = |v: f64| (v / 4096.0).round() * 4096.0;
+    add("flat, white noise 0.5 MiB", 0.0, &|s| {
+        make(s, 300, 1, 0.5 * MIB, |_| 2.0 * GIB)
+    });
+    add("flat, white noise 2 MiB", 0.0, &|s| {
+        make(s, 300, 1, 2.0 * MIB, |_| 2.0 * GIB)
+    });
+    add("flat, white noise 4 MiB", 0.0, &|s| {
+        make(s, 300, 1, 4.0 * MIB, |_| 2.0 * GIB)
+    });
+    add("flat, AR(1) φ 0.5, 2 MiB", 0.0, &|s| {
+        ar1_plateau(s, 300, 2.0 * GIB, 2.0 * MIB, 0.5)
+    });
+    add("flat, AR(1) φ 0.9, 2 MiB", 0.0, &|s| {
+        ar1_plateau(s, 300, 2.0 * GIB, 2.0 * MIB, 0.9)
+    });
+    add("flat heap counts, 7-step pattern", 0.0, &|s| {
+        make(s, 300, 1, 0.0, move |t| {
+            40.0 * MIB + 65536.0 * ((t as u64 + s) % 7) as f64
+        })
+    });
+    add("exp approach τ 30, sawtooth 13, 2 MiB, n 400", 0.0, &|s| {
+        make(s, 400, 1, 2.0 * MIB, |t| {
+            GIB + GIB * (1.0 - (-t / 30.0).exp()) + 64.0 * MIB * ((t as u64 % 13) as f64 / 12.0)
+        })
+    });
+    add("exp approach τ 15, 3 MiB", 0.0, &|s| {
+        make(s, 300, 1, 3.0 * MIB, |t| {
+            GIB + 2.0 * GIB * (1.0 - (-t / 15.0).exp())
+        })
+    });
+    add("40-step fill, 0.5 MiB, n 160", 0.0, &|s| {
+        let m = make(s, 160, 1, 0.5 * MIB, |t| {
+            1.2 * GIB + 400.0 * MIB * t.min(40.0) / 40.0
+        });
+        series(m.steps, m.values.into_iter().map(page).collect())
+    });
+    add("40-step fill, 2 MiB, n 160", 0.0, &|s| {
+        make(s, 160, 1, 2.0 * MIB, |t| {
+            1.2 * GIB + 400.0 * MIB * t.min(40.0) / 40.0
+        })
+    });
+    add("sawtooth 17 on a plateau", 0.0, &|s| {
+        make(s, 300, 1, 2.0 * MIB, |t| {
+            2.0 * GIB + 300.0 * MIB * ((t as u64 % 17) as f64 / 16.0)
+        })
+    });
+    add("GC sawtooth after a warm-up", 0.0, &|s| {
+        make(s, 300, 1, 2.0 * MIB, |t| {
+            2.0 * GIB * (1.0 - (-t / 10.0).exp()).max(0.5)
+                + 300.0 * MIB * ((t as u64 % 17) as f64 / 16.0)
+        })
+    });
+    for (family, rate) in [
+        ("linear 1 KiB/step, 2 MiB", KIB),
+        ("linear 4 KiB/step, 2 MiB", 4.0 * KIB),
+        ("linear 16 KiB/step, 2 MiB", 16.0 * KIB),
+        ("linear 64 KiB/step, 2 MiB", 64.0 * KIB),
+        ("linear 256 KiB/step, 2 MiB", 256.0 * KIB),
+        ("linear 1 MiB/step, 2 MiB", MIB),
+    ] {
+        add(family, rate, &move |s| {
+            make(s, 300, 1, 2.0 * MIB, move |t| 2.0 * GIB + rate * t)
+        });
+    }
+    add("exact 1 KiB/step (heap counts)", KIB, &|s| {
+        make(s, 300, 1, 0.0, move |t| {
+            GIB + KIB * t + 4096.0 * ((t as u64 + s) % 3) as f64
+        })
+    });
+    add("RSS 100 KB/step, pages, 200 KB noise", 1e5, &|s| {
+        let m = make(s, 150, 1, 2e5, |t| 300e6 + 1e5 * t);
+        series(m.steps, m.values.into_iter().map(page).collect())
+    });
+    add("warm-up then 64 KiB/step", 64.0 * KIB, &|s| {
+        make(s, 400, 1, 2.0 * MIB, |t| {
+            GIB + GIB * (1.0 - (-t / 30.0).exp()) + 64.0 * KIB * t
+        })
+    });
+    add("warm-up then 16 KiB/step", 16.0 * KIB, &|s| {
+        make(s, 400, 1, 2.0 * MIB, |t| {
+            GIB + GIB * (1.0 - (-t / 30.0).exp()) + 16.0 * KIB * t
+        })
+    });
+    add("sawtooth 17 with 64 KiB/step", 64.0 * KIB, &|s| {
+        make(s, 300, 1, 2.0 * MIB, |t| {
+            2.0 * GIB + 64.0 * KIB * t + 300.0 * MIB * ((t as u64 % 17) as f64 / 16.0)
+        })
+    });
+    out
+}
+
+/// Rates over the calibration set: (false leak, no-leak recognised, missed leak among leaks that
+/// matter, missed among all leaks), as fractions; `matters` is the rate that matters (bytes/step).
+pub(super) fn rates(verdicts: &[(f64, Verdict)], matters: f64) -> [f64; 4] {
+    let frac = |num: usize, den: usize| num as f64 / den.max(1) as f64;
+    let none: Vec<_> = verdicts.iter().filter(|v| v.0 == 0.0).collect();
+    let leaks: Vec<_> = verdicts.iter().filter(|v| v.0 > 0.0).collect();
+    let big: Vec<_> = leaks.iter().filter(|v| v.0 >= matters).collect();
+    [
+        frac(
+            none.iter().filter(|v| v.1 == Verdict::Leak).count(),
+            none.len(),
+        ),
+        frac(
+            none.iter().filter(|v| v.1 == Verdict::Plateau).count(),
+            none.len(),
+        ),
+        frac(
+            big.iter().filter(|v| v.1 == Verdict::Plateau).count(),
+            big.len(),
+        ),
+        frac(
+            leaks.iter().filter(|v| v.1 == Verdict::Plateau).count(),
+            leaks.len(),
+        ),
+    ]
+}
+
+/// The calibration set's rates, asserted: no false leak, no "no leak" about a leak that matters
+/// (≥ the rate that matters at 2 GiB, 10.5 KiB/step); and print the table per family.
+#[test]
+fn calibration_set_false_and_missed_leak_rates() {
+    let set = calibration_set();
+    let mut verdicts = Vec::new();
+    let mut table: std::collections::BTreeMap<&str, std::collections::BTreeMap<&str, usize>> =
+        Default::default();
+    for c in &set {
+        let r = run(&c.series);
+        if c.leak > 0.0 && r.verdict == Verdict::Plateau {
+            // "No leak" about a leak only below the rate that matters (its growth over the horizon
+            // is within the margin the sentence states), or under a fitted warm-up.
+            let matters = r.rate_that_matters_bytes_per_step.unwrap();
+            assert!(
+                c.leak < matters || r.approach.is_some(),
+                "{}: plateau over a leak of {} (matters from {matters}): {}",
+                c.family,
+                c.leak,
+                r.sentence
+            );
+        }
+        *table
+            .entry(c.family)
+            .or_default()
+            .entry(r.verdict.as_str())
+            .or_default() += 1;
+        verdicts.push((c.leak, r.verdict));
+    }
+    for (f, counts) in &table {
+        eprintln!("{f}: {counts:?}");
+    }
+    let [false_leak, recognised, missed_big, missed_all] =
+        rates(&verdicts, 2.0 * GIB * 0.005 / 1000.0);
+    eprintln!(
+        "false leak {false_leak:.3}, no-leak recognised {recognised:.3}, missed leaks that matter {missed_big:.3}, missed leaks (all) {missed_all:.3}"
+    );
+    assert!(false_leak <= 0.01, "false-leak rate {false_leak}");
+    assert!(missed_big <= 0.01, "missed leaks that matter {missed_big}");
+}
+
+/// Writes the calibration set as CSV files (`step,bytes`) into $CALIBRATION_DIR, one file per
+/// series named `family-seed-rate.csv`, so that any build of `memscope analyze` can be measured on
+/// the same set (`scripts/leak_calibration.sh`).
+#[test]
+#[ignore]
+fn write_calibration_set() {
+    let dir = std::env::var("CALIBRATION_DIR").expect("set CALIBRATION_DIR");
+    std::fs::create_dir_all(&dir).unwrap();
+    for (i, c) in calibration_set().iter().enumerate() {
+        let mut t = String::from("step,bytes\n");
+        for (s, v) in c.series.steps.iter().zip(&c.series.values) {
+            t += &format!("{s},{v:.0}\n");
+        }
+        let name: String = c
+            .family
+            .chars()
+            .map(|ch| if ch.is_ascii_alphanumeric() { ch } else { '_' })
+            .collect();
+        std::fs::write(format!("{dir}/{i:04}-{name}-{}.csv", c.leak), t).unwrap();
+    }
+}

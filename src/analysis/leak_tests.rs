@@ -107,7 +107,15 @@ fn gc_sawtooth_on_a_plateau() {
         2.0 * GIB * (1.0 - (-t / 10.0).exp()).max(0.5)
             + 300.0 * MIB * ((t as u64 % 17) as f64 / 16.0)
     });
-    let r = expect(&s, Verdict::Plateau);
+    // 300 steps hold about 14 sawtooth periods: the floor's slope interval (±30 KiB/step) cannot
+    // rule out the rate that matters (10.5 KiB/step at 2 GiB), so "no leak" would be a guess.
+    // Never a leak; inconclusive with the rate memory could still be growing at.
+    let r = expect(&s, Verdict::Inconclusive);
+    assert!(
+        r.sentence.contains("could still be growing by up to"),
+        "{}",
+        r.sentence
+    );
     assert!(r.window >= 17, "window {}", r.window);
 }
 
@@ -242,6 +250,19 @@ pub(super) fn story(seed: u64) -> MemorySeries {
 fn story_12_gib_warmup_ending_at_step_90() {
     let mut s = story(13);
     s.label = "value".into();
+    // 150 steps of plateau are 19 sawtooth floors: their slope interval (up to 110 KiB/step) does
+    // not rule out the rate that matters at 17.4 GiB (91 KiB/step); the plateau is called from
+    // 400 steps on (below). The warm-up end is found either way.
+    let r = expect(&s, Verdict::Inconclusive);
+    let w = r.warmup_end_step.unwrap();
+    assert!((80..=100).contains(&w), "warm-up end {w}");
+    let mut rng = StdRng::seed_from_u64(13);
+    for step in 241..=400u64 {
+        s.steps.push(step);
+        s.values.push(
+            17.4 * GIB + 0.25 * GIB * ((step % 8) as f64 / 7.0) + 5.0 * MIB * gauss(&mut rng).abs(),
+        );
+    }
     let r = expect(&s, Verdict::Plateau);
     let w = r.warmup_end_step.unwrap();
     assert!((80..=100).contains(&w), "warm-up end {w}");
@@ -547,6 +568,82 @@ fn noise_free_heap_counts_give_exact_slopes() {
     assert_eq!(r.slope_ci_bytes_per_step, Some([262144.0, 262144.0]));
     // The same heap without the retained tensor.
     let r = expect(&series(steps, vec![40.0 * MIB; 300]), Verdict::Plateau);
-    // Constant: no cut, the whole span of 299 steps; the 8 MiB margin sets the detectable rate.
-    assert_eq!(r.min_detectable_bytes_per_step, Some(8.0 * MIB / 299.0));
+    // Constant exact counts: nothing hides a leak (before, the 8 MiB margin set the detectable
+    // rate to 28 KiB/step, and a 1 KiB/step leak was called "no leak").
+    assert!(r.min_detectable_bytes_per_step.unwrap() < 1024.0);
+    assert_eq!(r.rate_that_matters_bytes_per_step, Some(8.0 * MIB / 1000.0));
+}
+
+#[test]
+fn a_slow_steady_leak_is_never_no_leak() {
+    // Exactly 1 KiB/step for 300 steps: 300 KiB in the window, far under the 8 MiB margin.
+    let steps: Vec<u64> = (0..300).collect();
+    let values = steps.iter().map(|&s| GIB + 1024.0 * s as f64).collect();
+    let r = expect(&series(steps, values), Verdict::Leak);
+    assert_eq!(r.slope_bytes_per_step, Some(1024.0));
+    assert!(r.sentence.contains("1.00 KiB/step"), "{}", r.sentence);
+    // RSS growing 100 KB/step in pages, with 200 KB of noise (a watched Python process).
+    let m = make(31, 150, 1, 2e5, |t| 300e6 + 1e5 * t);
+    let values = m
+        .values
+        .iter()
+        .map(|v| (v / 4096.0).round() * 4096.0)
+        .collect();
+    let r = expect(&series(m.steps, values), Verdict::Leak);
+    let b = r.slope_bytes_per_step.unwrap();
+    assert!((b / 1e5 - 1.0).abs() < 0.05, "{b}");
+    // 1 KiB/step under 64 KiB of noise: a leak or inconclusive with the rate, never "no leak".
+    for seed in 0..10 {
+        let r = not_plateau(&make(40 + seed, 300, 1, 65536.0, |t| GIB + 1024.0 * t));
+        if r.verdict == Verdict::Inconclusive {
+            assert!(
+                r.sentence.contains("could still be growing by up to"),
+                "{}",
+                r.sentence
+            );
+        }
+    }
+}
+
+#[test]
+fn a_saturating_warmup_with_a_sawtooth_is_a_plateau_with_its_level() {
+    // 1 − e^(−step/30) to 2 GiB, a 13-step sawtooth of 64 MiB, 2 MiB noise, 400 steps.
+    for seed in 0..5 {
+        let s = make(50 + seed, 400, 1, 2.0 * MIB, |t| {
+            GIB + GIB * (1.0 - (-t / 30.0).exp()) + 64.0 * MIB * ((t as u64 % 13) as f64 / 12.0)
+        });
+        let r = expect(&s, Verdict::Plateau);
+        let w = r.warmup_end_step.expect("warm-up end");
+        // Within 10 MiB of 1 GiB of growth: 30 × ln(1024 / 10) ≈ 139 steps.
+        assert!((100..=200).contains(&w), "warm-up end {w}");
+        let a = r.approach.clone().expect("the approach is reported");
+        let [lo, hi] = a.level_ci_bytes;
+        assert!(
+            lo.unwrap() <= 2.0 * GIB + 8.0 * MIB && hi.unwrap() >= 2.0 * GIB - 8.0 * MIB,
+            "{a:?}"
+        );
+        assert!((a.time_constant_steps - 30.0).abs() < 10.0, "{a:?}");
+    }
+}
+
+#[test]
+fn a_buffer_filled_for_40_steps_then_held_is_a_plateau_at_160_steps() {
+    for seed in 0..5 {
+        let m = make(60 + seed, 160, 1, 0.5 * MIB, |t| {
+            1.2 * GIB + 400.0 * MIB * t.min(40.0) / 40.0
+        });
+        let values = m
+            .values
+            .iter()
+            .map(|v| (v / 4096.0).round() * 4096.0)
+            .collect();
+        let r = expect(&series(m.steps, values), Verdict::Plateau);
+        let w = r.warmup_end_step.unwrap();
+        assert!((38..=45).contains(&w), "warm-up end {w}");
+        assert!(
+            r.sentence.contains("over the next 1,000 steps"),
+            "{}",
+            r.sentence
+        );
+    }
 }

@@ -1,13 +1,15 @@
 //! Plain-language phrasing of a leak verdict (the one sentence stated first) and of the RSS vs heap
 //! cross-check. Pure: reads a finished [`LeakReport`], writes text.
 
-use crate::record::leak::{LeakReport, Verdict};
+use crate::record::leak::{ApproachFit, LeakReport, Verdict};
 use crate::units::{fmt_bytes, fmt_bytes_in, fmt_range_in, Unit};
 
 /// Everything `leak_text` needs to phrase the verdict that is not in the report itself.
 pub(crate) struct Context {
     pub reason: Option<String>,
     pub falling: bool,
+    /// PLATEAU decided by the fitted approach (a warm-up still settling), not by a flat tail.
+    pub settling: bool,
 }
 
 /// What the series measured, as the subject of a sentence ("memory", "heap live", "RSS").
@@ -67,6 +69,13 @@ pub(crate) fn sentence(r: &LeakReport, ctx: &Context) -> String {
         .map(|(lo, hi)| fmt_range(lo, hi));
     let slope = r.slope_bytes_per_step.unwrap_or(0.0);
     let conf = format!("{:.0}%", r.params.confidence * 100.0);
+    let horizon = r.params.horizon_steps;
+    let per_hour = |b: f64| {
+        r.steps_per_hour
+            .map_or(String::new(), |sph| format!(", {}/h", fmt_bytes(b * sph)))
+    };
+    // What the slope's interval still allows: the bound every verdict states.
+    let bound = r.slope_ci_bytes_per_step.map(|c| c[1]);
     match r.verdict {
         Verdict::Plateau => {
             let stay = match (&range, ctx.falling) {
@@ -79,7 +88,7 @@ pub(crate) fn sentence(r: &LeakReport, ctx: &Context) -> String {
                 }
                 (None, _) => "stayed level".into(),
             };
-            match (r.warmup_end_step, r.warmup_growth_bytes) {
+            let mut s = match (r.warmup_end_step, r.warmup_growth_bytes) {
                 (Some(w), Some(g)) => format!(
                     "No leak: {subj} grew {} during a warm-up that ended at step {w}, then {stay} for {} steps.",
                     fmt_bytes(g),
@@ -94,7 +103,32 @@ pub(crate) fn sentence(r: &LeakReport, ctx: &Context) -> String {
                     };
                     format!("No leak: {subj} {stay} for the last {} steps ({why}).", group(last.saturating_sub(from)))
                 }
+            };
+            match (ctx.settling, &r.approach, r.margin_plateau_bytes) {
+                (true, Some(a), Some(dp)) => s.push_str(&format!(
+                    " The warm-up is a saturating approach (time constant {:.0} steps) to {}{}, within {} of where it is now; what remains around it rules out more than that margin over the next {} steps.",
+                    a.time_constant_steps,
+                    fmt_bytes(a.level_bytes),
+                    match a.level_ci_bytes {
+                        [Some(lo), Some(hi)] => format!(" ({conf} CI {})", fmt_range(lo, hi)),
+                        _ => String::new(),
+                    },
+                    fmt_bytes(dp),
+                    group(horizon as u64)
+                )),
+                _ => {
+                    if let (Some(b), Some(dp)) = (bound, r.margin_plateau_bytes) {
+                        s.push_str(&format!(
+                            " The slope's {conf} interval ends at {}{}: less than {} of growth over the next {} steps.",
+                            rate(b.max(0.0)),
+                            per_hour(b.max(0.0)),
+                            fmt_bytes(dp),
+                            group(horizon as u64)
+                        ));
+                    }
+                }
             }
+            s
         }
         Verdict::Leak => {
             let from = r.tail_start_step.unwrap_or(0);
@@ -117,8 +151,20 @@ pub(crate) fn sentence(r: &LeakReport, ctx: &Context) -> String {
         }
         Verdict::Decelerating => {
             let from = r.tail_start_step.unwrap_or(0);
+            let level = match &r.approach {
+                Some(ApproachFit {
+                    level_bytes,
+                    level_ci_bytes: [Some(lo), Some(hi)],
+                    ..
+                }) => format!(
+                    " A saturating fit puts the level it approaches at {} ({conf} CI {}).",
+                    fmt_bytes(*level_bytes),
+                    fmt_range(*lo, *hi)
+                ),
+                _ => String::new(),
+            };
             format!(
-                "Growth is slowing but has not stopped: {subj} still grows {} over the last {} steps (first half {}, second half {}); run longer to see whether it levels off.",
+                "Growth is slowing but has not stopped: {subj} still grows {} over the last {} steps (first half {}, second half {}); run longer to see whether it levels off.{level}",
                 rate(slope),
                 group(last.saturating_sub(from)),
                 rate(r.slope_first_half.unwrap_or(0.0)),
@@ -131,6 +177,15 @@ pub(crate) fn sentence(r: &LeakReport, ctx: &Context) -> String {
                 .clone()
                 .unwrap_or_else(|| "the data do not settle the question".into());
             let mut s = format!("Inconclusive: {reason}.");
+            if let Some(b) = bound.filter(|b| *b > 0.0) {
+                s.push_str(&format!(
+                    " {} could still be growing by up to {} ({} per 1,000 steps{}).",
+                    capitalize(subj),
+                    rate(b),
+                    fmt_bytes(b * 1000.0),
+                    per_hour(b)
+                ));
+            }
             if let Some(md) = r.min_detectable_bytes_per_step {
                 s.push_str(&format!(
                     " This run could detect a leak of {} or more",

@@ -1,12 +1,14 @@
 //! Analysis: pure functions from Records (or their raw samples) to results. No candle, no I/O.
 
 pub mod aggregate;
+pub mod approach;
 pub mod bootstrap;
 pub mod breakdown;
 pub mod compare;
 pub mod diff;
 pub mod fit;
 pub mod leak;
+pub mod leak_rules;
 pub mod leak_text;
 pub mod op_cost;
 pub mod profile_tree;

@@ -49,6 +49,14 @@ pub struct LeakParams {
     pub steps_per_hour: Option<f64>,
     /// Memory budget in bytes, for "steps until the budget is exhausted".
     pub budget_bytes: Option<f64>,
+    /// The horizon a "no leak" verdict speaks for, in steps: a rate matters when it would grow
+    /// memory by more than the plateau margin within this many steps.
+    #[serde(default = "default_horizon")]
+    pub horizon_steps: f64,
+}
+
+fn default_horizon() -> f64 {
+    1000.0
 }
 
 impl Default for LeakParams {
@@ -64,6 +72,7 @@ impl Default for LeakParams {
             short_series: 60,
             steps_per_hour: None,
             budget_bytes: None,
+            horizon_steps: default_horizon(),
         }
     }
 }
@@ -149,6 +158,28 @@ pub struct LeakReport {
     /// The values were relative to a baseline (deltas, cumulative changes), judged the same way.
     #[serde(default)]
     pub relative: bool,
+    /// The smallest growth rate that matters: the plateau margin over `params.horizon_steps`.
+    /// PLATEAU requires the slope's interval to exclude it (and no significant growth).
+    #[serde(default)]
+    pub rate_that_matters_bytes_per_step: Option<f64>,
+    /// The fitted saturating approach, when growth decelerates towards a level.
+    #[serde(default)]
+    pub approach: Option<ApproachFit>,
+}
+
+/// A saturating warm-up's fit (see `crate::analysis::approach`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ApproachFit {
+    /// The level memory converges to.
+    pub level_bytes: f64,
+    /// Its interval at `params.confidence`; the upper end is `None` when the data do not bound it.
+    pub level_ci_bytes: [Option<f64>; 2],
+    /// Time constant of the approach, in steps.
+    pub time_constant_steps: f64,
+    /// Where the series already is (the fit at the last sample).
+    pub fitted_now_bytes: f64,
+    /// The step from which the fit stays within the plateau margin of its level.
+    pub settled_step: Option<u64>,
 }
 
 impl LeakReport {
@@ -191,6 +222,8 @@ impl LeakReport {
             current_bytes: None,
             unit: None,
             relative: false,
+            rate_that_matters_bytes_per_step: None,
+            approach: None,
             label: if label.trim().is_empty() {
                 "value".into()
             } else {
@@ -223,8 +256,20 @@ impl LeakReport {
             &mut self.hours_to_budget,
             &mut self.min_detectable_bytes_per_step,
             &mut self.current_bytes,
+            &mut self.rate_that_matters_bytes_per_step,
         ] {
             fin(v);
+        }
+        if let Some(a) = &mut self.approach {
+            for v in &mut a.level_ci_bytes {
+                fin(v);
+            }
+            if ![a.level_bytes, a.time_constant_steps, a.fitted_now_bytes]
+                .iter()
+                .all(|v| v.is_finite())
+            {
+                self.approach = None;
+            }
         }
         for ci in [
             &mut self.slope_ci_bytes_per_step,
@@ -282,6 +327,10 @@ impl LeakParams {
         if !p.steps_per_hour.is_none_or(|v| v.is_finite() && v > 0.0) {
             bad("steps_per_hour", format!("{:?}", p.steps_per_hour));
             q.steps_per_hour = None;
+        }
+        if !(p.horizon_steps.is_finite() && p.horizon_steps >= 1.0) {
+            bad("horizon_steps", p.horizon_steps.to_string());
+            q.horizon_steps = d.horizon_steps;
         }
         if !p.budget_bytes.is_none_or(|v| v.is_finite() && v >= 0.0) {
             bad("budget_bytes", format!("{:?}", p.budget_bytes));

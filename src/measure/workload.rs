@@ -567,6 +567,7 @@ impl Run<'_> {
             heap_peak_bytes: step_peak,
             rss_bytes: procfs::rss_bytes(None),
             pss_bytes: procfs::pss_bytes(None),
+            reserved_bytes: None,
             phases: Vec::new(), // filled when the run ends (PhaseTracker::take_marks)
         });
         if let Some(last) = self.series.last() {

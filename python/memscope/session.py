@@ -22,6 +22,27 @@ from ._memory import reader_for, rss_bytes
 from ._record import build_record
 
 
+def _rank(torch):
+    """(rank, world size) under torch.distributed with more than one process, else None."""
+    d = torch.distributed
+    if d.is_available() and d.is_initialized() and d.get_world_size() > 1:
+        return d.get_rank(), d.get_world_size()
+    return None
+
+
+def _per_rank(path, rank):
+    """One file per rank: `{rank}` in the path is replaced, else `.rankN` goes before the
+    extension (run.json → run.rank1.json), so ranks never write one file."""
+    if rank is None:
+        return path
+    if "{rank}" in path:
+        return path.replace("{rank}", str(rank[0]))
+    stem, dot, ext = path.rpartition(".")
+    if not dot or "/" in ext:
+        return f"{path}.rank{rank[0]}"
+    return f"{stem}.rank{rank[0]}.{ext}"
+
+
 def _number(loss):
     if loss is None:
         return None
@@ -59,11 +80,15 @@ class Session:
             device = torch.device("cuda", torch.cuda.current_device())
         self.device = device
         self.reader = reader_for(torch, device)
-        self.record_path = os.fspath(record) if record is not None else None
-        if jsonl is None and self.record_path is not None:
+        self.rank = _rank(torch)
+        self.record_path = _per_rank(os.fspath(record), self.rank) if record is not None else None
+        if jsonl is not None:
+            self.jsonl_path = _per_rank(os.fspath(jsonl), self.rank)
+        elif self.record_path is not None:
             stem = self.record_path[:-5] if self.record_path.endswith(".json") else self.record_path
-            jsonl = stem + ".steps.jsonl"
-        self.jsonl_path = os.fspath(jsonl) if jsonl is not None else None
+            self.jsonl_path = stem + ".steps.jsonl"
+        else:
+            self.jsonl_path = None
         self.batch, self.seq = batch, seq
         self.auto = auto_phases
         self.by_module = by_module

@@ -25,4 +25,5 @@ with memscope.Session(model, opt, record="ddp.json", warmup=1) as ms:
         opt.zero_grad(set_to_none=True)
         ms.step(loss)
 dist.destroy_process_group()
-print(rank, memscope.counting_active(), os.environ.get("LD_PRELOAD", ""))
+with open(f"worker{rank}.txt", "w") as f:
+    f.write(f"{memscope.counting_active()} {os.environ.get('LD_PRELOAD', '')!r}")

@@ -42,3 +42,13 @@ def test_callbacks_measure_what_the_plain_loop_measures(kind, plain, tmp_path):
     assert abs(got["activations"] - want["activations"]) <= 0.01 * want["activations"], (got, want)
     for phase in ("forward", "backward", "optimizer", "step"):
         assert r["timing"][phase]["n"] == 4
+
+
+@pytest.mark.parametrize("kind", ["plain", "hf", "lightning"])
+def test_gradient_accumulation_gives_pairs_per_optimizer_step(kind, tmp_path):
+    run_script("trainers.py", tmp_path, kind, 2)
+    r = load(tmp_path / f"{kind}.json")
+    for s in r["memory"]["series"]:
+        assert [m["phase"] for m in s["phases"]] == ["forward", "backward"] * 2 + ["optimizer"]
+    assert r["spec"]["grad_accum"] == 2 and r["spec"]["batch"] == 2
+    assert len(r["memory"]["micro_steps"]) == 2 * len(r["memory"]["series"])

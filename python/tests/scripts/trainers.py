@@ -1,5 +1,6 @@
 """The same tiny GPT-2 (built from a config, nothing downloaded), batch and AdamW, trained 5
 steps by a plain loop, the Hugging Face Trainer or Lightning (argv[1]), each recorded by memscope.
+With argv[2] = N > 1, gradient accumulation over N micro-batches of 4 / N sequences.
 Writes KIND.json."""
 
 import sys
@@ -10,7 +11,9 @@ import transformers
 import memscope
 
 kind = sys.argv[1]
+ACCUM = int(sys.argv[2]) if len(sys.argv) > 2 else 1
 STEPS, B, T = 5, 4, 32
+MB = B // ACCUM
 cfg = transformers.GPT2Config(n_layer=2, n_embd=64, n_head=2, vocab_size=128, n_positions=64,
                               resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, use_cache=False)
 torch.manual_seed(0)
@@ -24,8 +27,10 @@ if kind == "plain":
     model.train()
     with memscope.Session(model, opt, record=record, warmup=1) as ms:
         for _ in range(STEPS):
-            loss = model(input_ids=ids, labels=ids).loss
-            loss.backward()
+            for k in range(ACCUM):
+                part = ids[k * MB:(k + 1) * MB]
+                loss = model(input_ids=part, labels=part).loss / ACCUM
+                loss.backward()
             opt.step()
             opt.zero_grad(set_to_none=True)
             ms.step(loss)
@@ -34,7 +39,8 @@ elif kind == "hf":
     from memscope.hf import MemscopeCallback
 
     args = transformers.TrainingArguments(
-        output_dir="hf-out", per_device_train_batch_size=B, max_steps=STEPS, learning_rate=1e-3,
+        output_dir="hf-out", per_device_train_batch_size=MB, max_steps=STEPS,
+        gradient_accumulation_steps=ACCUM, learning_rate=1e-3,
         weight_decay=0.0, optim="adamw_torch", use_cpu=True, report_to=[], save_strategy="no",
         logging_strategy="no", disable_tqdm=True, dataloader_num_workers=0, seed=0)
     trainer = transformers.Trainer(model=model, args=args, train_dataset=rows,
@@ -56,8 +62,9 @@ elif kind == "lightning":
         def configure_optimizers(self):
             return torch.optim.AdamW(self.parameters(), lr=1e-3, weight_decay=0.0)
 
-    loader = torch.utils.data.DataLoader(rows, batch_size=B, shuffle=False)
+    loader = torch.utils.data.DataLoader(rows, batch_size=MB, shuffle=False)
     trainer = pl.Trainer(max_steps=STEPS, accelerator="cpu", devices=1, logger=False,
+                         accumulate_grad_batches=ACCUM,
                          enable_checkpointing=False, enable_progress_bar=False,
                          enable_model_summary=False, num_sanity_val_steps=0,
                          callbacks=[MemscopeCallback(record, warmup=1)])

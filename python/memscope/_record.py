@@ -140,6 +140,8 @@ def build_record(s, failed):
         "memory": memory, "loss": losses, "warnings": warnings, "environment": env,
         "started_at": s._started_at, "wall_seconds": time.perf_counter() - s._wall0,
     }
+    for section, fields in s.record_fields.items():
+        record[section].update(fields)
     names = []
     for x in measured:
         for k in x["times_ms"]:

@@ -59,11 +59,15 @@ class Session:
     the series, flagged). ``batch``/``seq``: sequences and positions per micro-batch for the
     Record (read from the first 2-D input when not given). ``auto_phases=False`` leaves every
     phase to ``phase()`` / ``begin_phase()`` (what the Lightning callback does).
+    ``record_fields``: ``{"spec": {...}, "model": {...}, "environment": {...}}``, fields set in
+    those sections of the Record over what the session found (a caller that knows more — a
+    preset's ``config``, the seed, the data — says so; the schema is checked after).
+    ``record=None`` writes no file: ``close()`` returns the Record as a dict.
     """
 
     def __init__(self, model, optimizer=None, *, record="memscope-record.json", jsonl=None,
                  warmup=2, device=None, batch=None, seq=None, auto_phases=True, by_module=True,
-                 name=None):
+                 name=None, record_fields=None):
         import torch
 
         self.torch = torch
@@ -93,6 +97,11 @@ class Session:
         self.auto = auto_phases
         self.by_module = by_module
         self.name = name or type(model).__name__
+        self.record_fields = dict(record_fields or {})
+        unknown = set(self.record_fields) - {"spec", "model", "environment"}
+        if unknown:
+            raise ValueError(f"record_fields: {sorted(unknown)} cannot be set; give fields of "
+                             "'spec', 'model' or 'environment'")
         self._params = params
         self.param_bytes, self._param_ptrs = unique_bytes(params, device)
         self.n_params = sum(p.numel() for p in params)

@@ -24,6 +24,10 @@ with memscope.Session(model, opt, record="ddp.json", warmup=1) as ms:
         opt.step()
         opt.zero_grad(set_to_none=True)
         ms.step(loss)
+# Tear down in order: every rank done, DDP's reducer (and its gloo work) gone, then the group
+# (gloo threads still holding work at interpreter exit abort the process: torch issue 190489).
+dist.barrier()
+del model, opt
 dist.destroy_process_group()
 with open(f"worker{rank}.txt", "w") as f:
     f.write(f"{memscope.counting_active()} {os.environ.get('LD_PRELOAD', '')!r}")

@@ -101,7 +101,7 @@ pub fn run(a: EstimateArgs) -> anyhow::Result<ExitCode> {
     // The same checks as a run's Spec, so an estimate is never given for a run memscope rejects.
     let spec = crate::spec::Spec {
         model: cfg.name.clone(),
-        config: cfg.clone(),
+        config: Some(cfg.clone()),
         config_path: a.model.config.clone(),
         weights: None,
         mode: a.mode,
@@ -118,6 +118,7 @@ pub fn run(a: EstimateArgs) -> anyhow::Result<ExitCode> {
         lr: 1e-3,
         data: None,
         variant: a.variant.to_variant(a.mode, dts[0]),
+        engine: None,
     };
     spec.validate()?;
     let reqs: Vec<Request> = dts

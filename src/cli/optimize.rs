@@ -106,7 +106,7 @@ pub fn run_optimize(a: OptimizeArgs) -> anyhow::Result<ExitCode> {
         variant: VariantArgs::default(),
     };
     let base = build_spec(&a.model, &w)?;
-    let context = base.config.max_seq_len;
+    let context = base.arch().max_seq_len;
     let long = match a.long_seq {
         Some(0) => None,
         Some(l) if l > context => bail!(

@@ -95,7 +95,7 @@ fn roofs(flag: &Option<String>, threads: usize, dtype: &str) -> anyhow::Result<R
 }
 
 pub fn arch(spec: &Spec, params: u64) -> anyhow::Result<Arch> {
-    let c = &spec.config;
+    let c = spec.arch();
     if c.family == Family::Bert {
         bail!(
             "--model {}: roofline and profile cover the gpt2 and llama families",

@@ -50,7 +50,7 @@ impl Request {
     /// The estimate of a run (its engine path included): memscope's engine runs AdamW.
     pub fn for_spec(spec: &crate::spec::Spec) -> Self {
         Self {
-            cfg: spec.config.clone(),
+            cfg: spec.arch().clone(),
             mode: spec.mode,
             batch: spec.batch,
             seq: spec.seq,

@@ -63,7 +63,7 @@ pub fn measure_with(
 ) -> anyhow::Result<Measurement> {
     let dev = Device::Cpu;
     let dtype = candle_dtype(spec.dtype);
-    let cfg = &spec.config;
+    let cfg = spec.arch();
     // Mixed precision: f32 master weights, gradients and optimizer state; compute in `dtype`.
     let mixed = spec.variant.precision == Precision::Mixed;
     let store_dtype = if mixed { DType::F32 } else { dtype };
@@ -360,7 +360,7 @@ impl Batches<'_> {
         let Some(t) = &self.tokens else {
             return Ok(None);
         };
-        let (s, cfg) = (self.spec, &self.spec.config);
+        let (s, cfg) = (self.spec, self.spec.arch());
         let ids = t.batch(k, s.batch, seq, s.seed, cfg.vocab_size)?;
         Ok(Some(windows_to_batch(
             ids, s.batch, seq, cfg.family, self.dev,
@@ -431,13 +431,13 @@ impl Run<'_> {
             None => {
                 let (m, ms) = self.tracker.run(Phase::Other, || {
                     time_ms(dev, || {
-                        let linear = param_specs(&spec.config)
+                        let linear = param_specs(spec.arch())
                             .into_iter()
                             .filter(|p| p.through_linear)
                             .map(|p| p.name)
                             .collect();
                         let (cast, masters) = store.cast(candle_dtype(spec.dtype), &linear)?;
-                        let m = Model::load_variant(&spec.config, &cast, &spec.variant)?;
+                        let m = Model::load_variant(spec.arch(), &cast, &spec.variant)?;
                         Ok((m, masters))
                     })
                 })?;
@@ -568,6 +568,7 @@ impl Run<'_> {
             heap_peak_bytes: step_peak,
             rss_bytes: procfs::rss_bytes(None),
             pss_bytes: procfs::pss_bytes(None),
+            reserved_bytes: None,
             phases: Vec::new(), // filled when the run ends (PhaseTracker::take_marks)
         });
         if let Some(last) = self.series.last() {

@@ -168,7 +168,7 @@ mod tests {
         let config = crate::model::config::ModelConfig::preset("tiny-llama").unwrap();
         Spec {
             model: "tiny-llama".into(),
-            config,
+            config: Some(config),
             config_path: None,
             weights: None,
             mode,
@@ -185,6 +185,7 @@ mod tests {
             lr: 1e-3,
             data: None,
             variant: Variant::default(),
+            engine: None,
         }
     }
 

@@ -589,10 +589,8 @@ fn the_long_function_checker_counts_bodies_and_reads_the_reason() {
 /// and no other function may join it.
 const NOT_YET_SPLIT: &[&str] = &[
     "analysis/leak.rs: fn analyze",
-    "estimate/backward.rs: fn rule",
     "estimate/step.rs: fn train",
     "measure/workload.rs: fn measure_with",
-    "report/html/charts_memory_stack.rs: fn panel",
     "report/leak.rs: fn facts",
     "sweep/fit.rs: fn search",
     "sweep/run.rs: fn run_worker",

@@ -361,42 +361,14 @@ fn rule(sim: &mut Sim, grads: &mut Grads, node: Id, op: &Op, grad: Id) {
                 start += len;
             }
         }
-        Op::Broadcast(arg) => {
-            let (nd, ad) = (sim.shape(node).to_vec(), sim.shape(arg).to_vec());
-            let left = nd.len() - ad.len();
-            let mut dims: Vec<usize> = (0..left).collect();
-            dims.extend(
-                (0..ad.len())
-                    .filter(|&i| nd[left + i] != ad[i])
-                    .map(|i| i + left),
-            );
-            let mut g = sim.sum_keepdim(grad, &dims);
-            for _ in 0..left {
-                let s = sim.squeeze(g, 0);
-                sim.release(g);
-                g = s;
-            }
-            acc(sim, grads, arg, g);
-            sim.release(g);
-        }
+        Op::Broadcast(arg) => broadcast_rule(sim, grads, node, arg, grad),
         Op::Sum(arg, _) => {
             let shape = sim.shape(arg).to_vec();
             let g = sim.broadcast_as(grad, &shape);
             acc(sim, grads, arg, g);
             sim.release(g);
         }
-        Op::Max(arg, _) => {
-            let shape = sim.shape(arg).to_vec();
-            let nb = sim.broadcast_as(node, &shape);
-            let gb = sim.broadcast_as(grad, &shape);
-            let eq = sim.other(nb, &[nb, arg]);
-            let g = sim.binary(Bin::Mul, eq, gb);
-            for t in [nb, gb, eq] {
-                sim.release(t);
-            }
-            acc(sim, grads, arg, g);
-            sim.release(g);
-        }
+        Op::Max(arg, _) => max_rule(sim, grads, node, arg, grad),
         Op::ToDtype(arg) => {
             let dt = sim.nodes[arg].dtype;
             let g = sim.to_dtype(grad, dt);
@@ -410,33 +382,7 @@ fn rule(sim: &mut Sim, grads: &mut Grads, node: Id, op: &Op, grad: Id) {
             sim.release(g);
         }
         Op::Unary(u, arg) => unary_rule(sim, grads, node, u, arg, grad),
-        Op::Narrow(arg, dim, start, len) => {
-            let full = sim.shape(arg)[dim];
-            let mut parts = Vec::new();
-            let pad = |sim: &mut Sim, n: usize| {
-                let mut shape = sim.shape(arg).to_vec();
-                shape[dim] = n;
-                let dt = sim.nodes[grad].dtype;
-                sim.leaf(&shape, dt)
-            };
-            if start > 0 {
-                parts.push(pad(sim, start));
-            }
-            parts.push(sim.hold(grad));
-            if full - start - len > 0 {
-                parts.push(pad(sim, full - start - len));
-            }
-            let g = if parts.len() == 1 {
-                sim.hold(grad)
-            } else {
-                sim.cat(&parts, dim)
-            };
-            for p in parts {
-                sim.release(p);
-            }
-            acc(sim, grads, arg, g);
-            sim.release(g);
-        }
+        Op::Narrow(arg, dim, start, len) => narrow_rule(sim, grads, arg, dim, (start, len), grad),
         Op::Reshape(arg) => {
             let shape = sim.shape(arg).to_vec();
             let g = sim.reshape(grad, &shape);
@@ -469,6 +415,76 @@ fn rule(sim: &mut Sim, grads: &mut Grads, node: Id, op: &Op, grad: Id) {
         }
         Op::Leaf | Op::Other(_) | Op::Fused(..) | Op::Checkpoint(..) => {}
     }
+}
+
+/// Broadcast: the gradient summed over the broadcast dims, the added leading dims squeezed out.
+fn broadcast_rule(sim: &mut Sim, grads: &mut Grads, node: Id, arg: Id, grad: Id) {
+    let (nd, ad) = (sim.shape(node).to_vec(), sim.shape(arg).to_vec());
+    let left = nd.len() - ad.len();
+    let mut dims: Vec<usize> = (0..left).collect();
+    dims.extend(
+        (0..ad.len())
+            .filter(|&i| nd[left + i] != ad[i])
+            .map(|i| i + left),
+    );
+    let mut g = sim.sum_keepdim(grad, &dims);
+    for _ in 0..left {
+        let s = sim.squeeze(g, 0);
+        sim.release(g);
+        g = s;
+    }
+    acc(sim, grads, arg, g);
+    sim.release(g);
+}
+
+/// Max over a dim: the gradient where the input equals the max (a mask, broadcast back).
+fn max_rule(sim: &mut Sim, grads: &mut Grads, node: Id, arg: Id, grad: Id) {
+    let shape = sim.shape(arg).to_vec();
+    let nb = sim.broadcast_as(node, &shape);
+    let gb = sim.broadcast_as(grad, &shape);
+    let eq = sim.other(nb, &[nb, arg]);
+    let g = sim.binary(Bin::Mul, eq, gb);
+    for t in [nb, gb, eq] {
+        sim.release(t);
+    }
+    acc(sim, grads, arg, g);
+    sim.release(g);
+}
+
+/// Narrow: the gradient padded back to the full dim with zeros on either side.
+fn narrow_rule(
+    sim: &mut Sim,
+    grads: &mut Grads,
+    arg: Id,
+    dim: usize,
+    (start, len): (usize, usize),
+    grad: Id,
+) {
+    let full = sim.shape(arg)[dim];
+    let mut parts = Vec::new();
+    let pad = |sim: &mut Sim, n: usize| {
+        let mut shape = sim.shape(arg).to_vec();
+        shape[dim] = n;
+        let dt = sim.nodes[grad].dtype;
+        sim.leaf(&shape, dt)
+    };
+    if start > 0 {
+        parts.push(pad(sim, start));
+    }
+    parts.push(sim.hold(grad));
+    if full - start - len > 0 {
+        parts.push(pad(sim, full - start - len));
+    }
+    let g = if parts.len() == 1 {
+        sim.hold(grad)
+    } else {
+        sim.cat(&parts, dim)
+    };
+    for p in parts {
+        sim.release(p);
+    }
+    acc(sim, grads, arg, g);
+    sim.release(g);
 }
 
 /// Elementwise unary rules, with the temporaries candle's formulas create.

@@ -478,47 +478,64 @@ fn panel(
     }
     // The highest phase peak and what was alive then.
     if let Some(top) = &l.top {
-        let (x, bytes, _, _) = top;
-        let y = *bytes as f64 / MIB;
-        chart.draw_series(std::iter::once(TriangleMarker::new(
-            (*x, y),
-            8,
-            RED.filled(),
-        )))?;
-        let lines = peak_lines(top, &r.memory.peak_moments);
-        let chars = lines.iter().map(|s| s.chars().count()).max().unwrap_or(0);
-        // 12 px text (font 15): about 6 px a character, 17 px a line.
-        let (bw, bh) = (
-            (chars as f64 * 6.0) as i32 + 16,
-            17 * lines.len() as i32 + 10,
-        );
-        let (left, _) = chart.backend_coord(&(x0, y1));
-        let (right, top_px) = chart.backend_coord(&(x1, y1));
-        let (mx, my) = chart.backend_coord(&(*x, y));
-        // The box in the headroom above the peak, kept inside the plot.
-        let box_x = (mx - bw / 2).min(right - bw - 8).max(left + 8);
-        let box_y = top_px + 6;
-        let (ox, oy) = (box_x - bx, box_y - by);
-        let anchor = (ox + bw / 2, oy + bh);
-        area.draw(&PathElement::new(
-            vec![anchor, (mx - bx, my - by - 8)],
-            RED.stroke_width(1),
+        peak_box(area, &mut chart, top, r, (x0, x1, y1))?;
+    }
+    Ok(())
+}
+
+/// The red marker on the highest phase peak and the box in the headroom above it saying what was
+/// alive then.
+fn peak_box(
+    area: &DrawingArea<SVGBackend, plotters::coord::Shift>,
+    chart: &mut ChartContext<
+        SVGBackend,
+        Cartesian2d<plotters::coord::types::RangedCoordf64, plotters::coord::types::RangedCoordf64>,
+    >,
+    top: &(f64, u64, String, u64),
+    r: &Record,
+    (x0, x1, y1): (f64, f64, f64),
+) -> DrawResult {
+    let (bx, by) = area.get_base_pixel();
+    let (x, bytes, _, _) = top;
+    let y = *bytes as f64 / MIB;
+    chart.draw_series(std::iter::once(TriangleMarker::new(
+        (*x, y),
+        8,
+        RED.filled(),
+    )))?;
+    let lines = peak_lines(top, &r.memory.peak_moments);
+    let chars = lines.iter().map(|s| s.chars().count()).max().unwrap_or(0);
+    // 12 px text (font 15): about 6 px a character, 17 px a line.
+    let (bw, bh) = (
+        (chars as f64 * 6.0) as i32 + 16,
+        17 * lines.len() as i32 + 10,
+    );
+    let (left, _) = chart.backend_coord(&(x0, y1));
+    let (right, top_px) = chart.backend_coord(&(x1, y1));
+    let (mx, my) = chart.backend_coord(&(*x, y));
+    // The box in the headroom above the peak, kept inside the plot.
+    let box_x = (mx - bw / 2).min(right - bw - 8).max(left + 8);
+    let box_y = top_px + 6;
+    let (ox, oy) = (box_x - bx, box_y - by);
+    let anchor = (ox + bw / 2, oy + bh);
+    area.draw(&PathElement::new(
+        vec![anchor, (mx - bx, my - by - 8)],
+        RED.stroke_width(1),
+    ))?;
+    area.draw(&Rectangle::new(
+        [(ox, oy), (ox + bw, oy + bh)],
+        WHITE.mix(0.93).filled(),
+    ))?;
+    area.draw(&Rectangle::new(
+        [(ox, oy), (ox + bw, oy + bh)],
+        RED.stroke_width(1),
+    ))?;
+    for (k, line) in lines.iter().enumerate() {
+        area.draw(&Text::new(
+            line.clone(),
+            (ox + 8, oy + 6 + 17 * k as i32),
+            ("sans-serif", 15).into_font().color(&BLACK),
         ))?;
-        area.draw(&Rectangle::new(
-            [(ox, oy), (ox + bw, oy + bh)],
-            WHITE.mix(0.93).filled(),
-        ))?;
-        area.draw(&Rectangle::new(
-            [(ox, oy), (ox + bw, oy + bh)],
-            RED.stroke_width(1),
-        ))?;
-        for (k, line) in lines.iter().enumerate() {
-            area.draw(&Text::new(
-                line.clone(),
-                (ox + 8, oy + 6 + 17 * k as i32),
-                ("sans-serif", 15).into_font().color(&BLACK),
-            ))?;
-        }
     }
     Ok(())
 }

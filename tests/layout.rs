@@ -592,10 +592,10 @@ const NOT_YET_SPLIT: &[&str] = &[
     "estimate/step.rs: fn train",
     "measure/workload.rs: fn measure_with",
     "report/leak.rs: fn facts",
-    "sweep/fit.rs: fn search",
-    "sweep/run.rs: fn run_worker",
+    "sweep/largest.rs: fn search",
+    "sweep/spawn.rs: fn run_worker",
     "sweep/slurm/follow.rs: fn follow",
-    "watch/run.rs: fn watch",
+    "watch/observe.rs: fn watch",
 ];
 
 #[test]

@@ -2,7 +2,7 @@
 //! batch), and the warm-up axis. Pure functions, no candle, no I/O.
 //!
 //! Methods:
-//! - Fits: ordinary least squares, see [`crate::analysis::fit`] (centred/scaled x, Householder QR).
+//! - Fits: ordinary least squares, see [`crate::analysis::least_squares`] (centred/scaled x, Householder QR).
 //! - Linear vs quadratic: the extra-sum-of-squares F-test for nested models (Draper & Smith,
 //!   *Applied Regression Analysis*, 3rd ed., §6.2; Seber & Lee, *Linear Regression Analysis*,
 //!   §4.3): `F = (RSS_lin − RSS_quad) / (RSS_quad / (n − 3))` on (1, n − 3) degrees of freedom,
@@ -27,7 +27,7 @@ use crate::analysis::stats::{self, FIRST_STEP_RATIO};
 use serde::{Deserialize, Serialize};
 use statrs::distribution::{ContinuousCDF, FisherSnedecor};
 
-pub use crate::analysis::fit::{fit_linear, fit_quadratic, Fit};
+pub use crate::analysis::least_squares::{fit_linear, fit_quadratic, Fit};
 
 /// Significance level of the F-test for the quadratic term.
 pub const ALPHA: f64 = 0.01;

@@ -8,10 +8,10 @@ use crate::output::{check_outputs, write_atomic};
 use crate::report::leak as render;
 use crate::units::parse_duration;
 use crate::watch::jsonl::JsonlWriter;
-use crate::watch::outputs;
-use crate::watch::run::{watch, Target, WatchConfig};
+use crate::watch::observe::{watch, Target, WatchConfig};
 use crate::watch::series::{judged, peaks, Judge};
 use crate::watch::steps::Patterns;
+use crate::watch::summary;
 use crate::{out, outln};
 use anyhow::Context;
 use clap::Args;
@@ -118,13 +118,13 @@ pub fn run(a: WatchArgs) -> anyhow::Result<ExitCode> {
         Target::Pid(p) => vec![format!("--pid {p}")],
     };
     if let Some(p) = &a.csv {
-        write_atomic(p, &outputs::to_csv(&r)).with_context(|| format!("--csv {}", p.display()))?;
+        write_atomic(p, &summary::to_csv(&r)).with_context(|| format!("--csv {}", p.display()))?;
     }
     let report_or_empty = report
         .clone()
         .unwrap_or_else(|| crate::record::leak::LeakReport::empty(&judge.label(), params.clone()));
     if let Some(p) = &a.json {
-        let text = outputs::to_json(
+        let text = summary::to_json(
             &r,
             &command,
             &report_or_empty,
@@ -146,7 +146,7 @@ pub fn run(a: WatchArgs) -> anyhow::Result<ExitCode> {
         Some(rep) => out!("{}", render::to_text(rep, &rows))?,
         None => outln!("No verdict: {note}")?,
     }
-    out!("{}", outputs::closing_text(&r, &total, &per, &note))?;
+    out!("{}", summary::closing_text(&r, &total, &per, &note))?;
     if !all_pass(&rows) {
         return Ok(ExitCode::from(1));
     }

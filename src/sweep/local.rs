@@ -8,7 +8,7 @@ use crate::sweep::interrupt::INTERRUPTED;
 use crate::sweep::plan::{skip_reason, Point};
 use crate::sweep::progress::SweepProgress;
 use crate::sweep::rows::JsonlWriter;
-use crate::sweep::run::{run_worker, Live, RunOptions};
+use crate::sweep::spawn::{run_worker, Live, RunOptions};
 use anyhow::Context;
 use std::path::Path;
 use std::sync::atomic::Ordering;

@@ -2,16 +2,16 @@
 
 pub mod classify;
 pub mod eta;
-pub mod fit;
 pub mod interrupt;
+pub mod largest;
 pub mod limits;
 pub mod local;
 pub mod plan;
 pub mod progress;
 pub mod rows;
-pub mod run;
 pub mod scratch;
 pub mod slurm;
+pub mod spawn;
 pub mod variant_figures;
 pub mod variants;
 pub mod worker;

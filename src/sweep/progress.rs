@@ -2,7 +2,7 @@
 //! finished configuration.
 
 use crate::record::sweep_row::Row;
-use crate::sweep::run::Live;
+use crate::sweep::spawn::Live;
 use indicatif::{ProgressBar, ProgressStyle};
 use std::io::IsTerminal;
 use std::sync::atomic::Ordering;

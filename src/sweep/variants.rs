@@ -6,11 +6,11 @@
 use crate::model::variant::{Attention, Fusion, Precision, Variant};
 use crate::record::sweep_row::{Row, Status};
 use crate::spec::{Dtype, Mode, Spec};
-use crate::sweep::fit::{search, FitRequest, Vary};
 use crate::sweep::interrupt::{install_interrupt_handler, INTERRUPTED};
+use crate::sweep::largest::{search, FitRequest, Vary};
 use crate::sweep::limits::Enforcement;
-use crate::sweep::run::{run_worker, Live, RunOptions};
 use crate::sweep::scratch::Scratch;
+use crate::sweep::spawn::{run_worker, Live, RunOptions};
 use std::time::Duration;
 
 /// One variant of the workload.

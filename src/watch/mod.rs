@@ -8,12 +8,12 @@
 pub mod child;
 pub mod gpu;
 pub mod jsonl;
-pub mod outputs;
+pub mod observe;
 pub mod passthrough;
-pub mod run;
 pub mod sample;
 pub mod series;
 pub mod status;
 pub mod steps;
+pub mod summary;
 pub mod trace;
 pub mod tree;

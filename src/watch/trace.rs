@@ -12,7 +12,7 @@
 //! reconstructed.
 
 use crate::report::trace::{counter, us};
-use crate::watch::run::WatchResult;
+use crate::watch::observe::WatchResult;
 use serde_json::{json, Map, Value};
 
 const PID: u32 = 1;

@@ -4,7 +4,7 @@
 //! are marked with a red × at the top of the axis at their x, so the wall is visible.
 
 use super::svg::{color, draw_svg, esc, figure, padded, DrawResult, MIB, RED};
-use crate::analysis::fit::{fit_linear, fit_quadratic};
+use crate::analysis::least_squares::{fit_linear, fit_quadratic};
 use crate::record::sweep_row::{Row, Status};
 use plotters::prelude::*;
 use std::collections::BTreeMap;

@@ -6,10 +6,10 @@ use crate::record::sweep_row::{Row, RowSummary, SlurmTask, Status};
 use crate::record::Record;
 use crate::spec::Spec;
 use crate::sweep::classify::signal_name;
-use crate::sweep::run::read_series;
 use crate::sweep::slurm::classify::{classify, split_exit, TaskEnd, OOM_EVIDENCE};
 use crate::sweep::slurm::query::TaskState;
 use crate::sweep::slurm::workdir::{read_json, PlanMeta, WorkDir};
+use crate::sweep::spawn::read_series;
 
 /// Lines of the task's stderr kept for the row (as a local sweep keeps).
 const STDERR_LINES: usize = 12;

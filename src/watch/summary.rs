@@ -5,7 +5,7 @@ use crate::record::leak::LeakReport;
 use crate::record::leak::TargetRow;
 use crate::record::watch::{Peak, WatchFile, WATCH_SCHEMA};
 use crate::units::bytes;
-use crate::watch::run::WatchResult;
+use crate::watch::observe::WatchResult;
 
 /// The lines printed after the verdict.
 pub fn closing_text(

@@ -8,6 +8,7 @@ static GLOBAL: CountingAlloc = CountingAlloc;
 
 fn main() -> ExitCode {
     keep_freed_memory();
+    memscope::output::guard_stdout();
     if std::env::var_os("MEMSCOPE_NO_COUNT").is_some_and(|v| v != "0") {
         set_counting(false);
     }

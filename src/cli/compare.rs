@@ -68,10 +68,13 @@ pub fn run(a: CompareArgs) -> anyhow::Result<ExitCode> {
             a.confidence
         );
     }
-    check_outputs(&[
-        ("--json", a.json.as_deref()),
-        ("--markdown", a.markdown.as_deref()),
-    ])?;
+    check_outputs(
+        &[
+            ("--json", a.json.as_deref()),
+            ("--markdown", a.markdown.as_deref()),
+        ],
+        &[("BASE", &a.base), ("NEW", &a.new)],
+    )?;
     let p = BootstrapParams {
         resamples: a.resamples,
         seed: a.seed,

@@ -74,7 +74,10 @@ fn dtypes(list: &str) -> anyhow::Result<Vec<Dtype>> {
 }
 
 pub fn run(a: EstimateArgs) -> anyhow::Result<ExitCode> {
-    check_outputs(&[("--json", a.json.as_deref())])?;
+    check_outputs(
+        &[("--json", a.json.as_deref())],
+        &super::args::run_inputs(a.model.config.as_deref(), a.model.weights.as_deref(), None),
+    )?;
     if a.model.weights.is_some() {
         bail!("--weights: estimate needs only the architecture; pass --model or --config");
     }

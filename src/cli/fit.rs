@@ -65,7 +65,10 @@ pub struct FitArgs {
 }
 
 pub fn run(a: FitArgs) -> anyhow::Result<ExitCode> {
-    check_outputs(&[("--json", a.json.as_deref())])?;
+    check_outputs(
+        &[("--json", a.json.as_deref())],
+        &super::args::run_inputs(a.model.config.as_deref(), a.model.weights.as_deref(), None),
+    )?;
     let limit = parse_bytes("--memory-limit", &a.memory_limit)?;
     let timeout = a
         .timeout

@@ -190,7 +190,14 @@ pub fn leak(mut a: LeakArgs) -> anyhow::Result<ExitCode> {
     let mut outputs = a.files.flags().to_vec();
     outputs.push(("--record", a.record.as_deref()));
     outputs.push(("--trace", a.trace.as_deref()));
-    check_outputs(&outputs)?;
+    check_outputs(
+        &outputs,
+        &super::args::run_inputs(
+            a.model.config.as_deref(),
+            a.model.weights.as_deref(),
+            a.workload.data.data.as_deref(),
+        ),
+    )?;
     set_run_threads(&spec);
     let progress = Progress::start(
         spec.warmup + spec.steps,
@@ -230,7 +237,7 @@ pub fn leak(mut a: LeakArgs) -> anyhow::Result<ExitCode> {
 }
 
 pub fn analyze(a: AnalyzeArgs) -> anyhow::Result<ExitCode> {
-    check_outputs(&a.files.flags())?;
+    check_outputs(&a.files.flags(), &[("FILE", &a.file)])?;
     // Nothing is measured here: give freed memory back so a long log costs only what it holds.
     crate::measure::alloc::return_freed_memory();
     let stdin = a.file.as_os_str() == "-";

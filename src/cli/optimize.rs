@@ -79,10 +79,17 @@ struct OptimizeJson<'a> {
 }
 
 pub fn run_optimize(a: OptimizeArgs) -> anyhow::Result<ExitCode> {
-    check_outputs(&[
-        ("--json", a.json.as_deref()),
-        ("--markdown", a.markdown.as_deref()),
-    ])?;
+    check_outputs(
+        &[
+            ("--json", a.json.as_deref()),
+            ("--markdown", a.markdown.as_deref()),
+        ],
+        &super::args::run_inputs(
+            a.model.config.as_deref(),
+            a.model.weights.as_deref(),
+            a.data.data.as_deref(),
+        ),
+    )?;
     let limit = a
         .memory_limit
         .as_deref()

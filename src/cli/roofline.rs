@@ -251,12 +251,19 @@ pub fn sections(p: &Profiled) -> Vec<Section> {
 }
 
 pub fn run(a: RooflineArgs) -> anyhow::Result<ExitCode> {
-    check_outputs(&[
-        ("--json", a.json.as_deref()),
-        ("--csv", a.csv.as_deref()),
-        ("--markdown", a.markdown.as_deref()),
-        ("--svg", a.svg.as_deref()),
-    ])?;
+    check_outputs(
+        &[
+            ("--json", a.json.as_deref()),
+            ("--csv", a.csv.as_deref()),
+            ("--markdown", a.markdown.as_deref()),
+            ("--svg", a.svg.as_deref()),
+        ],
+        &super::args::run_inputs(
+            a.model.config.as_deref(),
+            a.model.weights.as_deref(),
+            a.workload.data.data.as_deref(),
+        ),
+    )?;
     let p = run_profiled(&a.model, &a.workload, &a.roofs)?;
     let secs = sections(&p);
     let report: Vec<rep::SectionReport> = secs

@@ -231,11 +231,18 @@ fn confirm_size(
 
 pub fn run(a: SweepArgs) -> anyhow::Result<ExitCode> {
     // --jsonl is appended to (earlier sweeps' rows stay); --csv and --markdown are replaced.
-    check_outputs(&[
-        ("--jsonl", a.jsonl.as_deref()),
-        ("--csv", a.csv.as_deref()),
-        ("--markdown", a.markdown.as_deref()),
-    ])?;
+    check_outputs(
+        &[
+            ("--jsonl", a.jsonl.as_deref()),
+            ("--csv", a.csv.as_deref()),
+            ("--markdown", a.markdown.as_deref()),
+        ],
+        &super::args::run_inputs(
+            a.config.as_deref(),
+            a.weights.as_deref(),
+            a.data.data.as_deref(),
+        ),
+    )?;
     if let Some(dir) = &a.cluster.attach {
         return attach(&a, dir);
     }
@@ -343,7 +350,7 @@ fn slurm_describe(s: &SlurmArgs) -> String {
 /// `--attach DIR`: follow a submitted Slurm sweep again.
 fn attach(a: &SweepArgs, dir: &Path) -> anyhow::Result<ExitCode> {
     let (n, jsonl) = sweep_slurm::attach_target(dir, a.jsonl.as_deref())?;
-    check_outputs(&[("--jsonl", jsonl.as_deref())])?;
+    check_outputs::<&Path>(&[("--jsonl", jsonl.as_deref())], &[])?;
     install_interrupt_handler();
     let progress = SweepProgress::new(n, a.quiet);
     let started = Instant::now();

@@ -86,12 +86,15 @@ pub fn run(a: WatchArgs) -> anyhow::Result<ExitCode> {
     let judge = Judge::parse(&a.judge);
     let targets = a.targets.targets()?;
     let params = a.targets.params(None)?;
-    check_outputs(&[
-        ("--json", a.json.as_deref()),
-        ("--csv", a.csv.as_deref()),
-        ("--jsonl", a.jsonl.as_deref()),
-        ("--trace", a.trace.as_deref()),
-    ])?;
+    check_outputs(
+        &[
+            ("--json", a.json.as_deref()),
+            ("--csv", a.csv.as_deref()),
+            ("--jsonl", a.jsonl.as_deref()),
+            ("--trace", a.trace.as_deref()),
+        ],
+        &[] as &[(&str, &std::path::Path)],
+    )?;
     let jsonl = a.jsonl.as_deref().map(JsonlWriter::create).transpose()?;
     let cfg = WatchConfig {
         target: target.clone(),

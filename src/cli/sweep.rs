@@ -276,6 +276,7 @@ pub fn run(a: SweepArgs) -> anyhow::Result<ExitCode> {
         .into_iter()
         .map(|p| spec_for(&a, &p).map(|s| (p, s)))
         .collect::<anyhow::Result<Vec<_>>>()?;
+    refuse_up_front(&a, &planned)?;
     install_interrupt_handler();
     if a.cluster.slurm {
         let progress = SweepProgress::new(planned.len(), a.quiet);
@@ -328,6 +329,38 @@ pub fn run(a: SweepArgs) -> anyhow::Result<ExitCode> {
     )?;
     progress.done();
     finish(&a, outcome, &enforcement.describe(memory_limit), started)
+}
+
+/// What would fail every configuration, or crash a worker, is refused before any starts: sizes
+/// no machine can allocate (the check `estimate` and `bench` make), too many micro-batches or
+/// threads, and weights that cannot be read or do not fit the model.
+fn refuse_up_front(a: &SweepArgs, planned: &[(Point, Spec)]) -> anyhow::Result<()> {
+    use crate::spec::SpecError;
+    for (_, s) in planned {
+        if let Err(
+            e @ (SpecError::TensorTooLarge { .. }
+            | SpecError::TooManyMicroBatches { .. }
+            | SpecError::TooManyThreads { .. }),
+        ) = s.validate()
+        {
+            bail!("{e} (nothing was run)");
+        }
+    }
+    if let Some(w) = &a.weights {
+        let set = crate::model::weights::WeightSet::open(w)
+            .with_context(|| format!("--weights {}", w.display()))?;
+        let mut checked = std::collections::HashSet::new();
+        for (_, s) in planned {
+            if checked.insert(s.model.clone()) {
+                crate::model::store::ParamStore::check_weights(
+                    &crate::model::param_specs(&s.config),
+                    &set,
+                )
+                .with_context(|| format!("model {}: nothing was run", s.model))?;
+            }
+        }
+    }
+    Ok(())
 }
 
 /// How a Slurm sweep's tasks are limited, for the report's first line.

@@ -132,7 +132,9 @@ fn parse_value(name: &str, v: Value) -> anyhow::Result<Input> {
 /// Reads and parses `path`.
 pub fn load(path: &std::path::Path) -> anyhow::Result<Named> {
     let name = path.display().to_string();
-    let text = std::fs::read_to_string(path).with_context(|| format!("{name}: cannot read"))?;
+    use crate::input::capped::{read_capped_string, MAX_RESULT_FILE};
+    let text = read_capped_string(path, MAX_RESULT_FILE, "memscope result file")
+        .with_context(|| format!("{name}: cannot read"))?;
     let input = parse(&name, &text)?;
     if let Input::Sweep(rows) = &input {
         if rows.is_empty() {

@@ -49,21 +49,9 @@ impl ModelConfig {
             origin: origin.clone(),
             reason,
         };
-        let len = std::fs::metadata(path)
-            .map_err(|e| io(e.to_string()))?
-            .len();
-        if len > MAX_CONFIG_BYTES {
-            return Err(io(format!(
-                "{len} bytes is too large for a config (limit {MAX_CONFIG_BYTES})"
-            )));
-        }
-        let bytes = std::fs::read(path).map_err(|e| io(e.to_string()))?;
-        let text = String::from_utf8(bytes).map_err(|e| {
-            io(format!(
-                "not UTF-8 (invalid byte at offset {})",
-                e.utf8_error().valid_up_to()
-            ))
-        })?;
+        // Capped on the bytes read: metadata says 0 for /dev/zero or a FIFO.
+        let text = crate::input::capped::read_capped_string(path, MAX_CONFIG_BYTES, "config")
+            .map_err(|e| io(e.to_string()))?;
         Self::from_json_str(&text, &origin)
     }
 }

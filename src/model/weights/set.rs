@@ -153,13 +153,12 @@ pub(super) fn read_index_json(path: &Path) -> Result<IndexJson, WeightsError> {
         path: path.into(),
         problem,
     };
-    let len = std::fs::metadata(path).map_err(io_err)?.len();
-    if len > MAX_INDEX_LEN {
-        return Err(bad(format!(
-            "the file is {len} bytes; valid is at most {MAX_INDEX_LEN}"
-        )));
-    }
-    let bytes = std::fs::read(path).map_err(io_err)?;
+    use crate::input::capped::{read_capped, CappedError};
+    let bytes = match read_capped(path, MAX_INDEX_LEN, "weights index") {
+        Ok(b) => b,
+        Err(CappedError::Io(e)) => return Err(io_err(e)),
+        Err(e @ CappedError::TooLarge { .. }) => return Err(bad(e.to_string())),
+    };
     let text = std::str::from_utf8(&bytes).map_err(|e| {
         bad(format!(
             "not valid UTF-8 (first bad byte at offset {}); valid is UTF-8 JSON",

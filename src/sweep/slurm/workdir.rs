@@ -66,7 +66,12 @@ impl WorkDir {
     }
     pub fn read_meta(&self) -> anyhow::Result<PlanMeta> {
         let p = self.meta();
-        let text = std::fs::read_to_string(&p).with_context(|| {
+        let text = crate::input::capped::read_capped_string(
+            &p,
+            crate::input::capped::MAX_CONFIG_FILE,
+            "plan file",
+        )
+        .with_context(|| {
             format!(
                 "--attach {}: no {} (not a memscope Slurm sweep directory?)",
                 self.root.display(),
@@ -131,6 +136,11 @@ pub fn write_json<T: Serialize>(path: &Path, value: &T) -> anyhow::Result<()> {
 }
 
 pub fn read_json<T: for<'de> Deserialize<'de>>(path: &Path) -> Option<T> {
-    let text = std::fs::read_to_string(path).ok()?;
+    let text = crate::input::capped::read_capped_string(
+        path,
+        crate::input::capped::MAX_RESULT_FILE,
+        "work directory file",
+    )
+    .ok()?;
     serde_json::from_str(&text).ok()
 }

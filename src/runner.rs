@@ -150,6 +150,35 @@ fn oversubscription(threads: usize) -> Option<String> {
 /// depth); the parameter bytes still decide.
 const ESTIMATE_MAX_LAYERS: usize = 1000;
 
+/// Refuses, before anything is allocated and whatever `--force` says, a Spec whose memory no
+/// machine could hold: the estimate's replay finds its live bytes beyond 64 bits (what
+/// `memscope estimate` refuses). `Spec::validate` has already refused any single tensor past
+/// 2^63 bytes; the replay runs only where the tensors could add up past it.
+pub fn refuse_unallocatable(spec: &Spec) -> anyhow::Result<()> {
+    let c = &spec.config;
+    let tokens = (spec.batch as u128).saturating_mul(spec.tokens_per_sequence() as u128);
+    let widest = [
+        c.vocab_size,
+        c.d_ff,
+        c.d_model.saturating_mul(3),
+        c.n_heads.saturating_mul(spec.tokens_per_sequence()),
+    ]
+    .into_iter()
+    .max()
+    .unwrap_or(0) as u128;
+    // At most a few dozen tensors per layer, each at most tokens × widest × 4 bytes.
+    let bound = tokens
+        .saturating_mul(widest)
+        .saturating_mul(4 * 64)
+        .saturating_mul(c.n_layers as u128 + 2);
+    if bound < i64::MAX as u128 || spec.config.n_layers > ESTIMATE_MAX_LAYERS {
+        return Ok(());
+    }
+    crate::estimate::estimate(&crate::estimate::Request::for_spec(spec))
+        .map(|_| ())
+        .map_err(|e| anyhow::anyhow!("{e}; nothing was allocated"))
+}
+
 /// Refuses, before anything is allocated, a Spec this machine's memory could never hold: its
 /// parameters alone, or its estimated heap peak, above MemTotal. The message gives the numbers.
 pub fn check_machine_memory(spec: &Spec) -> anyhow::Result<()> {

@@ -306,6 +306,14 @@ impl Spec {
         Ok(())
     }
 
+    /// Positions one sequence holds: --seq, or the prompt plus the decoded tokens (generate).
+    pub fn tokens_per_sequence(&self) -> usize {
+        match self.mode {
+            Mode::Generate => self.prompt_len.saturating_add(self.new_tokens),
+            _ => self.seq,
+        }
+    }
+
     /// Tokens processed by one measured step (prompt + decoded tokens for generate).
     pub fn tokens_per_step(&self) -> u64 {
         let per_seq = match self.mode {

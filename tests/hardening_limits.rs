@@ -239,3 +239,70 @@ fn compare_scales_to_records_of_300000_samples_and_says_how() {
     assert!(text.contains("regressed"), "{text}");
     assert!(text.contains("bootstrapped 2000 at a time"), "{text}");
 }
+
+#[test]
+fn unallocatable_batches_are_refused_alike_by_bench_sweep_and_estimate() {
+    // Before: bench panicked ("capacity overflow", exit 101) or aborted (exit 134); sweep wrote
+    // crash rows and exited 0.
+    for b in [
+        "4611686018427387904",
+        "9223372036854775807",
+        "1152921504606846976",
+    ] {
+        let what =
+            format!("--batch {b} × --seq 128 × vocab 1000 × 4 bytes does not fit one tensor");
+        fails_with(
+            &[
+                "bench",
+                "--model",
+                "tiny-gpt2",
+                "--batch",
+                b,
+                "-q",
+                "--force",
+            ],
+            &[&what],
+        );
+        fails_with(
+            &["estimate", "--model", "tiny-gpt2", "--batch", b],
+            &[&what],
+        );
+        let batches = format!("1,{b}");
+        fails_with(
+            &[
+                "sweep",
+                "--model",
+                "tiny-gpt2",
+                "--batch",
+                &batches,
+                "-q",
+                "--force",
+            ],
+            &[&what, "nothing was run"],
+        );
+    }
+    // Each tensor fits, their sum does not: the estimate's replay refuses it, for bench too.
+    let big = [
+        "--model",
+        "tiny-gpt2",
+        "--batch",
+        "1099511627776",
+        "--seq",
+        "256",
+    ];
+    fails_with(&[&["estimate"][..], &big].concat(), &["beyond 2^63 bytes"]);
+    fails_with(
+        &[&["bench"][..], &big, &["--force", "-q"]].concat(),
+        &["beyond 2^63 bytes", "nothing was allocated"],
+    );
+    fails_with(
+        &[
+            "estimate",
+            "--model",
+            "tiny-gpt2",
+            "--threads",
+            "9223372036854775807",
+        ],
+        &["--threads 9223372036854775807", "4096 at most"],
+    );
+}

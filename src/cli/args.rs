@@ -197,6 +197,7 @@ pub fn build_spec(m: &ModelArgs, w: &WorkloadArgs) -> anyhow::Result<Spec> {
         variant: w.variant.to_variant(w.mode, w.dtype),
     };
     spec.validate()?;
+    crate::runner::refuse_unallocatable(&spec)?;
     if let Some(d) = &spec.data {
         // Refused before anything is measured: unreadable, empty, too short for one window.
         crate::input::tokens::Tokens::open(d)?.check_window(spec.seq)?;

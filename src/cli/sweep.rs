@@ -345,6 +345,7 @@ fn refuse_up_front(a: &SweepArgs, planned: &[(Point, Spec)]) -> anyhow::Result<(
         {
             bail!("{e} (nothing was run)");
         }
+        crate::runner::refuse_unallocatable(s)?;
     }
     if let Some(w) = &a.weights {
         let set = crate::model::weights::WeightSet::open(w)

@@ -53,7 +53,7 @@ pub fn estimate(req: &Request) -> anyhow::Result<Estimate> {
     };
     if sim.overflow {
         anyhow::bail!(
-            "--batch {} × --seq {} (× --grad-accum {}) gives sizes or FLOPs that overflow 64 bits: use smaller values",
+            "--batch {} × --seq {} (× --grad-accum {}) gives sizes beyond 2^63 bytes or FLOPs beyond 2^64: use smaller values",
             req.batch,
             req.seq,
             req.grad_accum

@@ -322,6 +322,12 @@ pub fn write_atomic(path: &Path, text: &str) -> anyhow::Result<()> {
     }
 }
 
+/// Standard output was closed when the process started (noted before Rust's runtime reopened
+/// it on /dev/null): [`print`] then fails rather than lose the report.
+pub fn stdout_was_closed() {
+    STDOUT_MISSING.store(true, Ordering::Relaxed);
+}
+
 /// Records whether descriptor 1 is open; a closed one (`>&-`) is taken by /dev/null so that no
 /// file opened later lands on it, and [`print`] then fails instead of losing the report. `main`
 /// calls this first.
@@ -367,6 +373,14 @@ pub fn print(text: &str) -> anyhow::Result<()> {
             .context("writing to standard error");
     }
     write_stdout(text)
+}
+
+/// Writes a report to standard error; a write error (`2> /dev/full`) is returned.
+pub fn print_stderr(text: &str) -> anyhow::Result<()> {
+    let mut err = std::io::stderr().lock();
+    err.write_all(text.as_bytes())
+        .and_then(|()| err.flush())
+        .context("writing the report to standard error")
 }
 
 /// `print!` that returns write errors instead of panicking (see [`print`]).

@@ -69,9 +69,11 @@ impl TargetArgs {
             None => None,
         };
         if let Some(s) = self.steps_per_hour {
+            // At most one step per microsecond: beyond it growth per hour is not a figure
+            // (1e308 made it infinite and silently dropped it).
             anyhow::ensure!(
-                s.is_finite() && s > 0.0,
-                "--steps-per-hour must be a positive number (got {s})"
+                s.is_finite() && s > 0.0 && s <= 3.6e9,
+                "--steps-per-hour must be a positive number of at most 3.6e9 (a step per microsecond) (got {s:e})"
             );
         }
         Ok(LeakParams {

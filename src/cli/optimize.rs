@@ -9,7 +9,6 @@ use crate::report::optimize::{figures, markdown, Figures};
 use crate::spec::{Dtype, Mode};
 use crate::sweep::interrupt::EXIT_INTERRUPTED;
 use crate::sweep::variants::{candidates, run, Options};
-use crate::units::{parse_bytes, parse_duration};
 use anyhow::{bail, Context};
 use clap::Args;
 use serde::Serialize;
@@ -93,12 +92,12 @@ pub fn run_optimize(a: OptimizeArgs) -> anyhow::Result<ExitCode> {
     let limit = a
         .memory_limit
         .as_deref()
-        .map(|l| parse_bytes("--memory-limit", l))
+        .map(|l| crate::sweep::limits::parse_memory_limit(l))
         .transpose()?;
     let timeout = a
         .timeout
         .as_deref()
-        .map(|t| parse_duration("--timeout", t))
+        .map(|t| crate::sweep::limits::parse_timeout(t))
         .transpose()?;
     if a.mode == Mode::Generate {
         bail!("--mode generate: optimize ranks training and inference variants; use --mode train or infer");

@@ -16,7 +16,7 @@ use crate::sweep::progress::SweepProgress;
 use crate::sweep::rows::{self, JsonlWriter};
 use crate::sweep::run::RunOptions;
 use crate::sweep::scratch::Scratch;
-use crate::units::{human_duration, parse_bytes, parse_duration};
+use crate::units::human_duration;
 use crate::{out, outln};
 use anyhow::{bail, Context};
 use clap::{Args, ValueEnum};
@@ -261,12 +261,12 @@ pub fn run(a: SweepArgs) -> anyhow::Result<ExitCode> {
     let memory_limit = a
         .memory_limit
         .as_deref()
-        .map(|t| parse_bytes("--memory-limit", t))
+        .map(|t| crate::sweep::limits::parse_memory_limit(t))
         .transpose()?;
     let timeout = a
         .timeout
         .as_deref()
-        .map(|t| parse_duration("--timeout", t))
+        .map(|t| crate::sweep::limits::parse_timeout(t))
         .transpose()?;
     if a.cluster.slurm {
         crate::sweep::slurm::submit::find_sbatch()?;

@@ -58,8 +58,18 @@ pub fn parse(name: &str, text: &str) -> anyhow::Result<Input> {
     if trimmed.is_empty() {
         bail!("{name}: the file is empty; {WHAT}");
     }
-    if let Ok(v) = serde_json::from_str::<Value>(trimmed) {
-        return parse_value(name, v);
+    match serde_json::from_str::<Value>(trimmed) {
+        Ok(v) => return parse_value(name, v),
+        // One JSON value that ends early (not JSON Lines: its first line is no value alone).
+        Err(e)
+            if e.is_eof()
+                && serde_json::from_str::<Value>(trimmed.lines().next().unwrap_or("")).is_err() =>
+        {
+            bail!(
+                "{name}: truncated: the JSON ends before it is complete ({e}); the file was cut off (a run killed while writing it, a full disk, or a partial copy)"
+            )
+        }
+        Err(_) => {}
     }
     // Not one JSON value: JSON Lines (a sweep).
     let mut rows = Vec::new();

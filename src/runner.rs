@@ -25,6 +25,17 @@ pub fn run_with(
         .unwrap_or(0);
     let wall = Instant::now();
     let mut m = measure_with(spec, progress, on_step)?;
+    // Stopped early (SIGINT under `leak`): the Record describes the steps that were measured.
+    let measured = m.samples_ms.first().map_or(spec.steps, |(_, v)| v.len());
+    let mut spec_run = spec.clone();
+    if measured < spec.steps {
+        m.warnings.push(format!(
+            "stopped by a signal after {measured} of {} measured steps; the figures are those steps'",
+            spec.steps
+        ));
+        spec_run.steps = measured;
+    }
+    let spec = &spec_run;
     m.memory.estimate = estimated(spec);
     m.memory.breakdown = crate::analysis::breakdown::breakdown(&m.memory, spec.mode);
     let (timing, timing_warnings) = phase_timings(&m.samples_ms);

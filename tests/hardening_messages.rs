@@ -294,3 +294,45 @@ fn messages_say_what_to_do() {
         &["truncated"],
     );
 }
+
+#[test]
+fn leak_stopped_by_sigint_writes_the_steps_it_measured() {
+    let dir = tempfile::tempdir().unwrap();
+    let (rec, verdict) = (dir.path().join("r.json"), dir.path().join("v.json"));
+    let mut child = std::process::Command::new(assert_cmd::cargo::cargo_bin("memscope"))
+        .args([
+            "leak",
+            "--model",
+            "tiny-gpt2",
+            "--seq",
+            "64",
+            "--steps",
+            "1000000",
+            "-q",
+        ])
+        .arg("--record")
+        .arg(&rec)
+        .arg("--json")
+        .arg(&verdict)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_secs(5));
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let out = child.wait_with_output().unwrap(); // ends after the step under way
+    let e = stderr_of(&out);
+    assert_eq!(out.status.code(), Some(130), "{e}");
+    assert!(e.contains("stopped by a signal after"), "{e}");
+    let r: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&rec).unwrap()).unwrap();
+    let steps = r["spec"]["steps"].as_u64().unwrap();
+    assert!(steps > 0 && steps < 1_000_000, "{steps}");
+    assert_eq!(
+        r["memory"]["series"].as_array().unwrap().len() as u64,
+        steps
+    );
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&verdict).unwrap()).unwrap();
+    assert!(v["verdict"].is_string(), "{v}");
+}

@@ -206,9 +206,12 @@ pub fn leak(mut a: LeakArgs) -> anyhow::Result<ExitCode> {
         format!("{} {} leak", spec.model, spec.mode.name()),
         a.quiet,
     );
+    // Ctrl-C ends the run after the step under way; the steps measured are analysed and written.
+    crate::measure::stop::stop_on_signals();
     let result = crate::runner::run(&spec, &progress.steps);
     progress.finish();
     let record = result?;
+    let stopped = crate::measure::stop::requested();
     if let Some(p) = &a.record {
         let text = serde_json::to_string_pretty(&record)? + "\n";
         write_atomic(p, &text).with_context(|| format!("--record {}", p.display()))?;
@@ -234,6 +237,13 @@ pub fn leak(mut a: LeakArgs) -> anyhow::Result<ExitCode> {
     outln!("\nRSS (what the OS sees): {}", rss.sentence)?;
     if let Some(note) = cross_check(&heap, &rss) {
         outln!("{note}")?;
+    }
+    if stopped {
+        eprintln!(
+            "memscope leak: stopped by a signal after {} measured steps; the verdict and the files written cover them",
+            record.spec.steps
+        );
+        return Ok(ExitCode::from(crate::sweep::interrupt::EXIT_INTERRUPTED));
     }
     Ok(exit_for(&rows))
 }

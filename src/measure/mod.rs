@@ -7,6 +7,7 @@ pub mod op_timer;
 pub mod peaks;
 pub mod phases;
 pub mod procfs;
+pub mod stop;
 pub mod threads;
 pub mod workload;
 

@@ -73,7 +73,7 @@ pub fn run(a: FitArgs) -> anyhow::Result<ExitCode> {
     let timeout = a
         .timeout
         .as_deref()
-        .map(|t| crate::sweep::limits::parse_timeout(t))
+        .map(crate::sweep::limits::parse_timeout)
         .transpose()?;
     let (name, config) = resolve_model(&a.model)?;
     let base = Spec {

@@ -92,12 +92,12 @@ pub fn run_optimize(a: OptimizeArgs) -> anyhow::Result<ExitCode> {
     let limit = a
         .memory_limit
         .as_deref()
-        .map(|l| crate::sweep::limits::parse_memory_limit(l))
+        .map(crate::sweep::limits::parse_memory_limit)
         .transpose()?;
     let timeout = a
         .timeout
         .as_deref()
-        .map(|t| crate::sweep::limits::parse_timeout(t))
+        .map(crate::sweep::limits::parse_timeout)
         .transpose()?;
     if a.mode == Mode::Generate {
         bail!("--mode generate: optimize ranks training and inference variants; use --mode train or infer");

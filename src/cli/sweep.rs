@@ -261,12 +261,12 @@ pub fn run(a: SweepArgs) -> anyhow::Result<ExitCode> {
     let memory_limit = a
         .memory_limit
         .as_deref()
-        .map(|t| crate::sweep::limits::parse_memory_limit(t))
+        .map(crate::sweep::limits::parse_memory_limit)
         .transpose()?;
     let timeout = a
         .timeout
         .as_deref()
-        .map(|t| crate::sweep::limits::parse_timeout(t))
+        .map(crate::sweep::limits::parse_timeout)
         .transpose()?;
     if a.cluster.slurm {
         crate::sweep::slurm::submit::find_sbatch()?;

@@ -2,6 +2,7 @@
 //! with exact heap accounting. See ARCHITECTURE.md for the code map.
 
 pub mod analysis;
+pub mod capped;
 pub mod cli;
 pub mod environment;
 pub mod estimate;

@@ -6,8 +6,22 @@ use std::process::ExitCode;
 #[global_allocator]
 static GLOBAL: CountingAlloc = CountingAlloc;
 
+/// Runs before Rust's runtime starts, which reopens a closed descriptor 1 on /dev/null: notes
+/// whether standard output was closed (`>&-`), so that a report is not lost with exit 0.
+extern "C" fn note_closed_stdout() {
+    // SAFETY: F_GETFD only queries the descriptor.
+    if unsafe { libc::fcntl(1, libc::F_GETFD) } < 0 {
+        memscope::output::stdout_was_closed();
+    }
+}
+
+#[used]
+#[link_section = ".init_array"]
+static NOTE_CLOSED_STDOUT: extern "C" fn() = note_closed_stdout;
+
 fn main() -> ExitCode {
     keep_freed_memory();
+    memscope::output::guard_stdout();
     if std::env::var_os("MEMSCOPE_NO_COUNT").is_some_and(|v| v != "0") {
         set_counting(false);
     }

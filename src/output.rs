@@ -1,19 +1,28 @@
 //! Output files and standard output, for every command: the checks made before any measurement
 //! starts, the writes that never destroy what is there, and stdout errors that are reported.
 //!
-//! - [`check_outputs`] runs before a command measures anything: a path that is a directory, whose
-//!   directory is missing or unwritable, or that two flags share, is refused naming the flag(s).
+//! - [`check_outputs`] runs before a command reads or measures anything: a path that is a
+//!   directory, whose directory is missing or unwritable, that two flags share, or that names one
+//!   of the command's inputs (the same file by device and inode, through symlinks, `./` and hard
+//!   links) is refused naming the flag(s). `-` is standard output; then the command's own report
+//!   goes to stderr ([`print`]).
+//! - A FIFO is never opened in a way that blocks: a stream written during the run ([`open_stream`])
+//!   is refused when nobody reads it; a whole output written after the run waits for a reader,
+//!   saying so, with Ctrl-C (SIGINT, SIGTERM) ending the wait.
 //! - [`write_atomic`] replaces a regular file (or creates one) through a temporary file renamed
 //!   into place, removed again if anything fails; a symlink is followed and the file it names is
 //!   written; a device, FIFO or socket is written through, never replaced by a regular file.
-//! - [`print`] writes to stdout and returns the error (a full disk, `> /dev/full`) instead of
-//!   panicking; a closed pipe (`| head`) is [`StdoutClosed`], which `main` treats as success.
+//! - [`print`] writes to stdout and returns the error (a full disk, `> /dev/full`, a closed
+//!   descriptor `>&-`) instead of panicking or losing the text; a closed pipe (`| head`) is
+//!   [`StdoutClosed`], which `main` treats as success.
 
 use anyhow::{bail, Context};
-use std::fs::{self, OpenOptions};
+use std::fs::{self, File, OpenOptions};
 use std::io::{ErrorKind, Write};
-use std::os::unix::fs::FileTypeExt;
+use std::os::fd::{AsRawFd, FromRawFd};
+use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 /// Follows symlinks (dangling ones too) to the path a write would reach; at most 40 links.
 fn follow(path: &Path) -> anyhow::Result<PathBuf> {
@@ -62,11 +71,84 @@ fn can_create_in(dir: &Path) -> std::io::Result<()> {
     Ok(())
 }
 
+/// `-` as an output path: standard output.
+pub fn is_stdout(path: &Path) -> bool {
+    path.as_os_str() == "-"
+}
+
+/// Set when an output flag was given `-`: the command's own report then goes to stderr.
+static STDOUT_IS_OUTPUT: AtomicBool = AtomicBool::new(false);
+/// Set when the process started with descriptor 1 closed (`>&-`).
+static STDOUT_MISSING: AtomicBool = AtomicBool::new(false);
+
+/// Opens a FIFO for writing without ever blocking in `open`: `Ok(None)` while nobody reads it.
+/// The returned descriptor blocks on write again (as a pipe does), once a reader is there.
+fn open_fifo_nonblocking(target: &Path) -> std::io::Result<Option<File>> {
+    match OpenOptions::new()
+        .write(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(target)
+    {
+        Ok(f) => {
+            // SAFETY: fcntl on a descriptor this function owns.
+            unsafe {
+                let fd = f.as_raw_fd();
+                let fl = libc::fcntl(fd, libc::F_GETFL);
+                if fl >= 0 {
+                    libc::fcntl(fd, libc::F_SETFL, fl & !libc::O_NONBLOCK);
+                }
+            }
+            Ok(Some(f))
+        }
+        Err(e) if e.raw_os_error() == Some(libc::ENXIO) => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// A whole output (written after the run) onto a FIFO: waits for a reader, saying so once, with
+/// SIGINT and SIGTERM at their default action meanwhile, so Ctrl-C ends the wait even in a
+/// command that handles those signals (watch, sweep).
+fn wait_for_fifo_reader(target: &Path) -> std::io::Result<File> {
+    if let Some(f) = open_fifo_nonblocking(target)? {
+        return Ok(f);
+    }
+    eprintln!(
+        "memscope: waiting for a reader on the FIFO {} (Ctrl-C gives up)",
+        target.display()
+    );
+    // SAFETY: resetting two signal dispositions to their defaults, restored below.
+    let old = unsafe {
+        [
+            libc::signal(libc::SIGINT, libc::SIG_DFL),
+            libc::signal(libc::SIGTERM, libc::SIG_DFL),
+        ]
+    };
+    let result = loop {
+        match open_fifo_nonblocking(target) {
+            Ok(Some(f)) => break Ok(f),
+            Ok(None) => std::thread::sleep(std::time::Duration::from_millis(50)),
+            Err(e) => break Err(e),
+        }
+    };
+    // SAFETY: restoring the dispositions saved above.
+    unsafe {
+        libc::signal(libc::SIGINT, old[0]);
+        libc::signal(libc::SIGTERM, old[1]);
+    }
+    result
+}
+
 /// Checks one output path; the error names the flag and what is wrong.
 fn check_one(flag: &str, path: &Path) -> anyhow::Result<()> {
     let shown = path.display();
     if path.as_os_str().is_empty() {
         bail!("{flag}: the path is empty");
+    }
+    if is_stdout(path) {
+        if STDOUT_MISSING.load(Ordering::Relaxed) {
+            bail!("{flag} -: standard output is closed (>&-); give a file name");
+        }
+        return Ok(());
     }
     let target = follow(path).with_context(|| format!("{flag} {shown}"))?;
     match fs::metadata(&target) {
@@ -77,8 +159,16 @@ fn check_one(flag: &str, path: &Path) -> anyhow::Result<()> {
                 .append(true)
                 .open(&target)
                 .with_context(|| format!("{flag} {shown}: cannot write this file"))?;
+            // A regular file is replaced through a temporary file beside it.
+            let dir = parent_of(&target);
+            can_create_in(dir).with_context(|| {
+                format!(
+                    "{flag} {shown}: cannot replace this file (no new file can be created in {})",
+                    dir.display()
+                )
+            })?;
         }
-        Ok(_) => {} // device, FIFO or socket: written through when the time comes (a FIFO's open waits for a reader)
+        Ok(_) => {} // device, FIFO or socket: written through when the time comes (a FIFO's open never blocks: see `open_stream`, `write_atomic`)
         Err(_) => {
             let dir = parent_of(&target);
             if !dir.is_dir() {
@@ -92,33 +182,112 @@ fn check_one(flag: &str, path: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Checks every output a command was given, before it measures anything. `outputs` pairs each
-/// flag with its path (`None` when the flag was not given).
-pub fn check_outputs(outputs: &[(&str, Option<&Path>)]) -> anyhow::Result<()> {
-    let mut seen: Vec<(&str, PathBuf)> = Vec::new();
+/// The device and inode a path reaches (symlinks followed), if it exists.
+fn dev_ino(path: &Path) -> Option<(u64, u64)> {
+    fs::metadata(path).ok().map(|m| (m.dev(), m.ino()))
+}
+
+/// Whether writing `output` would write the file `input` names: the same device and inode, or
+/// (for a file that does not exist yet) the same path once symlinks and `.`/`..` are resolved.
+fn same_file(output: &Path, input: &Path) -> bool {
+    if is_stdout(output) || is_stdout(input) {
+        return false;
+    }
+    match (dev_ino(output), dev_ino(input)) {
+        (Some(o), Some(i)) => o == i,
+        (None, Some(_)) => false,
+        _ => matches!((identity(output), identity(input)), (Ok(o), Ok(i)) if o == i),
+    }
+}
+
+/// Checks every output a command was given against each other and against the command's inputs,
+/// before it reads or measures anything. `outputs` pairs each flag with its path (`None` when the
+/// flag was not given); `inputs` pairs each input's flag (or argument name) with its path.
+pub fn check_outputs<P: AsRef<Path>>(
+    outputs: &[(&str, Option<&Path>)],
+    inputs: &[(&str, P)],
+) -> anyhow::Result<()> {
+    let mut seen: Vec<(&str, &Path, PathBuf)> = Vec::new();
     for &(flag, path) in outputs {
         let Some(path) = path else { continue };
         check_one(flag, path)?;
-        let id = identity(path)?;
-        if let Some((other, _)) = seen.iter().find(|(_, p)| *p == id) {
+        if let Some((input_flag, input)) = inputs.iter().find(|(_, i)| same_file(path, i.as_ref()))
+        {
             bail!(
-                "{other} and {flag} both name {}: one would overwrite the other; give each its own file",
-                path.display()
+                "{flag} {} names the same file as {input_flag} {}: writing it would destroy the input; give {flag} another file",
+                path.display(),
+                input.as_ref().display()
             );
         }
-        seen.push((flag, id));
+        let id = if is_stdout(path) {
+            PathBuf::from("-")
+        } else {
+            identity(path)?
+        };
+        if let Some((other, _, _)) = seen
+            .iter()
+            .find(|(_, p, i)| *i == id || (!is_stdout(path) && same_file(path, p)))
+        {
+            let what = if is_stdout(path) {
+                "standard output".to_string()
+            } else {
+                path.display().to_string()
+            };
+            bail!(
+                "{other} and {flag} both name {what}: one would overwrite the other; give each its own file"
+            );
+        }
+        if is_stdout(path) {
+            STDOUT_IS_OUTPUT.store(true, Ordering::Relaxed);
+        }
+        seen.push((flag, path, id));
     }
     Ok(())
 }
 
 /// Fails when the directory that would hold `path` does not exist, naming the flag.
 pub fn check_parent_dir(flag: &str, path: &Path) -> anyhow::Result<()> {
-    check_outputs(&[(flag, Some(path))])
+    check_outputs::<&Path>(&[(flag, Some(path))], &[])
+}
+
+/// Opens an output that is written as it goes (a JSONL stream): `-` is standard output, a FIFO
+/// the descriptor [`check_outputs`] opened, anything else a file, appended to or truncated.
+pub fn open_stream(path: &Path, append: bool) -> std::io::Result<File> {
+    if is_stdout(path) {
+        // SAFETY: dup of descriptor 1, owned by the returned File.
+        let fd = unsafe { libc::dup(1) };
+        if fd < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        // SAFETY: `fd` is a fresh descriptor nothing else owns.
+        return Ok(unsafe { File::from_raw_fd(fd) });
+    }
+    let target = follow(path).map_err(std::io::Error::other)?;
+    if fs::metadata(&target).is_ok_and(|m| m.file_type().is_fifo()) {
+        // A stream starts before the run: refused rather than waiting for a reader.
+        return open_fifo_nonblocking(&target)?.ok_or_else(|| {
+            std::io::Error::other(format!(
+                "a FIFO that nobody reads; start its reader first (e.g. `cat {} &`)",
+                path.display()
+            ))
+        });
+    }
+    let mut o = OpenOptions::new();
+    o.write(true).create(true);
+    if append {
+        o.append(true);
+    } else {
+        o.truncate(true);
+    }
+    o.open(path)
 }
 
 /// Writes `text` to `path` without ever leaving a half-written regular file or replacing a
-/// device, FIFO, socket or symlink (see the module docs).
+/// device, FIFO, socket or symlink (see the module docs); `-` writes to standard output.
 pub fn write_atomic(path: &Path, text: &str) -> anyhow::Result<()> {
+    if is_stdout(path) {
+        return write_stdout(text);
+    }
     let target = follow(path)?;
     match fs::metadata(&target) {
         Ok(m) if m.is_dir() => bail!("{} is a directory", path.display()),
@@ -129,10 +298,13 @@ pub fn write_atomic(path: &Path, text: &str) -> anyhow::Result<()> {
             } else {
                 "special file"
             };
-            let mut f = OpenOptions::new()
-                .write(true)
-                .open(&target)
-                .with_context(|| format!("opening the {kind} {}", target.display()))?;
+            let opened = if special.is_fifo() {
+                wait_for_fifo_reader(&target)
+            } else {
+                OpenOptions::new().write(true).open(&target)
+            };
+            let mut f =
+                opened.with_context(|| format!("opening the {kind} {}", target.display()))?;
             f.write_all(text.as_bytes())
                 .and_then(|()| f.flush())
                 .with_context(|| format!("writing to the {kind} {}", target.display()))?;
@@ -150,19 +322,65 @@ pub fn write_atomic(path: &Path, text: &str) -> anyhow::Result<()> {
     }
 }
 
-/// Standard output was closed by its reader (`memscope … | head`): not a failure.
-#[derive(Debug, thiserror::Error)]
-#[error("standard output was closed")]
-pub struct StdoutClosed;
+/// Standard output was closed when the process started (noted before Rust's runtime reopened
+/// it on /dev/null): [`print`] then fails rather than lose the report.
+pub fn stdout_was_closed() {
+    STDOUT_MISSING.store(true, Ordering::Relaxed);
+}
 
-/// Writes to standard output; a write error is returned (naming stdout), never a panic.
-pub fn print(text: &str) -> anyhow::Result<()> {
+/// Records whether descriptor 1 is open; a closed one (`>&-`) is taken by /dev/null so that no
+/// file opened later lands on it, and [`print`] then fails instead of losing the report. `main`
+/// calls this first.
+pub fn guard_stdout() {
+    // SAFETY: fcntl(F_GETFD) only queries; open/dup2 on descriptors this process owns.
+    unsafe {
+        if libc::fcntl(1, libc::F_GETFD) < 0 {
+            STDOUT_MISSING.store(true, Ordering::Relaxed);
+            let fd = libc::open(c"/dev/null".as_ptr(), libc::O_WRONLY);
+            if fd >= 0 && fd != 1 {
+                libc::dup2(fd, 1);
+                libc::close(fd);
+            }
+        }
+    }
+}
+
+fn write_stdout(text: &str) -> anyhow::Result<()> {
+    if STDOUT_MISSING.load(Ordering::Relaxed) {
+        bail!("standard output is closed (>&-): the report could not be written; redirect it to a file instead");
+    }
     let mut out = std::io::stdout().lock();
     match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
         Ok(()) => Ok(()),
         Err(e) if e.kind() == ErrorKind::BrokenPipe => Err(StdoutClosed.into()),
         Err(e) => Err(anyhow::Error::new(e).context("writing to standard output")),
     }
+}
+
+/// Standard output was closed by its reader (`memscope … | head`): not a failure.
+#[derive(Debug, thiserror::Error)]
+#[error("standard output was closed")]
+pub struct StdoutClosed;
+
+/// Writes a command's report to standard output — or to stderr when an output flag took
+/// standard output (`--json -`); a write error is returned (naming stdout), never a panic.
+pub fn print(text: &str) -> anyhow::Result<()> {
+    if STDOUT_IS_OUTPUT.load(Ordering::Relaxed) {
+        let mut err = std::io::stderr().lock();
+        return err
+            .write_all(text.as_bytes())
+            .and_then(|()| err.flush())
+            .context("writing to standard error");
+    }
+    write_stdout(text)
+}
+
+/// Writes a report to standard error; a write error (`2> /dev/full`) is returned.
+pub fn print_stderr(text: &str) -> anyhow::Result<()> {
+    let mut err = std::io::stderr().lock();
+    err.write_all(text.as_bytes())
+        .and_then(|()| err.flush())
+        .context("writing the report to standard error")
 }
 
 /// `print!` that returns write errors instead of panicking (see [`print`]).

@@ -25,6 +25,17 @@ pub fn run_with(
         .unwrap_or(0);
     let wall = Instant::now();
     let mut m = measure_with(spec, progress, on_step)?;
+    // Stopped early (SIGINT under `leak`): the Record describes the steps that were measured.
+    let measured = m.samples_ms.first().map_or(spec.steps, |(_, v)| v.len());
+    let mut spec_run = spec.clone();
+    if measured < spec.steps {
+        m.warnings.push(format!(
+            "stopped by a signal after {measured} of {} measured steps; the figures are those steps'",
+            spec.steps
+        ));
+        spec_run.steps = measured;
+    }
+    let spec = &spec_run;
     m.memory.estimate = estimated(spec);
     m.memory.breakdown = crate::analysis::breakdown::breakdown(&m.memory, spec.mode);
     let (timing, timing_warnings) = phase_timings(&m.samples_ms);
@@ -149,6 +160,35 @@ fn oversubscription(threads: usize) -> Option<String> {
 /// Layer counts above this skip the estimate in [`check_machine_memory`] (its replay grows with
 /// depth); the parameter bytes still decide.
 const ESTIMATE_MAX_LAYERS: usize = 1000;
+
+/// Refuses, before anything is allocated and whatever `--force` says, a Spec whose memory no
+/// machine could hold: the estimate's replay finds its live bytes beyond 64 bits (what
+/// `memscope estimate` refuses). `Spec::validate` has already refused any single tensor past
+/// 2^63 bytes; the replay runs only where the tensors could add up past it.
+pub fn refuse_unallocatable(spec: &Spec) -> anyhow::Result<()> {
+    let c = spec.arch();
+    let tokens = (spec.batch as u128).saturating_mul(spec.tokens_per_sequence() as u128);
+    let widest = [
+        c.vocab_size,
+        c.d_ff,
+        c.d_model.saturating_mul(3),
+        c.n_heads.saturating_mul(spec.tokens_per_sequence()),
+    ]
+    .into_iter()
+    .max()
+    .unwrap_or(0) as u128;
+    // At most a few dozen tensors per layer, each at most tokens × widest × 4 bytes.
+    let bound = tokens
+        .saturating_mul(widest)
+        .saturating_mul(4 * 64)
+        .saturating_mul(c.n_layers as u128 + 2);
+    if bound < i64::MAX as u128 || spec.arch().n_layers > ESTIMATE_MAX_LAYERS {
+        return Ok(());
+    }
+    crate::estimate::estimate(&crate::estimate::Request::for_spec(spec))
+        .map(|_| ())
+        .map_err(|e| anyhow::anyhow!("{e}; nothing was allocated"))
+}
 
 /// Refuses, before anything is allocated, a Spec this machine's memory could never hold: its
 /// parameters alone, or its estimated heap peak, above MemTotal. The message gives the numbers.

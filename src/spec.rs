@@ -162,11 +162,37 @@ pub enum SpecError {
         value: usize,
         max: usize,
     },
+    #[error("--grad-accum {grad_accum} × {steps} steps (--warmup + --steps) = {total} micro-batches is more than memscope runs ({max} at most, as for --steps); use a smaller --grad-accum")]
+    TooManyMicroBatches {
+        grad_accum: usize,
+        steps: usize,
+        total: String,
+        max: usize,
+    },
+    #[error(
+        "--threads {value} is more than memscope runs ({max} at most; this machine has {cores})"
+    )]
+    TooManyThreads {
+        value: usize,
+        max: usize,
+        cores: usize,
+    },
+    #[error("--batch {batch} × {tokens_flag} {tokens} × {what} {width} × 4 bytes does not fit one tensor (at most 2^63 bytes); nothing was allocated: use a smaller --batch or {tokens_flag}")]
+    TensorTooLarge {
+        batch: usize,
+        tokens_flag: &'static str,
+        tokens: usize,
+        what: &'static str,
+        width: usize,
+    },
 }
 
 /// The most measured steps, and the most warm-up steps, one run may ask for (each measured step
 /// keeps its samples in buffers allocated before timing starts).
 pub const MAX_STEPS: usize = 1_000_000;
+
+/// The most CPU threads one run may ask for (each gets a stack and a gemm packing buffer).
+pub const MAX_THREADS: usize = 4096;
 
 impl Spec {
     pub fn validate(&self) -> Result<(), SpecError> {
@@ -198,6 +224,24 @@ impl Spec {
         let Some(config) = &self.config else {
             return Err(SpecError::NoConfig(self.model.clone()));
         };
+        // Micro-batches keep their samples like steps do: the same bound, on their number.
+        let runs = self.warmup.saturating_add(self.steps);
+        let micro = runs.checked_mul(self.grad_accum);
+        if self.grad_accum > 1 && micro.is_none_or(|m| m > MAX_STEPS) {
+            return Err(SpecError::TooManyMicroBatches {
+                grad_accum: self.grad_accum,
+                steps: runs,
+                total: micro.map_or_else(|| "more than 2^64".into(), |m| m.to_string()),
+                max: MAX_STEPS,
+            });
+        }
+        if self.threads > MAX_THREADS {
+            return Err(SpecError::TooManyThreads {
+                value: self.threads,
+                max: MAX_THREADS,
+                cores: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            });
+        }
         let max = config.max_seq_len;
         match self.mode {
             Mode::Generate => {
@@ -232,6 +276,7 @@ impl Spec {
                 }
             }
         }
+        self.check_tensor_size()?;
         if self.grad_accum > 1 && self.mode != Mode::Train {
             return Err(SpecError::GradAccumNotTrain(self.grad_accum));
         }
@@ -258,6 +303,58 @@ impl Spec {
         self.config
             .as_ref()
             .expect("a validated Spec has a config (Spec::validate refuses one without)")
+    }
+
+    /// Refuses sizes whose largest tensor could not be allocated at all (its byte size beyond
+    /// 2^63, where a `Vec` panics with "capacity overflow" or the allocator aborts): the widest
+    /// per-token tensor (logits, MLP, fused QKV, naive attention's scores) × batch × tokens in
+    /// f32. `estimate`, `bench`, `sweep` and every run command share this check, before anything
+    /// is allocated.
+    fn check_tensor_size(&self) -> Result<(), SpecError> {
+        let (tokens_flag, tokens) = match self.mode {
+            Mode::Generate => (
+                "--prompt-len + --new-tokens",
+                self.prompt_len.saturating_add(self.new_tokens),
+            ),
+            _ => ("--seq", self.seq),
+        };
+        let Some(c) = &self.config else {
+            return Ok(()); // no architecture: validate refuses the Spec before this matters
+        };
+        let mut widths = vec![
+            ("vocab", c.vocab_size),
+            ("d_ff", c.d_ff),
+            ("3 × d_model", c.d_model.saturating_mul(3)),
+        ];
+        if self.variant.attention == crate::model::variant::Attention::Naive {
+            widths.push(("n_heads × seq", c.n_heads.saturating_mul(tokens)));
+        }
+        let (what, width) = widths
+            .into_iter()
+            .max_by_key(|&(_, w)| w)
+            .expect("three widths");
+        let bytes = (self.batch as u128)
+            .checked_mul(tokens as u128)
+            .and_then(|x| x.checked_mul(width as u128))
+            .and_then(|x| x.checked_mul(4));
+        if bytes.is_none_or(|b| b > i64::MAX as u128) {
+            return Err(SpecError::TensorTooLarge {
+                batch: self.batch,
+                tokens_flag,
+                tokens,
+                what,
+                width,
+            });
+        }
+        Ok(())
+    }
+
+    /// Positions one sequence holds: --seq, or the prompt plus the decoded tokens (generate).
+    pub fn tokens_per_sequence(&self) -> usize {
+        match self.mode {
+            Mode::Generate => self.prompt_len.saturating_add(self.new_tokens),
+            _ => self.seq,
+        }
     }
 
     /// Tokens processed by one measured step (prompt + decoded tokens for generate).

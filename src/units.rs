@@ -268,6 +268,8 @@ pub fn fmt_bytes(b: f64) -> String {
         ("MiB", 1048576.0),
         ("GiB", 1073741824.0),
         ("TiB", 1099511627776.0),
+        ("PiB", 1125899906842624.0),
+        ("EiB", 1152921504606846976.0),
     ];
     let mut idx = 0;
     for (i, (_, f)) in units.iter().enumerate() {
@@ -370,8 +372,14 @@ pub fn bytes(b: f64) -> String {
         format!("{sign}{:.1} KiB", a / K)
     } else if a < K * K * K {
         format!("{sign}{:.1} MiB", a / (K * K))
+    } else if a < K.powi(4) {
+        format!("{sign}{:.2} GiB", a / K.powi(3))
+    } else if a < K.powi(5) {
+        format!("{sign}{:.2} TiB", a / K.powi(4))
+    } else if a < K.powi(6) {
+        format!("{sign}{:.2} PiB", a / K.powi(5))
     } else {
-        format!("{sign}{:.2} GiB", a / (K * K * K))
+        format!("{sign}{:.2} EiB", a / K.powi(6))
     }
 }
 
@@ -535,6 +543,13 @@ mod tests {
         assert_eq!(ms(0.0421), "0.042");
         assert_eq!(ms(41.25), "41.2");
         assert_eq!(rate(1234.4), "1,234");
+    }
+
+    #[test]
+    fn sizes_above_gib_use_tib_pib_eib() {
+        assert_eq!(bytes(1.5 * 1024f64.powi(4)), "1.50 TiB");
+        assert_eq!(bytes(14951645184.0 * 1024f64.powi(3)), "13.92 EiB");
+        assert_eq!(fmt_bytes(2.0 * 1024f64.powi(5)), "2.00 PiB");
     }
 
     #[test]

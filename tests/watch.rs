@@ -55,8 +55,9 @@ fn watch(args: &[&str]) -> Output {
     wait_guarded(c)
 }
 
+/// The command's output (stdout) followed by memscope's report (stderr).
 fn text(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stdout).into_owned()
+    String::from_utf8_lossy(&o.stdout).into_owned() + &String::from_utf8_lossy(&o.stderr)
 }
 
 fn json(path: &Path) -> serde_json::Value {
@@ -245,11 +246,9 @@ sys.stderr.write("to stderr\n")
     let o = watch(&["--interval", "20ms", "--", "python3", &s]);
     let mut blob: Vec<u8> = (0..=255u8).collect::<Vec<u8>>().repeat(300);
     blob.extend_from_slice(b"\r\nstep 1\n\x00\xff no newline at the end");
-    assert!(
-        o.stdout.starts_with(&blob),
-        "stdout differs from the child's bytes"
-    );
-    assert_eq!(&o.stdout[blob.len()..blob.len() + 1], b"\n");
+    // Exactly the child's bytes: memscope's report goes to stderr, never into this stream.
+    assert!(o.stdout == blob, "stdout differs from the child's bytes");
+    assert!(String::from_utf8_lossy(&o.stderr).contains("── memscope watch ──"));
     assert!(String::from_utf8_lossy(&o.stderr).contains("to stderr\n"));
 }
 
@@ -299,7 +298,8 @@ except KeyboardInterrupt:
     out.read_to_end(&mut rest).unwrap();
     seen.extend_from_slice(&rest);
     let o = wait_guarded(c);
-    let t = String::from_utf8_lossy(&seen);
+    // The child's output (stdout), then memscope's report (stderr).
+    let t = String::from_utf8_lossy(&seen).into_owned() + &String::from_utf8_lossy(&o.stderr);
     assert!(t.contains("child got SIGINT"), "{t}");
     assert!(
         t.contains("after memscope watch received SIGINT and forwarded it"),

@@ -12,7 +12,7 @@ use crate::spec::{BinDtype, DataSpec};
 use crate::spec::{Dtype, Mode, Spec};
 use anyhow::{bail, Context};
 use clap::Args;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 #[derive(Args, Debug, Clone)]
 pub struct ModelArgs {
@@ -198,6 +198,7 @@ pub fn build_spec(m: &ModelArgs, w: &WorkloadArgs) -> anyhow::Result<Spec> {
         engine: None,
     };
     spec.validate()?;
+    crate::runner::refuse_unallocatable(&spec)?;
     if let Some(d) = &spec.data {
         // Refused before anything is measured: unreadable, empty, too short for one window.
         crate::input::tokens::Tokens::open(d)?.check_window(spec.seq)?;
@@ -205,14 +206,42 @@ pub fn build_spec(m: &ModelArgs, w: &WorkloadArgs) -> anyhow::Result<Spec> {
     Ok(spec)
 }
 
-/// Fails before measuring when an output cannot be written (see `output::check_outputs`).
-pub fn check_outputs(o: &OutputArgs) -> anyhow::Result<()> {
-    output::check_outputs(&[
-        ("--json", o.json.as_deref()),
-        ("--csv", o.csv.as_deref()),
-        ("--markdown", o.markdown.as_deref()),
-        ("--trace", o.trace.as_deref()),
-    ])
+/// The files a run reads, by flag: --config, --weights (a sharded index's shards too), --data.
+/// Outputs are checked against them (`output::check_outputs`).
+pub fn run_inputs(
+    config: Option<&Path>,
+    weights: Option<&Path>,
+    data: Option<&Path>,
+) -> Vec<(&'static str, PathBuf)> {
+    let mut v = Vec::new();
+    if let Some(c) = config {
+        v.push(("--config", c.to_path_buf()));
+    }
+    if let Some(w) = weights {
+        v.extend(
+            crate::model::weights::files_of(w)
+                .into_iter()
+                .map(|p| ("--weights", p)),
+        );
+    }
+    if let Some(d) = data {
+        v.push(("--data", d.to_path_buf()));
+    }
+    v
+}
+
+/// Fails before measuring when an output cannot be written or names an input (see
+/// `output::check_outputs`).
+pub fn check_outputs(o: &OutputArgs, m: &ModelArgs, d: &DataArgs) -> anyhow::Result<()> {
+    output::check_outputs(
+        &[
+            ("--json", o.json.as_deref()),
+            ("--csv", o.csv.as_deref()),
+            ("--markdown", o.markdown.as_deref()),
+            ("--trace", o.trace.as_deref()),
+        ],
+        &run_inputs(m.config.as_deref(), m.weights.as_deref(), d.data.as_deref()),
+    )
 }
 
 pub fn write_outputs(o: &OutputArgs, records: &[Record]) -> anyhow::Result<()> {

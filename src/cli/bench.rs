@@ -19,7 +19,7 @@ pub struct BenchArgs {
 }
 
 pub fn run(a: BenchArgs) -> anyhow::Result<ExitCode> {
-    check_outputs(&a.output)?;
+    check_outputs(&a.output, &a.model, &a.workload.data)?;
     let spec = build_spec(&a.model, &a.workload)?;
     if !a.workload.force {
         crate::runner::check_machine_memory(&spec)?;

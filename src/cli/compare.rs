@@ -68,10 +68,13 @@ pub fn run(a: CompareArgs) -> anyhow::Result<ExitCode> {
             a.confidence
         );
     }
-    check_outputs(&[
-        ("--json", a.json.as_deref()),
-        ("--markdown", a.markdown.as_deref()),
-    ])?;
+    check_outputs(
+        &[
+            ("--json", a.json.as_deref()),
+            ("--markdown", a.markdown.as_deref()),
+        ],
+        &[("BASE", &a.base), ("NEW", &a.new)],
+    )?;
     let p = BootstrapParams {
         resamples: a.resamples,
         seed: a.seed,
@@ -89,7 +92,12 @@ pub fn run(a: CompareArgs) -> anyhow::Result<ExitCode> {
             y.kind()
         ),
     };
-    let md = to_markdown(&b.name, &n.name, &c);
+    let largest = c.changes.iter().map(|x| x.n_base.max(x.n_new)).max();
+    let note = crate::analysis::bootstrap::subsample_note(largest.unwrap_or(0));
+    let mut md = to_markdown(&b.name, &n.name, &c);
+    if let Some(note) = note {
+        md.push_str(&format!("\nNote: {note}.\n"));
+    }
     if let Some(path) = &a.json {
         write_atomic(path, &to_json(&b.name, &n.name, &c)?)
             .with_context(|| format!("--json {}", path.display()))?;

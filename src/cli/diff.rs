@@ -22,7 +22,10 @@ pub struct DiffArgs {
 }
 
 pub fn run(a: DiffArgs) -> anyhow::Result<ExitCode> {
-    check_outputs(&[("--markdown", a.markdown.as_deref())])?;
+    check_outputs(
+        &[("--markdown", a.markdown.as_deref())],
+        &[("BASE", &a.base), ("NEW", &a.new)],
+    )?;
     let (b, n) = (load(&a.base)?, load(&a.new)?);
     let (Input::Record(x), Input::Record(y)) = (&b.input, &n.input) else {
         bail!(

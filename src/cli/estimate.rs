@@ -76,9 +76,18 @@ fn dtypes(list: &str) -> anyhow::Result<Vec<Dtype>> {
 }
 
 pub fn run(a: EstimateArgs) -> anyhow::Result<ExitCode> {
-    check_outputs(&[("--json", a.json.as_deref())])?;
+    check_outputs(
+        &[("--json", a.json.as_deref())],
+        &super::args::run_inputs(a.model.config.as_deref(), a.model.weights.as_deref(), None),
+    )?;
     if a.model.weights.is_some() {
-        bail!("--weights: estimate needs only the architecture; pass --model or --config");
+        bail!(
+            "--weights: estimate needs only the architecture, which {} already gives; drop --weights",
+            match &a.model.config {
+                Some(c) => format!("--config {}", c.display()),
+                None => format!("--model {}", a.model.model),
+            }
+        );
     }
     let (_, cfg) = resolve_model(&a.model)?;
     if cfg.n_layers > MAX_LAYERS && !a.force {

@@ -7,7 +7,7 @@ use crate::output::{check_outputs, write_atomic};
 use crate::spec::{Dtype, Mode, Spec};
 use crate::sweep::interrupt::EXIT_INTERRUPTED;
 use crate::sweep::largest::{search, FitRequest, Vary};
-use crate::units::{bytes as fmt_bytes, parse_bytes, parse_duration};
+use crate::units::bytes as fmt_bytes;
 use anyhow::{bail, Context};
 use clap::Args;
 use std::path::PathBuf;
@@ -65,12 +65,15 @@ pub struct FitArgs {
 }
 
 pub fn run(a: FitArgs) -> anyhow::Result<ExitCode> {
-    check_outputs(&[("--json", a.json.as_deref())])?;
-    let limit = parse_bytes("--memory-limit", &a.memory_limit)?;
+    check_outputs(
+        &[("--json", a.json.as_deref())],
+        &super::args::run_inputs(a.model.config.as_deref(), a.model.weights.as_deref(), None),
+    )?;
+    let limit = crate::sweep::limits::parse_memory_limit(&a.memory_limit)?;
     let timeout = a
         .timeout
         .as_deref()
-        .map(|t| parse_duration("--timeout", t))
+        .map(crate::sweep::limits::parse_timeout)
         .transpose()?;
     let (name, config) = resolve_model(&a.model)?;
     let base = Spec {
@@ -94,18 +97,28 @@ pub fn run(a: FitArgs) -> anyhow::Result<ExitCode> {
         variant: a.variant.to_variant(a.mode, a.dtype),
         engine: None,
     };
-    base.validate()?;
+    // fit has no --prompt-len: for generate, --seq is the prompt; name the flag it has.
+    base.validate().map_err(|e| {
+        anyhow::anyhow!(
+            "{}",
+            e.to_string()
+                .replace("--prompt-len", "--seq (the prompt length)")
+        )
+    })?;
+    // The longest sequence the model takes (generate: leaving room for --new-tokens).
+    let context = match a.mode {
+        Mode::Generate => config.max_seq_len.saturating_sub(a.new_tokens),
+        _ => config.max_seq_len,
+    };
     let cap = match a.vary {
         Vary::Batch => a.max.unwrap_or(65_536),
-        Vary::Seq => a.max.unwrap_or(config.max_seq_len).min(match a.mode {
-            Mode::Generate => config.max_seq_len.saturating_sub(a.new_tokens),
-            _ => config.max_seq_len,
-        }),
+        Vary::Seq => a.max.unwrap_or(context).min(context),
     };
     if cap == 0 {
         bail!("--max must be at least 1");
     }
-    let context_cap = a.vary == Vary::Seq && a.max.is_none_or(|m| m >= cap);
+    // Said only when the search stopped at the context, not at a smaller --max.
+    let context_cap = a.vary == Vary::Seq && cap == context;
     if let Some(total) = crate::measure::procfs::mem_total_bytes().filter(|&t| limit > t) {
         eprintln!(
             "warning: --memory-limit {} is more than this machine's {} of memory (MemTotal): \

@@ -72,9 +72,11 @@ impl TargetArgs {
             None => None,
         };
         if let Some(s) = self.steps_per_hour {
+            // At most one step per microsecond: beyond it growth per hour is not a figure
+            // (1e308 made it infinite and silently dropped it).
             anyhow::ensure!(
-                s.is_finite() && s > 0.0,
-                "--steps-per-hour must be a positive number (got {s})"
+                s.is_finite() && s > 0.0 && s <= 3.6e9,
+                "--steps-per-hour must be a positive number of at most 3.6e9 (a step per microsecond) (got {s:e})"
             );
         }
         Ok(LeakParams {
@@ -193,16 +195,26 @@ pub fn leak(mut a: LeakArgs) -> anyhow::Result<ExitCode> {
     let mut outputs = a.files.flags().to_vec();
     outputs.push(("--record", a.record.as_deref()));
     outputs.push(("--trace", a.trace.as_deref()));
-    check_outputs(&outputs)?;
+    check_outputs(
+        &outputs,
+        &super::args::run_inputs(
+            a.model.config.as_deref(),
+            a.model.weights.as_deref(),
+            a.workload.data.data.as_deref(),
+        ),
+    )?;
     set_run_threads(&spec);
     let progress = Progress::start(
         spec.warmup + spec.steps,
         format!("{} {} leak", spec.model, spec.mode.name()),
         a.quiet,
     );
+    // Ctrl-C ends the run after the step under way; the steps measured are analysed and written.
+    crate::measure::stop::stop_on_signals();
     let result = crate::runner::run(&spec, &progress.steps);
     progress.finish();
     let record = result?;
+    let stopped = crate::measure::stop::requested();
     if let Some(p) = &a.record {
         let text = record.to_json()?;
         write_atomic(p, &text).with_context(|| format!("--record {}", p.display()))?;
@@ -229,11 +241,18 @@ pub fn leak(mut a: LeakArgs) -> anyhow::Result<ExitCode> {
     if let Some(note) = cross_check(&heap, &rss) {
         outln!("{note}")?;
     }
+    if stopped {
+        eprintln!(
+            "memscope leak: stopped by a signal after {} measured steps; the verdict and the files written cover them",
+            record.spec.steps
+        );
+        return Ok(ExitCode::from(crate::sweep::interrupt::EXIT_INTERRUPTED));
+    }
     Ok(exit_for(&rows))
 }
 
 pub fn analyze(a: AnalyzeArgs) -> anyhow::Result<ExitCode> {
-    check_outputs(&a.files.flags())?;
+    check_outputs(&a.files.flags(), &[("FILE", &a.file)])?;
     // Nothing is measured here: give freed memory back so a long log costs only what it holds.
     crate::instrument::alloc::return_freed_memory();
     let stdin = a.file.as_os_str() == "-";

@@ -11,7 +11,6 @@ use crate::spec::{Dtype, Mode};
 use crate::sweep::interrupt::EXIT_INTERRUPTED;
 use crate::sweep::variant_figures::figures;
 use crate::sweep::variants::{candidates, run, Options};
-use crate::units::{parse_bytes, parse_duration};
 use anyhow::{bail, Context};
 use clap::Args;
 use std::path::PathBuf;
@@ -68,19 +67,26 @@ pub struct OptimizeArgs {
 }
 
 pub fn run_optimize(a: OptimizeArgs) -> anyhow::Result<ExitCode> {
-    check_outputs(&[
-        ("--json", a.json.as_deref()),
-        ("--markdown", a.markdown.as_deref()),
-    ])?;
+    check_outputs(
+        &[
+            ("--json", a.json.as_deref()),
+            ("--markdown", a.markdown.as_deref()),
+        ],
+        &super::args::run_inputs(
+            a.model.config.as_deref(),
+            a.model.weights.as_deref(),
+            a.data.data.as_deref(),
+        ),
+    )?;
     let limit = a
         .memory_limit
         .as_deref()
-        .map(|l| parse_bytes("--memory-limit", l))
+        .map(crate::sweep::limits::parse_memory_limit)
         .transpose()?;
     let timeout = a
         .timeout
         .as_deref()
-        .map(|t| parse_duration("--timeout", t))
+        .map(crate::sweep::limits::parse_timeout)
         .transpose()?;
     if a.mode == Mode::Generate {
         bail!("--mode generate: optimize ranks training and inference variants; use --mode train or infer");

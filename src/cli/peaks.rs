@@ -35,7 +35,7 @@ pub fn run(a: PeaksArgs) -> anyhow::Result<ExitCode> {
     if threads == 0 || a.batch == 0 || a.seq == 0 {
         bail!("--threads, --batch and --seq must be at least 1");
     }
-    check_outputs(&[("--json", a.json.as_deref())])?;
+    check_outputs::<&std::path::Path>(&[("--json", a.json.as_deref())], &[])?;
     // The model is checked first: a cache hit must not hide a bad --model or --config.
     let (_, cfg) = resolve_model(&a.model)?;
     let shapes = peaks::linear_shapes(&cfg);

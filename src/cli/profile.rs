@@ -53,11 +53,18 @@ pub fn run(a: ProfileArgs) -> anyhow::Result<ExitCode> {
     if !(1..=4).contains(&a.depth) {
         bail!("--depth {}: choose 1 (model) to 4 (op kinds)", a.depth);
     }
-    check_outputs(&[
-        ("--json", a.json.as_deref()),
-        ("--csv", a.csv.as_deref()),
-        ("--markdown", a.markdown.as_deref()),
-    ])?;
+    check_outputs(
+        &[
+            ("--json", a.json.as_deref()),
+            ("--csv", a.csv.as_deref()),
+            ("--markdown", a.markdown.as_deref()),
+        ],
+        &super::args::run_inputs(
+            a.model.config.as_deref(),
+            a.model.weights.as_deref(),
+            a.workload.data.data.as_deref(),
+        ),
+    )?;
     let p = run_profiled(&a.model, &a.workload, &a.roofs)?;
     let counts = module_params(p.spec.arch())
         .map_err(|e| anyhow::anyhow!("--model: the parameter count {e}"))?;

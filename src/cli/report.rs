@@ -24,7 +24,9 @@ pub struct ReportArgs {
 }
 
 pub fn run(a: ReportArgs) -> anyhow::Result<ExitCode> {
-    check_outputs(&[("--output", Some(a.output.as_path()))])?;
+    let inputs: Vec<(&str, &std::path::Path)> =
+        a.files.iter().map(|f| ("FILE", f.as_path())).collect();
+    check_outputs(&[("--output", Some(a.output.as_path()))], &inputs)?;
     let inputs = a
         .files
         .iter()

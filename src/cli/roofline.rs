@@ -55,6 +55,11 @@ pub struct Profiled {
     pub arch: Arch,
 }
 
+/// The range `--roofs` accepts for each number (GFLOP/s, GB/s): a microcontroller to a
+/// thousand of today's largest machines.
+const ROOF_MIN: f64 = 1e-3;
+const ROOF_MAX: f64 = 1e9;
+
 /// Parses --roofs or reads the peaks cache.
 fn roofs(flag: &Option<String>, threads: usize, dtype: &str) -> anyhow::Result<Roofs> {
     if let Some(s) = flag {
@@ -67,6 +72,14 @@ fn roofs(flag: &Option<String>, threads: usize, dtype: &str) -> anyhow::Result<R
         ) else {
             bail!("--roofs {s}: expected MATMUL_GFLOPS:BANDWIDTH_GBS, two positive numbers");
         };
+        // Finite ranges: FLOP/s, bytes/s, the ridge and the chart's axes all stay finite (1e308
+        // GFLOP/s is infinite FLOP/s, and the chart's axis search never ended).
+        let range = ROOF_MIN..=ROOF_MAX;
+        if !range.contains(&p) || !range.contains(&w) {
+            bail!(
+                "--roofs {s}: each number must lie between {ROOF_MIN} and {ROOF_MAX:e} (GFLOP/s, GB/s); a real machine is within"
+            );
+        }
         return Ok(Roofs {
             matmul_gflops: p,
             bandwidth_gbs: w,
@@ -252,12 +265,19 @@ pub fn sections(p: &Profiled) -> Vec<Section> {
 }
 
 pub fn run(a: RooflineArgs) -> anyhow::Result<ExitCode> {
-    check_outputs(&[
-        ("--json", a.json.as_deref()),
-        ("--csv", a.csv.as_deref()),
-        ("--markdown", a.markdown.as_deref()),
-        ("--svg", a.svg.as_deref()),
-    ])?;
+    check_outputs(
+        &[
+            ("--json", a.json.as_deref()),
+            ("--csv", a.csv.as_deref()),
+            ("--markdown", a.markdown.as_deref()),
+            ("--svg", a.svg.as_deref()),
+        ],
+        &super::args::run_inputs(
+            a.model.config.as_deref(),
+            a.model.weights.as_deref(),
+            a.workload.data.data.as_deref(),
+        ),
+    )?;
     let p = run_profiled(&a.model, &a.workload, &a.roofs)?;
     let secs = sections(&p);
     let report: Vec<SectionReport> = secs

@@ -15,7 +15,17 @@ pub struct ScalingArgs {
 }
 
 pub fn run(a: ScalingArgs) -> anyhow::Result<ExitCode> {
-    let (rows, warnings) = sweep_row::read_jsonl(&a.file)?;
+    let (rows, warnings) = sweep_row::read_jsonl(&a.file).map_err(|e| {
+        // Another memscope file (a Record, an estimate, …): say what it is.
+        match crate::record::detect::load(&a.file) {
+            Ok(n) if !matches!(n.input, crate::record::detect::Input::Sweep(_)) => anyhow::anyhow!(
+                "{} is a {}, not a sweep: scaling reads the rows a sweep writes (sweep --jsonl FILE)",
+                a.file.display(),
+                n.input.kind()
+            ),
+            _ => e,
+        }
+    })?;
     for w in warnings {
         eprintln!("warning: {w}");
     }

@@ -16,7 +16,7 @@ use crate::sweep::progress::SweepProgress;
 use crate::sweep::rows::{self, JsonlWriter};
 use crate::sweep::scratch::Scratch;
 use crate::sweep::spawn::RunOptions;
-use crate::units::{human_duration, parse_bytes, parse_duration};
+use crate::units::human_duration;
 use crate::{out, outln};
 use anyhow::{bail, Context};
 use clap::{Args, ValueEnum};
@@ -232,11 +232,18 @@ fn confirm_size(
 
 pub fn run(a: SweepArgs) -> anyhow::Result<ExitCode> {
     // --jsonl is appended to (earlier sweeps' rows stay); --csv and --markdown are replaced.
-    check_outputs(&[
-        ("--jsonl", a.jsonl.as_deref()),
-        ("--csv", a.csv.as_deref()),
-        ("--markdown", a.markdown.as_deref()),
-    ])?;
+    check_outputs(
+        &[
+            ("--jsonl", a.jsonl.as_deref()),
+            ("--csv", a.csv.as_deref()),
+            ("--markdown", a.markdown.as_deref()),
+        ],
+        &super::args::run_inputs(
+            a.config.as_deref(),
+            a.weights.as_deref(),
+            a.data.data.as_deref(),
+        ),
+    )?;
     if let Some(dir) = &a.cluster.attach {
         return attach(&a, dir);
     }
@@ -255,12 +262,12 @@ pub fn run(a: SweepArgs) -> anyhow::Result<ExitCode> {
     let memory_limit = a
         .memory_limit
         .as_deref()
-        .map(|t| parse_bytes("--memory-limit", t))
+        .map(crate::sweep::limits::parse_memory_limit)
         .transpose()?;
     let timeout = a
         .timeout
         .as_deref()
-        .map(|t| parse_duration("--timeout", t))
+        .map(crate::sweep::limits::parse_timeout)
         .transpose()?;
     if a.cluster.slurm {
         crate::sweep::slurm::submit::find_sbatch()?;
@@ -270,6 +277,7 @@ pub fn run(a: SweepArgs) -> anyhow::Result<ExitCode> {
         .into_iter()
         .map(|p| spec_for(&a, &p).map(|s| (p, s)))
         .collect::<anyhow::Result<Vec<_>>>()?;
+    refuse_up_front(&a, &planned)?;
     install_interrupt_handler();
     if a.cluster.slurm {
         let progress = SweepProgress::new(planned.len(), a.quiet);
@@ -324,6 +332,39 @@ pub fn run(a: SweepArgs) -> anyhow::Result<ExitCode> {
     finish(&a, outcome, &enforcement.describe(memory_limit), started)
 }
 
+/// What would fail every configuration, or crash a worker, is refused before any starts: sizes
+/// no machine can allocate (the check `estimate` and `bench` make), too many micro-batches or
+/// threads, and weights that cannot be read or do not fit the model.
+fn refuse_up_front(a: &SweepArgs, planned: &[(Point, Spec)]) -> anyhow::Result<()> {
+    use crate::spec::SpecError;
+    for (_, s) in planned {
+        if let Err(
+            e @ (SpecError::TensorTooLarge { .. }
+            | SpecError::TooManyMicroBatches { .. }
+            | SpecError::TooManyThreads { .. }),
+        ) = s.validate()
+        {
+            bail!("{e} (nothing was run)");
+        }
+        crate::runner::refuse_unallocatable(s)?;
+    }
+    if let Some(w) = &a.weights {
+        let set = crate::model::weights::WeightSet::open(w)
+            .with_context(|| format!("--weights {}", w.display()))?;
+        let mut checked = std::collections::HashSet::new();
+        for (_, s) in planned {
+            if checked.insert(s.model.clone()) {
+                crate::model::store::ParamStore::check_weights(
+                    &crate::model::param_specs(s.arch()),
+                    &set,
+                )
+                .with_context(|| format!("model {}: nothing was run", s.model))?;
+            }
+        }
+    }
+    Ok(())
+}
+
 /// How a Slurm sweep's tasks are limited, for the report's first line.
 fn slurm_describe(s: &SlurmArgs) -> String {
     format!(
@@ -344,7 +385,7 @@ fn slurm_describe(s: &SlurmArgs) -> String {
 /// `--attach DIR`: follow a submitted Slurm sweep again.
 fn attach(a: &SweepArgs, dir: &Path) -> anyhow::Result<ExitCode> {
     let (n, jsonl) = sweep_slurm::attach_target(dir, a.jsonl.as_deref())?;
-    check_outputs(&[("--jsonl", jsonl.as_deref())])?;
+    check_outputs::<&Path>(&[("--jsonl", jsonl.as_deref())], &[])?;
     install_interrupt_handler();
     let progress = SweepProgress::new(n, a.quiet);
     let started = Instant::now();

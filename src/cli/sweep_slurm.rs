@@ -159,7 +159,7 @@ pub fn attach(
     let meta = dir.read_meta()?;
     let job = meta.job_id.clone().with_context(|| {
         format!(
-            "--attach {}: the plan was never submitted",
+            "--attach {}: the plan was never submitted (its sbatch failed or was interrupted), so there is nothing to follow; run the same `memscope sweep --slurm --work-dir {0} …` again to submit it",
             dir.root.display()
         )
     })?;

@@ -9,10 +9,9 @@ use crate::report::leak as render;
 use crate::units::parse_duration;
 use crate::watch::jsonl::JsonlWriter;
 use crate::watch::observe::{watch, Target, WatchConfig};
+use crate::watch::summary;
 use crate::watch::series::{judged, peaks, Judge};
 use crate::watch::steps::Patterns;
-use crate::watch::summary;
-use crate::{out, outln};
 use anyhow::Context;
 use clap::Args;
 use std::io::IsTerminal;
@@ -86,12 +85,15 @@ pub fn run(a: WatchArgs) -> anyhow::Result<ExitCode> {
     let judge = Judge::parse(&a.judge);
     let targets = a.targets.targets()?;
     let params = a.targets.params(None)?;
-    check_outputs(&[
-        ("--json", a.json.as_deref()),
-        ("--csv", a.csv.as_deref()),
-        ("--jsonl", a.jsonl.as_deref()),
-        ("--trace", a.trace.as_deref()),
-    ])?;
+    check_outputs(
+        &[
+            ("--json", a.json.as_deref()),
+            ("--csv", a.csv.as_deref()),
+            ("--jsonl", a.jsonl.as_deref()),
+            ("--trace", a.trace.as_deref()),
+        ],
+        &[] as &[(&str, &std::path::Path)],
+    )?;
     let jsonl = a.jsonl.as_deref().map(JsonlWriter::create).transpose()?;
     let cfg = WatchConfig {
         target: target.clone(),
@@ -140,13 +142,21 @@ pub fn run(a: WatchArgs) -> anyhow::Result<ExitCode> {
         let text = crate::watch::trace::to_json(&r, &command)?;
         write_atomic(p, &text).with_context(|| format!("--trace {}", p.display()))?;
     }
-    // The command's own output went to stdout: the report starts on a fresh block.
-    outln!("\n── memscope watch ──")?;
+    // The command's own output is passed through on stdout (`watch -- cmd > out.bin` keeps
+    // exactly the command's bytes): the report goes to stderr, on a fresh block.
+    let mut text = String::from("\n── memscope watch ──\n");
     match &report {
-        Some(rep) => out!("{}", render::to_text(rep, &rows))?,
-        None => outln!("No verdict: {note}")?,
+        Some(rep) => text.push_str(&render::to_text(rep, &rows)),
+        None => text.push_str(&format!("No verdict: {note}\n")),
     }
-    out!("{}", summary::closing_text(&r, &total, &per, &note))?;
+    text.push_str(&summary::closing_text(&r, &total, &per, &note));
+    crate::output::print_stderr(&text)?;
+    if let (Some(e), Some(p)) = (&r.jsonl_error, &a.jsonl) {
+        anyhow::bail!(
+            "--jsonl {}: writing failed: {e}; the samples after that are missing from it",
+            p.display()
+        );
+    }
     if !all_pass(&rows) {
         return Ok(ExitCode::from(1));
     }

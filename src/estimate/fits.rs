@@ -63,7 +63,7 @@ fn alternatives(req: &Request) -> Vec<(String, Request)> {
         let mut r = req.clone();
         r.optimizer = Optimizer::Sgd;
         v.push((
-            "SGD with momentum instead of AdamW (--optimizer sgd)".into(),
+            "SGD with momentum instead of AdamW, in your own training code (a what-if: memscope's runs train with AdamW; `estimate --optimizer sgd` shows it)".into(),
             r,
         ));
     }

@@ -72,7 +72,9 @@ impl Request {
 /// calling thread and each of the `threads` rayon workers: memscope allocates them all at
 /// start-up (`kernels::product`) so that the count does not depend on scheduling.
 pub fn runtime_buffers(threads: usize) -> u64 {
-    (1 + threads as u64) * l2_bytes().unwrap_or(1 << 20)
+    (threads as u64)
+        .saturating_add(1)
+        .saturating_mul(l2_bytes().unwrap_or(1 << 20))
 }
 
 fn l2_bytes() -> Option<u64> {

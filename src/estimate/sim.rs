@@ -238,9 +238,21 @@ impl Sim {
             module: self.module,
             kind: self.kind,
         });
-        self.live += bytes;
-        self.live_by_phase[self.phase as usize] += bytes;
-        self.live_by_module[self.module] += bytes;
+        // Live bytes beyond 2^63 (no machine's address space holds them): the estimate is
+        // refused (tensors that each fit can still add up past it); the sums wrap meanwhile,
+        // consistently with the frees.
+        if self
+            .live
+            .checked_add(bytes)
+            .is_none_or(|l| l > i64::MAX as u64)
+        {
+            self.overflow = true;
+        }
+        self.live = self.live.wrapping_add(bytes);
+        let ph = &mut self.live_by_phase[self.phase as usize];
+        *ph = ph.wrapping_add(bytes);
+        let m = &mut self.live_by_module[self.module];
+        *m = m.wrapping_add(bytes);
         self.module_log.push((self.module, bytes, true));
         if self.live > self.peak.bytes {
             self.peak.bytes = self.live;
@@ -343,9 +355,11 @@ impl Sim {
         if st.rc == 0 {
             let (bytes, phase, module) = (st.bytes, st.phase, st.module);
             self.module_log.push((module, bytes, false));
-            self.live -= bytes;
-            self.live_by_phase[phase as usize] -= bytes;
-            self.live_by_module[module] -= bytes;
+            self.live = self.live.wrapping_sub(bytes);
+            let ph = &mut self.live_by_phase[phase as usize];
+            *ph = ph.wrapping_sub(bytes);
+            let m = &mut self.live_by_module[module];
+            *m = m.wrapping_sub(bytes);
         }
     }
 

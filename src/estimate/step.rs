@@ -53,9 +53,10 @@ pub fn estimate(req: &Request) -> anyhow::Result<Estimate> {
     };
     if sim.overflow {
         anyhow::bail!(
-            "--batch {} × --seq {} gives tensors whose size overflows 64 bits: use smaller values",
+            "--batch {} × --seq {} (× --grad-accum {}) gives sizes beyond 2^63 bytes or FLOPs beyond 2^64: use smaller values",
             req.batch,
-            req.seq
+            req.seq,
+            req.grad_accum
         );
     }
     if req.optimizer == Optimizer::Sgd && req.mode == Mode::Train {
@@ -80,9 +81,9 @@ pub fn estimate(req: &Request) -> anyhow::Result<Estimate> {
     out.categories.parameters = sim_param_bytes(&specs, param_dt);
     let rb = runtime_buffers(req.threads);
     out.categories.runtime_buffers = rb;
-    out.peak_bytes += rb;
+    out.peak_bytes = out.peak_bytes.saturating_add(rb);
     for p in &mut out.phases {
-        p.peak_bytes += rb;
+        p.peak_bytes = p.peak_bytes.saturating_add(rb);
     }
     Ok(out)
 }
@@ -160,7 +161,21 @@ fn phase<T>(sim: &mut Sim, p: Phase, f: impl FnOnce(&mut Sim) -> T) -> (T, Phase
     (out, run)
 }
 
+/// Micro-batches of one optimizer step the replay runs op by op (see `train`).
+pub const REPLAYED_MICRO_BATCHES: usize = 3;
+
 fn train(sim: &mut Sim, model: &Built, p: &Params, req: &Request) -> Estimate {
+    train_replaying(sim, model, p, req, REPLAYED_MICRO_BATCHES)
+}
+
+/// `train`, replaying at most `replay_cap` micro-batches op by op (tests compare a full replay).
+fn train_replaying(
+    sim: &mut Sim,
+    model: &Built,
+    p: &Params,
+    req: &Request,
+    replay_cap: usize,
+) -> Estimate {
     let mut est = blank(req);
     let (b, t) = (req.batch, req.seq);
     let ids = sim.ints(&[b, t]);
@@ -190,7 +205,14 @@ fn train(sim: &mut Sim, model: &Built, p: &Params, req: &Request) -> Estimate {
         });
         let p_all = p;
         let p = cast.as_ref().unwrap_or(p_all);
-        for micro in 0..req.grad_accum {
+        // Micro-batches after the second leave the replay exactly as they found it (the
+        // accumulated gradients, nothing else), so only the first `REPLAYED_MICRO_BATCHES` are
+        // replayed; the rest add their FLOPs, measured on the last one replayed. The cost of
+        // an estimate is then O(1) in --grad-accum, its figures those of a full replay.
+        let replayed = req.grad_accum.min(replay_cap);
+        let mut last_micro_flops = [0u64; 2];
+        for micro in 0..replayed {
+            let micro_flops_before = sim.flops;
             let ((loss, parts, head_input), f) = phase(sim, Phase::Forward, |sim| {
                 sim.segmenting = true;
                 let logits = model.forward(sim, p, ids, None);
@@ -239,6 +261,21 @@ fn train(sim: &mut Sim, model: &Built, p: &Params, req: &Request) -> Estimate {
             step_peak = step_peak.max(f.peak).max(bw.peak);
             fwd.get_or_insert(f);
             bwd.get_or_insert(bw);
+            last_micro_flops = [Phase::Forward, Phase::Backward]
+                .map(|ph| sim.flops[ph as usize] - micro_flops_before[ph as usize]);
+        }
+        let skipped = (req.grad_accum - replayed) as u64;
+        for (ph, per_micro) in [Phase::Forward, Phase::Backward]
+            .into_iter()
+            .zip(last_micro_flops)
+        {
+            match per_micro
+                .checked_mul(skipped)
+                .and_then(|extra| sim.flops[ph as usize].checked_add(extra))
+            {
+                Some(total) => sim.flops[ph as usize] = total,
+                None => sim.overflow = true,
+            }
         }
         let grads = acc.expect("grad_accum >= 1");
         let ((), opt) = phase(sim, Phase::Optimizer, |sim| {

@@ -148,7 +148,15 @@ impl Tokens {
                 if spec.bin_dtype.is_some() {
                     return Err(not_bin("text"));
                 }
-                let text = std::fs::read(&spec.path).map_err(io)?;
+                let text = crate::capped::read_capped(
+                    &spec.path,
+                    crate::capped::MAX_TEXT_TOKENS_FILE,
+                    "text token file (use .bin or .npy for more)",
+                )
+                .map_err(|e| match e {
+                    crate::capped::CappedError::Io(e) => io(e),
+                    other => io(std::io::Error::other(other.to_string())),
+                })?;
                 let ids = parse_text(&text).map_err(|(line, word)| TokenError::Text {
                     path: path.clone(),
                     line,

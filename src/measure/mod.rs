@@ -5,6 +5,7 @@ pub mod clock;
 pub mod peaks;
 pub mod phases;
 pub mod procfs;
+pub mod stop;
 pub mod threads;
 pub mod workload;
 

@@ -340,12 +340,29 @@ pub fn cache_path(fingerprint: &str) -> PathBuf {
     cache_dir().join(format!("peaks-{h:016x}.json"))
 }
 
-/// This machine's cached peaks for `threads`, if measured before (and readable).
+/// This machine's cached peaks for `threads`, if measured before, readable and plausible: a
+/// cache whose rates are not finite and positive (a corrupt or hand-edited file) is ignored, as
+/// if never measured, so no ratio against it ("MFU inf%") is ever shown; `memscope peaks`
+/// measures again and replaces it.
 pub fn cached(threads: usize) -> Option<Peaks> {
     let fp = fingerprint(threads);
-    let text = std::fs::read_to_string(cache_path(&fp)).ok()?;
+    let text = crate::capped::read_capped_string(&cache_path(&fp), 16 << 20, "peaks cache").ok()?;
     let p: Peaks = serde_json::from_str(&text).ok()?;
-    (p.fingerprint == fp).then_some(p)
+    (p.fingerprint == fp && p.plausible()).then_some(p)
+}
+
+impl Peaks {
+    /// Every rate finite and positive.
+    pub fn plausible(&self) -> bool {
+        let ok = |x: f64| x.is_finite() && x > 0.0;
+        let rate = |r: &Rate| ok(r.best) && r.median.is_finite() && r.median >= 0.0;
+        self.matmul_gflops.values().all(|&g| ok(g))
+            && self.matmul.values().all(|s| rate(&s.gflops))
+            && self.model_shapes.iter().all(|s| rate(&s.gflops))
+            && ok(self.bandwidth_gbs)
+            && rate(&self.copy_gbs)
+            && rate(&self.triad_gbs)
+    }
 }
 
 /// (name, in, out) of a model's linear layers, as `memscope peaks` times them.

@@ -168,6 +168,9 @@ pub fn measure_with(
             let mut opt: Option<Optim> = None;
             let mut micro_batches = Vec::with_capacity(spec.grad_accum);
             for step in 0..total_steps {
+                if step > spec.warmup && crate::measure::stop::requested() {
+                    break; // SIGINT/SIGTERM under `leak`: keep the measured steps
+                }
                 if step == spec.warmup {
                     crate::instrument::op_timer::reset(); // per-op times cover the measured steps
                 }
@@ -198,6 +201,9 @@ pub fn measure_with(
             let fixed = random_batch(&mut rng, spec.batch, spec.seq, cfg, &dev)?;
             drop(store); // inference keeps the model's detached tensors only
             for step in 0..total_steps {
+                if step > spec.warmup && crate::measure::stop::requested() {
+                    break; // SIGINT/SIGTERM under `leak`: keep the measured steps
+                }
                 if step == spec.warmup {
                     crate::instrument::op_timer::reset(); // per-op times cover the measured steps
                 }
@@ -231,6 +237,9 @@ pub fn measure_with(
             })?;
             kv_cache_bytes = Some(cache.bytes());
             for step in 0..total_steps {
+                if step > spec.warmup && crate::measure::stop::requested() {
+                    break; // SIGINT/SIGTERM under `leak`: keep the measured steps
+                }
                 if step == spec.warmup {
                     crate::instrument::op_timer::reset(); // per-op times cover the measured steps
                 }

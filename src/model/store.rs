@@ -189,6 +189,35 @@ impl ParamStore {
         Self::build(tensors, purpose.trainable())
     }
 
+    /// Checks, without reading any values, that a checkpoint holds every parameter of `specs`
+    /// with its exact shape: what [`ParamStore::from_weights`] would refuse, found before any
+    /// run starts (`sweep` refuses up front rather than give an error row per configuration).
+    pub fn check_weights(specs: &[ParamSpec], weights: &WeightSet) -> anyhow::Result<()> {
+        for spec in specs {
+            let Some(info) = PREFIXES
+                .iter()
+                .find_map(|p| weights.info(&format!("{p}{}", spec.name)))
+            else {
+                bail!(
+                    "--weights: tensor `{}` (shape {:?}) is missing from the checkpoint; it has {} tensors, e.g. {:?}",
+                    spec.name,
+                    spec.shape,
+                    weights.names().len(),
+                    weights.names().iter().take(3).collect::<Vec<_>>()
+                );
+            };
+            if info.shape != spec.shape {
+                bail!(
+                    "--weights: tensor `{}` has shape {:?}, the model config needs {:?} (is --model/--config the checkpoint's architecture?)",
+                    info.name,
+                    info.shape,
+                    spec.shape
+                );
+            }
+        }
+        Ok(())
+    }
+
     /// Parameters read from a checkpoint. Every spec must be present with its exact shape;
     /// tensors the model does not use are returned as warnings.
     pub fn from_weights(

@@ -59,8 +59,18 @@ pub fn parse(name: &str, text: &str) -> anyhow::Result<Input> {
     if trimmed.is_empty() {
         bail!("{name}: the file is empty; {WHAT}");
     }
-    if let Ok(v) = serde_json::from_str::<Value>(trimmed) {
-        return parse_value(name, v);
+    match serde_json::from_str::<Value>(trimmed) {
+        Ok(v) => return parse_value(name, v),
+        // One JSON value that ends early (not JSON Lines: its first line is no value alone).
+        Err(e)
+            if e.is_eof()
+                && serde_json::from_str::<Value>(trimmed.lines().next().unwrap_or("")).is_err() =>
+        {
+            bail!(
+                "{name}: truncated: the JSON ends before it is complete ({e}); the file was cut off (a run killed while writing it, a full disk, or a partial copy)"
+            )
+        }
+        Err(_) => {}
     }
     // Not one JSON value: JSON Lines (a sweep).
     let mut rows = Vec::new();
@@ -136,7 +146,9 @@ fn parse_value(name: &str, v: Value) -> anyhow::Result<Input> {
 /// Reads and parses `path`.
 pub fn load(path: &std::path::Path) -> anyhow::Result<Named> {
     let name = path.display().to_string();
-    let text = std::fs::read_to_string(path).with_context(|| format!("{name}: cannot read"))?;
+    use crate::capped::{read_capped_string, MAX_RESULT_FILE};
+    let text = read_capped_string(path, MAX_RESULT_FILE, "memscope result file")
+        .with_context(|| format!("{name}: cannot read"))?;
     let input = parse(&name, &text)?;
     if let Input::Sweep(rows) = &input {
         if rows.is_empty() {

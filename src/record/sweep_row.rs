@@ -178,8 +178,9 @@ pub fn label(s: &Spec) -> String {
 /// a sweep killed while appending) is skipped with a warning, as `analyze` does with its logs.
 /// Returns the rows and the warnings.
 pub fn read_jsonl(path: &Path) -> anyhow::Result<(Vec<Row>, Vec<String>)> {
-    let text =
-        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    use crate::capped::{read_capped_string, MAX_RESULT_FILE};
+    let text = read_capped_string(path, MAX_RESULT_FILE, "sweep JSONL file")
+        .with_context(|| format!("reading {}", path.display()))?;
     let last = text
         .lines()
         .enumerate()

@@ -12,6 +12,35 @@ pub const POLL: Duration = Duration::from_millis(100);
 /// Time between SIGTERM and SIGKILL on a timeout.
 pub const GRACE: Duration = Duration::from_secs(2);
 
+/// The smallest `--memory-limit` a worker can be held to: the memscope process itself (its
+/// binary, allocator arenas, threads' stacks) needs about this much before it loads a model, so
+/// a smaller limit makes the worker die at start-up (a segmentation fault), not an `oom` row.
+pub const MIN_MEMORY_LIMIT: u64 = 64 << 20;
+
+/// `--memory-limit` (sweep, fit, optimize): a size, at least [`MIN_MEMORY_LIMIT`].
+pub fn parse_memory_limit(text: &str) -> anyhow::Result<u64> {
+    let b = crate::units::parse_bytes("--memory-limit", text)?;
+    anyhow::ensure!(
+        b >= MIN_MEMORY_LIMIT,
+        "--memory-limit {text}: a worker needs at least {} before it loads any model (the process itself); give {} or more",
+        crate::units::fmt_bytes(MIN_MEMORY_LIMIT as f64),
+        crate::units::fmt_bytes(MIN_MEMORY_LIMIT as f64)
+    );
+    Ok(b)
+}
+
+/// `--timeout` (sweep, fit, optimize): a duration, at least [`POLL`], the interval at which a
+/// worker is checked (a shorter one would be rounded up to it without a word).
+pub fn parse_timeout(text: &str) -> anyhow::Result<Duration> {
+    let d = crate::units::parse_duration("--timeout", text)?;
+    anyhow::ensure!(
+        d >= POLL,
+        "--timeout {text}: shorter than the {} ms at which workers are checked; give 100ms or more",
+        POLL.as_millis()
+    );
+    Ok(d)
+}
+
 /// How the per-worker memory budget is enforced.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Enforcement {

@@ -74,10 +74,7 @@ pub struct JsonlWriter {
 
 impl JsonlWriter {
     pub fn open(path: &Path) -> anyhow::Result<JsonlWriter> {
-        let file = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(path)
+        let file = crate::output::open_stream(path, true)
             .with_context(|| format!("--jsonl {}", path.display()))?;
         Ok(JsonlWriter { file })
     }
@@ -86,7 +83,10 @@ impl JsonlWriter {
         let line = row.to_jsonl_line()?;
         self.file.write_all(line.as_bytes())?;
         self.file.flush()?;
-        self.file.sync_data()?;
+        // A pipe or terminal (`--jsonl -`, a FIFO) has nothing to sync.
+        if self.file.metadata().is_ok_and(|m| m.is_file()) {
+            self.file.sync_data()?;
+        }
         Ok(())
     }
 }

@@ -288,7 +288,7 @@ pub fn run_worker(
         .cloned()
         .collect();
     let series = read_series(&series_path);
-    let record = std::fs::read_to_string(&out)
+    let record = crate::capped::read_capped_string(&out, crate::capped::MAX_RESULT_FILE, "Record")
         .ok()
         .and_then(|t| serde_json::from_str::<crate::record::Record>(&t).ok());
     let _ = std::fs::remove_file(&series_path);

@@ -18,7 +18,7 @@ use crate::record::StepMemory;
 use crate::spec::Spec;
 use anyhow::{bail, Context};
 use serde::{Deserialize, Serialize};
-use std::io::{Read, Write};
+use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -107,17 +107,21 @@ pub fn run(args: WorkerOptions) -> anyhow::Result<ExitCode> {
             0,
         );
     }
-    let mut text = String::new();
+    let text;
     let from = match &args.spec_file {
         Some(p) => {
-            text =
-                std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
+            text = crate::capped::read_capped_string(p, crate::capped::MAX_CONFIG_FILE, "Spec")
+                .with_context(|| format!("reading {}", p.display()))?;
             p.display().to_string()
         }
         None => {
-            std::io::stdin()
-                .read_to_string(&mut text)
-                .context("reading the Spec on stdin")?;
+            let bytes = crate::capped::read_capped_from(
+                std::io::stdin(),
+                crate::capped::MAX_CONFIG_FILE,
+                "Spec",
+            )
+            .context("reading the Spec on stdin")?;
+            text = String::from_utf8(bytes).context("the Spec on stdin is not UTF-8")?;
             "stdin".to_string()
         }
     };

@@ -13,7 +13,7 @@ pub struct JsonlWriter {
 impl JsonlWriter {
     /// Creates (truncates) the file; errors name the flag.
     pub fn create(path: &Path) -> anyhow::Result<JsonlWriter> {
-        let file = File::create(path)
+        let file = crate::output::open_stream(path, false)
             .map_err(|e| anyhow::anyhow!("--jsonl {}: cannot create: {e}", path.display()))?;
         Ok(JsonlWriter { file })
     }

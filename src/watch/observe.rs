@@ -52,6 +52,8 @@ pub struct WatchResult {
     pub duration_s: f64,
     /// CPU seconds (user + system) `memscope watch` itself used.
     pub watcher_cpu_s: f64,
+    /// The first --jsonl write that failed (a full disk): the watch then fails.
+    pub jsonl_error: Option<String>,
 }
 
 pub fn watch(mut cfg: WatchConfig) -> anyhow::Result<WatchResult> {
@@ -208,7 +210,7 @@ pub fn watch(mut cfg: WatchConfig) -> anyhow::Result<WatchResult> {
         }
         None => None,
     };
-    if let Some(e) = jsonl_error {
+    if let Some(e) = &jsonl_error {
         notes.push(format!("--jsonl: writing failed: {e}"));
     }
     if sampler.smaps_reads > 0 {
@@ -239,6 +241,7 @@ pub fn watch(mut cfg: WatchConfig) -> anyhow::Result<WatchResult> {
         root_pid: root,
         duration_s: start.elapsed().as_secs_f64(),
         watcher_cpu_s: own_cpu_seconds(),
+        jsonl_error,
     })
 }
 

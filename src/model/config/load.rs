@@ -12,6 +12,21 @@ use super::{ConfigError, ModelConfig};
 /// Largest config file we read; real ones are a few KiB.
 const MAX_CONFIG_BYTES: u64 = 16 << 20;
 
+/// A config's `name` as it will be printed: control characters (NUL, newlines, the ESC of a
+/// terminal escape sequence) written as escapes (`\u{1b}`), so a file cannot rewrite the
+/// terminal or forge report lines; everything else is kept.
+fn printable(name: &str) -> String {
+    name.chars()
+        .map(|c| {
+            if c.is_control() {
+                c.escape_default().to_string()
+            } else {
+                c.to_string()
+            }
+        })
+        .collect()
+}
+
 impl ModelConfig {
     /// Parses memscope's schema (has `family`) or a Hugging Face config.json, then validates.
     ///
@@ -26,11 +41,13 @@ impl ModelConfig {
             entries: &entries,
         };
         if fields.get("family").is_some() {
-            let cfg = parse_ours(&fields, source)?;
+            let mut cfg = parse_ours(&fields, source)?;
+            cfg.name = printable(&cfg.name);
             cfg.validate_as(&origin, &|field| field.to_string())?;
             Ok(cfg)
         } else {
-            let (cfg, used) = parse_hf(&fields, source)?;
+            let (mut cfg, used) = parse_hf(&fields, source)?;
+            cfg.name = printable(&cfg.name);
             let display = |field: &str| {
                 used.iter()
                     .find(|(ours, _)| *ours == field)
@@ -49,21 +66,9 @@ impl ModelConfig {
             origin: origin.clone(),
             reason,
         };
-        let len = std::fs::metadata(path)
-            .map_err(|e| io(e.to_string()))?
-            .len();
-        if len > MAX_CONFIG_BYTES {
-            return Err(io(format!(
-                "{len} bytes is too large for a config (limit {MAX_CONFIG_BYTES})"
-            )));
-        }
-        let bytes = std::fs::read(path).map_err(|e| io(e.to_string()))?;
-        let text = String::from_utf8(bytes).map_err(|e| {
-            io(format!(
-                "not UTF-8 (invalid byte at offset {})",
-                e.utf8_error().valid_up_to()
-            ))
-        })?;
+        // Capped on the bytes read: metadata says 0 for /dev/zero or a FIFO.
+        let text = crate::capped::read_capped_string(path, MAX_CONFIG_BYTES, "config")
+            .map_err(|e| io(e.to_string()))?;
         Self::from_json_str(&text, &origin)
     }
 }

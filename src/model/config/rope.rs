@@ -61,6 +61,22 @@ pub(super) fn parse_hf(f: &Fields<'_>) -> Result<(Option<f64>, RopeScaling), Con
         f.get("rope_parameters").filter(|v| !v.is_null()),
         f.get("rope_scaling").filter(|v| !v.is_null()),
     ) {
+        (Some(p), Some(s)) => {
+            // Both spellings (transformers 5 and 4): they must say the same, or the file is
+            // ambiguous; one is never dropped silently.
+            let (tp, sp) = parse_object(f, "rope_parameters", p)?;
+            let (ts, ss) = parse_object(f, "rope_scaling", s)?;
+            if sp != ss || (tp.is_some() && ts.is_some() && tp != ts) {
+                return Err(ConfigError::Conflict {
+                    origin: f.origin.to_string(),
+                    key: "rope_scaling".into(),
+                    value: s.to_string(),
+                    other_key: "rope_parameters".into(),
+                    other_value: p.to_string(),
+                });
+            }
+            ("rope_parameters", p)
+        }
         (Some(v), _) => ("rope_parameters", v),
         (None, Some(v)) => ("rope_scaling", v),
         (None, None) => return Ok((top_theta, RopeScaling::Default)),

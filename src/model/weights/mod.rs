@@ -25,7 +25,7 @@ mod write;
 
 pub use file::SafetensorsFile;
 pub use parse::parse_header;
-pub use set::WeightSet;
+pub use set::{files_of, WeightSet};
 pub use types::*;
 pub use write::write_safetensors;
 

@@ -121,6 +121,28 @@ impl<'de> Visitor<'de> for IndexVisitor {
     }
 }
 
+/// The files a weights path reads: the path itself and, for a sharded index, every shard it
+/// names (as far as the index can be read; opening the set reports what is wrong with it).
+pub fn files_of(path: &Path) -> Vec<PathBuf> {
+    let mut out = vec![path.to_path_buf()];
+    let is_index = path
+        .file_name()
+        .and_then(|n| n.to_str())
+        .is_some_and(|n| n.ends_with(".index.json"));
+    if let (true, Ok(ix)) = (is_index, read_index_json(path)) {
+        let dir = path.parent().unwrap_or(Path::new(""));
+        for (name, shard) in &ix.weight_map {
+            if let Ok(rel) = safe_shard_path(path, name, shard) {
+                let p = dir.join(rel);
+                if !out.contains(&p) {
+                    out.push(p);
+                }
+            }
+        }
+    }
+    out
+}
+
 /// Reads and parses an index file (size-capped, strict UTF-8 JSON).
 pub(super) fn read_index_json(path: &Path) -> Result<IndexJson, WeightsError> {
     let io_err = |error| WeightsError::Io {
@@ -131,13 +153,12 @@ pub(super) fn read_index_json(path: &Path) -> Result<IndexJson, WeightsError> {
         path: path.into(),
         problem,
     };
-    let len = std::fs::metadata(path).map_err(io_err)?.len();
-    if len > MAX_INDEX_LEN {
-        return Err(bad(format!(
-            "the file is {len} bytes; valid is at most {MAX_INDEX_LEN}"
-        )));
-    }
-    let bytes = std::fs::read(path).map_err(io_err)?;
+    use crate::capped::{read_capped, CappedError};
+    let bytes = match read_capped(path, MAX_INDEX_LEN, "weights index") {
+        Ok(b) => b,
+        Err(CappedError::Io(e)) => return Err(io_err(e)),
+        Err(e @ CappedError::TooLarge { .. }) => return Err(bad(e.to_string())),
+    };
     let text = std::str::from_utf8(&bytes).map_err(|e| {
         bad(format!(
             "not valid UTF-8 (first bad byte at offset {}); valid is UTF-8 JSON",

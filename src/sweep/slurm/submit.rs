@@ -44,6 +44,14 @@ pub fn write_plan(
     jsonl: Option<&Path>,
     opts: &SubmitOptions,
 ) -> anyhow::Result<PlanMeta> {
+    // A plan whose sbatch failed (no job id) holds nothing to follow: it is replaced.
+    if dir.meta().exists() && dir.read_meta().is_ok_and(|m| m.job_id.is_none()) {
+        eprintln!(
+            "memscope sweep: --work-dir {}: replacing a plan that was never submitted",
+            dir.root.display()
+        );
+        std::fs::remove_file(dir.meta())?;
+    }
     if dir.meta().exists() {
         bail!(
             "--work-dir {}: already holds a sweep; follow it with `memscope sweep --attach {0}`, or choose another --work-dir",

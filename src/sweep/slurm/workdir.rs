@@ -66,13 +66,15 @@ impl WorkDir {
     }
     pub fn read_meta(&self) -> anyhow::Result<PlanMeta> {
         let p = self.meta();
-        let text = std::fs::read_to_string(&p).with_context(|| {
-            format!(
-                "--attach {}: no {} (not a memscope Slurm sweep directory?)",
-                self.root.display(),
-                p.display()
-            )
-        })?;
+        let text =
+            crate::capped::read_capped_string(&p, crate::capped::MAX_CONFIG_FILE, "plan file")
+                .with_context(|| {
+                    format!(
+                        "--attach {}: no {} (not a memscope Slurm sweep directory?)",
+                        self.root.display(),
+                        p.display()
+                    )
+                })?;
         let meta: PlanMeta = serde_json::from_str(&text)
             .with_context(|| format!("--attach: {} is not a sweep plan", p.display()))?;
         Ok(meta)
@@ -131,6 +133,11 @@ pub fn write_json<T: Serialize>(path: &Path, value: &T) -> anyhow::Result<()> {
 }
 
 pub fn read_json<T: for<'de> Deserialize<'de>>(path: &Path) -> Option<T> {
-    let text = std::fs::read_to_string(path).ok()?;
+    let text = crate::capped::read_capped_string(
+        path,
+        crate::capped::MAX_RESULT_FILE,
+        "work directory file",
+    )
+    .ok()?;
     serde_json::from_str(&text).ok()
 }

@@ -12,15 +12,16 @@ use candle_core::{Device, Tensor, Var};
 use candle_nn::ParamsAdamW;
 use criterion::{black_box, criterion_group, Criterion, Throughput};
 use memscope::kernels::product::{self, Operand, Strided};
+use memscope::kernels::unfused;
 use memscope::kernels::{
     adamw::AdamW, attention, cross_entropy, dot_bf16, gelu, half_bits, layer_norm, linear,
     rms_norm, swiglu,
 };
-use memscope::model::unfused;
 use std::path::PathBuf;
 
 #[global_allocator]
-static GLOBAL: memscope::measure::alloc::CountingAlloc = memscope::measure::alloc::CountingAlloc;
+static GLOBAL: memscope::instrument::alloc::CountingAlloc =
+    memscope::instrument::alloc::CountingAlloc;
 
 const N: usize = 256;
 const C: usize = 768;
@@ -333,7 +334,7 @@ fn median_ns(id: &str) -> Option<f64> {
 }
 
 fn main() {
-    memscope::measure::alloc::keep_freed_memory(); // as the memscope binary runs
+    memscope::instrument::alloc::keep_freed_memory(); // as the memscope binary runs
     kernels();
     config().final_summary();
     let threads = rayon::current_num_threads();

@@ -1,4 +1,4 @@
-//! What `roofline` / `profile`'s instrumentation costs (measure/op_timer.rs), side by side in one
+//! What `roofline` / `profile`'s instrumentation costs (instrument/op_timer.rs), side by side in one
 //! run: (1) one scope per call — absent (the bare call), compiled in but off, and on; (2) a whole
 //! tiny-gpt2 train step (8 × 128: the model where per-op overhead weighs most) with profiling off
 //! and on; then the scopes a step opens, so that the off cost per step = scopes × (off − absent)
@@ -9,14 +9,15 @@
 use candle_core::{Device, Tensor, Var};
 use candle_nn::ParamsAdamW;
 use criterion::{black_box, criterion_group, criterion_main, Criterion};
+use memscope::instrument::op_timer::{self, Pass};
 use memscope::kernels::adamw::AdamW;
-use memscope::measure::op_timer::{self, Pass};
 use memscope::model::config::ModelConfig;
 use memscope::model::store::{ParamStore, Purpose};
 use memscope::model::{ops, param_specs, segments, Model};
 
 #[global_allocator]
-static GLOBAL: memscope::measure::alloc::CountingAlloc = memscope::measure::alloc::CountingAlloc;
+static GLOBAL: memscope::instrument::alloc::CountingAlloc =
+    memscope::instrument::alloc::CountingAlloc;
 
 fn per_call(c: &mut Criterion) {
     let mut g = c.benchmark_group("one scope");
@@ -64,7 +65,7 @@ fn train_step(model: &Model, ids: &Tensor, targets: &Tensor, vars: &[Var], opt: 
 }
 
 fn whole_step(c: &mut Criterion) {
-    memscope::measure::alloc::keep_freed_memory();
+    memscope::instrument::alloc::keep_freed_memory();
     let cfg = ModelConfig::preset("tiny-gpt2").unwrap();
     let (b, t) = (8, 128);
     let (ids, targets) = batch(b, t, cfg.vocab_size);

@@ -17,7 +17,8 @@ use memscope::model::{ops, param_specs, segments, Model};
 use std::path::Path;
 
 #[global_allocator]
-static GLOBAL: memscope::measure::alloc::CountingAlloc = memscope::measure::alloc::CountingAlloc;
+static GLOBAL: memscope::instrument::alloc::CountingAlloc =
+    memscope::instrument::alloc::CountingAlloc;
 
 fn config(name: &str) -> ModelConfig {
     if name.ends_with(".json") {
@@ -51,7 +52,7 @@ fn train_step(model: &Model, ids: &Tensor, targets: &Tensor, vars: &[Var], opt: 
 }
 
 fn steps(c: &mut Criterion) {
-    memscope::measure::alloc::keep_freed_memory();
+    memscope::instrument::alloc::keep_freed_memory();
     for (name, b, t) in [
         ("tiny-gpt2", 8, 128),
         ("tiny-llama", 8, 128),

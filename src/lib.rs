@@ -6,6 +6,7 @@ pub mod cli;
 pub mod environment;
 pub mod estimate;
 pub mod input;
+pub mod instrument;
 pub mod kernels;
 pub mod measure;
 pub mod model;

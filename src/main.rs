@@ -1,6 +1,6 @@
 //! memscope: parse arguments, dispatch, turn errors into exit codes.
 
-use memscope::measure::alloc::{keep_freed_memory, set_counting, CountingAlloc};
+use memscope::instrument::alloc::{keep_freed_memory, set_counting, CountingAlloc};
 use std::process::ExitCode;
 
 #[global_allocator]

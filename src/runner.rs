@@ -157,7 +157,7 @@ pub fn check_machine_memory(spec: &Spec) -> anyhow::Result<()> {
     let Some(total) = crate::measure::procfs::mem_total_bytes() else {
         return Ok(());
     };
-    let params = crate::model::cost::param_count(&spec.config).unwrap_or(u64::MAX);
+    let params = crate::model::cost::param_count(spec.arch()).unwrap_or(u64::MAX);
     let param_bytes = params.saturating_mul(spec.dtype.size_bytes());
     let hint =
         "nothing was allocated; choose a smaller model or size, or pass --force to run it anyway";
@@ -170,7 +170,7 @@ pub fn check_machine_memory(spec: &Spec) -> anyhow::Result<()> {
             fmt_bytes(total as f64),
         );
     }
-    if spec.config.n_layers <= ESTIMATE_MAX_LAYERS {
+    if spec.arch().n_layers <= ESTIMATE_MAX_LAYERS {
         let req = crate::estimate::Request::for_spec(spec);
         if let Ok(e) = crate::estimate::estimate(&req) {
             if e.peak_bytes > total {

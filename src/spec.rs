@@ -1,7 +1,6 @@
 //! What to run: model, workload and sizes. Validated once; serialisable, so it is the only thing
 //! a worker process needs.
 
-use crate::input::tokens::DataSpec;
 use crate::model::config::{Family, ModelConfig};
 use crate::model::store::Purpose;
 use crate::model::variant::{Precision, Variant};
@@ -67,8 +66,10 @@ impl Dtype {
 pub struct Spec {
     /// Preset name, or the config's name when `config_path` is set.
     pub model: String,
-    /// The resolved architecture (a worker needs no file to rebuild it).
-    pub config: ModelConfig,
+    /// The resolved architecture (a worker needs no file to rebuild it). Absent only from the
+    /// Record of a user's own PyTorch model (`engine` says which): memscope cannot build that.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config: Option<ModelConfig>,
     pub config_path: Option<PathBuf>,
     pub weights: Option<PathBuf>,
     pub mode: Mode,
@@ -93,6 +94,33 @@ pub struct Spec {
     /// memscope's own.
     #[serde(default, skip_serializing_if = "Variant::is_default")]
     pub variant: Variant,
+    /// The engine that ran the workload when it was not memscope's own (a PyTorch training loop
+    /// recorded by the Python package, `python/`); absent for memscope's engine.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub engine: Option<EngineInfo>,
+}
+
+/// Another engine's run recorded into a Record: which engine, on what, and what its memory
+/// figures (the Record's `heap_*` fields) measure there.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct EngineInfo {
+    /// `pytorch`.
+    pub name: String,
+    /// The engine's version (`torch.__version__`).
+    pub version: String,
+    /// `cpu`, `cuda:0`, …
+    pub device: String,
+    /// The model's class (`GPT2LMHeadModel`, a user's `nn.Module`).
+    pub model_class: String,
+    /// What the Record's heap figures count on this device: `cuda allocated` (PyTorch's caching
+    /// allocator, allocated bytes), `malloc usable` (every malloc of the process, counted by the
+    /// preloaded allocator) or `rss` (resident set size: the allocator was not preloaded).
+    pub memory: String,
+    /// torch.distributed rank and world size, when the run was distributed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rank: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub world_size: Option<u32>,
 }
 
 #[derive(Debug, thiserror::Error, PartialEq)]
@@ -124,6 +152,8 @@ pub enum SpecError {
         mode: &'static str,
         dtype: &'static str,
     },
+    #[error("spec.config is missing: this Spec comes from the Record of a user's own PyTorch model ({0}), which memscope cannot build or run; run a preset (--model) or a config file (--config)")]
+    NoConfig(String),
     #[error("--lr must be a finite positive number (got {0})")]
     BadLr(f64),
     #[error("{flag} {value} is more than memscope runs ({max} at most); a leak verdict needs a few hundred steps, timing statistics a few dozen")]
@@ -165,10 +195,13 @@ impl Spec {
                 });
             }
         }
-        let max = self.config.max_seq_len;
+        let Some(config) = &self.config else {
+            return Err(SpecError::NoConfig(self.model.clone()));
+        };
+        let max = config.max_seq_len;
         match self.mode {
             Mode::Generate => {
-                if self.config.family == Family::Bert {
+                if config.family == Family::Bert {
                     return Err(SpecError::EncoderCannotGenerate {
                         model: self.model.clone(),
                     });
@@ -219,6 +252,14 @@ impl Spec {
         Ok(())
     }
 
+    /// The architecture to build. Every Spec that runs passed [`Spec::validate`], which refuses
+    /// one without a config (only a Python-recorded Record's Spec lacks it).
+    pub fn arch(&self) -> &ModelConfig {
+        self.config
+            .as_ref()
+            .expect("a validated Spec has a config (Spec::validate refuses one without)")
+    }
+
     /// Tokens processed by one measured step (prompt + decoded tokens for generate).
     pub fn tokens_per_step(&self) -> u64 {
         let per_seq = match self.mode {
@@ -227,4 +268,21 @@ impl Spec {
         } as u64;
         (self.batch as u64).saturating_mul(per_seq)
     }
+}
+
+/// Element type of a `.bin` token file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum BinDtype {
+    U16,
+    U32,
+}
+
+/// What `--data` asks for; lives in the Spec so a sweep worker opens the same file.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct DataSpec {
+    pub path: PathBuf,
+    /// `--data-dtype`, only meaningful for `.bin` (u16 when absent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bin_dtype: Option<BinDtype>,
 }

@@ -205,9 +205,19 @@ pub fn number_to_bytes(number: &str, unit: Unit) -> Result<f64, String> {
     unit.to_bytes(&clean)
 }
 
-/// Parses a size such as `500MB`, `2GB`, `1.5GiB`, `1 MiB`, `4096` or `4096B` into bytes.
-/// A bare number is bytes. Units are case-insensitive.
-pub fn parse_size(s: &str) -> Result<f64, String> {
+/// What is wrong with a size, before it is phrased for a flag or a value.
+enum SizeError {
+    Empty,
+    Negative,
+    UnknownUnit(String),
+    Number(String),
+}
+
+/// The one size grammar of memscope's flags (`--memory-limit`, `--fits`, `--budget`, `--max-peak`,
+/// …): a plain non-negative number as [`check_number`] reads it (`1.5`, `.5`, `1e9`, `12,345`),
+/// then an optional unit: B, KB, MB, GB, TB (powers of 1000; `K`, `M`, `G`, `T` alone mean the
+/// same) or KiB, MiB, GiB, TiB (powers of 1024), any case, spaces allowed. A bare number is bytes.
+fn size_in_bytes(s: &str) -> Result<f64, SizeError> {
     let t = s.trim();
     let split = t
         .char_indices()
@@ -215,21 +225,34 @@ pub fn parse_size(s: &str) -> Result<f64, String> {
         .map(|(i, _)| i)
         .unwrap_or(t.len());
     let (num, unit) = (t[..split].trim(), t[split..].trim());
-    let invalid = || {
-        format!("invalid size '{s}': expected a number followed by one of {UNIT_NAMES} (e.g. 500MB, 1.5GiB)")
-    };
-    if num.is_empty() {
-        return Err(invalid());
-    }
     if num.starts_with('-') {
-        return Err(format!("invalid size '{s}': negative; sizes are positive"));
+        return Err(SizeError::Negative);
     }
-    let unit = if unit.is_empty() {
-        Unit::B
-    } else {
-        Unit::parse(unit).ok_or_else(invalid)?
+    if num.is_empty() {
+        return Err(SizeError::Empty);
+    }
+    let unit = match unit.to_ascii_lowercase().as_str() {
+        "" => Unit::B,
+        "k" => Unit::KB,
+        "m" => Unit::MB,
+        "g" => Unit::GB,
+        "t" => Unit::TB,
+        u => Unit::parse(u).ok_or_else(|| SizeError::UnknownUnit(unit.to_string()))?,
     };
-    number_to_bytes(num, unit).map_err(|e| format!("invalid size '{s}': {e}"))
+    number_to_bytes(num, unit).map_err(SizeError::Number)
+}
+
+/// Parses a size such as `500MB`, `2GB`, `1.5GiB`, `1 MiB`, `4096` or `4096B` into bytes (the
+/// grammar of [`size_in_bytes`]); errors quote the text.
+pub fn parse_size(s: &str) -> Result<f64, String> {
+    let expected =
+        format!("expected a number followed by one of {UNIT_NAMES} (e.g. 500MB, 1.5GiB)");
+    size_in_bytes(s).map_err(|e| match e {
+        SizeError::Empty => format!("invalid size '{s}': {expected}"),
+        SizeError::Negative => format!("invalid size '{s}': negative; sizes are positive"),
+        SizeError::UnknownUnit(u) => format!("invalid size '{s}': unknown unit '{u}'; {expected}"),
+        SizeError::Number(e) => format!("invalid size '{s}': {e}"),
+    })
 }
 
 /// Formats bytes in binary units with three significant figures: `512 B`, `1.50 KiB`, `17.4 GiB`.
@@ -390,36 +413,18 @@ pub fn rate(v: f64) -> String {
     }
 }
 
-/// Parses a byte count: a number with an optional unit B, KB, MB, GB, TB (powers of 1000) or
-/// KiB, MiB, GiB, TiB (powers of 1024); case-insensitive, spaces allowed, decimals allowed.
+/// Parses a byte count for `flag` (the grammar of [`size_in_bytes`]): a whole number of bytes
+/// from 1 B to 16 EiB, rounded to the byte; errors start with the flag and the text.
 pub fn parse_bytes(flag: &str, text: &str) -> anyhow::Result<u64> {
-    let t = text.trim();
-    if t.starts_with('-') {
-        bail!("{flag} {text}: sizes are positive; e.g. 512MiB or 8GiB");
-    }
-    let split = t
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(t.len());
-    let (num, unit) = (t[..split].trim(), t[split..].trim());
     let hint = "use a number with B, KB, MB, GB, KiB, MiB or GiB, e.g. 512MiB or 8GiB";
-    let value: f64 = num
-        .parse()
-        .ok()
-        .filter(|v: &f64| v.is_finite())
-        .with_context(|| format!("{flag} {text}: not a size; {hint}"))?;
-    let mult: f64 = match unit.to_ascii_lowercase().as_str() {
-        "" | "b" => 1.0,
-        "kb" | "k" => 1e3,
-        "mb" | "m" => 1e6,
-        "gb" | "g" => 1e9,
-        "tb" | "t" => 1e12,
-        "kib" => 1024.0,
-        "mib" => 1024.0 * 1024.0,
-        "gib" => 1024.0 * 1024.0 * 1024.0,
-        "tib" => 1024f64.powi(4),
-        _ => bail!("{flag} {text}: unknown unit \"{unit}\"; {hint}"),
+    let b = match size_in_bytes(text) {
+        Ok(b) => b.round(),
+        Err(SizeError::Negative) => bail!("{flag} {text}: sizes are positive; e.g. 512MiB or 8GiB"),
+        Err(SizeError::UnknownUnit(u)) => bail!("{flag} {text}: unknown unit \"{u}\"; {hint}"),
+        Err(SizeError::Empty | SizeError::Number(_)) => {
+            bail!("{flag} {text}: not a size; {hint}")
+        }
     };
-    let b = (value * mult).round();
     if b < 1.0 || b >= u64::MAX as f64 {
         bail!("{flag} {text}: must be between 1 B and 16 EiB; {hint}");
     }
@@ -548,6 +553,25 @@ mod tests {
         assert!(parse_bytes("--m", "").is_err());
         assert!(parse_bytes("--m", "0").is_err());
         assert!(parse_bytes("--m", "-1GiB").is_err());
+    }
+
+    #[test]
+    fn flags_and_targets_read_one_size_grammar() {
+        // What parse_size reads, parse_bytes reads: exponents, thousands separators, single letters.
+        for (text, bytes) in [
+            ("1e9", 1e9),
+            ("12,345", 12345.0),
+            ("2g", 2e9),
+            ("3 M", 3e6),
+            ("1.5GiB", 1.5 * 1073741824.0),
+        ] {
+            assert_eq!(parse_size(text).unwrap(), bytes, "{text}");
+            assert_eq!(parse_bytes("--m", text).unwrap(), bytes as u64, "{text}");
+        }
+        for bad in ["NaN", "inf", "1e400", "12,3456", "8 gigs", "-2g", ""] {
+            assert!(parse_size(bad).is_err(), "{bad}");
+            assert!(parse_bytes("--m", bad).is_err(), "{bad}");
+        }
     }
 
     #[test]

@@ -2,7 +2,7 @@
 //! global one here. The counters are process-wide, so the checks run one after another in a
 //! single test: parallel test threads would allocate in the middle of an exact comparison.
 
-use memscope::measure::alloc::{self, CountingAlloc, Phase};
+use memscope::instrument::alloc::{self, CountingAlloc, Phase};
 use memscope::measure::phases::PhaseTracker;
 
 #[global_allocator]

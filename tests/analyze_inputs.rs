@@ -3,14 +3,8 @@
 //! budget wording, scaling's truncated last row, and a warm-up end that does not depend on how
 //! long the series ran.
 
-use assert_cmd::Command;
-use std::time::Duration;
-
-fn memscope() -> Command {
-    let mut c = Command::cargo_bin("memscope").unwrap();
-    c.timeout(Duration::from_secs(120)); // a guard against hangs, not a timing assertion
-    c
-}
+mod support;
+use support::memscope;
 
 struct Run {
     code: Option<i32>,

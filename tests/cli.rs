@@ -1,18 +1,15 @@
 //! The `memscope` binary end to end, as a user runs it (tiny presets, real processes, real files).
 
-use assert_cmd::Command;
+mod support;
 use serde_json::Value;
 use std::path::Path;
-
-fn memscope() -> Command {
-    Command::cargo_bin("memscope").unwrap()
-}
+use support::memscope;
 
 fn read_json(p: &Path) -> Value {
     serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap()
 }
 
-fn stderr_of(args: &[&str]) -> String {
+fn usage_error(args: &[&str]) -> String {
     let out = memscope().args(args).output().unwrap();
     assert_eq!(
         out.status.code(),
@@ -333,15 +330,15 @@ fn counting_can_be_switched_off_for_overhead_measurements() {
 
 #[test]
 fn bad_flags_name_the_flag_that_fixes_them() {
-    let e = stderr_of(&["bench", "--model", "gpt5"]);
+    let e = usage_error(&["bench", "--model", "gpt5"]);
     assert!(e.contains("--model gpt5") && e.contains("tiny-gpt2"), "{e}");
-    let e = stderr_of(&["bench", "--model", "tiny-gpt2", "--seq", "5000"]);
+    let e = usage_error(&["bench", "--model", "tiny-gpt2", "--seq", "5000"]);
     assert!(e.contains("--seq 5000") && e.contains("256"), "{e}");
-    let e = stderr_of(&["bench", "--model", "tiny-bert", "--mode", "generate"]);
+    let e = usage_error(&["bench", "--model", "tiny-bert", "--mode", "generate"]);
     assert!(e.contains("encoder"), "{e}");
-    let e = stderr_of(&["bench", "--model", "tiny-gpt2", "--batch", "0"]);
+    let e = usage_error(&["bench", "--model", "tiny-gpt2", "--batch", "0"]);
     assert!(e.contains("--batch"), "{e}");
-    let e = stderr_of(&[
+    let e = usage_error(&[
         "bench",
         "--model",
         "tiny-gpt2",
@@ -351,7 +348,7 @@ fn bad_flags_name_the_flag_that_fixes_them() {
         "2",
     ]);
     assert!(e.contains("--grad-accum"), "{e}");
-    let e = stderr_of(&[
+    let e = usage_error(&[
         "bench",
         "--model",
         "tiny-gpt2",
@@ -390,7 +387,7 @@ fn bad_configs_are_errors_naming_the_field() {
     for (i, (text, field)) in cases.iter().enumerate() {
         let p = dir.path().join(format!("c{i}.json"));
         std::fs::write(&p, text).unwrap();
-        let e = stderr_of(&["bench", "--config", p.to_str().unwrap(), "--steps", "1"]);
+        let e = usage_error(&["bench", "--config", p.to_str().unwrap(), "--steps", "1"]);
         assert!(
             e.contains(field) && e.contains(&format!("c{i}.json")),
             "case {i}: {e}"
@@ -404,7 +401,7 @@ fn bad_configs_are_errors_naming_the_field() {
     );
     let p = dir.path().join("deep.json");
     std::fs::write(&p, deep).unwrap();
-    let e = stderr_of(&["bench", "--config", p.to_str().unwrap()]);
+    let e = usage_error(&["bench", "--config", p.to_str().unwrap()]);
     assert!(e.contains("levels"), "{e}");
 }
 
@@ -461,7 +458,7 @@ fn malformed_weights_are_rejected_with_the_reason() {
     for (name, bytes, needle) in cases {
         let p = dir.path().join(name);
         std::fs::write(&p, bytes).unwrap();
-        let e = stderr_of(&[
+        let e = usage_error(&[
             "bench",
             "--model",
             "tiny-gpt2",

@@ -4,15 +4,11 @@
 //! every sample 1.5× slower "regressed" (exit 1), against a copy with noise inside the threshold
 //! "no change" (exit 0).
 
+mod support;
 use assert_cmd::Command;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
-
-fn fixture(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures")
-        .join(name)
-}
+use support::fixture;
 
 /// A copy of the train fixture with every timing sample mapped by `f(index, sample)`.
 fn scaled(dir: &Path, name: &str, f: impl Fn(usize, f64) -> f64) -> PathBuf {

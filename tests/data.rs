@@ -3,20 +3,15 @@
 //! windows the file gives; train's first loss equals infer's on the same batch; the Record names
 //! the file. Hostile token files are in tests/hardening.rs.
 
-use assert_cmd::Command;
+mod support;
 use candle_core::{DType, Tensor};
-use memscope::input::tokens::{DataSpec, Tokens};
+use memscope::input::tokens::Tokens;
 use memscope::model::config::ModelConfig;
 use memscope::model::store::{ParamStore, Purpose};
 use memscope::model::{param_specs, Model};
+use memscope::spec::DataSpec;
 use std::path::Path;
-use std::time::Duration;
-
-fn memscope() -> Command {
-    let mut c = Command::cargo_bin("memscope").unwrap();
-    c.timeout(Duration::from_secs(300)); // a guard against hangs, not a timing assertion
-    c
-}
+use support::memscope;
 
 /// 3000 u16 ids below 1000 (the tiny presets' vocabulary), written as a nanoGPT .bin.
 fn token_file(dir: &Path) -> std::path::PathBuf {

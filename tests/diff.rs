@@ -2,14 +2,10 @@
 //! with twice the batch the peak moves and the forward's saved activations are named as the
 //! cause; a non-Record input is refused naming the file.
 
+mod support;
 use assert_cmd::Command;
-use std::path::{Path, PathBuf};
-
-fn fixture(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures")
-        .join(name)
-}
+use std::path::Path;
+use support::fixture;
 
 fn diff(dir: &Path, base: &str, new: &str) -> (i32, String, String) {
     let out = Command::cargo_bin("memscope")

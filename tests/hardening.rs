@@ -2,21 +2,12 @@
 //! what is there and are checked before any measurement, stdout errors are errors (not panics),
 //! absurd sizes are refused before anything is allocated.
 
-use assert_cmd::Command;
+mod support;
 use std::io::Read;
 use std::path::Path;
 use std::process::Stdio;
 use std::time::Duration;
-
-fn memscope() -> Command {
-    let mut c = Command::cargo_bin("memscope").unwrap();
-    c.timeout(Duration::from_secs(120)); // a guard against hangs, not a timing assertion
-    c
-}
-
-fn stderr_of(out: &std::process::Output) -> String {
-    String::from_utf8_lossy(&out.stderr).into_owned()
-}
+use support::{memscope, stderr_of};
 
 fn mkfifo(p: &Path) {
     let c = std::ffi::CString::new(p.as_os_str().as_encoded_bytes()).unwrap();

@@ -1,11 +1,8 @@
 //! `memscope leak` on real workloads and `memscope analyze` on files, end to end.
 
-use assert_cmd::Command;
+mod support;
 use serde_json::Value;
-
-fn memscope() -> Command {
-    Command::cargo_bin("memscope").unwrap()
-}
+use support::memscope;
 
 fn verdict_of(args: &[&str], env: Option<(&str, &str)>) -> (Value, i32, String) {
     let dir = tempfile::tempdir().unwrap();

@@ -5,15 +5,10 @@
 //! report draws the stacked chart from them, and a Record written before they existed still
 //! renders with the older timeline.
 
+mod support;
 use assert_cmd::Command;
 use serde_json::Value;
-use std::path::{Path, PathBuf};
-
-fn fixture(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures")
-        .join(name)
-}
+use support::fixture;
 
 /// Runs `bench` with `args` → its Record.
 fn bench(args: &[&str]) -> Value {

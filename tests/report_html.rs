@@ -8,9 +8,11 @@
 //! - Chromium logs no console message for the page (checked to catch one on a page that has one);
 //! - a 1200×3000 screenshot is taken (kept at target/report_html/report.png to look at).
 
+mod support;
 use assert_cmd::Command;
 use std::path::{Path, PathBuf};
 use std::process::Output;
+use support::fixture;
 
 const EXPECTED: &[&str] = &[
     "timing-step",
@@ -28,12 +30,6 @@ const EXPECTED: &[&str] = &[
     "roofline-7",
     "watch-memory",
 ];
-
-fn fixture(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures")
-        .join(name)
-}
 
 fn chromium() -> PathBuf {
     let path = std::env::var_os("PATH").unwrap_or_default();

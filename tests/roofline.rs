@@ -2,10 +2,12 @@
 //! both commands through the binary on a tiny model (roofs given with --roofs, so no peaks cache
 //! is needed).
 
+mod support;
 use assert_cmd::Command;
 use memscope::analysis::op_cost::{self, Arch};
 use memscope::model::config::{Family, ModelConfig};
 use memscope::model::cost::param_count;
+use support::memscope;
 
 fn arch(cfg: &ModelConfig) -> Arch {
     Arch {
@@ -66,10 +68,6 @@ fn matmul_backward_is_twice_forward_in_a_whole_model() {
             .sum()
     };
     assert_eq!(sum("backward"), 2.0 * sum("forward"));
-}
-
-fn memscope() -> Command {
-    Command::cargo_bin("memscope").unwrap()
 }
 
 const TINY: &[&str] = &[
@@ -185,7 +183,7 @@ fn roofline_svg_has_both_roofs_and_a_point_per_drawable_op() {
 
 #[test]
 fn roofline_svg_path_is_checked_before_measuring() {
-    let e = stderr_of(
+    let e = failure_stderr(
         memscope()
             .args([
                 "roofline",
@@ -255,7 +253,7 @@ fn profile_tree_sums_to_the_step_within_the_remainder() {
     assert!(nodes.iter().any(|n| n["name"] == "layer 0"));
 }
 
-fn stderr_of(c: &mut Command) -> String {
+fn failure_stderr(c: &mut Command) -> String {
     let out = c.output().unwrap();
     assert!(!out.status.success());
     String::from_utf8_lossy(&out.stderr).into_owned()
@@ -264,7 +262,7 @@ fn stderr_of(c: &mut Command) -> String {
 #[test]
 fn roofline_without_peaks_names_the_fix() {
     let dir = tempfile::tempdir().unwrap();
-    let e = stderr_of(memscope().env("MEMSCOPE_CACHE_DIR", dir.path()).args([
+    let e = failure_stderr(memscope().env("MEMSCOPE_CACHE_DIR", dir.path()).args([
         "roofline",
         "--model",
         "tiny-gpt2",
@@ -274,7 +272,7 @@ fn roofline_without_peaks_names_the_fix() {
     assert!(e.contains("memscope peaks") && e.contains("--roofs"), "{e}");
     // With the bf16 dot products turned off the peaks measured with them on do not apply:
     // the fix names the variable (on CPUs without the instruction there is one path only).
-    let e = stderr_of(
+    let e = failure_stderr(
         memscope()
             .env("MEMSCOPE_CACHE_DIR", dir.path())
             .env("MEMSCOPE_BF16_DOT", "0")
@@ -289,6 +287,6 @@ fn roofline_without_peaks_names_the_fix() {
         has_dot,
         "{e}"
     );
-    let e = stderr_of(memscope().args(["roofline", "--model", "tiny-bert", "--roofs", "1:1"]));
+    let e = failure_stderr(memscope().args(["roofline", "--model", "tiny-bert", "--roofs", "1:1"]));
     assert!(e.contains("--model tiny-bert"), "{e}");
 }

@@ -1,6 +1,6 @@
 //! Floor aggregation of a memory series: the samples that are the minimum of a rolling window.
 //!
-//! Method (RELIABILITY.md, "The leak verdict", step 1): a rolling minimum over a window
+//! Method (docs/reliability.md, "The leak verdict", step 1): a rolling minimum over a window
 //! w = max(5, P) at a stride of 5 samples, where P is the first autocorrelation peak above 0.3 of the
 //! linearly detrended second half (none → 5). The minimum follows the post-GC floor and removes the
 //! sawtooth of collections, caches and transient buffers.

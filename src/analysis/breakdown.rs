@@ -1,7 +1,7 @@
 //! Where the bytes went: measured categories from the counting allocator's phase attribution,
 //! the estimate beside each, and the heap peak reconciled with what was alive at that moment.
 //!
-//! Measured, per DESIGN.md: forward's retained bytes (last run) are the activations; backward's
+//! Measured, per docs/design.md: forward's retained bytes (last run) are the activations; backward's
 //! are the gradients; the first optimizer run's are the optimizer state; load's are the
 //! parameters. What the first forward retained beyond later ones is the math libraries' own
 //! buffers (gemm packing), with what was live before load: `unattributed`. Temporaries are

@@ -10,8 +10,8 @@
 //! - **no change**: otherwise.
 
 use crate::analysis::bootstrap::{median_diff, BootstrapParams};
+use crate::record::sweep_row::{label, Row, Status};
 use crate::record::Record;
-use crate::sweep::rows::{label, Row, Status};
 use serde::{Deserialize, Serialize};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]

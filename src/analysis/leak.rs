@@ -29,13 +29,13 @@
 //! a sentence saying why. Pure: no I/O.
 
 use crate::analysis::aggregate::{floor_samples, ls_slope, SKEW_FLOOR};
-use crate::analysis::leak_text;
+use crate::analysis::leak_text::{self, Context};
 use crate::analysis::trend::{mad_sigma, median, theil_sen, Trend};
 use crate::analysis::warmup::{check_break, hinge_fit, mser_cut, settle, Hinge};
 
 use crate::analysis::leak_rules::{decide, Inputs};
-use crate::analysis::leak_types::{ApproachFit, Context};
-pub use crate::analysis::leak_types::{LeakParams, LeakReport, MemorySeries, Verdict};
+use crate::record::leak::ApproachFit;
+pub use crate::record::leak::{LeakParams, LeakReport, MemorySeries, Verdict};
 
 /// The verdict for one series. Never panics; never NaN (see the module invariants).
 pub fn analyze(series: &MemorySeries, params: &LeakParams) -> LeakReport {

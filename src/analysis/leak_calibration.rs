@@ -1,4 +1,4 @@
-//! Calibration of the leak verdict (RELIABILITY.md): the false-LEAK rate on plateau series and "no
+//! Calibration of the leak verdict (docs/reliability.md): the false-LEAK rate on plateau series and "no
 //! leak series is ever PLATEAU", plus `#[ignore]`d tests that print the calibration tables
 //! (`cargo test --release -- --ignored --nocapture print_`).
 
@@ -7,7 +7,7 @@ use super::*;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-/// RELIABILITY.md calibration: false LEAK on plateau series ≤ 1% (here over 200 seeded AR(1) series,
+/// docs/reliability.md calibration: false LEAK on plateau series ≤ 1% (here over 200 seeded AR(1) series,
 /// n = 300, φ from 0 to 0.95, σ 2–8 MiB, with and without a warm-up).
 #[test]
 fn calibration_false_leak_rate_on_plateaus() {

@@ -18,8 +18,8 @@
 //! Pure: no I/O; never panics on finite input.
 
 use crate::analysis::approach::{self, Approach};
-use crate::analysis::leak_types::Verdict;
 use crate::analysis::trend::{theil_sen, Trend};
+use crate::record::leak::Verdict;
 
 /// What the rules read.
 pub(crate) struct Inputs<'a> {

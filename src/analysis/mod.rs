@@ -10,7 +10,6 @@ pub mod fit;
 pub mod leak;
 pub mod leak_rules;
 pub mod leak_text;
-pub mod leak_types;
 pub mod op_cost;
 pub mod profile_tree;
 pub mod record_series;

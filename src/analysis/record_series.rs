@@ -1,7 +1,7 @@
 //! A Record's memory series (one value per measured step) and its step rate, as the leak verdict
 //! reads them.
 
-use crate::analysis::leak::MemorySeries;
+use crate::record::leak::MemorySeries;
 use crate::record::{Record, StepMemory};
 
 pub fn series(r: &Record, label: &str, value: impl Fn(&StepMemory) -> Option<u64>) -> MemorySeries {

@@ -9,17 +9,7 @@
 //! time − the time at the roof, max(FLOPs / P, bytes / W).
 
 use super::op_cost::OpCost;
-use serde::{Deserialize, Serialize};
-
-/// The ceilings, measured.
-#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
-pub struct Roofs {
-    pub matmul_gflops: f64,
-    /// The memory roof: the best measured bandwidth (copy or triad), GB/s read + written.
-    pub bandwidth_gbs: f64,
-    /// Copy bandwidth alone (decode's weight and KV-cache reads are compared with it).
-    pub copy_gbs: f64,
-}
+use crate::record::roofline::{Bound, OpRow, Roofs, StepRow};
 
 impl Roofs {
     /// FLOPs per byte where the two roofs meet.
@@ -38,14 +28,6 @@ impl Roofs {
 
 /// Below this fraction of its roof an op is `overhead-bound`.
 pub const OVERHEAD_BELOW: f64 = 0.10;
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Bound {
-    ComputeBound,
-    MemoryBound,
-    OverheadBound,
-}
 
 impl Bound {
     pub fn name(self) -> &'static str {
@@ -97,23 +79,6 @@ pub fn display_kind(module: &str, kind: &str) -> String {
         ("rope", _) => "RoPE".into(),
         (k, _) => k.into(),
     }
-}
-
-/// One row of the roofline table.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct OpRow {
-    pub name: String,
-    pub pass: String,
-    pub flops: f64,
-    pub bytes: f64,
-    pub intensity: f64,
-    pub time_ms: f64,
-    pub achieved_gflops: f64,
-    pub achieved_gbs: f64,
-    pub roof_pct: f64,
-    pub bound: Bound,
-    /// Measured time minus the time at the roof.
-    pub lost_ms: f64,
 }
 
 fn row(name: String, pass: String, flops: f64, bytes: f64, ms: f64, roofs: &Roofs) -> OpRow {
@@ -172,20 +137,6 @@ pub fn op_rows(costs: &[OpCost], measured: &[MeasuredOp], roofs: &Roofs) -> Vec<
         .collect();
     rows.sort_by(|a, b| b.time_ms.total_cmp(&a.time_ms));
     rows
-}
-
-/// A whole step (or phase) at once.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct StepRow {
-    pub flops: f64,
-    pub bytes: f64,
-    /// Mean measured step time (profiling on).
-    pub time_ms: f64,
-    /// The part of it inside timed ops; the rest is unattributed (candle's autograd,
-    /// reshapes and copies outside the kernels, the loop itself).
-    pub attributed_ms: f64,
-    pub achieved_gflops: f64,
-    pub mfu_pct: f64,
 }
 
 pub fn step_row(rows: &[OpRow], time_ms: f64, roofs: &Roofs) -> StepRow {

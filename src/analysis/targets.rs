@@ -5,9 +5,10 @@
 //! fooled by a missing number), and so does a growth target when the leak verdict is inconclusive
 //! (a run too short or too noisy to tell says nothing about the growth rate).
 
+use crate::record::leak::TargetRow;
 use serde::Serialize;
 
-use crate::analysis::leak::{LeakReport, Verdict};
+use crate::record::leak::{LeakReport, Verdict};
 use crate::units::{fmt_bytes, parse_size, UNIT_NAMES};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -65,12 +66,6 @@ pub enum Per {
     Step,
 }
 
-/// Parses a size (`500MB`, `2GB`, `1.5GiB`, `1MiB`, `4096`): decimal units are powers of 1000, binary
-/// units powers of 1024. Errors say what is valid.
-pub fn parse_bytes(s: &str) -> Result<f64, String> {
-    parse_size(s)
-}
-
 /// Parses a size with an optional rate suffix: `10MB/h`, `10 MB/hour`, `1MiB/step`, `1MiB`.
 pub fn parse_rate(s: &str) -> Result<(f64, Per), String> {
     let t = s.trim();
@@ -119,19 +114,6 @@ impl Target {
             text: value.trim().to_string(),
         })
     }
-}
-
-/// One line of the targets table.
-#[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct TargetRow {
-    pub metric: String,
-    pub target: String,
-    pub achieved: String,
-    pub pass: bool,
-    /// The limit in bytes (per hour / per step for growth).
-    pub limit: f64,
-    /// The achieved number, when known.
-    pub value: Option<f64>,
 }
 
 /// Evaluates each target against the report (and the load / peak memory, when measured).
@@ -205,14 +187,14 @@ fn evaluate_one(t: &Target, r: &LeakReport, load: Option<f64>, peak: Option<f64>
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::analysis::leak::{analyze, LeakParams, MemorySeries};
-
+    use crate::analysis::leak::analyze;
+    use crate::record::leak::{LeakParams, MemorySeries};
     const MIB: f64 = 1048576.0;
 
     #[test]
     fn parses_flag_values() {
-        assert_eq!(parse_bytes("500MB").unwrap(), 500e6);
-        assert_eq!(parse_bytes("1.5GiB").unwrap(), 1.5 * 1073741824.0);
+        assert_eq!(parse_size("500MB").unwrap(), 500e6);
+        assert_eq!(parse_size("1.5GiB").unwrap(), 1.5 * 1073741824.0);
         assert_eq!(parse_rate("10MB/h").unwrap(), (10e6, Per::Hour));
         assert_eq!(parse_rate("10 MB/hour").unwrap(), (10e6, Per::Hour));
         assert_eq!(parse_rate("1MiB/step").unwrap(), (MIB, Per::Step));
@@ -243,7 +225,7 @@ mod tests {
         let e = parse_rate("10MB/day").unwrap_err();
         assert!(e.contains("/h or /step"), "{e}");
         for bad in ["", "ten MB", "NaN", "inf", "-1GB", "1e400", "5 XB"] {
-            let e = parse_bytes(bad).unwrap_err();
+            let e = parse_size(bad).unwrap_err();
             assert!(
                 e.contains("KiB")
                     || e.contains("finite")

@@ -2,13 +2,13 @@
 //! workload (mode, sizes, dtype, steps, threads), which output files — and their conversion into a
 //! validated Spec, once.
 
-use crate::input::tokens::{BinDtype, DataSpec};
 use crate::measure::threads::all_cores;
 use crate::model::config::ModelConfig;
 use crate::model::variant::{Attention, Fusion, Precision, Variant};
 use crate::output::{self, write_atomic};
 use crate::record::Record;
 use crate::report::{self, Export};
+use crate::spec::{BinDtype, DataSpec};
 use crate::spec::{Dtype, Mode, Spec};
 use anyhow::{bail, Context};
 use clap::Args;
@@ -175,7 +175,7 @@ pub fn build_spec(m: &ModelArgs, w: &WorkloadArgs) -> anyhow::Result<Spec> {
     let threads = w.threads.unwrap_or_else(all_cores);
     let spec = Spec {
         model: name,
-        config,
+        config: Some(config),
         config_path: m.config.clone(),
         weights: m.weights.clone(),
         mode: w.mode,
@@ -195,6 +195,7 @@ pub fn build_spec(m: &ModelArgs, w: &WorkloadArgs) -> anyhow::Result<Spec> {
         lr: w.lr,
         data: w.data.to_spec(),
         variant: w.variant.to_variant(w.mode, w.dtype),
+        engine: None,
     };
     spec.validate()?;
     if let Some(d) = &spec.data {

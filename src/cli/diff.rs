@@ -3,8 +3,8 @@
 use crate::analysis::diff::diff;
 use crate::out;
 use crate::output::{check_outputs, write_atomic};
+use crate::record::detect::{load, Input};
 use crate::report::diff::to_markdown;
-use crate::report::inputs::{load, Input};
 use anyhow::{bail, Context};
 use clap::Args;
 use std::path::PathBuf;

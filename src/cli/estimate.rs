@@ -2,9 +2,11 @@
 
 use super::args::{resolve_model, ModelArgs};
 use crate::estimate::fits::fits;
-use crate::estimate::{estimate, Optimizer, Request};
+use crate::estimate::{estimate, Request};
 use crate::out;
 use crate::output::{check_outputs, write_atomic};
+use crate::record::estimate::EstimateFile;
+use crate::record::estimate::Optimizer;
 use crate::report;
 use crate::spec::{Dtype, Mode};
 use anyhow::{bail, Context};
@@ -99,7 +101,7 @@ pub fn run(a: EstimateArgs) -> anyhow::Result<ExitCode> {
     // The same checks as a run's Spec, so an estimate is never given for a run memscope rejects.
     let spec = crate::spec::Spec {
         model: cfg.name.clone(),
-        config: cfg.clone(),
+        config: Some(cfg.clone()),
         config_path: a.model.config.clone(),
         weights: None,
         mode: a.mode,
@@ -116,6 +118,7 @@ pub fn run(a: EstimateArgs) -> anyhow::Result<ExitCode> {
         lr: 1e-3,
         data: None,
         variant: a.variant.to_variant(a.mode, dts[0]),
+        engine: None,
     };
     spec.validate()?;
     let reqs: Vec<Request> = dts
@@ -144,12 +147,12 @@ pub fn run(a: EstimateArgs) -> anyhow::Result<ExitCode> {
         None => None,
     };
     if let Some(path) = &a.json {
-        let mut v = serde_json::to_value(&ests[0])?;
-        v["by_dtype"] = serde_json::to_value(&ests)?;
-        if let Some(f) = &fit {
-            v["fits"] = serde_json::to_value(f)?;
-        }
-        let text = serde_json::to_string_pretty(&v)?;
+        let file = EstimateFile {
+            first: ests[0].clone(),
+            by_dtype: ests.clone(),
+            fits: fit.clone(),
+        };
+        let text = file.to_json()?;
         write_atomic(path, &text).with_context(|| format!("--json {}", path.display()))?;
     }
     Ok(match &fit {

@@ -75,7 +75,7 @@ pub fn run(a: FitArgs) -> anyhow::Result<ExitCode> {
     let (name, config) = resolve_model(&a.model)?;
     let base = Spec {
         model: name,
-        config: config.clone(),
+        config: Some(config.clone()),
         config_path: a.model.config.clone(),
         weights: a.model.weights.clone(),
         mode: a.mode,
@@ -92,6 +92,7 @@ pub fn run(a: FitArgs) -> anyhow::Result<ExitCode> {
         lr: a.lr,
         data: None,
         variant: a.variant.to_variant(a.mode, a.dtype),
+        engine: None,
     };
     base.validate()?;
     let cap = match a.vary {

@@ -2,14 +2,17 @@
 //! log someone else wrote), then state whether live memory keeps growing, and check CI targets.
 
 use super::args::{build_spec, ModelArgs, WorkloadArgs};
-use crate::analysis::leak::{analyze as verdict, cross_check, LeakParams, LeakReport};
+use crate::analysis::leak::{analyze as verdict, cross_check};
 use crate::analysis::record_series::{series, steps_per_hour};
-use crate::analysis::targets::{all_pass, evaluate, parse_bytes, Target, TargetKind, TargetRow};
+use crate::analysis::targets::{all_pass, evaluate, Target, TargetKind};
 use crate::input::series::{parse_reader, ParseOptions, SeriesFormat};
 use crate::measure::threads::set_run_threads;
 use crate::output::{check_outputs, write_atomic};
 use crate::progress::Progress;
+use crate::record::leak::TargetRow;
+use crate::record::leak::{LeakParams, LeakReport};
 use crate::report::leak as render;
+use crate::units::parse_size;
 use crate::units::Unit;
 use crate::{out, outln};
 use anyhow::Context;
@@ -65,7 +68,7 @@ impl TargetArgs {
         measured_steps_per_hour: Option<f64>,
     ) -> anyhow::Result<LeakParams> {
         let budget_bytes = match &self.budget {
-            Some(b) => Some(parse_bytes(b).map_err(|e| anyhow::anyhow!("--budget: {e}"))?),
+            Some(b) => Some(parse_size(b).map_err(|e| anyhow::anyhow!("--budget: {e}"))?),
             None => None,
         };
         if let Some(s) = self.steps_per_hour {
@@ -190,7 +193,7 @@ pub fn leak(mut a: LeakArgs) -> anyhow::Result<ExitCode> {
                              // Every target of `leak` reads heap figures, which counting off does not measure.
     if let Some(t) = targets.first() {
         anyhow::ensure!(
-            crate::measure::alloc::counting(),
+            crate::instrument::alloc::counting(),
             "{} judges heap figures, but counting is off (MEMSCOPE_NO_COUNT is set): unset MEMSCOPE_NO_COUNT, or judge RSS with `memscope watch -- …`",
             t.kind.flag()
         );
@@ -209,7 +212,7 @@ pub fn leak(mut a: LeakArgs) -> anyhow::Result<ExitCode> {
     progress.finish();
     let record = result?;
     if let Some(p) = &a.record {
-        let text = serde_json::to_string_pretty(&record)? + "\n";
+        let text = record.to_json()?;
         write_atomic(p, &text).with_context(|| format!("--record {}", p.display()))?;
     }
     if let Some(p) = &a.trace {
@@ -240,7 +243,7 @@ pub fn leak(mut a: LeakArgs) -> anyhow::Result<ExitCode> {
 pub fn analyze(a: AnalyzeArgs) -> anyhow::Result<ExitCode> {
     check_outputs(&a.files.flags())?;
     // Nothing is measured here: give freed memory back so a long log costs only what it holds.
-    crate::measure::alloc::return_freed_memory();
+    crate::instrument::alloc::return_freed_memory();
     let stdin = a.file.as_os_str() == "-";
     let name = if stdin {
         "stdin".to_string()

@@ -5,14 +5,15 @@ use super::args::{build_spec, DataArgs, ModelArgs, VariantArgs, WorkloadArgs};
 use crate::measure::threads::all_cores;
 use crate::out;
 use crate::output::{check_outputs, write_atomic};
-use crate::report::optimize::{figures, markdown, Figures};
+use crate::record::optimize::OptimizeFile;
+use crate::report::optimize::markdown;
 use crate::spec::{Dtype, Mode};
 use crate::sweep::interrupt::EXIT_INTERRUPTED;
+use crate::sweep::variant_figures::figures;
 use crate::sweep::variants::{candidates, run, Options};
 use crate::units::{parse_bytes, parse_duration};
 use anyhow::{bail, Context};
 use clap::Args;
-use serde::Serialize;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -66,18 +67,6 @@ pub struct OptimizeArgs {
     pub quiet: bool,
 }
 
-#[derive(Serialize)]
-struct OptimizeJson<'a> {
-    model: &'a str,
-    mode: &'a str,
-    batch: usize,
-    seqs: Vec<usize>,
-    steps: usize,
-    memory_limit_bytes: Option<u64>,
-    /// Ranked per sequence length, lowest heap peak first.
-    variants: Vec<Figures>,
-}
-
 pub fn run_optimize(a: OptimizeArgs) -> anyhow::Result<ExitCode> {
     check_outputs(&[
         ("--json", a.json.as_deref()),
@@ -117,7 +106,7 @@ pub fn run_optimize(a: OptimizeArgs) -> anyhow::Result<ExitCode> {
         variant: VariantArgs::default(),
     };
     let base = build_spec(&a.model, &w)?;
-    let context = base.config.max_seq_len;
+    let context = base.arch().max_seq_len;
     let long = match a.long_seq {
         Some(0) => None,
         Some(l) if l > context => bail!(
@@ -175,17 +164,16 @@ pub fn run_optimize(a: OptimizeArgs) -> anyhow::Result<ExitCode> {
         write_atomic(p, &text).with_context(|| format!("--markdown {}", p.display()))?;
     }
     if let Some(p) = &a.json {
-        let j = OptimizeJson {
-            model: &base.model,
-            mode: base.mode.name(),
+        let j = OptimizeFile {
+            model: base.model.clone(),
+            mode: base.mode.name().to_string(),
             batch: base.batch,
             seqs,
             steps: a.steps,
             memory_limit_bytes: limit,
             variants: all,
         };
-        write_atomic(p, &serde_json::to_string_pretty(&j)?)
-            .with_context(|| format!("--json {}", p.display()))?;
+        write_atomic(p, &j.to_json()?).with_context(|| format!("--json {}", p.display()))?;
     }
     Ok(ExitCode::SUCCESS)
 }

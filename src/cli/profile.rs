@@ -59,7 +59,7 @@ pub fn run(a: ProfileArgs) -> anyhow::Result<ExitCode> {
         ("--markdown", a.markdown.as_deref()),
     ])?;
     let p = run_profiled(&a.model, &a.workload, &a.roofs)?;
-    let counts = module_params(&p.spec.config)
+    let counts = module_params(p.spec.arch())
         .map_err(|e| anyhow::anyhow!("--model: the parameter count {e}"))?;
     let params = |m: &str| params_of(&counts, m);
     let trees: Vec<rep::Tree> = sections(&p)

@@ -3,8 +3,8 @@
 
 use crate::outln;
 use crate::output::{check_outputs, write_atomic};
+use crate::record::detect::load;
 use crate::report::html;
-use crate::report::inputs::load;
 use crate::units::fmt_bytes;
 use anyhow::Context;
 use clap::Args;

@@ -4,13 +4,14 @@
 
 use super::args::{build_spec, ModelArgs, WorkloadArgs};
 use crate::analysis::op_cost::{self, Arch, OpCost};
-use crate::analysis::roofline::{MeasuredOp, Roofs};
-use crate::measure::alloc::Phase;
-use crate::measure::op_timer::{self, OpTime};
+use crate::analysis::roofline::MeasuredOp;
+use crate::instrument::alloc::Phase;
+use crate::instrument::op_timer::{self, OpTime};
 use crate::measure::threads::set_run_threads;
 use crate::model::config::Family;
 use crate::out;
 use crate::output::{check_outputs, write_atomic};
+use crate::record::roofline::{Head, Roofs, SectionReport};
 use crate::record::Record;
 use crate::report::roofline as rep;
 use crate::report::roofline_chart;
@@ -94,7 +95,7 @@ fn roofs(flag: &Option<String>, threads: usize, dtype: &str) -> anyhow::Result<R
 }
 
 pub fn arch(spec: &Spec, params: u64) -> anyhow::Result<Arch> {
-    let c = &spec.config;
+    let c = spec.arch();
     if c.family == Family::Bert {
         bail!(
             "--model {}: roofline and profile cover the gpt2 and llama families",
@@ -259,10 +260,10 @@ pub fn run(a: RooflineArgs) -> anyhow::Result<ExitCode> {
     ])?;
     let p = run_profiled(&a.model, &a.workload, &a.roofs)?;
     let secs = sections(&p);
-    let report: Vec<rep::SectionReport> = secs
+    let report: Vec<SectionReport> = secs
         .iter()
         .map(|s| {
-            rep::SectionReport::new(
+            SectionReport::new(
                 s.name,
                 &s.costs,
                 &s.measured,
@@ -272,7 +273,7 @@ pub fn run(a: RooflineArgs) -> anyhow::Result<ExitCode> {
             )
         })
         .collect();
-    let head = rep::Head {
+    let head = Head {
         model: p.spec.model.clone(),
         mode: p.spec.mode.name().to_string(),
         batch: p.spec.batch,

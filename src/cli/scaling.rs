@@ -1,7 +1,7 @@
 //! `memscope scaling`: the scaling analysis of a sweep's --jsonl file.
 
 use crate::out;
-use crate::sweep::rows;
+use crate::record::sweep_row;
 use anyhow::bail;
 use clap::Args;
 use std::path::PathBuf;
@@ -15,7 +15,7 @@ pub struct ScalingArgs {
 }
 
 pub fn run(a: ScalingArgs) -> anyhow::Result<ExitCode> {
-    let (rows, warnings) = rows::read_jsonl(&a.file)?;
+    let (rows, warnings) = sweep_row::read_jsonl(&a.file)?;
     for w in warnings {
         eprintln!("warning: {w}");
     }

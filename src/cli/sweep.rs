@@ -120,7 +120,7 @@ fn spec_for(a: &SweepArgs, p: &Point) -> anyhow::Result<Spec> {
         .map_err(|_| anyhow::anyhow!("--dtype {}: use f32, bf16 or f16", p.dtype))?;
     Ok(Spec {
         model: name,
-        config,
+        config: Some(config),
         config_path: a.config.clone(),
         weights: a.weights.clone(),
         mode,
@@ -140,6 +140,7 @@ fn spec_for(a: &SweepArgs, p: &Point) -> anyhow::Result<Spec> {
         lr: a.lr,
         data: a.data.to_spec(),
         variant: a.variant.to_variant(mode, dtype),
+        engine: None,
     })
 }
 

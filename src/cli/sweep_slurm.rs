@@ -1,11 +1,12 @@
 //! `memscope sweep --slurm …` and `memscope sweep --attach DIR`: the sweep's Slurm flags, and the
 //! glue from a planned sweep to `sweep::slurm` (submit, then follow) and back to rows.
 
+use crate::record::sweep_row::Row;
 use crate::spec::Spec;
 use crate::sweep::local::SweepOutcome;
 use crate::sweep::plan::Point;
 use crate::sweep::progress::SweepProgress;
-use crate::sweep::rows::{JsonlWriter, Row};
+use crate::sweep::rows::JsonlWriter;
 use crate::sweep::slurm::follow::{follow, FollowOptions};
 use crate::sweep::slurm::submit::{find_sbatch, submit, write_plan, SubmitOptions};
 use crate::sweep::slurm::workdir::{read_json, WorkDir};

@@ -134,9 +134,9 @@ pub fn run(a: WatchArgs) -> anyhow::Result<ExitCode> {
     if let Some(p) = &a.csv {
         write_atomic(p, &outputs::to_csv(&r)).with_context(|| format!("--csv {}", p.display()))?;
     }
-    let report_or_empty = report.clone().unwrap_or_else(|| {
-        crate::analysis::leak::LeakReport::empty(&judge.label(), params.clone())
-    });
+    let report_or_empty = report
+        .clone()
+        .unwrap_or_else(|| crate::record::leak::LeakReport::empty(&judge.label(), params.clone()));
     if let Some(p) = &a.json {
         let text = outputs::to_json(
             &r,

@@ -2,28 +2,8 @@
 //! change makes it fit when it does not.
 
 use super::{estimate, Attention, Optimizer, Precision, Request};
+use crate::record::estimate::{Change, FitReport};
 use crate::spec::{Dtype, Mode};
-use serde::{Deserialize, Serialize};
-
-/// One what-if: a single change to the request and the peak it predicts.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct Change {
-    pub change: String,
-    pub peak_bytes: u64,
-    pub fits: bool,
-}
-
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct FitReport {
-    pub budget_bytes: u64,
-    pub peak_bytes: u64,
-    pub fits: bool,
-    /// Budget minus peak (negative: over by that much).
-    pub headroom_bytes: i64,
-    /// Single changes that lower the peak, each tried alone, smallest peak first. Empty when it
-    /// already fits.
-    pub changes: Vec<Change>,
-}
 
 /// Checks `req` against `budget` bytes and, when it does not fit, tries each single change.
 pub fn fits(req: &Request, budget: u64) -> anyhow::Result<FitReport> {

@@ -14,20 +14,12 @@ pub mod sim;
 mod step;
 
 use crate::model::config::ModelConfig;
+use crate::record::estimate::{
+    ActivationRow, Categories, Estimate, Flops, Hotspot, Optimizer, PhaseEstimate,
+};
 use crate::spec::{Dtype, Mode};
-use serde::{Deserialize, Serialize};
 
 pub use step::estimate;
-
-/// The optimizer the estimate assumes. memscope's engine runs AdamW; SGD is for what-if.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
-#[serde(rename_all = "lowercase")]
-pub enum Optimizer {
-    /// AdamW (two moments per parameter; candle-nn's implementation)
-    Adamw,
-    /// SGD with momentum (one buffer per parameter)
-    Sgd,
-}
 
 pub use crate::model::variant::{Attention, Fusion, Precision};
 
@@ -58,7 +50,7 @@ impl Request {
     /// The estimate of a run (its engine path included): memscope's engine runs AdamW.
     pub fn for_spec(spec: &crate::spec::Spec) -> Self {
         Self {
-            cfg: spec.config.clone(),
+            cfg: spec.arch().clone(),
             mode: spec.mode,
             batch: spec.batch,
             seq: spec.seq,
@@ -74,21 +66,6 @@ impl Request {
             threads: spec.threads,
         }
     }
-}
-
-/// Bytes by category. At the peak, `temporaries` is what the peak holds beyond the others.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct Categories {
-    pub parameters: u64,
-    pub gradients: u64,
-    pub optimizer_state: u64,
-    pub activations: u64,
-    pub kv_cache: u64,
-    pub temporaries: u64,
-    /// Buffers the math library keeps after its first call, not tensors: gemm's packing slab,
-    /// one L2-cache-sized buffer per thread that ran a product (the calling thread, plus every
-    /// rayon worker once products are split across threads). See [`runtime_buffers`].
-    pub runtime_buffers: u64,
 }
 
 /// gemm's per-thread packing slab, L2-sized (read from sysfs; 1 MiB when unknown), on the
@@ -107,68 +84,4 @@ fn l2_bytes() -> Option<u64> {
         _ => (s, 1),
     };
     num.parse::<u64>().ok().map(|n| n * mul)
-}
-
-/// Saved activations of one module, by kind.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct ActivationRow {
-    pub module: String,
-    pub kind: String,
-    pub bytes: u64,
-}
-
-/// A phase as the counting allocator would measure it.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct PhaseEstimate {
-    pub phase: String,
-    /// Heap peak while the phase runs (everything live, not only the phase's own bytes).
-    pub peak_bytes: u64,
-    /// Bytes the phase allocated that are still live when it ends.
-    pub retained_bytes: i64,
-}
-
-/// Matrix-multiply FLOPs of one optimizer step (all micro-batches), 2·m·k·n per product.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct Flops {
-    pub forward: u64,
-    pub backward: u64,
-    pub total: u64,
-}
-
-/// Live bytes by module at a phase's peak.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct Hotspot {
-    pub module: String,
-    pub bytes: u64,
-}
-
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct Estimate {
-    pub model: String,
-    pub mode: Mode,
-    pub dtype: Dtype,
-    pub batch: usize,
-    pub seq: usize,
-    pub grad_accum: usize,
-    pub optimizer: Optimizer,
-    pub checkpoint: bool,
-    pub attention: Attention,
-    #[serde(default)]
-    pub fusion: Fusion,
-    #[serde(default)]
-    pub precision: Precision,
-    pub params: u64,
-    pub categories: Categories,
-    /// Predicted heap peak of a steady-state step.
-    pub peak_bytes: u64,
-    /// The phase the peak falls in.
-    pub peak_phase: String,
-    pub phases: Vec<PhaseEstimate>,
-    pub activations: Vec<ActivationRow>,
-    pub flops: Flops,
-    /// Live bytes by module at the forward and backward peaks (train) or the forward peak.
-    pub hotspots_forward: Vec<Hotspot>,
-    pub hotspots_backward: Vec<Hotspot>,
-    /// What the estimate cannot see, said once.
-    pub notes: Vec<String>,
 }

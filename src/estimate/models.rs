@@ -11,8 +11,8 @@ use super::ops::{
     layer_norm, linear, naive_attention, rms_norm, rope, swiglu,
 };
 use super::sim::{Bin, Fused, Id, Sim, Un};
+use crate::instrument::scope;
 use crate::model::config::{Family, ModelConfig};
-use crate::model::scope;
 use std::collections::{HashMap, HashSet};
 
 /// One parameter as the estimator creates it: name, shape, and whether the engine's store keeps

@@ -45,7 +45,7 @@ pub fn layer_norm(sim: &mut Sim, x: Id, w: Id, b: Id) -> Id {
     if !sim.unfused {
         return kernel(sim, Fused::LayerNorm, &[x, w, b]);
     }
-    // `model::unfused::layer_norm`: (x − mean) / sqrt(var + eps), then · w + b.
+    // `kernels::unfused::layer_norm`: (x − mean) / sqrt(var + eps), then · w + b.
     let last = sim.shape(x).len() - 1;
     let y = in_f32(sim, x, |sim, x| {
         let mean = sim.mean_keepdim(x, last);
@@ -68,7 +68,7 @@ pub fn rms_norm(sim: &mut Sim, x: Id, w: Id) -> Id {
     if !sim.unfused {
         return kernel(sim, Fused::RmsNorm, &[x, w]);
     }
-    // `model::unfused::rms_norm`: x / sqrt(mean(x²) + eps), then · w.
+    // `kernels::unfused::rms_norm`: x / sqrt(mean(x²) + eps), then · w.
     let last = sim.shape(x).len() - 1;
     let y = in_f32(sim, x, |sim, x| {
         let sq = sim.unary(Un::Sqr, x);
@@ -225,7 +225,7 @@ pub fn attention(sim: &mut Sim, naive: bool, q: Id, k: Id, v: Id, mask: Option<I
     y
 }
 
-/// candle's op-by-op attention (`model::unfused::attention`) then the (N, C) layout:
+/// candle's op-by-op attention (`kernels::unfused::attention`) then the (N, C) layout:
 /// q (B, H, T, D), k and v (B, H, S, D) contiguous.
 pub fn naive_attention(sim: &mut Sim, q: Id, k: Id, v: Id, mask: Option<Id>) -> Id {
     let before = sim.kind;
@@ -380,7 +380,7 @@ pub fn cross_entropy(sim: &mut Sim, logits: Id, targets: Id) -> Id {
     loss
 }
 
-/// `model::unfused::cross_entropy`: logits (…, V) flattened to (N, V), targets to (N), → f32
+/// `kernels::unfused::cross_entropy`: logits (…, V) flattened to (N, V), targets to (N), → f32
 /// scalar, op by op.
 fn cross_entropy_unfused(sim: &mut Sim, logits: Id, targets: Id) -> Id {
     let (n, v) = sim.rows(logits);

@@ -146,7 +146,7 @@ impl Sim {
             segment_input: None,
             sink: None,
         };
-        s.enter(crate::model::scope::OUTSIDE);
+        s.enter(crate::instrument::scope::OUTSIDE);
         s
     }
 

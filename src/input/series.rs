@@ -1,7 +1,7 @@
 //! Reads a memory series that someone else wrote (for `memscope analyze FILE`): CSV, JSON lines, or a
 //! text log read with a regular expression, streamed from a file or stdin one line at a time.
 //!
-//! Rules (RELIABILITY.md cases 14–15):
+//! Rules (docs/reliability.md cases 14–15):
 //! - a truncated LAST line (fewer fields, JSON cut off, a number cut short and no final newline) is
 //!   dropped with a warning, keeping the data before it;
 //! - a corrupt line anywhere else, a NaN, inf or 1e400 value, or a step that goes backwards or repeats
@@ -13,9 +13,9 @@
 
 use std::io::{BufRead, Read};
 
-use crate::analysis::leak::MemorySeries;
 use crate::input::series_types::csv_delimiter;
 pub use crate::input::series_types::{ParseOptions, SeriesError, SeriesFormat};
+use crate::record::leak::MemorySeries;
 pub use crate::units::Unit;
 
 /// Bytes read ahead to recognise the encoding and the format.

@@ -5,11 +5,11 @@
 //! column 2 the value (a single column is the value, numbered in file order), or give 1-based column
 //! numbers. Lines starting with `#` are comments.
 
-use crate::analysis::leak::MemorySeries;
 use crate::input::series_fields::{parse_iso8601, parse_step, parse_time, parse_value, CellError};
 use crate::input::series_types::{
     choose_columns, csv_delimiter, Collector, Columns, ParseOptions, SeriesError,
 };
+use crate::record::leak::MemorySeries;
 use crate::units::{check_number, Unit};
 use std::io::{BufRead, Read};
 
@@ -54,31 +54,18 @@ struct Pending {
     message: String,
 }
 
-pub(crate) fn parse(
-    r: &mut dyn BufRead,
-    opts: &ParseOptions,
-) -> Result<(MemorySeries, Vec<String>), SeriesError> {
-    // The delimiter from the first data line (the caller's reader holds the start of the input).
-    let peek = r.fill_buf().map_err(|e| SeriesError::Io(e.to_string()))?;
-    let first = String::from_utf8_lossy(&peek[..peek.len().min(1 << 16)])
-        .lines()
-        .map(str::trim)
-        .find(|l| !l.is_empty() && !l.starts_with('#'))
-        .unwrap_or("")
-        .to_string();
-    let mut src = TrackLast { r, last: None };
-    let mut rdr = ::csv::ReaderBuilder::new()
-        .delimiter(csv_delimiter(&first))
-        .has_headers(false)
-        .flexible(true)
-        .comment(Some(b'#'))
-        .from_reader(&mut src); // fields are trimmed by `Row::get` (csv's trim allocates per row)
-    let mut rec = ::csv::ByteRecord::new();
-    let mut fields = Row::default();
-    // Reads the next non-empty record into `fields`; its line, or None at the end.
-    let mut next = |fields: &mut Row| -> Result<Option<usize>, SeriesError> {
+/// The CSV reader and its one reused record.
+struct Records<'a, R: Read> {
+    rdr: &'a mut ::csv::Reader<R>,
+    rec: ::csv::ByteRecord,
+}
+
+impl<R: Read> Records<'_, R> {
+    /// Reads the next non-empty record into `fields`; its line, or None at the end.
+    fn next(&mut self, fields: &mut Row) -> Result<Option<usize>, SeriesError> {
+        let rec = &mut self.rec;
         loop {
-            let more = rdr.read_byte_record(&mut rec).map_err(|e| {
+            let more = self.rdr.read_byte_record(rec).map_err(|e| {
                 let line = e.position().map_or(0, |p| p.line() as usize);
                 SeriesError::Line {
                     line,
@@ -108,7 +95,34 @@ pub(crate) fn parse(
                 .extend((0..rec.len()).map(|i| rec.range(i).map_or(0, |r| r.end)));
             return Ok(Some(line));
         }
+    }
+}
+
+pub(crate) fn parse(
+    r: &mut dyn BufRead,
+    opts: &ParseOptions,
+) -> Result<(MemorySeries, Vec<String>), SeriesError> {
+    // The delimiter from the first data line (the caller's reader holds the start of the input).
+    let peek = r.fill_buf().map_err(|e| SeriesError::Io(e.to_string()))?;
+    let first = String::from_utf8_lossy(&peek[..peek.len().min(1 << 16)])
+        .lines()
+        .map(str::trim)
+        .find(|l| !l.is_empty() && !l.starts_with('#'))
+        .unwrap_or("")
+        .to_string();
+    let mut src = TrackLast { r, last: None };
+    let mut rdr = ::csv::ReaderBuilder::new()
+        .delimiter(csv_delimiter(&first))
+        .has_headers(false)
+        .flexible(true)
+        .comment(Some(b'#'))
+        .from_reader(&mut src); // fields are trimmed by `Row::get` (csv's trim allocates per row)
+    let mut records = Records {
+        rdr: &mut rdr,
+        rec: ::csv::ByteRecord::new(),
     };
+    let mut fields = Row::default();
+    let mut next = |fields: &mut Row| records.next(fields);
     let Some(head_line) = next(&mut fields)? else {
         return Err(SeriesError::Empty("the CSV has no rows".into()));
     };

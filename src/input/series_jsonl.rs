@@ -4,11 +4,11 @@
 
 use serde_json::{Map, Value};
 
-use crate::analysis::leak::MemorySeries;
 use crate::input::series_fields::{parse_step, parse_time, parse_value, CellError};
 use crate::input::series_types::{
     choose_columns, Collector, Columns, Lines, ParseOptions, SeriesError,
 };
+use crate::record::leak::MemorySeries;
 use crate::units::Unit;
 use std::io::BufRead;
 

@@ -8,9 +8,9 @@
 
 use regex::Regex;
 
-use crate::analysis::leak::MemorySeries;
 use crate::input::series_fields::{label_for, parse_step, parse_time, parse_value, CellError};
 use crate::input::series_types::{Collector, Lines, ParseOptions, SeriesError};
+use crate::record::leak::MemorySeries;
 use crate::units::Unit;
 use std::io::BufRead;
 

@@ -1,4 +1,4 @@
-//! Memory-log parsing: every format, and RELIABILITY.md cases 14 (truncated last line kept with a
+//! Memory-log parsing: every format, and docs/reliability.md cases 14 (truncated last line kept with a
 //! warning, corrupt middle line an error with its line number) and 15 (NaN, inf, 1e400, negative
 //! values, steps going backwards: rejected with the line number).
 
@@ -405,7 +405,7 @@ fn parsed_series_feeds_the_verdict() {
     let r = crate::analysis::leak::analyze(&s, &Default::default());
     assert_eq!(
         r.verdict,
-        crate::analysis::leak::Verdict::Plateau,
+        crate::record::leak::Verdict::Plateau,
         "{}",
         r.sentence
     );

@@ -6,10 +6,10 @@ use std::io::{BufRead, Read};
 
 use thiserror::Error;
 
-use crate::analysis::leak::MemorySeries;
 use crate::input::series_fields::{
     is_relative_name, label_for, score, split_unit, time_factor, Role,
 };
+use crate::record::leak::MemorySeries;
 use crate::units::Unit;
 
 /// The layout of a memory log.

@@ -7,27 +7,10 @@
 //! `window[..seq]`, targets `window[1..]`. splitmix64 is used (not the `rand` crate) so the Python
 //! checks in `scripts/` reproduce the same windows in a few lines (docs/data.md).
 
+use crate::spec::{BinDtype, DataSpec};
 use memmap2::Mmap;
-use serde::{Deserialize, Serialize};
 use std::fs::File;
-use std::path::{Path, PathBuf};
-
-/// Element type of a `.bin` token file.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
-#[serde(rename_all = "lowercase")]
-pub enum BinDtype {
-    U16,
-    U32,
-}
-
-/// What `--data` asks for; lives in the Spec so a sweep worker opens the same file.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct DataSpec {
-    pub path: PathBuf,
-    /// `--data-dtype`, only meaningful for `.bin` (u16 when absent).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub bin_dtype: Option<BinDtype>,
-}
+use std::path::Path;
 
 /// Every way a token file can be refused. Each message names the file and the flag.
 #[derive(Debug, thiserror::Error, PartialEq)]

@@ -7,8 +7,8 @@
 use super::elems;
 use super::half_bits::{Narrow, Widen};
 use super::simd::vector;
-use crate::measure::op_timer::{op_scope_in, Pass};
-use crate::model::scope;
+use crate::instrument::op_timer::{op_scope_in, Pass};
+use crate::instrument::scope;
 use candle_core::{backprop::GradStore, bail, CpuStorage, InplaceOp2, Layout, Result, Var};
 use candle_nn::ParamsAdamW;
 use rayon::prelude::*;

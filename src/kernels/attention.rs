@@ -21,8 +21,8 @@ use super::elems::{self, fast_exp};
 use super::product::{product, Operand};
 use super::simd::vector;
 use super::widen::narrowed;
-use crate::measure::op_timer::{op_scope, op_scope_in, Pass};
-use crate::model::scope;
+use crate::instrument::op_timer::{op_scope, op_scope_in, Pass};
+use crate::instrument::scope;
 use candle_core::backend::BackendStorage;
 use candle_core::{bail, CpuStorage, CustomOp1, CustomOp3, DType, Layout, Result, Shape, Tensor};
 use rayon::prelude::*;
@@ -687,7 +687,7 @@ impl CustomOp3 for Split {
 mod tests {
     use super::*;
     use crate::kernels::check::{against_reference, grad_check};
-    use crate::model::unfused::{attention, causal_mask};
+    use crate::kernels::unfused::{attention, causal_mask};
     use candle_core::Device;
 
     /// candle's op-by-op attention: q (B, H, T, D), k and v (B, KV, S, D) → (B, T, H·D).

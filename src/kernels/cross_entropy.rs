@@ -6,8 +6,8 @@
 
 use super::elems::{self, fast_exp, rows_per_task};
 use super::simd::vector;
-use crate::measure::op_timer::{op_scope_in, Pass};
-use crate::model::scope;
+use crate::instrument::op_timer::{op_scope_in, Pass};
+use crate::instrument::scope;
 use candle_core::backend::BackendStorage;
 use candle_core::{bail, CpuStorage, CustomOp2, DType, Layout, Result, Shape, Tensor};
 use rayon::prelude::*;
@@ -196,7 +196,7 @@ mod tests {
         let x = Var::from_tensor(&Tensor::randn(0f32, 4.0, (37, 101), &dev).unwrap()).unwrap();
         let t = Tensor::from_vec((0..37u32).map(|i| (i * 7) % 101).collect(), 37, &dev).unwrap();
         let ours = cross_entropy(&x, &t).unwrap();
-        let theirs = crate::model::unfused::cross_entropy(&x, &t).unwrap();
+        let theirs = crate::kernels::unfused::cross_entropy(&x, &t).unwrap();
         close(&ours, &theirs, 1e-5);
         let go = ours.backward().unwrap();
         let gt = theirs.backward().unwrap();
@@ -210,7 +210,7 @@ mod tests {
         let t = Tensor::from_vec((0..15u32).map(|i| (i * 7) % 11).collect(), (3, 5), &dev).unwrap();
         let ours = cross_entropy(&x, &t).unwrap();
         let flat = (x.reshape((15, 11)).unwrap(), t.flatten_all().unwrap());
-        let theirs = crate::model::unfused::cross_entropy(&flat.0, &flat.1).unwrap();
+        let theirs = crate::kernels::unfused::cross_entropy(&flat.0, &flat.1).unwrap();
         close(&ours, &theirs, 1e-5);
         let (go, gt) = (ours.backward().unwrap(), theirs.backward().unwrap());
         let g = go.get(&x).unwrap();

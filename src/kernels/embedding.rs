@@ -9,8 +9,8 @@
 //! Shape vocabulary: V table rows, C features, N ids.
 
 use super::{elems, sink};
-use crate::measure::op_timer::{op_scope_in, Pass};
-use crate::model::scope;
+use crate::instrument::op_timer::{op_scope_in, Pass};
+use crate::instrument::scope;
 use candle_core::{
     bail, CpuStorage, CustomOp2, DType, InplaceOp3, Layout, Result, Shape, Storage, Tensor,
 };

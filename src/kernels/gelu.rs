@@ -5,8 +5,8 @@
 
 use super::elems::{self, fast_exp, rows_per_task};
 use super::simd::vector;
-use crate::measure::op_timer::{op_scope, op_scope_in, Pass};
-use crate::model::scope;
+use crate::instrument::op_timer::{op_scope, op_scope_in, Pass};
+use crate::instrument::scope;
 use candle_core::backend::BackendStorage;
 use candle_core::{CpuStorage, CustomOp1, Layout, Result, Shape, Tensor};
 use rayon::prelude::*;

@@ -17,8 +17,8 @@ use super::product::{product, Operand};
 use super::sink;
 use super::widen::widened;
 use super::{panels, strips};
-use crate::measure::op_timer::{op_scope, op_scope_in, Pass};
-use crate::model::scope;
+use crate::instrument::op_timer::{op_scope, op_scope_in, Pass};
+use crate::instrument::scope;
 use candle_core::backend::BackendStorage;
 use candle_core::{
     bail, CpuStorage, CustomOp2, CustomOp3, DType, InplaceOp3, Layout, Result, Shape, Tensor,

@@ -2,7 +2,7 @@
 //! makes many, and backward rules that keep nothing the gradient does not need.
 //!
 //! Each kernel computes in f32 (bf16 and f16 inputs are widened per element) and has a
-//! reference test against the unfused candle ops it replaces (`src/model/ops.rs`) and a
+//! reference test against the unfused candle ops it replaces (`src/kernels/unfused.rs`) and a
 //! finite-difference gradient check. The estimator mirrors them as `Fused` sim ops
 //! (`src/estimate/sim.rs`); `tests/estimate.rs` checks the two agree on memory.
 //! Shape vocabulary: N rows, C features, V vocabulary.
@@ -28,6 +28,7 @@ pub mod sink;
 pub mod strips;
 pub mod swiglu;
 pub mod transpose;
+pub mod unfused;
 pub mod widen;
 
 #[cfg(test)]

@@ -3,8 +3,8 @@
 
 use super::elems::{self, rows_per_task, with_f32};
 use super::simd::vector;
-use crate::measure::op_timer::{op_scope, op_scope_in, Pass};
-use crate::model::scope;
+use crate::instrument::op_timer::{op_scope, op_scope_in, Pass};
+use crate::instrument::scope;
 use candle_core::backend::BackendStorage;
 use candle_core::{bail, CpuStorage, CustomOp2, Layout, Result, Shape, Tensor};
 use rayon::prelude::*;
@@ -144,7 +144,7 @@ mod tests {
         against_reference(
             &[x, w],
             |t| rms_norm(&t[0], &t[1], 1e-5),
-            |t| crate::model::unfused::rms_norm(&t[0], &t[1], 1e-5),
+            |t| crate::kernels::unfused::rms_norm(&t[0], &t[1], 1e-5),
             1e-5,
         );
     }

@@ -10,8 +10,8 @@
 //! dx₁ = dy₁·cos₁ + dy₂·sin₂, dx₂ = dy₂·cos₂ − dy₁·sin₁.
 
 use super::elems;
-use crate::measure::op_timer::{op_scope, op_scope_in, Pass};
-use crate::model::scope;
+use crate::instrument::op_timer::{op_scope, op_scope_in, Pass};
+use crate::instrument::scope;
 use candle_core::backend::BackendStorage;
 use candle_core::{CpuStorage, CustomOp3, Layout, Result, Shape, Tensor};
 use rayon::prelude::*;

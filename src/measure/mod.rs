@@ -1,9 +1,7 @@
 //! Measurement: the only code that touches the clock and the allocator counters. It never prints
 //! and never summarises; it returns raw samples for `analysis` to summarise.
 
-pub mod alloc;
 pub mod clock;
-pub mod op_timer;
 pub mod peaks;
 pub mod phases;
 pub mod procfs;

@@ -3,8 +3,8 @@
 //! every phase run inside a step (its heap peak, heap live by allocating phase) for the
 //! Record's per-step series.
 
-use crate::measure::alloc::{self, Phase, N_PHASES};
-use crate::model::scope;
+use crate::instrument::alloc::{self, Phase, N_PHASES};
+use crate::instrument::scope;
 use crate::record::{ModuleBytes, PeakMoment, PhaseMark, PhaseMemory};
 use std::collections::BTreeMap;
 

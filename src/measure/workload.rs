@@ -2,19 +2,20 @@
 //! accounted. Sample buffers are allocated before the first step; nothing here prints.
 
 use crate::input::tokens::Tokens;
+use crate::instrument::alloc::{self, Phase};
+use crate::instrument::scope;
 use crate::kernels::adamw::AdamW;
 use crate::kernels::sink;
-use crate::measure::alloc::{self, Phase};
 use crate::measure::clock::time_ms;
 use crate::measure::phases::PhaseTracker;
 use crate::measure::procfs;
 use crate::model::config::Family;
 use crate::model::ops::Ops;
+use crate::model::segments;
 use crate::model::store::ParamStore;
 use crate::model::variant::{Fusion, Precision};
 use crate::model::weights::WeightSet;
 use crate::model::{param_specs, Model};
-use crate::model::{scope, segments};
 use crate::record::{DataInfo, MemoryRecord, MicroStepMemory, ModelInfo, StepMemory};
 use crate::spec::{Dtype, Mode, Spec};
 use anyhow::Context;
@@ -62,7 +63,7 @@ pub fn measure_with(
 ) -> anyhow::Result<Measurement> {
     let dev = Device::Cpu;
     let dtype = candle_dtype(spec.dtype);
-    let cfg = &spec.config;
+    let cfg = spec.arch();
     // Mixed precision: f32 master weights, gradients and optimizer state; compute in `dtype`.
     let mixed = spec.variant.precision == Precision::Mixed;
     let store_dtype = if mixed { DType::F32 } else { dtype };
@@ -168,7 +169,7 @@ pub fn measure_with(
             let mut micro_batches = Vec::with_capacity(spec.grad_accum);
             for step in 0..total_steps {
                 if step == spec.warmup {
-                    crate::measure::op_timer::reset(); // per-op times cover the measured steps
+                    crate::instrument::op_timer::reset(); // per-op times cover the measured steps
                 }
                 run.tracker.capture = step == capture_step;
                 micro_batches.clear();
@@ -198,7 +199,7 @@ pub fn measure_with(
             drop(store); // inference keeps the model's detached tensors only
             for step in 0..total_steps {
                 if step == spec.warmup {
-                    crate::measure::op_timer::reset(); // per-op times cover the measured steps
+                    crate::instrument::op_timer::reset(); // per-op times cover the measured steps
                 }
                 run.tracker.capture = step == capture_step;
                 let (ids, targets) = batches
@@ -231,7 +232,7 @@ pub fn measure_with(
             kv_cache_bytes = Some(cache.bytes());
             for step in 0..total_steps {
                 if step == spec.warmup {
-                    crate::measure::op_timer::reset(); // per-op times cover the measured steps
+                    crate::instrument::op_timer::reset(); // per-op times cover the measured steps
                 }
                 run.tracker.capture = step == capture_step;
                 cache.reset();
@@ -359,7 +360,7 @@ impl Batches<'_> {
         let Some(t) = &self.tokens else {
             return Ok(None);
         };
-        let (s, cfg) = (self.spec, &self.spec.config);
+        let (s, cfg) = (self.spec, self.spec.arch());
         let ids = t.batch(k, s.batch, seq, s.seed, cfg.vocab_size)?;
         Ok(Some(windows_to_batch(
             ids, s.batch, seq, cfg.family, self.dev,
@@ -430,13 +431,13 @@ impl Run<'_> {
             None => {
                 let (m, ms) = self.tracker.run(Phase::Other, || {
                     time_ms(dev, || {
-                        let linear = param_specs(&spec.config)
+                        let linear = param_specs(spec.arch())
                             .into_iter()
                             .filter(|p| p.through_linear)
                             .map(|p| p.name)
                             .collect();
                         let (cast, masters) = store.cast(candle_dtype(spec.dtype), &linear)?;
-                        let m = Model::load_variant(&spec.config, &cast, &spec.variant)?;
+                        let m = Model::load_variant(spec.arch(), &cast, &spec.variant)?;
                         Ok((m, masters))
                     })
                 })?;
@@ -567,6 +568,7 @@ impl Run<'_> {
             heap_peak_bytes: step_peak,
             rss_bytes: procfs::rss_bytes(None),
             pss_bytes: procfs::pss_bytes(None),
+            reserved_bytes: None,
             phases: Vec::new(), // filled when the run ends (PhaseTracker::take_marks)
         });
         if let Some(last) = self.series.last() {

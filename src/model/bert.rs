@@ -2,10 +2,10 @@
 //! bidirectional attention and a GELU MLP, and a masked-LM head whose decoder is tied to the word
 //! embedding. Names follow Hugging Face's `BertForMaskedLM`.
 
+use crate::instrument::scope;
 use crate::kernels::embedding::embedding;
 use crate::model::config::ModelConfig;
 use crate::model::ops::{linear, Ops};
-use crate::model::scope;
 use crate::model::store::{Init::*, ParamSpec, ParamStore};
 use crate::model::variant::Variant;
 use candle_core::{Result, Tensor};
@@ -220,7 +220,7 @@ impl Bert {
     ) -> Result<Tensor> {
         let (b, t) = ids.dims2()?;
         let (c, eps) = (self.cfg.d_model, self.cfg.norm_eps);
-        crate::model::scope::enter(crate::model::scope::EMBEDDING_ID);
+        crate::instrument::scope::enter(crate::instrument::scope::EMBEDDING_ID);
         let pos = Tensor::arange(0u32, t as u32, ids.device())?; // (T)
         let mut x = embedding(&self.word, &ids.flatten_all()?)?.reshape((b, t, c))?; // (B, T, C)
         x = x.broadcast_add(&embedding(&self.pos, &pos)?)?; // (B, T, C)
@@ -232,7 +232,7 @@ impl Bert {
         for i in 0..self.layers.len() {
             x = cut.block(&x, Box::new(move |x, track| self.layer(i, track, x)))?;
         }
-        crate::model::scope::enter(crate::model::scope::HEAD_ID);
+        crate::instrument::scope::enter(crate::instrument::scope::HEAD_ID);
         let h = linear(&x, &self.head_dense.w, Some(&self.head_dense.b))?.gelu_erf()?; // (B, T, C)
         let h = ops.layer_norm(&h, &self.head_norm.w, &self.head_norm.b, eps)?; // (B, T, C)
         linear(&h, &self.decoder, Some(&self.decoder_bias)) // (B, T, V)

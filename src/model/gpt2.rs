@@ -2,12 +2,12 @@
 //! LM head tied to the token embedding. Weight names and layouts follow the Hugging Face
 //! checkpoint (`h.{i}.attn.c_attn.weight` is a Conv1D: (in, out)).
 
+use crate::instrument::op_timer::timed;
+use crate::instrument::scope;
 use crate::kernels::embedding::embedding;
-use crate::measure::op_timer::timed;
 use crate::model::config::ModelConfig;
 use crate::model::kv_cache::KvCache;
 use crate::model::ops::{conv1d, linear, Ops};
-use crate::model::scope;
 use crate::model::segments::Cut;
 use crate::model::store::{Init::*, ParamSpec, ParamStore};
 use crate::model::variant::Variant;

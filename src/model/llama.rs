@@ -2,13 +2,13 @@
 //! (gate, up, down), no biases, untied LM head. Names follow Hugging Face's `LlamaForCausalLM`
 //! (`model.layers.{i}.self_attn.q_proj.weight`, PyTorch Linear layout (out, in)).
 
+use crate::instrument::op_timer::timed;
+use crate::instrument::scope;
 use crate::kernels::embedding::embedding;
-use crate::measure::op_timer::timed;
 use crate::model::config::ModelConfig;
 use crate::model::kv_cache::KvCache;
 use crate::model::ops::{linear, Ops};
 use crate::model::rope::rope_tables;
-use crate::model::scope;
 use crate::model::segments::Cut;
 use crate::model::store::{Init::*, ParamSpec, ParamStore};
 use crate::model::variant::Variant;

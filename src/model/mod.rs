@@ -9,10 +9,8 @@ pub mod kv_cache;
 pub mod llama;
 pub mod ops;
 pub mod rope;
-pub mod scope;
 pub mod segments;
 pub mod store;
-pub mod unfused;
 pub mod variant;
 pub mod weights;
 

@@ -3,14 +3,14 @@
 //! (`unfused.rs`), fused or naive attention.
 //!
 //! candle-nn's fast `layer_norm`, `softmax_last_dim` and `rms_norm` have no backward: gradients
-//! silently stop there (DESIGN.md). Everything here is differentiable: memscope's kernels carry
+//! silently stop there (docs/design.md). Everything here is differentiable: memscope's kernels carry
 //! their own backward; `tests/models.rs` checks that every parameter receives a gradient.
 //! Shape vocabulary: B batch, T query length, S key length, C d_model, H heads, KV key/value
 //! heads, D head dim, N rows.
 
+use crate::instrument::op_timer::timed;
 use crate::kernels::attention as kernel;
-use crate::measure::op_timer::timed;
-use crate::model::unfused;
+use crate::kernels::unfused;
 use crate::model::variant::{Attention, Fusion, Variant};
 use candle_core::{DType, Device, Result, Tensor};
 

@@ -1,6 +1,6 @@
 //! The parameters of a model by checkpoint name: created from a seeded random initialisation or
 //! read from safetensors, as trainable `Var`s (train) or detached tensors (inference, so no
-//! autograd graph is recorded — DESIGN.md: 1953 MiB instead of 699 MiB otherwise).
+//! autograd graph is recorded — docs/design.md: 1953 MiB instead of 699 MiB otherwise).
 
 use crate::kernels::sink::Masters;
 use crate::kernels::{panels, strips};

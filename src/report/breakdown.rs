@@ -2,7 +2,7 @@
 //! reconciliation of the heap peak, and the hotspots by module at each phase's peak.
 
 use crate::analysis::breakdown::{diff_pct, reconcile};
-use crate::model::scope::OUTSIDE;
+use crate::instrument::scope::OUTSIDE;
 use crate::record::Record;
 use crate::report::table::Table;
 use crate::units::bytes;

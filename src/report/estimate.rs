@@ -1,8 +1,8 @@
 //! Terminal report of `memscope estimate`: the breakdown (one column per dtype), activations
 //! by kind and by layer, FLOPs, hotspots and the `--fits` verdict.
 
-use crate::estimate::fits::FitReport;
-use crate::estimate::Estimate;
+use crate::record::estimate::Estimate;
+use crate::record::estimate::FitReport;
 use crate::units::{bytes, thousands};
 use comfy_table::{presets::UTF8_FULL_CONDENSED, CellAlignment, Table};
 use std::collections::BTreeMap;

@@ -7,10 +7,9 @@ pub struct Json;
 
 impl Export for Json {
     fn render(&self, records: &[Record]) -> anyhow::Result<String> {
-        let text = match records {
-            [one] => serde_json::to_string_pretty(one)?,
-            many => serde_json::to_string_pretty(many)?,
-        };
-        Ok(text + "\n")
+        Ok(match records {
+            [one] => one.to_json()?,
+            many => serde_json::to_string_pretty(many)? + "\n",
+        })
     }
 }

@@ -4,9 +4,9 @@
 //! prints bytes in binary units (KiB, MiB, GiB) and lists every parameter used. Unknown numbers are
 //! written "—" (text, Markdown), empty (CSV) or null (JSON); never NaN. Reports never measure.
 
-use crate::analysis::leak::LeakReport;
 use crate::analysis::leak_text::{group, rate_in};
-use crate::analysis::targets::TargetRow;
+use crate::record::leak::LeakReport;
+use crate::record::leak::TargetRow;
 use crate::units::{fmt_bytes, fmt_bytes_in, fmt_range_in};
 
 /// The key facts as (name, value) pairs, shared by text and Markdown. Figures are in binary units,
@@ -136,9 +136,7 @@ fn facts(r: &LeakReport) -> Vec<(&'static str, String)> {
                 r.hours_to_budget
                     .map_or(String::new(), |h| format!(", {h:.1} h"))
             ),
-            (None, Some(sl))
-                if sl <= 0.0 || r.verdict == crate::analysis::leak::Verdict::Plateau =>
-            {
+            (None, Some(sl)) if sl <= 0.0 || r.verdict == crate::record::leak::Verdict::Plateau => {
                 "not reached: memory does not grow after the warm-up".into()
             }
             (None, Some(_)) => "not reached at the measured slope".into(),

@@ -1,9 +1,9 @@
 //! Renderers: sentence first, units named, every parameter listed, CSV one row, JSON contract fields.
 
 use super::*;
-use crate::analysis::leak::{analyze, LeakParams, MemorySeries};
+use crate::analysis::leak::analyze;
 use crate::analysis::targets::{evaluate, Target, TargetKind};
-
+use crate::record::leak::{LeakParams, MemorySeries};
 const MIB: f64 = 1048576.0;
 const GIB: f64 = 1073741824.0;
 
@@ -165,7 +165,7 @@ fn leak_text_shows_rates_in_binary_units() {
     assert!(t.contains("GiB/h (at 3600 steps/h)"), "{t}");
 }
 
-/// DESIGN.md: analysis and report never import candle.
+/// docs/design.md: analysis and report never import candle.
 #[test]
 fn analysis_and_report_do_not_import_candle() {
     let sources = [

@@ -7,7 +7,6 @@ pub mod csv;
 pub mod diff;
 pub mod estimate;
 pub mod html;
-pub mod inputs;
 pub mod json;
 pub mod leak;
 pub mod markdown;
@@ -22,7 +21,6 @@ pub mod summary;
 pub mod table;
 pub mod terminal;
 pub mod trace;
-pub mod watch_file;
 
 use crate::record::Record;
 

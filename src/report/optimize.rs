@@ -1,128 +1,14 @@
 //! `memscope optimize`'s ranking: each variant's measured heap peak, saved activations, step
 //! time and loss beside the baseline's, biggest memory saving first, with one sentence per
-//! variant on what it trades. Pure: rows in, figures and text out.
+//! variant on what it trades. Pure: figures (`sweep::variant_figures`) in, text out.
 //!
 //! Heap figures are the counting allocator's (exact); activations = heap bytes the first
 //! forward left live; step time = median of the measured steps with its coefficient of
 //! variation; the estimate is `memscope estimate`'s predicted heap peak for the same run.
 
-use crate::sweep::rows::{Row, RowSummary, Status};
-use crate::sweep::variants::{describe, Outcome};
+use crate::record::optimize::Figures;
 use crate::units::{bytes, ms};
-use serde::Serialize;
 use std::fmt::Write;
-
-/// One variant's figures at one sequence length, relative to the baseline's.
-#[derive(Clone, Debug, Serialize)]
-pub struct Figures {
-    pub name: String,
-    /// The reference row (what a plain PyTorch script runs).
-    pub baseline: bool,
-    /// The `memscope bench` flags that run it.
-    pub flags: String,
-    pub seq: usize,
-    /// ok, oom, timeout, crashed, error, skipped.
-    pub status: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub reason: Option<String>,
-    pub heap_peak_bytes: Option<u64>,
-    /// (peak − baseline peak) / baseline peak, %: against the baseline's measured peak, or its
-    /// estimated one when the baseline did not run (`delta_peak_vs`).
-    pub delta_peak_pct: Option<f64>,
-    /// `measured` or `estimated`: which baseline peak Δ peak is taken against.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub delta_peak_vs: Option<&'static str>,
-    /// The baseline's estimated heap peak, when Δ peak is taken against it.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub baseline_estimated_peak_bytes: Option<u64>,
-    pub activations_bytes: Option<u64>,
-    pub delta_activations_pct: Option<f64>,
-    pub step_median_ms: Option<f64>,
-    pub step_cv_pct: Option<f64>,
-    pub delta_time_pct: Option<f64>,
-    /// The loss of the last measured step (same data and seed in every variant).
-    pub loss_last: Option<f64>,
-    pub estimated_peak_bytes: Option<u64>,
-    /// (estimate − measured) / measured heap peak, %.
-    pub estimate_error_pct: Option<f64>,
-    /// With --memory-limit: the largest batch that ran within it.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub max_batch: Option<usize>,
-}
-
-fn pct(new: f64, base: f64) -> Option<f64> {
-    (base > 0.0).then(|| (new - base) / base * 100.0)
-}
-
-fn ok(r: &Row) -> Option<&RowSummary> {
-    (r.status == Status::Ok)
-        .then_some(r.summary.as_ref())
-        .flatten()
-}
-
-/// The outcomes at one sequence length (the baseline first) → figures ranked by heap peak,
-/// lowest first; runs that did not finish last.
-pub fn figures(outcomes: &[Outcome]) -> Vec<Figures> {
-    let base = outcomes.first().and_then(|o| ok(&o.row));
-    // When the baseline did not run (refused, out of memory), peaks are set against its estimate.
-    let base_est = outcomes
-        .first()
-        .filter(|_| base.is_none())
-        .and_then(|o| o.estimated_peak_bytes);
-    let mut v: Vec<Figures> = outcomes
-        .iter()
-        .enumerate()
-        .map(|(i, o)| {
-            let s = ok(&o.row);
-            // The baseline (first) has no Δ: it is the reference.
-            let rel = |f: &dyn Fn(&RowSummary) -> Option<f64>| -> Option<f64> {
-                (i > 0).then_some(())?;
-                pct(f(s?)?, f(base?)?)
-            };
-            let peak = |x: &RowSummary| Some(x.heap_peak_bytes as f64);
-            let act = |x: &RowSummary| x.activations_bytes.map(|b| b as f64);
-            let time = |x: &RowSummary| Some(x.step_median_ms);
-            let (delta_peak_pct, delta_peak_vs) = match (rel(&peak), base_est, s) {
-                (Some(d), _, _) => (Some(d), Some("measured")),
-                (None, Some(e), Some(x)) if i > 0 => {
-                    (pct(x.heap_peak_bytes as f64, e as f64), Some("estimated"))
-                }
-                _ => (None, None),
-            };
-            Figures {
-                name: o.name.to_string(),
-                baseline: i == 0,
-                flags: describe(&o.row.spec),
-                seq: o.row.spec.seq,
-                status: o.row.status.name().to_string(),
-                reason: o.row.reason.clone(),
-                heap_peak_bytes: s.map(|x| x.heap_peak_bytes),
-                delta_peak_pct,
-                delta_peak_vs,
-                baseline_estimated_peak_bytes: base_est.filter(|_| delta_peak_vs.is_some()),
-                activations_bytes: s.and_then(|x| x.activations_bytes),
-                delta_activations_pct: rel(&act),
-                step_median_ms: s.map(|x| x.step_median_ms),
-                step_cv_pct: s.and_then(|x| x.step_cv_pct),
-                delta_time_pct: rel(&time),
-                loss_last: s.and_then(|x| x.loss_last),
-                estimated_peak_bytes: s
-                    .and_then(|x| x.estimated_peak_bytes)
-                    .or(o.estimated_peak_bytes),
-                estimate_error_pct: s
-                    .and_then(|x| pct(x.estimated_peak_bytes? as f64, x.heap_peak_bytes as f64)),
-                max_batch: o.max_batch,
-            }
-        })
-        .collect();
-    v.sort_by(|a, b| match (a.heap_peak_bytes, b.heap_peak_bytes) {
-        (Some(x), Some(y)) => x.cmp(&y),
-        (Some(_), None) => std::cmp::Ordering::Less,
-        (None, Some(_)) => std::cmp::Ordering::Greater,
-        (None, None) => std::cmp::Ordering::Equal,
-    });
-    v
-}
 
 fn signed(p: Option<f64>) -> String {
     match p {
@@ -151,7 +37,7 @@ pub fn sentence(f: &Figures) -> String {
             f.name
         );
     }
-    if f.delta_peak_vs == Some("estimated") {
+    if f.delta_peak_vs.as_deref() == Some("estimated") {
         return format!(
             "{}: {} heap peak against the baseline's estimated {} (the baseline did not run), at {} per step",
             f.name,
@@ -204,7 +90,7 @@ pub fn markdown(title: &str, figs: &[Figures], steps: usize) -> String {
             (Some(e), None) => format!("{} (not run)", bytes(e as f64)),
             _ => "not modelled".into(),
         };
-        let dpeak = match f.delta_peak_vs {
+        let dpeak = match f.delta_peak_vs.as_deref() {
             Some("estimated") => format!("{} vs est.", signed(f.delta_peak_pct)),
             _ => signed(f.delta_peak_pct),
         };
@@ -245,7 +131,7 @@ mod tests {
         Figures {
             name: name.into(),
             baseline: name == "baseline",
-            delta_peak_vs: peak.map(|_| "measured"),
+            delta_peak_vs: peak.map(|_| "measured".to_string()),
             baseline_estimated_peak_bytes: None,
             flags: String::new(),
             seq: 8,
@@ -276,7 +162,7 @@ mod tests {
         assert!(sentence(&b).contains("reference"));
         // The baseline refused (its estimate over the machine): Δ against its estimate, said so.
         let mut c = fig("checkpointing", Some(-78.7), None, None);
-        c.delta_peak_vs = Some("estimated");
+        c.delta_peak_vs = Some("estimated".to_string());
         c.baseline_estimated_peak_bytes = Some(44 << 30);
         let t = sentence(&c);
         assert!(

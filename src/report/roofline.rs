@@ -3,39 +3,10 @@
 //! CSV and Markdown. Pure: from the analysis' rows to text.
 
 use crate::analysis::op_cost::OpCost;
-use crate::analysis::roofline::{self, MeasuredOp, OpRow, Roofs, StepRow};
+use crate::analysis::roofline::{self, MeasuredOp};
+use crate::record::roofline::{Head, RooflineFile, Roofs, SectionReport};
 use crate::units;
-use serde::{Deserialize, Serialize};
 use std::fmt::Write;
-
-/// What was run.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct Head {
-    pub model: String,
-    pub mode: String,
-    pub batch: usize,
-    pub seq: usize,
-    pub new_tokens: usize,
-    pub steps: usize,
-    pub threads: usize,
-    /// The CPU's vector instructions (`environment::isa`); empty in files written before it.
-    #[serde(default)]
-    pub isa: String,
-    pub roofs: Roofs,
-    pub weights_bytes: u64,
-}
-
-/// One section (train step, forward, prefill, one decode step) analysed.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct SectionReport {
-    pub name: String,
-    pub step: StepRow,
-    /// Profiled and plain time: mean and standard deviation, ms.
-    pub profiled_ms: (f64, f64),
-    pub plain_ms: (f64, f64),
-    pub ops: Vec<OpRow>,
-    pub biggest_loss: String,
-}
 
 impl SectionReport {
     pub fn new(
@@ -251,15 +222,6 @@ pub fn csv(secs: &[SectionReport]) -> String {
     o
 }
 
-#[derive(Serialize)]
-struct JsonOut<'a> {
-    run: &'a Head,
-    /// The whole step: train step, forward, or prefill + new_tokens decode steps.
-    step: StepRow,
-    ops: Vec<&'a OpRow>,
-    sections: &'a [SectionReport],
-}
-
 pub fn json(h: &Head, secs: &[SectionReport]) -> anyhow::Result<String> {
     let mut step = secs[0].step.clone();
     if secs.len() == 2 {
@@ -272,18 +234,12 @@ pub fn json(h: &Head, secs: &[SectionReport]) -> anyhow::Result<String> {
         step.achieved_gflops = step.flops / (step.time_ms.max(1e-12) * 1e6);
         step.mfu_pct = 100.0 * step.achieved_gflops / h.roofs.matmul_gflops;
     }
-    let ops = secs.iter().flat_map(|s| s.ops.iter()).collect();
-    Ok(serde_json::to_string_pretty(&JsonOut {
-        run: h,
+    let ops = secs.iter().flat_map(|s| s.ops.iter().cloned()).collect();
+    let file = RooflineFile {
+        run: h.clone(),
         step,
         ops,
-        sections: secs,
-    })? + "\n")
-}
-
-/// A `roofline --json` file read back (for `memscope report`): what was run and its sections.
-#[derive(Clone, Debug, Deserialize)]
-pub struct RooflineFile {
-    pub run: Head,
-    pub sections: Vec<SectionReport>,
+        sections: secs.to_vec(),
+    };
+    Ok(file.to_json()?)
 }

@@ -5,15 +5,15 @@
 //! decode). Ops with no FLOPs or no time cannot sit on log axes and are listed under the chart by
 //! the caller. Pure: from the report's rows to an SVG string.
 
+use crate::record::roofline::{Head, SectionReport};
 use crate::report::html::svg::{color, draw_svg, DrawResult, GREY};
-use crate::report::roofline::{Head, SectionReport};
 use plotters::prelude::*;
 
 const W: u32 = 900;
 const H: u32 = 560;
 
 /// A point on the chart: (intensity, achieved GFLOP/s).
-fn point(r: &crate::analysis::roofline::OpRow) -> Option<(f64, f64)> {
+fn point(r: &crate::record::roofline::OpRow) -> Option<(f64, f64)> {
     let ok = |x: f64| x.is_finite() && x > 0.0;
     (ok(r.intensity) && ok(r.achieved_gflops)).then_some((r.intensity, r.achieved_gflops))
 }

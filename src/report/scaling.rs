@@ -6,7 +6,7 @@
 //! appears with several warm-ups, the row with the most warm-up steps stands for it.
 
 use crate::analysis::scaling::{choose, describe, fit_linear, warmup_axis, Pattern};
-use crate::sweep::rows::{Row, RowSummary, Status};
+use crate::record::sweep_row::{Row, RowSummary, Status};
 use crate::units::{ms, rate};
 use std::collections::BTreeMap;
 use std::fmt::Write;
@@ -266,7 +266,7 @@ mod tests {
     fn row(batch: usize, seq: usize, peak: u64) -> Row {
         let spec = Spec {
             model: "tiny-gpt2".into(),
-            config: ModelConfig::preset("tiny-gpt2").unwrap(),
+            config: Some(ModelConfig::preset("tiny-gpt2").unwrap()),
             config_path: None,
             weights: None,
             mode: Mode::Train,
@@ -283,6 +283,7 @@ mod tests {
             lr: 1e-3,
             data: None,
             variant: Default::default(),
+            engine: None,
         };
         let mut r = Row::not_run(Status::Ok, String::new(), 0, spec);
         r.reason = None;

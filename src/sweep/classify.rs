@@ -2,8 +2,8 @@
 //! cgroup OOM kills, Rust's allocation-failure abort, stack overflow, panics, clean errors, other
 //! exit codes, then signals.
 
+use crate::record::sweep_row::Status;
 use crate::sweep::limits::GRACE;
-use crate::sweep::rows::Status;
 use crate::units::human_duration;
 use std::time::Duration;
 

@@ -2,10 +2,10 @@
 //! budget. Size 1 first, then from the estimator's guess gallop until the outcome flips, bisect,
 //! and confirm the answer with a second run. Each trial is a real worker under the budget.
 
+use crate::record::sweep_row::{Row, Status};
 use crate::spec::Spec;
 use crate::sweep::interrupt::{install_interrupt_handler, INTERRUPTED};
 use crate::sweep::limits::Enforcement;
-use crate::sweep::rows::{Row, Status};
 use crate::sweep::run::{run_worker, Live, RunOptions};
 use crate::sweep::scratch::Scratch;
 use crate::units::bytes as fmt_bytes;

@@ -2,11 +2,12 @@
 //! configuration (errors and skips included), skipping configurations larger than one that ran
 //! out of memory, appending each row to the JSONL before the next one starts.
 
+use crate::record::sweep_row::{Row, Status};
 use crate::spec::Spec;
 use crate::sweep::interrupt::INTERRUPTED;
 use crate::sweep::plan::{skip_reason, Point};
 use crate::sweep::progress::SweepProgress;
-use crate::sweep::rows::{self, JsonlWriter, Row, Status};
+use crate::sweep::rows::JsonlWriter;
 use crate::sweep::run::{run_worker, Live, RunOptions};
 use anyhow::Context;
 use std::path::Path;
@@ -48,7 +49,7 @@ pub fn run_planned(
         } else if let Some(reason) = (!no_skip).then(|| skip_reason(&ooms, point)).flatten() {
             Row::not_run(Status::Skipped, reason, point.index, spec.clone())
         } else {
-            let label = rows::label(spec);
+            let label = crate::record::sweep_row::label(spec);
             match run_worker(spec, point.index, opts, &INTERRUPTED, &live, || {
                 progress.current(&label, &live)
             })? {

@@ -12,5 +12,6 @@ pub mod rows;
 pub mod run;
 pub mod scratch;
 pub mod slurm;
+pub mod variant_figures;
 pub mod variants;
 pub mod worker;

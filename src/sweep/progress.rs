@@ -1,7 +1,7 @@
 //! What a sweep shows while it runs (on stderr): a progress bar on a terminal, else one line per
 //! finished configuration.
 
-use crate::sweep::rows::Row;
+use crate::record::sweep_row::Row;
 use crate::sweep::run::Live;
 use indicatif::{ProgressBar, ProgressStyle};
 use std::io::IsTerminal;

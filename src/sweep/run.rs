@@ -11,11 +11,11 @@
 //! - `--timeout`: SIGTERM to the group, [`GRACE`], then SIGKILL.
 //! - Classification: see [`classify`].
 
+use crate::record::sweep_row::{Row, RowSummary, Status};
 use crate::record::StepMemory;
 use crate::spec::Spec;
 use crate::sweep::classify::{classify, signal_name, Outcome};
 use crate::sweep::limits::{cgroup_oom_kills, make_cgroup, Enforcement, GRACE, POLL};
-use crate::sweep::rows::{Row, RowSummary, Status};
 use std::collections::VecDeque;
 use std::ffi::CString;
 use std::io::{BufRead, BufReader, Write};

@@ -4,11 +4,11 @@
 //! with a memory budget, the largest batch each one fits (the `fit` search).
 
 use crate::model::variant::{Attention, Fusion, Precision, Variant};
+use crate::record::sweep_row::{Row, Status};
 use crate::spec::{Dtype, Mode, Spec};
 use crate::sweep::fit::{search, FitRequest, Vary};
 use crate::sweep::interrupt::{install_interrupt_handler, INTERRUPTED};
 use crate::sweep::limits::Enforcement;
-use crate::sweep::rows::{Row, Status};
 use crate::sweep::run::{run_worker, Live, RunOptions};
 use crate::sweep::scratch::Scratch;
 use std::time::Duration;
@@ -168,7 +168,7 @@ mod tests {
         let config = crate::model::config::ModelConfig::preset("tiny-llama").unwrap();
         Spec {
             model: "tiny-llama".into(),
-            config,
+            config: Some(config),
             config_path: None,
             weights: None,
             mode,
@@ -185,6 +185,7 @@ mod tests {
             lr: 1e-3,
             data: None,
             variant: Variant::default(),
+            engine: None,
         }
     }
 

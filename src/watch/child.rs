@@ -2,6 +2,7 @@
 //! and SIGTERM sent to `watch` are caught and forwarded; how it ended, told plainly (exit code, the
 //! signal, an OOM kill when the kernel's `oom_kill` counters rose).
 
+use crate::record::watch::ChildExit;
 use serde::Serialize;
 use std::os::unix::process::ExitStatusExt;
 use std::process::{Child, Command, Stdio};
@@ -63,20 +64,6 @@ pub fn send(pid: u32, sig: i32) {
     unsafe {
         libc::kill(pid as libc::pid_t, sig);
     }
-}
-
-/// How the child ended.
-#[derive(Clone, Debug, Serialize)]
-pub struct ChildExit {
-    pub code: Option<i32>,
-    pub signal: Option<i32>,
-    pub signal_name: Option<String>,
-    /// SIGKILL while the kernel's OOM-kill counters rose.
-    pub oom_kill: bool,
-    /// `watch` sent the SIGKILL after the grace period.
-    pub killed_by_watch: bool,
-    /// One plain sentence.
-    pub description: String,
 }
 
 impl ChildExit {

@@ -1,18 +1,10 @@
 //! GPU memory through NVML, with the driver library loaded at run time (`dlopen` of
 //! `libnvidia-ml.so.1`): the binary has no link-time dependency on NVIDIA software. No library, no
-//! device, a failing call or implausible values → `unavailable` and why (RELIABILITY.md case 20),
+//! device, a failing call or implausible values → `unavailable` and why (docs/reliability.md case 20),
 //! never an error.
 
-use serde::Serialize;
+use crate::record::watch::{GpuSample, GpuStatus};
 use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
-
-/// Whether GPU figures can be reported, and why not.
-#[derive(Clone, Debug, Serialize)]
-#[serde(tag = "status", rename_all = "lowercase")]
-pub enum GpuStatus {
-    Available { devices: u32 },
-    Unavailable { reason: String },
-}
 
 impl GpuStatus {
     /// `unavailable (why)` or `available (N devices)` for the terminal.
@@ -24,15 +16,6 @@ impl GpuStatus {
             GpuStatus::Unavailable { reason } => format!("unavailable ({reason})"),
         }
     }
-}
-
-/// GPU memory at one instant.
-#[derive(Clone, Debug, Default, Serialize)]
-pub struct GpuSample {
-    /// Summed over the watched processes NVML lists; None when NVML gives no per-process figure.
-    pub process_bytes: Option<u64>,
-    pub device_used_bytes: u64,
-    pub device_total_bytes: u64,
 }
 
 #[repr(C)]

@@ -1,7 +1,7 @@
 //! `--jsonl`: one JSON line per sample, written and flushed as it is taken, so a watcher that is
 //! itself killed loses nothing already sampled (at worst the line being written is cut short).
 
-use crate::watch::sample::TreeSample;
+use crate::record::watch::TreeSample;
 use std::fs::File;
 use std::io::Write;
 use std::path::Path;

@@ -1,12 +1,11 @@
 //! What a finished watch writes: the closing text (peaks, how the command ended, GPU, notes), the
 //! `--csv` table (one row per sample and process, plus a `total` row) and the `--json` Record.
 
-use crate::analysis::leak::LeakReport;
-use crate::analysis::targets::TargetRow;
+use crate::record::leak::LeakReport;
+use crate::record::leak::TargetRow;
+use crate::record::watch::{Peak, WatchFile, WATCH_SCHEMA};
 use crate::units::bytes;
 use crate::watch::run::WatchResult;
-use crate::watch::series::Peak;
-use serde_json::json;
 
 /// The lines printed after the verdict.
 pub fn closing_text(
@@ -149,27 +148,28 @@ pub fn to_json(
     series_note: &str,
     interval_s: f64,
 ) -> String {
-    let v = json!({
-        "schema": "memscope-watch",
-        "schema_version": 1,
-        "command": command,
-        "root_pid": r.root_pid,
-        "interval_s": interval_s,
-        "verdict": report,
-        "judged": series_note,
-        "targets": rows,
-        "peak": total,
-        "peaks_per_process": per,
-        "exit": r.exit,
-        "interrupted_by": r.interrupted.map(crate::watch::child::signal_name),
-        "gpu": r.gpu,
-        "duration_s": r.duration_s,
-        "watcher_cpu_s": r.watcher_cpu_s,
-        "notes": r.notes,
-        "step_markers": r.log.markers,
-        "values": r.log.values,
-        "series": r.samples,
-        "environment": crate::environment::capture(0),
-    });
-    serde_json::to_string_pretty(&v).unwrap_or_default() + "\n"
+    WatchFile {
+        schema: WATCH_SCHEMA.into(),
+        schema_version: 1,
+        command: command.to_vec(),
+        root_pid: r.root_pid,
+        interval_s,
+        verdict: report.clone(),
+        judged: series_note.into(),
+        targets: rows.to_vec(),
+        peak: total.clone(),
+        peaks_per_process: per.to_vec(),
+        exit: r.exit.clone(),
+        interrupted_by: r.interrupted.map(crate::watch::child::signal_name),
+        gpu: r.gpu.clone(),
+        duration_s: r.duration_s,
+        watcher_cpu_s: r.watcher_cpu_s,
+        notes: r.notes.clone(),
+        step_markers: r.log.markers.clone(),
+        values: r.log.values.clone(),
+        series: r.samples.clone(),
+        environment: crate::environment::capture(0),
+    }
+    .to_json()
+    .unwrap_or_default()
 }

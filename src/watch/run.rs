@@ -2,11 +2,15 @@
 //! every interval until it ends or a signal arrives, forward that signal and allow the grace period.
 //! The loop never prints: the live line is drawn by [`crate::watch::status`] on its own thread.
 
-use crate::watch::child::{self, ChildExit, OomCounters};
-use crate::watch::gpu::{self, GpuStatus};
+use crate::watch::child::{self, OomCounters};
+
+use crate::record::watch::ChildExit;
+use crate::record::watch::GpuStatus;
+use crate::record::watch::TreeSample;
+use crate::watch::gpu;
 use crate::watch::jsonl::JsonlWriter;
 use crate::watch::passthrough::{relay, Console, Relay, Stream};
-use crate::watch::sample::{Sampler, TreeSample};
+use crate::watch::sample::Sampler;
 use crate::watch::status::{Live, StatusLine};
 use crate::watch::steps::{Patterns, StepLog};
 use crate::watch::tree::descendants;

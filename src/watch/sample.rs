@@ -9,30 +9,11 @@
 //! all. Between reads a process carries its last figures, with their age (`smaps_age_s`). With
 //! `every_sample` (`--judge pss|uss`) they are read every sample.
 
+use crate::record::watch::{ProcSample, Totals, TreeSample};
 use procfs::process::{SmapsRollup, Stat, Status};
 use procfs::FromRead;
-use serde::Serialize;
 use std::collections::HashMap;
 use std::time::Instant;
-
-/// One process at one instant. Bytes are bytes.
-#[derive(Clone, Debug, Serialize)]
-pub struct ProcSample {
-    pub pid: u32,
-    pub ppid: u32,
-    pub command: String,
-    pub rss_bytes: u64,
-    pub pss_bytes: u64,
-    pub uss_bytes: u64,
-    pub swap_bytes: u64,
-    pub threads: u64,
-    /// Percent of one core since the previous sample (0 on a process's first sample).
-    pub cpu_percent: f64,
-    /// False when PSS and USS are RSS because `smaps_rollup` was unreadable.
-    pub smaps: bool,
-    /// Seconds since PSS, USS and swap were read (0 when read for this sample).
-    pub smaps_age_s: f64,
-}
 
 /// `smaps_rollup` reads may take at most 1/SMAPS_BUDGET of one core (0.25%).
 pub const SMAPS_BUDGET: f64 = 400.0;
@@ -45,32 +26,6 @@ struct Smaps {
     swap: u64,
     read_at: Instant,
     cost_s: f64,
-}
-
-/// The summed tree.
-#[derive(Clone, Debug, Default, Serialize)]
-pub struct Totals {
-    pub rss_bytes: u64,
-    pub pss_bytes: u64,
-    pub uss_bytes: u64,
-    pub swap_bytes: u64,
-    pub threads: u64,
-    pub cpu_percent: f64,
-    pub processes: usize,
-}
-
-/// The whole tree at one instant.
-#[derive(Clone, Debug, Serialize)]
-pub struct TreeSample {
-    /// Seconds since the watch started.
-    pub time_s: f64,
-    /// The last step marker seen before this sample (None before the first).
-    pub step: Option<u64>,
-    pub total: Totals,
-    pub processes: Vec<ProcSample>,
-    /// GPU memory (None when NVML is unavailable).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub gpu: Option<crate::watch::gpu::GpuSample>,
 }
 
 /// Keeps the previous CPU ticks of each process to turn them into a percentage.

@@ -1,10 +1,10 @@
 //! From samples to what the analysis reads: the judged series (per step when the output had step
 //! markers, else per sample with its time) and the peaks per process and summed.
 
-use crate::analysis::leak::MemorySeries;
-use crate::watch::sample::{Totals, TreeSample};
+use crate::record::leak::MemorySeries;
+use crate::record::watch::Peak;
+use crate::record::watch::{Totals, TreeSample};
 use crate::watch::steps::StepLog;
-use serde::Serialize;
 use std::collections::BTreeMap;
 
 /// What the verdict judges (`--judge`).
@@ -144,17 +144,6 @@ pub fn judged(
         note += &format!("; {skipped} samples after a step number went backwards were left out");
     }
     Ok((s, note))
-}
-
-/// Where and when a peak happened.
-#[derive(Clone, Debug, Serialize)]
-pub struct Peak {
-    pub pid: Option<u32>,
-    pub command: String,
-    pub rss_bytes: u64,
-    pub pss_bytes: u64,
-    pub time_s: f64,
-    pub step: Option<u64>,
 }
 
 /// The summed peak (by RSS) first, then each process's, by pid.

@@ -2,10 +2,12 @@
 //! peak, slope so far, warm-up and the verdict so far, redrawn in place every half second and only
 //! between whole lines of the command's own output.
 
-use crate::analysis::leak::{analyze, LeakParams, MemorySeries};
+use crate::analysis::leak::analyze;
+
+use crate::record::leak::{LeakParams, MemorySeries};
+use crate::record::watch::TreeSample;
 use crate::units::bytes;
 use crate::watch::passthrough::Console;
-use crate::watch::sample::TreeSample;
 use std::io::Write;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};

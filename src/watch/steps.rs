@@ -3,23 +3,12 @@
 //! groups become extra series, with the unit written in the group name (`allocated_mb` → MB).
 
 use crate::input::series_fields::split_unit;
+use crate::record::watch::ValuePoint;
 use crate::units::Unit;
 use regex::Regex;
-use serde::Serialize;
 
 /// Recognises `step 12`, `Step 12:`, `iter 12`, `iteration 12`, `it 12/500`.
 pub const DEFAULT_STEP_PATTERN: &str = r"(?i)\b(?:step|iter(?:ation)?|it)\s*[:#=]?\s*(?P<step>\d+)";
-
-/// A value taken from an output line.
-#[derive(Clone, Debug, Serialize)]
-pub struct ValuePoint {
-    pub name: String,
-    /// In bytes when `unit` is a byte unit, else as printed.
-    pub value: f64,
-    pub unit: Option<String>,
-    pub step: Option<u64>,
-    pub time_s: f64,
-}
 
 /// The compiled patterns.
 #[derive(Clone, Debug)]

@@ -34,7 +34,7 @@ impl SafetensorsFile {
         // hazard is another process truncating or rewriting the file while it is mapped: a
         // truncation turns reads past the new end into SIGBUS. That is acceptable here because
         // weights are read inside a worker process, and the parent classifies such a death as
-        // "input changed" (RELIABILITY.md case 12) and the sweep goes on.
+        // "input changed" (docs/reliability.md case 12) and the sweep goes on.
         let mmap = unsafe { Mmap::map(&file) }.map_err(io_err)?;
         let (tensors, data_start) = parse_header(&mmap, path)?;
         let by_name = tensors

@@ -5,9 +5,10 @@
 //! the one `memscope leak` printed (a `--budget` given to leak is not in the Record).
 
 use super::svg::{color, draw_svg, esc, figure, padded, DrawResult, GREY, MIB, RED};
-use crate::analysis::leak::{analyze, LeakParams, LeakReport};
+use crate::analysis::leak::analyze;
 use crate::analysis::record_series::{series, steps_per_hour};
 use crate::analysis::stats::median;
+use crate::record::leak::{LeakParams, LeakReport};
 use crate::record::Record;
 use crate::units::fmt_bytes;
 use plotters::prelude::*;

@@ -2,7 +2,7 @@
 //! (`report/roofline_chart.rs`), the step's MFU and biggest loss under it.
 
 use super::svg::{esc, figure};
-use crate::report::roofline::RooflineFile;
+use crate::record::roofline::RooflineFile;
 use crate::report::roofline_chart;
 
 /// The section's HTML; empty when no roofline file was given.

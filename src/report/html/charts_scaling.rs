@@ -5,7 +5,7 @@
 
 use super::svg::{color, draw_svg, esc, figure, padded, DrawResult, MIB, RED};
 use crate::analysis::fit::{fit_linear, fit_quadratic};
-use crate::sweep::rows::{Row, Status};
+use crate::record::sweep_row::{Row, Status};
 use plotters::prelude::*;
 use std::collections::BTreeMap;
 

@@ -3,7 +3,7 @@
 //! processes' own, thick), one colour per input so that two watches share one axis.
 
 use super::svg::{color, draw_svg, esc, figure, padded, DrawResult, MIB};
-use crate::report::watch_file::WatchFile;
+use crate::record::watch::WatchFile;
 use plotters::prelude::*;
 
 /// The section's chart, or nothing without watch inputs that hold samples.
@@ -46,7 +46,7 @@ pub fn section(inputs: &[(usize, &WatchFile)]) -> anyhow::Result<String> {
             .draw()?;
         for (i, w) in &with {
             let (c, n) = (color(*i), *i + 1);
-            let line = |f: &dyn Fn(&crate::report::watch_file::WatchPoint) -> Option<u64>| {
+            let line = |f: &dyn Fn(&crate::record::watch::TreeSample) -> Option<u64>| {
                 w.series
                     .iter()
                     .filter_map(|p| Some((p.time_s, f(p)? as f64 / MIB)))

@@ -18,9 +18,10 @@ pub mod charts_watch;
 pub mod page;
 pub mod svg;
 
+use crate::record::detect::{record_label, Input, Named};
+use crate::record::estimate::EstimateFile;
+use crate::record::sweep_row::Row;
 use crate::record::Record;
-use crate::report::inputs::{record_label, Input, Named};
-use crate::sweep::rows::Row;
 use charts_memory::Bars;
 use std::collections::BTreeMap;
 
@@ -183,7 +184,7 @@ pub fn render(inputs: &[Named]) -> anyhow::Result<String> {
 
 fn summary(
     table: &[(usize, String, String)],
-    leaks: &[(usize, String, crate::analysis::leak::LeakReport)],
+    leaks: &[(usize, String, crate::record::leak::LeakReport)],
     records: &[(usize, String, &Record)],
 ) -> String {
     let mut h = page::inputs_table(table);
@@ -196,27 +197,23 @@ fn summary(
     h
 }
 
-fn estimate_label(v: &serde_json::Value) -> String {
-    let g = |k: &str| {
-        v.get(k)
-            .map(|x| x.to_string().trim_matches('"').to_string())
-    };
-    format!(
-        "{} {} b{} s{}",
-        g("model").unwrap_or_default(),
-        g("mode").unwrap_or_default(),
-        g("batch").unwrap_or_default(),
-        g("seq").unwrap_or_default()
-    )
+fn estimate_label(e: &EstimateFile) -> String {
+    let e = &e.first;
+    format!("{} {} b{} s{}", e.model, e.mode.name(), e.batch, e.seq)
 }
 
-fn estimate_categories(v: &serde_json::Value) -> BTreeMap<String, u64> {
-    v.get("categories")
-        .and_then(|c| c.as_object())
-        .map(|o| {
-            o.iter()
-                .filter_map(|(k, x)| Some((k.clone(), x.as_u64()?)))
-                .collect()
-        })
-        .unwrap_or_default()
+fn estimate_categories(e: &EstimateFile) -> BTreeMap<String, u64> {
+    let c = &e.first.categories;
+    [
+        ("activations", c.activations),
+        ("gradients", c.gradients),
+        ("kv_cache", c.kv_cache),
+        ("optimizer_state", c.optimizer_state),
+        ("parameters", c.parameters),
+        ("runtime_buffers", c.runtime_buffers),
+        ("temporaries", c.temporaries),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v))
+    .collect()
 }

@@ -3,7 +3,7 @@
 //! first.
 
 use super::svg::{css, esc};
-use crate::analysis::leak::LeakReport;
+use crate::record::leak::LeakReport;
 use crate::record::Record;
 use crate::units::{fmt_bytes, ms, thousands};
 

@@ -11,9 +11,8 @@
 //! - `NODE_FAIL`, `CANCELLED`, `PREEMPTED`, `BOOT_FAIL`, `DEADLINE`, … → `crash` with state and
 //!   exit code.
 
+use crate::record::sweep_row::Status;
 use crate::sweep::classify::{classify as classify_exit, Outcome};
-use crate::sweep::rows::Status;
-
 /// Lines slurmstepd writes when it kills a task for memory.
 pub const OOM_EVIDENCE: [&str; 4] = [
     "Exceeded job memory limit",

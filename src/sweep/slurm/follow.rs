@@ -9,12 +9,13 @@
 //! On SIGINT/SIGTERM: with `--cancel-on-interrupt` the array is cancelled; at a terminal the
 //! user is asked; otherwise the array keeps running and the message says how to re-attach.
 
+use crate::record::sweep_row::{Row, Status};
 use crate::spec::Spec;
 use crate::sweep::interrupt::INTERRUPTED;
 use crate::sweep::local::SweepOutcome;
 use crate::sweep::plan::{skip_reason, Point};
 use crate::sweep::progress::SweepProgress;
-use crate::sweep::rows::{JsonlWriter, Row, Status};
+use crate::sweep::rows::JsonlWriter;
 use crate::sweep::slurm::query::{self, TaskState};
 use crate::sweep::slurm::task_row::{finished_row, skipped_row};
 use crate::sweep::slurm::workdir::{read_json, write_json, PlanMeta, WorkDir};

@@ -122,7 +122,7 @@ pub fn parse_sacct(job: &str, text: &str) -> Vec<TaskState> {
             index,
             ..TaskState::default()
         });
-        if let Some(rss) = parse_size(f[4]) {
+        if let Some(rss) = parse_slurm_size(f[4]) {
             t.max_rss_bytes = Some(t.max_rss_bytes.map_or(rss, |m: u64| m.max(rss)));
         }
         if step.is_none() {
@@ -192,7 +192,7 @@ pub fn parse_sstat(text: &str) -> BTreeMap<String, u64> {
             continue;
         };
         let raw = id.split('.').next().unwrap_or(id).to_string();
-        if let Some(b) = parse_size(rss) {
+        if let Some(b) = parse_slurm_size(rss) {
             let e = out.entry(raw).or_insert(0);
             *e = b.max(*e);
         }
@@ -218,8 +218,9 @@ fn node(s: &str) -> Option<String> {
     (!s.is_empty() && s != "(null)" && s != "None assigned").then(|| s.to_string())
 }
 
-/// Slurm's sizes: `98492K`, `1.50G`, `0`; binary multiples, bare numbers in bytes.
-pub fn parse_size(s: &str) -> Option<u64> {
+/// Slurm's own notation for sizes in its output (`98492K`, `1.50G`, `0`): binary multiples, bare
+/// numbers in bytes. Not a grammar users type: memscope's flags read sizes with `units::parse_bytes`.
+pub fn parse_slurm_size(s: &str) -> Option<u64> {
     let s = s.trim();
     if s.is_empty() {
         return None;

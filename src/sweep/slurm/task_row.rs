@@ -2,10 +2,10 @@
 //! series, its stderr with slurmstepd's lines) and what the scheduler says (state, exit code,
 //! node, MaxRSS). The same [`Row`] as a local sweep, plus its `slurm` part.
 
+use crate::record::sweep_row::{Row, RowSummary, SlurmTask, Status};
 use crate::record::Record;
 use crate::spec::Spec;
 use crate::sweep::classify::signal_name;
-use crate::sweep::rows::{Row, RowSummary, SlurmTask, Status};
 use crate::sweep::run::read_series;
 use crate::sweep::slurm::classify::{classify, split_exit, TaskEnd, OOM_EVIDENCE};
 use crate::sweep::slurm::query::TaskState;
@@ -129,7 +129,7 @@ fn stepd_rss(line: &str) -> Option<u64> {
 pub fn slurm_mem_bytes(m: &str) -> Option<u64> {
     let m = m.trim();
     let bare = m.bytes().all(|b| b.is_ascii_digit());
-    let b = crate::sweep::slurm::query::parse_size(m)?;
+    let b = crate::sweep::slurm::query::parse_slurm_size(m)?;
     Some(if bare { b << 20 } else { b })
 }
 

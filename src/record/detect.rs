@@ -9,11 +9,12 @@
 //! - a roofline: `roofline --json` (has `run.roofs` and `sections`);
 //! - a watch: `watch --json` (has `"schema": "memscope-watch"`).
 
-use crate::analysis::leak::LeakReport;
+use crate::record::estimate::EstimateFile;
+use crate::record::leak::LeakReport;
+use crate::record::roofline::RooflineFile;
+use crate::record::sweep_row::Row;
+use crate::record::watch::{WatchFile, WATCH_SCHEMA};
 use crate::record::{Record, SCHEMA_VERSION};
-use crate::report::roofline::RooflineFile;
-use crate::report::watch_file::WatchFile;
-use crate::sweep::rows::Row;
 use anyhow::{bail, Context};
 use serde_json::Value;
 
@@ -22,7 +23,7 @@ use serde_json::Value;
 pub enum Input {
     Record(Box<Record>),
     Leak(Box<LeakReport>),
-    Estimate(Box<Value>),
+    Estimate(Box<EstimateFile>),
     Sweep(Vec<Row>),
     Roofline(Box<RooflineFile>),
     Watch(Box<WatchFile>),
@@ -86,7 +87,7 @@ fn parse_value(name: &str, v: Value) -> anyhow::Result<Input> {
     let Some(obj) = v.as_object() else {
         bail!("{name}: the JSON is not an object; {WHAT}");
     };
-    if obj.get("schema").and_then(|s| s.as_str()) == Some("memscope-watch") {
+    if obj.get("schema").and_then(|s| s.as_str()) == Some(WATCH_SCHEMA) {
         let w: WatchFile = serde_json::from_value(v).with_context(|| {
             format!("{name}: says memscope-watch but is not a watch --json file")
         })?;
@@ -111,7 +112,10 @@ fn parse_value(name: &str, v: Value) -> anyhow::Result<Input> {
         return Ok(Input::Leak(Box::new(r)));
     }
     if obj.contains_key("categories") && obj.contains_key("peak_bytes") {
-        return Ok(Input::Estimate(Box::new(v)));
+        let e: EstimateFile = serde_json::from_value(v).with_context(|| {
+            format!("{name}: has `categories` and `peak_bytes` but is not an estimate --json file")
+        })?;
+        return Ok(Input::Estimate(Box::new(e)));
     }
     if obj.contains_key("status") && obj.contains_key("spec") {
         let row: Row = serde_json::from_value(v)

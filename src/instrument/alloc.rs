@@ -10,7 +10,7 @@
 //! Install it in a binary with `#[global_allocator] static A: CountingAlloc = CountingAlloc;`.
 //! Without it (e.g. in library unit tests) every counter stays at zero and [`is_active`] is false.
 
-use crate::model::scope::{self, MAX_MODULES};
+use crate::instrument::scope::{self, MAX_MODULES};
 use mimalloc::MiMalloc;
 use serde::{Deserialize, Serialize};
 use std::alloc::{GlobalAlloc, Layout};

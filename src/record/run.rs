@@ -211,6 +211,10 @@ pub struct StepMemory {
     pub rss_bytes: Option<u64>,
     /// PSS after the step (/proc/self/smaps_rollup).
     pub pss_bytes: Option<u64>,
+    /// CUDA runs recorded from PyTorch: the caching allocator's reserved bytes after the step
+    /// (heap figures are its allocated bytes there). Absent elsewhere.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reserved_bytes: Option<u64>,
     /// The end of every phase run in the step, in order (train: forward, backward, optimizer —
     /// with --grad-accum N, N forward/backward pairs before the optimizer; infer: forward;
     /// generate: prefill, decode). Absent from Records written before it existed.
@@ -256,4 +260,11 @@ pub struct Environment {
     pub git_commit: String,
     pub candle_version: String,
     pub allocator: String,
+}
+
+impl Record {
+    /// The file's text (`bench --json`, `leak --record`): pretty JSON in field order, a final newline.
+    pub fn to_json(&self) -> serde_json::Result<String> {
+        Ok(serde_json::to_string_pretty(self)? + "\n")
+    }
 }

@@ -1,5 +1,6 @@
-//! The data types of the leak verdict: the input series, the parameters (with their defaults and
-//! range checks) and the report. The algorithm is in [`crate::analysis::leak`].
+//! A leak report (`leak --json`, `analyze --json`, and inside a watch file) and what it is made
+//! from: the input series, the parameters (with their defaults and range checks), the report, and
+//! the targets table. The algorithm is in `analysis::leak`.
 //!
 //! Invariants: a finished report holds no NaN or ∞ (unknown numbers are `None`); bytes are bytes and
 //! slopes are bytes per step.
@@ -339,10 +340,15 @@ impl LeakParams {
     }
 }
 
-/// Everything `leak_text` needs to phrase the verdict that is not in the report itself.
-pub(crate) struct Context {
-    pub reason: Option<String>,
-    pub falling: bool,
-    /// PLATEAU decided by the fitted approach (a warm-up still settling), not by a flat tail.
-    pub settling: bool,
+/// One line of the targets table.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TargetRow {
+    pub metric: String,
+    pub target: String,
+    pub achieved: String,
+    pub pass: bool,
+    /// The limit in bytes (per hour / per step for growth).
+    pub limit: f64,
+    /// The achieved number, when known.
+    pub value: Option<f64>,
 }

@@ -6,8 +6,8 @@
 //! table keyed by (phase, module, op kind, pass). Nested scopes (an op calling another) count
 //! once, at the outermost. Nothing here prints.
 
-use crate::measure::alloc::{self, Phase};
-use crate::model::scope;
+use crate::instrument::alloc::{self, Phase};
+use crate::instrument::scope;
 use std::cell::Cell;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};

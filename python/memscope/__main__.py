@@ -1,0 +1,49 @@
+"""``python -m memscope run SCRIPT [ARGS…]``: runs a training script with memscope's counting
+allocator preloaded (``LD_PRELOAD``), so the recorder's CPU peaks are counted allocations rather
+than RSS. The variable is removed again inside the script's process, so the programs it starts
+run without it."""
+
+import os
+import runpy
+import sys
+
+from . import _native
+
+USAGE = "usage: python -m memscope run SCRIPT.py [ARGS...]   (or: run -m MODULE [ARGS...])"
+
+
+def main(argv):
+    if len(argv) < 2 or argv[0] not in ("run", "_exec"):
+        print(USAGE, file=sys.stderr)
+        return 2
+    if argv[0] == "run":
+        lib = _native.__file__
+        env = dict(os.environ)
+        env["LD_PRELOAD"] = lib + (" " + env["LD_PRELOAD"] if env.get("LD_PRELOAD") else "")
+        env["MEMSCOPE_PRELOAD_PREV"] = os.environ.get("LD_PRELOAD", "")
+        os.execve(sys.executable, [sys.executable, "-m", "memscope", "_exec"] + argv[1:], env)
+    # _exec: inside the re-executed interpreter, with the counting allocator in place.
+    prev = os.environ.pop("MEMSCOPE_PRELOAD_PREV", "")
+    if prev:
+        os.environ["LD_PRELOAD"] = prev
+    else:
+        os.environ.pop("LD_PRELOAD", None)
+    if not _native.counter_active():
+        print("memscope: the counting allocator did not load (LD_PRELOAD ignored?); "
+              "CPU figures will be RSS", file=sys.stderr)
+    args = argv[1:]
+    if args[0] == "-m":
+        if len(args) < 2:
+            print(USAGE, file=sys.stderr)
+            return 2
+        sys.argv = args[1:]
+        runpy.run_module(args[1], run_name="__main__", alter_sys=True)
+    else:
+        sys.argv = args
+        sys.path.insert(0, os.path.dirname(os.path.abspath(args[0])))
+        runpy.run_path(args[0], run_name="__main__")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

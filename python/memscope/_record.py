@@ -1,0 +1,163 @@
+"""A closed session → the memscope Record (docs/record.md). Python assembles the measured fields;
+Rust (``_native.finish_record``) adds the timing statistics, throughput and breakdown, checks the
+whole against the Record's schema and writes it."""
+
+import json
+import time
+
+from . import _native
+from ._memory import _vm_hwm, rss_bytes
+
+DTYPES = {"float32": "f32", "bfloat16": "bf16", "float16": "f16"}
+
+# The Record's `model` fields, read from a Hugging Face config when the model has one.
+HF_FIELDS = {
+    "n_layers": ("num_hidden_layers", "n_layer", "n_layers"),
+    "d_model": ("hidden_size", "n_embd", "dim", "d_model"),
+    "n_heads": ("num_attention_heads", "n_head", "n_heads"),
+    "vocab_size": ("vocab_size",),
+}
+
+
+def _dtype(torch_dtype):
+    name = str(torch_dtype).replace("torch.", "")
+    if name not in DTYPES:
+        raise ValueError(
+            f"parameters in {name}: a memscope Record holds f32, bf16 or f16 models; "
+            "cast the model (model.float()) to record it")
+    return DTYPES[name]
+
+
+def _model_fields(model):
+    cfg = getattr(model, "config", None)
+    out = {}
+    for field, names in HF_FIELDS.items():
+        v = 0
+        for n in names:
+            x = getattr(cfg, n, None) if cfg is not None else None
+            if isinstance(x, int):
+                v = x
+                break
+        out[field] = v
+    return out
+
+
+def _mark(m):
+    return {"phase": m["phase"], "heap_peak_bytes": m["peak"],
+            "heap_live_by_category": {k: v for k, v in m["categories"].items() if v > 0}}
+
+
+def _moment(phase, m):
+    by_phase = {k: v for k, v in m["categories"].items() if v > 0}
+    # Freed before the phase ended: what the peak held beyond the bytes live at the end.
+    by_phase["temporaries"] = max(m["peak"] - m["live"], 0)
+    by_module = sorted(({"module": k, "bytes": v} for k, v in m["by_module"].items() if v > 0),
+                       key=lambda e: -e["bytes"])
+    return {"phase": phase, "heap_peak_bytes": m["peak"], "by_phase": by_phase,
+            "by_module": by_module}
+
+
+def build_record(s, failed):
+    torch = s.torch
+    steps = s.steps
+    measured = [x for x in steps if not x["warmup"]]
+    last = steps[-1]
+    micro = sum(1 for m in last["marks"] if m["phase"] == "forward") or 1
+    lr = 0.0
+    if s.optimizer is not None and s.optimizer.param_groups:
+        lr = float(s.optimizer.param_groups[0].get("lr", 0.0))
+    dist = None
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        dist = (torch.distributed.get_rank(), torch.distributed.get_world_size())
+    engine = {"name": "pytorch", "version": torch.__version__, "device": str(s.device),
+              "model_class": type(s.model).__name__, "memory": s.reader.memory}
+    if dist is not None:
+        engine["rank"], engine["world_size"] = dist
+    batch = s.batch or 0
+    seq = s.seq or 0
+    threads = torch.get_num_threads()
+    spec = {
+        "model": s.name, "config_path": None, "weights": None, "mode": "train",
+        "batch": batch, "seq": seq, "dtype": _dtype(s.param_dtype), "threads": threads,
+        "seed": torch.initial_seed() % (1 << 64), "warmup": min(s.warmup, len(steps)),
+        "steps": len(measured), "grad_accum": micro, "prompt_len": 0, "new_tokens": 0,
+        "lr": lr, "engine": engine,
+    }
+    model = {"name": s.name, "family": "pytorch", "params": s.n_params,
+             "param_bytes": s.param_bytes, **_model_fields(s.model)}
+    start = s._start_reading["live"]
+    series = []
+    for x in steps:
+        e = {"step": x["step"], "warmup": x["warmup"], "heap_live_bytes": x["live"],
+             "live_allocations": max(x["blocks"], 0), "heap_peak_bytes": x["peak"],
+             "rss_bytes": x["rss"], "pss_bytes": None, "phases": [_mark(m) for m in x["marks"]]}
+        if x["reserved"] is not None:
+            e["reserved_bytes"] = x["reserved"]
+        series.append(e)
+    phases = {
+        name: {"peak_bytes": pm["peak"], "retained_bytes": pm["retained_first"],
+               "retained_bytes_last": pm["retained_last"],
+               "allocations_last": max(pm["allocations_last"], 0),
+               "allocated_bytes_last": max(pm["allocated_bytes_last"], 0)}
+        for name, pm in s.phase_memory.items()
+    }
+    memory = {
+        "counting": s.reader.memory != "rss",
+        # Everything live when the session started beyond the parameters (the interpreter,
+        # libraries, the data) — the Record's `unattributed`.
+        "start_bytes": max(start - s.param_bytes, 0),
+        "load_bytes": s.param_bytes, "load_seconds": 0.0, "load_peak_bytes": s.param_bytes,
+        "param_bytes": s.param_bytes,
+        "heap_peak_bytes": max(x["peak"] for x in steps),
+        "heap_live_end_bytes": last["live"],
+        "rss_peak_bytes": _vm_hwm() if s.reader.memory != "rss" else max(
+            (x["rss"] or 0) for x in steps),
+        "rss_end_bytes": rss_bytes(), "kv_cache_bytes": None,
+        "phases": phases, "series": series, "micro_steps": s.micro_steps,
+        "peak_moments": [_moment(p, v["mark"]) for p, v in sorted(s.peak_moments.items())],
+    }
+    warnings = [f"memory figures (heap_*) are {_meaning(s.reader.memory)}, recorded by memscope's "
+                f"Python recorder from PyTorch {torch.__version__} on {s.device}"]
+    if s.reader.memory == "rss":
+        warnings.append("the counting allocator was not preloaded: peaks are RSS (VmHWM), not "
+                        "allocations; run the script under `python -m memscope run` to count them")
+    if last["alloc_retries"] or last["ooms"]:
+        warnings.append(f"the CUDA caching allocator retried {last['alloc_retries']} allocations "
+                        f"after freeing its cache and ran out of memory {last['ooms']} times")
+    if not measured:
+        warnings.append(f"all {len(steps)} steps were warm-up (warmup={s.warmup}): no timing "
+                        "statistics; record more steps")
+    if failed:
+        warnings.append("the training loop raised an exception: the Record holds the steps "
+                        "before it")
+    losses = [x["loss"] for x in steps if x.get("loss") is not None]
+    env = json.loads(_native.environment(threads))
+    env["allocator"] = s.reader.allocator
+    env["candle_version"] = "not used (PyTorch run)"
+    record = {
+        "schema_version": _native.SCHEMA_VERSION, "spec": spec, "model": model, "timing": {},
+        "throughput": {"tokens_per_s": None, "samples_per_s": None, "decode_tokens_per_s": None},
+        "memory": memory, "loss": losses, "warnings": warnings, "environment": env,
+        "started_at": s._started_at, "wall_seconds": time.perf_counter() - s._wall0,
+    }
+    for section, fields in s.record_fields.items():
+        record[section].update(fields)
+    names = []
+    for x in measured:
+        for k in x["times_ms"]:
+            if k not in names:
+                names.append(k)
+    samples = [(k, [x["times_ms"][k] for x in measured if k in x["times_ms"]]) for k in names]
+    text = _native.finish_record(json.dumps(record), samples, batch * seq * micro, batch * micro,
+                                 s.record_path)
+    return json.loads(text)
+
+
+def _meaning(memory):
+    return {
+        "cuda allocated": "PyTorch's CUDA caching allocator's allocated bytes (reserved bytes "
+                          "beside them in the series)",
+        "malloc usable": "every malloc of the process in usable bytes (memscope's preloaded "
+                         "counting allocator; PyTorch's CPU tensors are malloc blocks)",
+        "rss": "the process's resident set size",
+    }[memory]

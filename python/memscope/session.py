@@ -1,0 +1,407 @@
+"""The recorder: a session bound to a model and its optimizer.
+
+Phases are found from hooks — the model's forward pre-hook starts ``forward``; the first saved
+tensor autograd unpacks starts ``backward``, which ends when autograd's engine finishes (a
+callback queued on it); the optimizer's step pre/post hooks bracket ``optimizer`` — or marked by
+hand with ``with session.phase("name")``. ``session.step()`` closes a training step: one JSONL line
+(flushed at once, so a killed job leaves its series), and at the end a memscope Record.
+
+At each phase's end the session reads the allocator (peak since the phase started, bytes live)
+and the categories from the tensors themselves (``_categories.py``). It never changes a tensor,
+never keeps one alive (weak references only) and never allocates on the device.
+"""
+
+import json
+import os
+import time
+from contextlib import contextmanager
+
+from . import _native
+from ._categories import SavedTensors, optimizer_tensors, unique_bytes
+from ._memory import reader_for, rss_bytes
+from ._record import build_record
+
+
+def _rank(torch):
+    """(rank, world size) under torch.distributed with more than one process, else None."""
+    d = torch.distributed
+    if d.is_available() and d.is_initialized() and d.get_world_size() > 1:
+        return d.get_rank(), d.get_world_size()
+    return None
+
+
+def _per_rank(path, rank):
+    """One file per rank: `{rank}` in the path is replaced, else `.rankN` goes before the
+    extension (run.json → run.rank1.json), so ranks never write one file."""
+    if rank is None:
+        return path
+    if "{rank}" in path:
+        return path.replace("{rank}", str(rank[0]))
+    stem, dot, ext = path.rpartition(".")
+    if not dot or "/" in ext:
+        return f"{path}.rank{rank[0]}"
+    return f"{stem}.rank{rank[0]}.{ext}"
+
+
+def _number(loss):
+    if loss is None:
+        return None
+    if hasattr(loss, "detach"):
+        loss = loss.detach()
+    return float(loss)
+
+
+class Session:
+    """Records a training loop of ``model`` (and ``optimizer``) into a memscope Record.
+
+    ``record``: the Record's path (JSON); ``jsonl``: the per-step series (default: the Record's
+    path with ``.steps.jsonl``). ``warmup``: steps left out of the timing statistics (still in
+    the series, flagged). ``batch``/``seq``: sequences and positions per micro-batch for the
+    Record (read from the first 2-D input when not given). ``auto_phases=False`` leaves every
+    phase to ``phase()`` / ``begin_phase()`` (what the Lightning callback does).
+    ``record_fields``: ``{"spec": {...}, "model": {...}, "environment": {...}}``, fields set in
+    those sections of the Record over what the session found (a caller that knows more — a
+    preset's ``config``, the seed, the data — says so; the schema is checked after).
+    ``record=None`` writes no file: ``close()`` returns the Record as a dict.
+    """
+
+    def __init__(self, model, optimizer=None, *, record="memscope-record.json", jsonl=None,
+                 warmup=2, device=None, batch=None, seq=None, auto_phases=True, by_module=True,
+                 name=None, record_fields=None):
+        import torch
+
+        self.torch = torch
+        self.model = model
+        self.optimizer = optimizer
+        if warmup < 0:
+            raise ValueError(f"warmup={warmup}: give 0 or more steps")
+        self.warmup = warmup
+        params = list(model.parameters())
+        if device is None:
+            device = params[0].device if params else torch.device("cpu")
+        device = torch.device(device)
+        if device.type == "cuda" and device.index is None:
+            device = torch.device("cuda", torch.cuda.current_device())
+        self.device = device
+        self.reader = reader_for(torch, device)
+        self.rank = _rank(torch)
+        self.record_path = _per_rank(os.fspath(record), self.rank) if record is not None else None
+        if jsonl is not None:
+            self.jsonl_path = _per_rank(os.fspath(jsonl), self.rank)
+        elif self.record_path is not None:
+            stem = self.record_path[:-5] if self.record_path.endswith(".json") else self.record_path
+            self.jsonl_path = stem + ".steps.jsonl"
+        else:
+            self.jsonl_path = None
+        self.batch, self.seq = batch, seq
+        self.auto = auto_phases
+        self.by_module = by_module
+        self.name = name or type(model).__name__
+        self.record_fields = dict(record_fields or {})
+        unknown = set(self.record_fields) - {"spec", "model", "environment"}
+        if unknown:
+            raise ValueError(f"record_fields: {sorted(unknown)} cannot be set; give fields of "
+                             "'spec', 'model' or 'environment'")
+        self._params = params
+        self.param_bytes, self._param_ptrs = unique_bytes(params, device)
+        self.n_params = sum(p.numel() for p in params)
+        self.param_dtype = params[0].dtype if params else torch.float32
+        self.saved = SavedTensors(device)
+        self.saved.exclude = self._param_ptrs
+        self._cuda = device.type == "cuda"
+        self._handles = []
+        self._sth = None
+        self._jsonl = None
+        self._started = False
+        self._closed = False
+        # Per run.
+        self.steps = []          # closed steps: dicts (see _close_step)
+        self.micro_steps = []
+        self.phase_memory = {}   # phase -> first/last retained, peak, allocations
+        self.peak_moments = {}   # phase -> moment (the last warm-up step, else the latest)
+        self.record = None       # the Record (dict) once closed
+        # Per step.
+        self._phase = None
+        self._explicit = 0
+        self._marks = []
+        self._module_stack = []
+        self._step_t0 = None
+
+    # -- life cycle -------------------------------------------------------------------------
+
+    def __enter__(self):
+        self.start()
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        self.close(failed=exc_type is not None)
+        return False
+
+    def start(self):
+        if self._started:
+            return self
+        self._started = True
+        torch = self.torch
+        if self.jsonl_path is not None:
+            self._jsonl = open(self.jsonl_path, "w", buffering=1)
+        self._started_at = int(time.time())
+        self._wall0 = time.perf_counter()
+        self._start_reading = self.reader.read()
+        m = self.model
+        self._handles.append(m.register_forward_pre_hook(self._on_root_forward, with_kwargs=True))
+        if self.by_module:
+            for name, sub in m.named_modules():
+                if sub is m:
+                    continue
+                self._handles.append(sub.register_forward_pre_hook(self._module_enter(name)))
+                self._handles.append(sub.register_forward_hook(self._module_exit))
+        if self.optimizer is not None and hasattr(self.optimizer, "register_step_pre_hook"):
+            self._handles.append(self.optimizer.register_step_pre_hook(self._on_opt_pre))
+            self._handles.append(self.optimizer.register_step_post_hook(self._on_opt_post))
+        self._sth = torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack)
+        self._sth.__enter__()
+        return self
+
+    def close(self, failed=False):
+        """Ends the open step (if any phase ran in it), removes every hook and writes the Record."""
+        if self._closed or not self._started:
+            return self.record
+        self._closed = True
+        if self._phase is not None or self._marks:
+            self.step()
+        if self._sth is not None:
+            self._sth.__exit__(None, None, None)
+        for h in self._handles:
+            h.remove()
+        self._handles.clear()
+        if self._jsonl is not None:
+            self._jsonl.close()
+        if not self.steps:
+            return None
+        self.record = build_record(self, failed)
+        return self.record
+
+    # -- phases ---------------------------------------------------------------------------
+
+    @contextmanager
+    def phase(self, name):
+        """Marks a phase by hand; automatic transitions wait until it ends."""
+        self.begin_phase(name)
+        self._explicit += 1
+        try:
+            yield self
+        finally:
+            self._explicit -= 1
+            self.end_phase()
+
+    def begin_phase(self, name):
+        """Ends the open phase and starts ``name`` (nothing when ``name`` is already open)."""
+        if self._phase is not None:
+            if self._phase["name"] == name:
+                return
+            self.end_phase()
+        if self._step_t0 is None:
+            self._step_t0 = self._now()
+        self.reader.reset_peak()
+        r0 = self.reader.read()
+        self._phase = {"name": name, "t0": self._now(), "r0": r0}
+
+    def end_phase(self):
+        p = self._phase
+        if p is None:
+            return
+        self._phase = None
+        t1 = self._now()
+        r = self.reader.read()
+        cats, by_module = self._categories(r["live"])
+        self._marks.append({
+            "phase": p["name"],
+            "t": (p["t0"], t1),
+            "peak": max(r["peak"], r["live"]),
+            "live": r["live"],
+            "categories": cats,
+            "by_module": by_module,
+            "allocations": r["allocations"] - p["r0"]["allocations"],
+            "allocated_bytes": r["allocated_bytes"] - p["r0"]["allocated_bytes"],
+        })
+
+    def _now(self):
+        if self._cuda:
+            e = self.torch.cuda.Event(enable_timing=True)
+            e.record()
+            return e
+        return time.perf_counter_ns()
+
+    def _ms(self, t0, t1):
+        if self._cuda:
+            return t0.elapsed_time(t1)
+        return (t1 - t0) / 1e6
+
+    # -- hooks ----------------------------------------------------------------------------
+
+    def _auto(self):
+        return self.auto and self._explicit == 0
+
+    def _on_root_forward(self, module, args, kwargs):
+        if self.batch is None:
+            self._infer_shape(args, kwargs)
+        if self._auto() and module.training and self.torch.is_grad_enabled():
+            self.begin_phase("forward")
+
+    def _infer_shape(self, args, kwargs):
+        for t in list(args) + list(kwargs.values()):
+            if isinstance(t, self.torch.Tensor) and t.dim() >= 1:
+                self.batch = int(t.shape[0])
+                self.seq = int(t.shape[1]) if t.dim() >= 2 else 1
+                return
+
+    def _module_enter(self, name):
+        def enter(module, args):
+            self._module_stack.append(name)
+        return enter
+
+    def _module_exit(self, module, args, output):
+        if self._module_stack:
+            self._module_stack.pop()
+
+    def _pack(self, t):
+        if self._auto() and self._phase is None:
+            self.begin_phase("forward")
+        module = self._module_stack[-1] if self._module_stack else "(outside the model's modules)"
+        self.saved.note(t, module)
+        return t
+
+    def _unpack(self, t):
+        if self._auto() and (self._phase is None or self._phase["name"] == "forward"):
+            self.begin_phase("backward")
+            self.torch.autograd.Variable._execution_engine.queue_callback(self._backward_done)
+        return t
+
+    def _backward_done(self):
+        if self._auto() and self._phase is not None and self._phase["name"] == "backward":
+            self.end_phase()
+
+    def _on_opt_pre(self, optimizer, args, kwargs):
+        if self._auto():
+            self.begin_phase("optimizer")
+
+    def _on_opt_post(self, optimizer, args, kwargs):
+        if self._auto() and self._phase is not None and self._phase["name"] == "optimizer":
+            self.end_phase()
+
+    # -- categories -----------------------------------------------------------------------
+
+    def _categories(self, live):
+        dev = self.device
+        grads, _ = unique_bytes((p.grad for p in self._params), dev)
+        opt, _ = unique_bytes(optimizer_tensors(self.optimizer, self.torch), dev,
+                              exclude=self._param_ptrs)
+        act, by_module = self.saved.alive()
+        c = {"parameters": self.param_bytes, "gradients": grads, "optimizer_state": opt,
+             "activations": act}
+        c["unattributed"] = max(live - sum(c.values()), 0)
+        return c, by_module
+
+    # -- steps ----------------------------------------------------------------------------
+
+    def step(self, loss=None):
+        """Closes a training step (after the optimizer's step): one line in the JSONL series.
+        ``loss`` (a number or a scalar tensor) goes into the Record's loss list."""
+        self.end_phase()
+        if not self._marks:
+            return
+        marks, self._marks = self._marks, []
+        if self._cuda:
+            marks[-1]["t"][1].synchronize()
+        r = self.reader.read()
+        index = len(self.steps)
+        warm = index < self.warmup
+        times = {}
+        for m in marks:
+            m["ms"] = self._ms(*m["t"])
+            times[m["phase"]] = times.get(m["phase"], 0.0) + m["ms"]
+        times["step"] = self._ms(marks[0]["t"][0], marks[-1]["t"][1])
+        self._step_t0 = None
+        step = {
+            "step": index,
+            "warmup": warm,
+            "live": r["live"],
+            "peak": max(m["peak"] for m in marks),
+            "reserved": r["reserved"],
+            "rss": rss_bytes(),
+            "blocks": r["blocks"],
+            "alloc_retries": r["alloc_retries"],
+            "ooms": r["ooms"],
+            "times_ms": times,
+            "marks": marks,
+            "loss": _number(loss),
+        }
+        self.steps.append(step)
+        self._phase_memory(step)
+        self._micro_steps(step)
+        if self._jsonl is not None:
+            self._jsonl.write(json.dumps(self._jsonl_line(step)) + "\n")
+
+    def _phase_memory(self, step):
+        last_warm = step["step"] == self.warmup - 1
+        for m in step["marks"]:
+            pm = self.phase_memory.get(m["phase"])
+            retained = self._retained(m)
+            if pm is None:
+                pm = self.phase_memory[m["phase"]] = {"peak": 0, "retained_first": retained}
+            pm["peak"] = max(pm["peak"], m["peak"])
+            pm["retained_last"] = retained
+            pm["allocations_last"] = m["allocations"]
+            pm["allocated_bytes_last"] = m["allocated_bytes"]
+            if last_warm or m["phase"] not in self.peak_moments or step["step"] < self.warmup \
+                    or not self.peak_moments[m["phase"]]["from_warmup"]:
+                self.peak_moments[m["phase"]] = {"mark": m, "from_warmup": last_warm}
+
+    @staticmethod
+    def _retained(m):
+        c = m["categories"]
+        return {"forward": c["activations"], "backward": c["gradients"],
+                "optimizer": c["optimizer_state"]}.get(m["phase"], 0)
+
+    def _micro_steps(self, step):
+        backs = [m for m in step["marks"] if m["phase"] == "backward"]
+        if len(backs) < 2:
+            return
+        k, peak = 0, 0
+        for m in step["marks"]:
+            peak = max(peak, m["peak"])
+            if m["phase"] == "backward":
+                self.micro_steps.append({"step": step["step"], "micro_step": k,
+                                         "heap_live_bytes": m["live"], "heap_peak_bytes": peak})
+                k, peak = k + 1, 0
+
+    def _jsonl_line(self, s):
+        line = {
+            "step": s["step"],
+            "warmup": s["warmup"],
+            "heap_live_bytes": s["live"],
+            "heap_peak_bytes": s["peak"],
+            "measures": self.reader.memory,
+            "blocks": s["blocks"],
+            "phases": [{"phase": m["phase"], "ms": round(m["ms"], 6), "peak_bytes": m["peak"],
+                        "live_bytes": m["live"], "by_category": m["categories"]}
+                       for m in s["marks"]],
+            "times_ms": {k: round(v, 6) for k, v in s["times_ms"].items()},
+        }
+        if s["loss"] is not None:
+            line["loss"] = s["loss"]
+        if s["reserved"] is not None:
+            line["reserved"] = {"bytes": s["reserved"], "alloc_retries": s["alloc_retries"],
+                                "ooms": s["ooms"]}
+        line["process"] = {"resident_bytes": s["rss"]}
+        return line
+
+    # -- reading the results --------------------------------------------------------------
+
+    def leak_verdict(self, what="heap"):
+        """memscope's leak verdict (Rust's) on this run's per-step series, as a dict."""
+        key = {"heap": "live", "rss": "rss", "reserved": "reserved"}[what]
+        pts = [(s["step"], s[key]) for s in self.steps if s[key] is not None]
+        label = {"heap": self.reader.memory, "rss": "RSS", "reserved": "reserved"}[what]
+        return json.loads(_native.leak_verdict([p[0] for p in pts], [float(p[1]) for p in pts],
+                                               label))

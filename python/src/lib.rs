@@ -1,0 +1,110 @@
+//! `memscope._native`: the Rust side of the PyTorch recorder. Python gathers raw samples; the
+//! statistics (`analysis::timing`), the leak verdict (`analysis::leak`), the breakdown
+//! (`analysis::breakdown`) and the Record's schema and writer (`record`, `output`) are memscope's
+//! own, called from here, never reimplemented in Python. `counter.rs` is the counting malloc the
+//! CPU recorder preloads (`python -m memscope run`).
+
+mod counter;
+
+use memscope::analysis::{breakdown, leak, timing};
+use memscope::record::Record;
+use pyo3::exceptions::{PyOSError, PyValueError};
+use pyo3::prelude::*;
+use std::path::Path;
+
+/// True when the counting malloc is the process's malloc (the library was preloaded).
+#[pyfunction]
+fn counter_active() -> bool {
+    counter::active()
+}
+
+/// (bytes live, peak since the last reset, blocks live, allocations made, bytes allocated), in
+/// malloc usable bytes.
+#[pyfunction]
+fn counter_read() -> (i64, i64, i64, u64, u64) {
+    counter::read()
+}
+
+/// Starts a new peak window at the bytes live now; returns them.
+#[pyfunction]
+fn counter_reset_peak() -> i64 {
+    counter::reset_peak()
+}
+
+/// Per-phase statistics of raw samples (milliseconds): (JSON of phase → the Record's timing
+/// entry, noise warnings).
+#[pyfunction]
+fn phase_timings(samples: Vec<(String, Vec<f64>)>) -> PyResult<(String, Vec<String>)> {
+    let (t, w) = timing::phase_timings(&samples);
+    Ok((serde_json::to_string(&t).map_err(val)?, w))
+}
+
+/// The leak verdict of a per-step series (bytes): the report as JSON, as `memscope leak` gives it.
+#[pyfunction]
+#[pyo3(signature = (steps, values, label))]
+fn leak_verdict(steps: Vec<u64>, values: Vec<f64>, label: String) -> PyResult<String> {
+    let s = leak::MemorySeries {
+        steps,
+        values,
+        seconds: None,
+        label,
+        unit: None,
+        relative: false,
+    };
+    serde_json::to_string(&leak::analyze(&s, &leak::LeakParams::default())).map_err(val)
+}
+
+/// Completes a Record the recorder assembled (`timing`, `throughput` and `memory.breakdown`
+/// computed here from the raw samples and phases), checks it against the schema, and writes it
+/// atomically to `path` when given. Returns the Record's JSON.
+#[pyfunction]
+#[pyo3(signature = (record_json, samples, tokens_per_step, sequences_per_step, path=None))]
+fn finish_record(
+    record_json: &str,
+    samples: Vec<(String, Vec<f64>)>,
+    tokens_per_step: u64,
+    sequences_per_step: u64,
+    path: Option<String>,
+) -> PyResult<String> {
+    let mut r: Record = serde_json::from_str(record_json)
+        .map_err(|e| PyValueError::new_err(format!("the Record does not fit its schema: {e}")))?;
+    let (t, w) = timing::phase_timings(&samples);
+    r.throughput = timing::throughput(&t, tokens_per_step, sequences_per_step, 0);
+    r.timing = t;
+    r.warnings.extend(w);
+    r.memory.breakdown = breakdown::breakdown(&r.memory, r.spec.mode);
+    let text = serde_json::to_string_pretty(&r).map_err(val)? + "\n";
+    if let Some(p) = path {
+        memscope::output::write_atomic(Path::new(&p), &text)
+            .map_err(|e| PyOSError::new_err(format!("{e:#}")))?;
+    }
+    Ok(text)
+}
+
+/// This machine as a Record's `environment` (JSON), for a run on `threads` threads.
+#[pyfunction]
+fn environment(threads: usize) -> PyResult<String> {
+    serde_json::to_string(&memscope::environment::capture(threads)).map_err(val)
+}
+
+fn val(e: serde_json::Error) -> PyErr {
+    PyValueError::new_err(e.to_string())
+}
+
+#[pymodule]
+fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add("SCHEMA_VERSION", memscope::record::SCHEMA_VERSION)?;
+    m.add("MEMSCOPE_VERSION", env!("CARGO_PKG_VERSION"))?;
+    for f in [
+        wrap_pyfunction!(counter_active, m)?,
+        wrap_pyfunction!(counter_read, m)?,
+        wrap_pyfunction!(counter_reset_peak, m)?,
+        wrap_pyfunction!(phase_timings, m)?,
+        wrap_pyfunction!(leak_verdict, m)?,
+        wrap_pyfunction!(finish_record, m)?,
+        wrap_pyfunction!(environment, m)?,
+    ] {
+        m.add_function(f)?;
+    }
+    Ok(())
+}

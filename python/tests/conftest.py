@@ -1,0 +1,43 @@
+"""Shared by the recorder's tests: the memscope binary, and running a script under the counting
+allocator (``python -m memscope run``) the way a user does."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPTS = Path(__file__).resolve().parent / "scripts"
+
+
+@pytest.fixture(scope="session")
+def memscope_bin():
+    path = Path(os.environ.get("MEMSCOPE_BIN", ROOT / "target" / "release" / "memscope"))
+    if not path.is_file():
+        pytest.fail(f"memscope binary not found at {path}: build it with `cargo build --release` "
+                    "in the repository root, or point MEMSCOPE_BIN at one")
+    return str(path)
+
+
+def run_script(name, tmp_path, *args, preload=True, timeout=240):
+    """Runs tests/scripts/NAME with ARGS in tmp_path; returns the CompletedProcess."""
+    cmd = [sys.executable] + (["-m", "memscope", "run"] if preload else []) + \
+        [str(SCRIPTS / name)] + [str(a) for a in args]
+    p = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=timeout)
+    assert p.returncode == 0, f"{' '.join(cmd)} failed:\n{p.stdout}\n{p.stderr}"
+    return p
+
+
+def cli(memscope_bin, *args, cwd=None, ok=True):
+    p = subprocess.run([memscope_bin] + [str(a) for a in args], capture_output=True, text=True,
+                       cwd=cwd, timeout=120)
+    if ok:
+        assert p.returncode == 0, f"memscope {' '.join(map(str, args))}:\n{p.stdout}\n{p.stderr}"
+    return p
+
+
+def load(path):
+    return json.loads(Path(path).read_text())

@@ -1,0 +1,21 @@
+//! Every kind of file memscope writes or reads, typed: one serde struct per kind, with its schema
+//! name or version and its reader, and nothing else. Commands build values of these types; the
+//! readers (`report`, `compare`, `diff`, `scaling`, `analyze`) read only these types.
+//!
+//! | kind | type | written by |
+//! |---|---|---|
+//! | run Record | [`Record`] (`run.rs`) | `bench --json`, `leak --record`, a sweep worker |
+//! | sweep row | [`sweep_row::Row`] | `sweep --jsonl`, `fit`, `optimize` |
+//! | roofline | [`roofline::RooflineFile`] | `roofline --json` |
+//! | optimize | [`optimize::OptimizeFile`] | `optimize --json` |
+
+pub mod detect;
+pub mod estimate;
+pub mod leak;
+pub mod optimize;
+pub mod roofline;
+mod run;
+pub mod sweep_row;
+pub mod watch;
+
+pub use run::*;

@@ -1,0 +1,79 @@
+//! A Record written by the PyTorch recorder (python/, docs/pytorch.md; the fixture is
+//! python/tests/scripts/exact.py's Record, counted allocations on CPU): it loads, every command
+//! that reads Records reads it, and a Spec without a config is refused where a Spec would run.
+
+use assert_cmd::Command;
+use memscope::record::Record;
+
+fn fixture() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/pytorch-record.json")
+}
+
+fn record() -> Record {
+    serde_json::from_str(&std::fs::read_to_string(fixture()).unwrap()).unwrap()
+}
+
+#[test]
+fn a_pytorch_record_loads_and_says_which_engine_ran_it() {
+    let r = record();
+    assert!(r.spec.config.is_none());
+    let e = r.spec.engine.as_ref().expect("spec.engine");
+    assert_eq!(
+        (e.name.as_str(), e.memory.as_str()),
+        ("pytorch", "malloc usable")
+    );
+    assert_eq!(r.model.param_bytes, r.memory.param_bytes);
+    // Written back unchanged: no config appears, the engine stays.
+    let text = serde_json::to_string(&r).unwrap();
+    assert!(!text.contains("\"config\":") && text.contains("\"engine\":"));
+    assert_eq!(serde_json::from_str::<Record>(&text).unwrap(), r);
+}
+
+#[test]
+fn its_spec_cannot_be_run() {
+    let err = record().spec.validate().unwrap_err().to_string();
+    assert!(err.contains("spec.config is missing"), "{err}");
+}
+
+#[test]
+fn report_compare_and_diff_read_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let page = dir.path().join("r.html");
+    let out = Command::cargo_bin("memscope")
+        .unwrap()
+        .args([
+            "report",
+            fixture().to_str().unwrap(),
+            "-o",
+            page.to_str().unwrap(),
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let html = std::fs::read_to_string(&page).unwrap();
+    assert!(html.contains("data-chart=\"memory-stacked\""));
+    for cmd in ["compare", "diff"] {
+        let out = Command::cargo_bin("memscope")
+            .unwrap()
+            .args([
+                cmd,
+                fixture().to_str().unwrap(),
+                fixture().to_str().unwrap(),
+            ])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{cmd}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            String::from_utf8_lossy(&out.stdout).contains("optimizer"),
+            "{cmd}"
+        );
+    }
+}

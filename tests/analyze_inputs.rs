@@ -104,7 +104,14 @@ fn a_cumulative_delta_table_is_recognised_and_judged() {
     let (v, run) = json_of(&t, "deltas.csv", &[]);
     assert_eq!(v["n_samples"], 20);
     assert_eq!(v["relative"], true);
-    assert_eq!(v["verdict"], "plateau", "{}", run.stdout);
+    // 20 samples with ±0.5 MB of noise cannot rule out tens of KB per step (tens of MB per 1,000
+    // steps): never "no leak", and never a leak either.
+    assert_eq!(v["verdict"], "inconclusive", "{}", run.stdout);
+    assert!(
+        run.stdout.contains("could still be growing by up to"),
+        "{}",
+        run.stdout
+    );
     assert!(
         run.stdout.contains("relative to its baseline"),
         "the verdict says so: {}",

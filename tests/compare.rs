@@ -134,3 +134,88 @@ fn bad_inputs_name_the_file_and_the_flag() {
     assert_eq!(code, 2);
     assert!(err.contains("two Records or two sweep"), "{err}");
 }
+
+/// A copy of the train fixture with `edit` applied to its JSON.
+fn edited(dir: &Path, name: &str, edit: impl Fn(&mut Value)) -> PathBuf {
+    let mut v: Value =
+        serde_json::from_str(&std::fs::read_to_string(fixture("bench-train.json")).unwrap())
+            .unwrap();
+    edit(&mut v);
+    let p = dir.join(name);
+    std::fs::write(&p, serde_json::to_string(&v).unwrap()).unwrap();
+    p
+}
+
+#[test]
+fn an_identical_rerun_whose_rss_peak_moved_3_percent_is_no_change_exit_0() {
+    // Back-to-back identical runs: the one VmHWM reading moves by a few percent (+3.2% here).
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::copy(fixture("bench-train.json"), dir.path().join("a.json")).unwrap();
+    edited(dir.path(), "b.json", |v| {
+        let p = v["memory"]["rss_peak_bytes"].as_f64().unwrap();
+        v["memory"]["rss_peak_bytes"] = serde_json::json!((p * 1.032) as u64);
+    });
+    let (code, md, err) = compare(dir.path(), "a.json", "b.json", &["--json", "c.json"]);
+    assert_eq!(code, 0, "{md}{err}");
+    assert!(
+        md.contains("| RSS peak (VmHWM) |") && md.contains("single reading (±5.0% noise)"),
+        "{md}"
+    );
+    assert!(
+        md.contains("Exit status 1 when any figure above regresses"),
+        "{md}"
+    );
+    assert!(
+        md.contains("single readings beyond their noise: RSS peak (VmHWM) (±5.0%)"),
+        "{md}"
+    );
+    let j: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join("c.json")).unwrap()).unwrap();
+    let rss = j["changes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["figure"] == "RSS peak (VmHWM)")
+        .unwrap();
+    assert_eq!(rss["verdict"], "no_change");
+    assert_eq!(rss["tolerance"], 0.05);
+    // Beyond its noise it still regresses (and gates the exit status).
+    edited(dir.path(), "big.json", |v| {
+        let p = v["memory"]["rss_peak_bytes"].as_f64().unwrap();
+        v["memory"]["rss_peak_bytes"] = serde_json::json!((p * 1.2) as u64);
+    });
+    let (code, md, _) = compare(dir.path(), "a.json", "big.json", &[]);
+    assert_eq!(code, 1, "{md}");
+}
+
+#[test]
+fn different_workloads_are_refused_unless_allowed_and_then_flagged() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::copy(fixture("bench-train.json"), dir.path().join("a.json")).unwrap();
+    for (name, edit) in [
+        (
+            "model.json",
+            (|v: &mut Value| v["spec"]["model"] = "tiny-llama".into()) as fn(&mut Value),
+        ),
+        ("shape.json", |v| v["spec"]["batch"] = 4.into()),
+        ("mode.json", |v| v["spec"]["mode"] = "infer".into()),
+        ("dtype.json", |v| v["spec"]["dtype"] = "bf16".into()),
+        ("engine.json", |v| {
+            v["spec"]["variant"] = serde_json::json!({"attention": "naive"})
+        }),
+    ] {
+        edited(dir.path(), name, edit);
+        let (code, md, err) = compare(dir.path(), "a.json", name, &[]);
+        assert_eq!(code, 2, "{name}: {md}");
+        assert!(
+            err.contains("different workloads") && err.contains("--allow-different"),
+            "{err}"
+        );
+        let (code, md, err) = compare(dir.path(), "a.json", name, &["--allow-different"]);
+        assert!(code == 0 || code == 1, "{err}");
+        assert!(
+            md.contains("**DIFFERENT WORKLOADS (--allow-different)**"),
+            "{md}"
+        );
+    }
+}

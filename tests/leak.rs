@@ -205,3 +205,83 @@ fn bad_logs_give_the_line_number_and_a_truncated_tail_only_warns() {
     assert!(out.status.success());
     let _ = String::from_utf8(out.stderr).unwrap();
 }
+
+/// A seeded series as a CSV: `f(step)` plus Gaussian noise `sigma` (xorshift + Box–Muller).
+fn seeded_csv(n: usize, seed: u64, sigma: f64, f: impl Fn(f64) -> f64) -> String {
+    let mut s = seed.max(1);
+    let mut unif = move || {
+        s ^= s << 13;
+        s ^= s >> 7;
+        s ^= s << 17;
+        ((s >> 11) as f64 + 0.5) / (1u64 << 53) as f64
+    };
+    let mut out = String::from("step,bytes\n");
+    for i in 0..n {
+        let g = (-2.0 * unif().ln()).sqrt() * (std::f64::consts::TAU * unif()).cos();
+        out += &format!("{i},{:.0}\n", f(i as f64) + sigma * g);
+    }
+    out
+}
+
+#[test]
+fn analyze_never_says_no_leak_about_a_slow_steady_leak() {
+    // Exactly 1 KiB/step: 300 KiB over the run, under the 8 MiB plateau margin.
+    let out = analyze(
+        &seeded_csv(300, 1, 0.0, |t| 1073741824.0 + 1024.0 * t),
+        "kib.csv",
+        &[],
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        text.starts_with("Leak: memory keeps growing by 1.00 KiB/step"),
+        "{text}"
+    );
+    // With 64 KiB of noise: a leak, or inconclusive with the rate it could still be.
+    for seed in 1..6 {
+        let csv = seeded_csv(300, seed, 65536.0, |t| 1073741824.0 + 1024.0 * t);
+        let text = String::from_utf8(analyze(&csv, "n.csv", &[]).stdout).unwrap();
+        assert!(!text.starts_with("No leak"), "seed {seed}: {text}");
+    }
+}
+
+#[test]
+fn analyze_calls_a_saturating_warmup_with_a_sawtooth_a_plateau() {
+    for seed in 1..4 {
+        let csv = seeded_csv(400, seed, 2.0 * 1048576.0, |t| {
+            1073741824.0 * (2.0 - (-t / 30.0).exp())
+                + 64.0 * 1048576.0 * ((t as u64 % 13) as f64 / 12.0)
+        });
+        let text =
+            String::from_utf8(analyze(&csv, "sat.csv", &["--max-growth-per-step", "64KiB"]).stdout)
+                .unwrap();
+        assert!(
+            text.starts_with("No leak: memory grew"),
+            "seed {seed}: {text}"
+        );
+        assert!(text.contains("saturating approach"), "{text}");
+    }
+}
+
+#[test]
+fn targets_on_heap_figures_are_refused_with_counting_off() {
+    let out = memscope()
+        .env("MEMSCOPE_NO_COUNT", "1")
+        .args([
+            "leak",
+            "--model",
+            "tiny-gpt2",
+            "--steps",
+            "20",
+            "--max-peak",
+            "1KB",
+            "-q",
+        ])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("--max-peak") && err.contains("MEMSCOPE_NO_COUNT"),
+        "{err}"
+    );
+}

@@ -476,3 +476,31 @@ fn trace_holds_memory_counters_step_spans_and_names() {
     assert!(pname["args"]["name"].as_str().unwrap().contains("grow.py"));
     assert!(doc["otherData"]["root_pid"].is_u64());
 }
+
+#[test]
+fn watch_refuses_an_unknown_judge_before_starting() {
+    let dir = tempfile::tempdir().unwrap();
+    let marker = dir.path().join("ran");
+    let out = assert_cmd::Command::cargo_bin("memscope")
+        .unwrap()
+        .args([
+            "watch",
+            "--quiet",
+            "--judge",
+            "nosuch",
+            "--max-peak",
+            "1KB",
+            "--",
+            "touch",
+        ])
+        .arg(&marker)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("--judge nosuch") && err.contains("--value-pattern"),
+        "{err}"
+    );
+    assert!(!marker.exists(), "the command must not run");
+}

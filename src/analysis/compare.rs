@@ -59,6 +59,18 @@ pub struct Change {
     pub n_base: usize,
     pub n_new: usize,
     pub verdict: Verdict,
+    /// The relative change this figure must exceed: the threshold, or for a single noisy reading
+    /// (RSS peak) the larger of it and the reading's noise.
+    #[serde(default)]
+    pub tolerance: f64,
+    /// Whether a regression of this figure sets exit status 1 (every figure compared does; the
+    /// field says so in the JSON).
+    #[serde(default = "yes")]
+    pub gates: bool,
+}
+
+fn yes() -> bool {
+    true
 }
 
 /// The whole comparison and how it was made.
@@ -73,12 +85,89 @@ pub struct Comparison {
     /// differences include the machine's. Empty when they ran alike.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub machines_differ: Vec<String>,
+    /// How the two runs' workloads differ (model, shape, mode, dtype, engine path), when compared
+    /// anyway with `--allow-different`. Empty when they ran the same workload.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub workloads_differ: Vec<String>,
 }
 
 impl Comparison {
     pub fn regressed(&self) -> bool {
-        self.changes.iter().any(|c| c.verdict == Verdict::Regressed)
+        self.changes
+            .iter()
+            .any(|c| c.gates && c.verdict == Verdict::Regressed)
     }
+}
+
+/// The smallest tolerance of a single RSS reading: back-to-back identical runs differ by a few
+/// percent in VmHWM (page faults, allocator arenas, thread start-up), so 5% is noise.
+pub const RSS_MIN_TOLERANCE: f64 = 0.05;
+
+/// The noise of a run's RSS, relative: 1.4826 × MAD / median of its per-step RSS readings.
+fn rss_noise(r: &Record) -> Option<f64> {
+    let v: Vec<f64> = r
+        .memory
+        .series
+        .iter()
+        .filter_map(|s| s.rss_bytes.map(|b| b as f64))
+        .collect();
+    let m = crate::analysis::trend::median(&v)?;
+    let sigma = crate::analysis::trend::mad_sigma(&v)?;
+    (m > 0.0).then(|| sigma / m)
+}
+
+/// How two runs' workloads differ: model (and its architecture), mode, dtype, batch, sequence,
+/// gradient accumulation, generation lengths, the engine path. Empty when alike.
+pub fn workloads_differ(b: &crate::spec::Spec, n: &crate::spec::Spec) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut diff = |what: &str, bv: String, nv: String| {
+        if bv != nv {
+            out.push(format!("{what}: base {bv}, new {nv}"));
+        }
+    };
+    diff("model", b.model.clone(), n.model.clone());
+    diff(
+        "model architecture",
+        if b.model == n.model && b.config != n.config {
+            "one config"
+        } else {
+            ""
+        }
+        .into(),
+        if b.model == n.model && b.config != n.config {
+            "another"
+        } else {
+            ""
+        }
+        .into(),
+    );
+    diff("mode", b.mode.name().into(), n.mode.name().into());
+    diff("dtype", b.dtype.name().into(), n.dtype.name().into());
+    diff("batch", b.batch.to_string(), n.batch.to_string());
+    diff("sequence", b.seq.to_string(), n.seq.to_string());
+    diff(
+        "grad-accum",
+        b.grad_accum.to_string(),
+        n.grad_accum.to_string(),
+    );
+    if b.mode == crate::spec::Mode::Generate || n.mode == crate::spec::Mode::Generate {
+        diff(
+            "prompt-len",
+            b.prompt_len.to_string(),
+            n.prompt_len.to_string(),
+        );
+        diff(
+            "new-tokens",
+            b.new_tokens.to_string(),
+            n.new_tokens.to_string(),
+        );
+    }
+    diff(
+        "engine variant",
+        format!("{:?}", b.variant),
+        format!("{:?}", n.variant),
+    );
+    out
 }
 
 fn relative(base: f64, diff: f64) -> f64 {
@@ -125,6 +214,8 @@ fn sampled(
         n_base: base.len(),
         n_new: new.len(),
         verdict: verdict(rel, ci, t),
+        tolerance: t,
+        gates: true,
     })
 }
 
@@ -143,6 +234,8 @@ fn single(figure: String, unit: Unit, base: f64, new: f64, t: f64) -> Change {
         n_base: 1,
         n_new: 1,
         verdict: verdict(rel, None, t),
+        tolerance: t,
+        gates: true,
     }
 }
 
@@ -207,12 +300,19 @@ pub fn records(base: &Record, new: &Record, threshold: f64, p: &BootstrapParams)
         unmatched.push("heap figures: counting was off in one run (MEMSCOPE_NO_COUNT)".into());
     }
     if let (Some(b), Some(n)) = (base.memory.rss_peak_bytes, new.memory.rss_peak_bytes) {
+        // One reading each: judged against its noise (3 × the runs' combined relative RSS
+        // spread), never less than RSS_MIN_TOLERANCE or the threshold.
+        let noise = match (rss_noise(base), rss_noise(new)) {
+            (Some(x), Some(y)) => 3.0 * (x * x + y * y).sqrt(),
+            _ => 0.0,
+        };
+        let tol = threshold.max(RSS_MIN_TOLERANCE).max(noise);
         changes.push(single(
             "RSS peak (VmHWM)".into(),
             Unit::Bytes,
             b as f64,
             n as f64,
-            threshold,
+            tol,
         ));
     }
     Comparison {
@@ -221,6 +321,7 @@ pub fn records(base: &Record, new: &Record, threshold: f64, p: &BootstrapParams)
         changes,
         unmatched,
         machines_differ: machines_differ(&base.environment, &new.environment),
+        workloads_differ: workloads_differ(&base.spec, &new.spec),
     }
 }
 
@@ -291,6 +392,7 @@ pub fn sweeps(base: &[Row], new: &[Row], threshold: f64, p: &BootstrapParams) ->
         changes,
         unmatched,
         machines_differ: Vec::new(),
+        workloads_differ: Vec::new(),
     }
 }
 

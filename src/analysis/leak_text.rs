@@ -171,39 +171,50 @@ pub(crate) fn sentence(r: &LeakReport, ctx: &Context) -> String {
                 rate(r.slope_second_half.unwrap_or(0.0))
             )
         }
-        Verdict::Inconclusive => {
-            let reason = ctx
-                .reason
-                .clone()
-                .unwrap_or_else(|| "the data do not settle the question".into());
-            let mut s = format!("Inconclusive: {reason}.");
-            if let Some(b) = bound.filter(|b| *b > 0.0) {
-                s.push_str(&format!(
-                    " {} could still be growing by up to {} ({} per 1,000 steps{}).",
-                    capitalize(subj),
-                    rate(b),
-                    fmt_bytes(b * 1000.0),
-                    per_hour(b)
-                ));
-            }
-            if let Some(md) = r.min_detectable_bytes_per_step {
-                s.push_str(&format!(
-                    " This run could detect a leak of {} or more",
-                    rate(md)
-                ));
-                match r.more_steps_needed {
-                    Some(k) => s.push_str(&format!(
-                        "; about {} more steps should settle it.",
-                        group(k)
-                    )),
-                    None => s.push('.'),
-                }
-            } else if let Some(k) = r.more_steps_needed {
-                s.push_str(&format!(" About {} more steps are needed.", group(k)));
-            }
-            s
-        }
+        Verdict::Inconclusive => inconclusive(r, ctx, subj, bound, &per_hour),
     }
+}
+
+/// The INCONCLUSIVE sentence: why, the rate memory could still be growing at, what would settle it.
+fn inconclusive(
+    r: &LeakReport,
+    ctx: &Context,
+    subj: &str,
+    bound: Option<f64>,
+    per_hour: &dyn Fn(f64) -> String,
+) -> String {
+    let rate = |b: f64| rate_in(b, r.unit);
+    let fmt_bytes = |b: f64| fmt_bytes_in(b, r.unit);
+    let reason = ctx
+        .reason
+        .clone()
+        .unwrap_or_else(|| "the data do not settle the question".into());
+    let mut s = format!("Inconclusive: {reason}.");
+    if let Some(b) = bound.filter(|b| *b > 0.0) {
+        s.push_str(&format!(
+            " {} could still be growing by up to {} ({} per 1,000 steps{}).",
+            capitalize(subj),
+            rate(b),
+            fmt_bytes(b * 1000.0),
+            per_hour(b)
+        ));
+    }
+    if let Some(md) = r.min_detectable_bytes_per_step {
+        s.push_str(&format!(
+            " This run could detect a leak of {} or more",
+            rate(md)
+        ));
+        match r.more_steps_needed {
+            Some(k) => s.push_str(&format!(
+                "; about {} more steps should settle it.",
+                group(k)
+            )),
+            None => s.push('.'),
+        }
+    } else if let Some(k) = r.more_steps_needed {
+        s.push_str(&format!(" About {} more steps are needed.", group(k)));
+    }
+    s
 }
 
 fn grows(r: &LeakReport) -> bool {

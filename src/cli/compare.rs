@@ -37,6 +37,10 @@ pub struct CompareArgs {
     /// Also write the Markdown table to a file
     #[arg(long, value_name = "FILE")]
     pub markdown: Option<PathBuf>,
+    /// Compare two Records of different workloads (model, shape, mode, dtype, engine path)
+    /// anyway; the report then says so first. Without it they are refused
+    #[arg(long)]
+    pub allow_different: bool,
 }
 
 /// "2%" → 0.02.
@@ -92,6 +96,14 @@ pub fn run(a: CompareArgs) -> anyhow::Result<ExitCode> {
             y.kind()
         ),
     };
+    if !c.workloads_differ.is_empty() && !a.allow_different {
+        bail!(
+            "{} and {} ran different workloads ({}): their differences are the workloads', not the code's. Compare runs of one workload, or pass --allow-different to compare them anyway",
+            b.name,
+            n.name,
+            c.workloads_differ.join("; ")
+        );
+    }
     let largest = c.changes.iter().map(|x| x.n_base.max(x.n_new)).max();
     let note = crate::analysis::bootstrap::subsample_note(largest.unwrap_or(0));
     let mut md = to_markdown(&b.name, &n.name, &c);

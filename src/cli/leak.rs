@@ -192,6 +192,14 @@ pub fn leak(mut a: LeakArgs) -> anyhow::Result<ExitCode> {
     }
     let targets = a.targets.targets()?;
     a.targets.params(None)?; // its flags are checked before the run, not after
+                             // Every target of `leak` reads heap figures, which counting off does not measure.
+    if let Some(t) = targets.first() {
+        anyhow::ensure!(
+            crate::instrument::alloc::counting(),
+            "{} judges heap figures, but counting is off (MEMSCOPE_NO_COUNT is set): unset MEMSCOPE_NO_COUNT, or judge RSS with `memscope watch -- …`",
+            t.kind.flag()
+        );
+    }
     let mut outputs = a.files.flags().to_vec();
     outputs.push(("--record", a.record.as_deref()));
     outputs.push(("--trace", a.trace.as_deref()));

@@ -9,9 +9,9 @@ use crate::report::leak as render;
 use crate::units::parse_duration;
 use crate::watch::jsonl::JsonlWriter;
 use crate::watch::observe::{watch, Target, WatchConfig};
-use crate::watch::summary;
 use crate::watch::series::{judged, peaks, Judge};
 use crate::watch::steps::Patterns;
+use crate::watch::summary;
 use anyhow::Context;
 use clap::Args;
 use std::io::IsTerminal;
@@ -83,6 +83,20 @@ pub fn run(a: WatchArgs) -> anyhow::Result<ExitCode> {
     let grace = parse_duration("--grace", &a.grace)?;
     let patterns = Patterns::new(a.step_pattern.as_deref(), &a.value_pattern)?;
     let judge = Judge::parse(&a.judge);
+    // A series that no pattern defines can never be judged: refuse before starting the command.
+    if let Judge::Value(name) = &judge {
+        let names = patterns.value_names();
+        anyhow::ensure!(
+            names.contains(&name.as_str()),
+            "--judge {}: no such series; use rss, pss, uss, gpu or a --value-pattern group ({})",
+            a.judge,
+            if names.is_empty() {
+                "no --value-pattern given".to_string()
+            } else {
+                names.join(", ")
+            }
+        );
+    }
     let targets = a.targets.targets()?;
     let params = a.targets.params(None)?;
     check_outputs(

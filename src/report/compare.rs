@@ -35,7 +35,7 @@ fn pct(r: f64) -> String {
     }
 }
 
-fn row(c: &Change, confidence: f64) -> String {
+fn row(c: &Change, confidence: f64, threshold: f64) -> String {
     let ci = match c.ci {
         Some([lo, hi]) => format!(
             "{} to {} ({:.0}%)",
@@ -43,6 +43,9 @@ fn row(c: &Change, confidence: f64) -> String {
             signed(c.unit, hi),
             confidence * 100.0
         ),
+        None if c.n_base == 1 && c.tolerance > threshold + 1e-12 => {
+            format!("single reading (±{:.1}% noise)", c.tolerance * 100.0)
+        }
         None if c.n_base == 1 => "single value".into(),
         None => "—".into(),
     };
@@ -82,6 +85,14 @@ pub fn to_markdown(base: &str, new: &str, c: &Comparison) -> String {
         c.bootstrap.resamples,
         c.bootstrap.seed
     );
+    if !c.workloads_differ.is_empty() {
+        out += "**DIFFERENT WORKLOADS (--allow-different)**: these runs did not do the same work; \
+                every change below includes the workloads' difference.\n\n";
+        for m in &c.workloads_differ {
+            out += &format!("- {m}\n");
+        }
+        out += "\n";
+    }
     if !c.machines_differ.is_empty() {
         out += "**The two runs come from different machines or settings**: timing changes below \
                 include the machine's, not only the code's.\n\n";
@@ -93,7 +104,7 @@ pub fn to_markdown(base: &str, new: &str, c: &Comparison) -> String {
     out += "| figure | base | new | change | CI of change | n (base / new) | verdict |\n";
     out += "|---|---:|---:|---:|---:|---:|---|\n";
     for ch in &c.changes {
-        out += &row(ch, c.bootstrap.confidence);
+        out += &row(ch, c.bootstrap.confidence, c.threshold);
     }
     if !c.unmatched.is_empty() {
         out += "\nNot compared:\n\n";
@@ -101,6 +112,22 @@ pub fn to_markdown(base: &str, new: &str, c: &Comparison) -> String {
             out += &format!("- {u}\n");
         }
     }
+    let loose: Vec<String> = c
+        .changes
+        .iter()
+        .filter(|x| x.gates && x.tolerance > c.threshold + 1e-12)
+        .map(|x| format!("{} (±{:.1}%)", x.figure, x.tolerance * 100.0))
+        .collect();
+    out += &format!(
+        "\nExit status 1 when any figure above regresses: sampled figures and exact heap counts \
+         beyond {:.1}%{}.\n",
+        c.threshold * 100.0,
+        if loose.is_empty() {
+            String::new()
+        } else {
+            format!("; single readings beyond their noise: {}", loose.join(", "))
+        }
+    );
     let count = |v: Verdict| c.changes.iter().filter(|x| x.verdict == v).count();
     out += &format!(
         "\n{} regressed, {} improved, {} no change.{}\n",

@@ -180,12 +180,15 @@ pub fn parameters(r: &LeakReport) -> String {
     let p = &r.params;
     let opt = |v: Option<String>| v.unwrap_or_else(|| "—".into());
     format!(
-        "confidence {}, halves confidence {}, plateau margin max({}, {}% of level){}, leak margin max(plateau margin, {} × robust σ){}, second/first-half slope ratio for a leak ≥ {}, min points after warm-up {}, rolling minimum from {} samples, steps/hour {}, budget {}, Hamed–Rao variance inflation {}",
+        "confidence {}, halves confidence {}, plateau margin max({}, {}% of level){}, horizon {} steps (rate that matters: plateau margin / horizon{}), leak margin {} × robust σ{}, second/first-half slope ratio for a leak ≥ {}, min points after warm-up {}, rolling minimum from {} samples, steps/hour {}, budget {}, Hamed–Rao variance inflation {}",
         p.confidence,
         p.halves_confidence,
         fmt_bytes(p.plateau_min_bytes),
         p.plateau_rel * 100.0,
         r.margin_plateau_bytes.map_or(String::new(), |m| format!(" = {}", fmt_bytes(m))),
+        p.horizon_steps,
+        r.rate_that_matters_bytes_per_step
+            .map_or(String::new(), |m| format!(" = {}/step", fmt_bytes(m))),
         p.leak_noise_k,
         r.margin_leak_bytes.map_or(String::new(), |m| format!(" = {}", fmt_bytes(m))),
         p.decel_ratio,

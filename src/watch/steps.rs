@@ -43,6 +43,14 @@ impl Patterns {
         Ok(Patterns { step, values: vs })
     }
 
+    /// The series names the value patterns define (their groups without the unit suffix).
+    pub fn value_names(&self) -> Vec<&str> {
+        self.values
+            .iter()
+            .flat_map(|(_, names)| names.iter().map(|n| n.1.as_str()))
+            .collect()
+    }
+
     /// The step this line closes, if it is a marker. `count` is the number of markers so far (used
     /// when the pattern captures no number).
     pub fn step_of(&self, line: &str, count: u64) -> Option<u64> {

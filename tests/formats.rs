@@ -73,6 +73,24 @@ fn watch_file_round_trips_byte_for_byte() {
 }
 
 #[test]
+fn leak_report_round_trips_byte_for_byte() {
+    let (t, i) = input("leak-report.json");
+    let Input::Leak(r) = i else {
+        panic!("read as {}", i.kind())
+    };
+    assert_eq!(memscope::report::leak::to_json(&r, &[]), t);
+}
+
+/// Files written before the leak report gained its horizon and approach fields still read.
+#[test]
+fn older_leak_reports_and_watch_files_still_read() {
+    for name in ["leak-report-older.json", "watch-older.json"] {
+        let (_, i) = input(name);
+        assert!(matches!(i, Input::Leak(_) | Input::Watch(_)), "{name}: {}", i.kind());
+    }
+}
+
+#[test]
 fn optimize_file_round_trips_byte_for_byte() {
     let t = text("optimize.json");
     let o: OptimizeFile = serde_json::from_str(&t).unwrap();

@@ -86,7 +86,11 @@ fn leak_report_round_trips_byte_for_byte() {
 fn older_leak_reports_and_watch_files_still_read() {
     for name in ["leak-report-older.json", "watch-older.json"] {
         let (_, i) = input(name);
-        assert!(matches!(i, Input::Leak(_) | Input::Watch(_)), "{name}: {}", i.kind());
+        assert!(
+            matches!(i, Input::Leak(_) | Input::Watch(_)),
+            "{name}: {}",
+            i.kind()
+        );
     }
 }
 

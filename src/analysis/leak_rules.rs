@@ -128,9 +128,10 @@ pub(crate) fn decide(i: &Inputs) -> Decision {
     d
 }
 
-/// The approach is a warm-up that rose by more than δ, and it bounds the growth still to come by δ: the level's interval ends within δ of the
-/// fitted value now, and the tail's residuals around the fit do not grow significantly (a growth
-/// the approach does not explain, such as a leak on top of the warm-up, rejects it).
+/// The approach is a warm-up that rose by more than δ, and it bounds the growth still to come by
+/// δ: the level's interval ends within δ of the fitted value now, and the tail's residuals around
+/// the fit do not grow by a rate that matters (a growth the approach does not explain, such as a
+/// leak on top of the warm-up, rejects it).
 fn settles(a: &Approach, i: &Inputs) -> bool {
     let hi = a.level_ci[1];
     // A warm-up: the fit rises by more than δ within the data (a flat series is not judged here).
@@ -145,7 +146,9 @@ fn settles(a: &Approach, i: &Inputs) -> bool {
     let Some(t) = theil_sen(i.tx, &resid, i.confidence) else {
         return false;
     };
-    t.ci[0] <= 0.0
+    // No growth beyond the approach, or none that matters: the residuals' interval ends below the
+    // rate that matters (in a noise-free series the fit's own shape error is "significant").
+    t.ci[0] <= 0.0 || t.ci[1] <= i.rate_matters
 }
 
 fn reason(i: &Inputs, grows: bool, rising: bool, late_rise: bool, span: f64) -> String {

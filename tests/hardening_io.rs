@@ -1,19 +1,9 @@
 //! Outputs never replace inputs, `-` is standard output, an unwritable output is refused before
 //! anything runs, and a FIFO never blocks a run: through the binary.
 
-use assert_cmd::Command;
+mod support;
 use std::path::Path;
-use std::time::Duration;
-
-fn memscope() -> Command {
-    let mut c = Command::cargo_bin("memscope").unwrap();
-    c.timeout(Duration::from_secs(120)); // a guard against hangs, not a timing assertion
-    c
-}
-
-fn stderr_of(out: &std::process::Output) -> String {
-    String::from_utf8_lossy(&out.stderr).into_owned()
-}
+use support::{memscope, stderr_of};
 
 const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures");
 const TINY_CONFIG: &str = r#"{"family":"gpt2","name":"mini","n_layers":2,"d_model":64,"n_heads":2,"d_ff":256,"vocab_size":100,"max_seq_len":64}"#;

@@ -3,19 +3,10 @@
 //! the estimate's cost does not grow with it; --roofs stays finite; a FIFO never blocks a run
 //! and Ctrl-C always ends a wait; compare scales to Records of 10^5 samples per phase.
 
-use assert_cmd::Command;
+mod support;
 use std::path::Path;
 use std::time::{Duration, Instant};
-
-fn memscope() -> Command {
-    let mut c = Command::cargo_bin("memscope").unwrap();
-    c.timeout(Duration::from_secs(120)); // a guard against hangs, not a timing assertion
-    c
-}
-
-fn stderr_of(out: &std::process::Output) -> String {
-    String::from_utf8_lossy(&out.stderr).into_owned()
-}
+use support::{memscope, stderr_of};
 
 fn fails_with(args: &[&str], needles: &[&str]) {
     let out = memscope().args(args).output().unwrap();

@@ -2,18 +2,9 @@
 //! never enters the child's stdout, lost output is an error, flags are validated with messages
 //! that name what to do, and a config's name cannot write escape sequences to the terminal.
 
-use assert_cmd::Command;
+mod support;
 use std::time::Duration;
-
-fn memscope() -> Command {
-    let mut c = Command::cargo_bin("memscope").unwrap();
-    c.timeout(Duration::from_secs(120)); // a guard against hangs, not a timing assertion
-    c
-}
-
-fn stderr_of(out: &std::process::Output) -> String {
-    String::from_utf8_lossy(&out.stderr).into_owned()
-}
+use support::{memscope, stderr_of};
 
 /// Runs `args` and asserts exit 2 with every needle in stderr.
 fn fails_with(args: &[&str], needles: &[&str]) -> String {
@@ -299,7 +290,7 @@ fn messages_say_what_to_do() {
 fn leak_stopped_by_sigint_writes_the_steps_it_measured() {
     let dir = tempfile::tempdir().unwrap();
     let (rec, verdict) = (dir.path().join("r.json"), dir.path().join("v.json"));
-    let mut child = std::process::Command::new(assert_cmd::cargo::cargo_bin("memscope"))
+    let child = std::process::Command::new(assert_cmd::cargo::cargo_bin("memscope"))
         .args([
             "leak",
             "--model",

@@ -48,9 +48,15 @@ def test_report_draws_a_python_record_in_chromium(records, memscope_bin, tmp_pat
 
 
 def test_compare_and_diff_read_python_records(records, memscope_bin):
-    # Four micro-batches a step against one: compare may call the step times a regression
-    # (exit status 1); either way it read both Records.
+    # Four micro-batches a step against one: different workloads, refused by name...
     c = cli(memscope_bin, "compare", records / "one.json", records / "exact.json", ok=False)
+    assert c.returncode == 2 and "grad-accum" in c.stderr, c.stderr
+    # ...and compared when asked; compare may call the step times a regression (exit status 1);
+    # either way it read both Records.
+    c = cli(
+        memscope_bin, "compare", "--allow-different", records / "one.json", records / "exact.json",
+        ok=False,
+    )
     assert c.returncode in (0, 1), c.stderr
     assert "step time: forward" in c.stdout and "heap peak" in c.stdout, c.stdout
     d = cli(memscope_bin, "diff", records / "one.json", records / "exact.json")

@@ -282,6 +282,41 @@ pub fn open_stream(path: &Path, append: bool) -> std::io::Result<File> {
     o.open(path)
 }
 
+/// A JSON Lines output written as it goes (`sweep --jsonl`, `watch --jsonl`): each line in one
+/// `write_all`, then flushed, and synced to disk when asked and the output is a regular file, so a
+/// process killed mid-run loses nothing already written (at worst the line under way is cut
+/// short; the readers skip a cut-off last line with a warning).
+pub struct JsonlStream {
+    file: File,
+    sync: bool,
+}
+
+impl JsonlStream {
+    /// Opens `path` as [`open_stream`] does (`-` is standard output; `append` keeps what is there).
+    pub fn open(path: &Path, append: bool, sync: bool) -> std::io::Result<JsonlStream> {
+        Ok(JsonlStream {
+            file: open_stream(path, append)?,
+            sync,
+        })
+    }
+
+    /// `sweep --jsonl`: rows appended to what is there (a sweep picked up again), each synced.
+    pub fn appending(path: &Path) -> anyhow::Result<JsonlStream> {
+        JsonlStream::open(path, true, true).with_context(|| format!("--jsonl {}", path.display()))
+    }
+
+    /// Writes one line (the kind's own writer made it, line ending included).
+    pub fn write_line(&mut self, line: &str) -> std::io::Result<()> {
+        self.file.write_all(line.as_bytes())?;
+        self.file.flush()?;
+        // A pipe or terminal (`--jsonl -`, a FIFO) has nothing to sync.
+        if self.sync && self.file.metadata().is_ok_and(|m| m.is_file()) {
+            self.file.sync_data()?;
+        }
+        Ok(())
+    }
+}
+
 /// Writes `text` to `path` without ever leaving a half-written regular file or replacing a
 /// device, FIFO, socket or symlink (see the module docs); `-` writes to standard output.
 pub fn write_atomic(path: &Path, text: &str) -> anyhow::Result<()> {

@@ -5,6 +5,7 @@ use super::args::{resolve_model, ModelArgs};
 use super::sweep_slurm::{self, SlurmArgs};
 use crate::measure::threads::all_cores;
 use crate::model::cost;
+use crate::output::JsonlStream;
 use crate::output::{check_outputs, write_atomic};
 use crate::spec::{Dtype, Mode, Spec};
 use crate::sweep::eta;
@@ -13,7 +14,7 @@ use crate::sweep::limits::Enforcement;
 use crate::sweep::local::{run_planned, SweepOutcome};
 use crate::sweep::plan::{self, Axes, Point};
 use crate::sweep::progress::SweepProgress;
-use crate::sweep::rows::{self, JsonlWriter};
+use crate::sweep::rows;
 use crate::sweep::scratch::Scratch;
 use crate::sweep::spawn::RunOptions;
 use crate::units::human_duration;
@@ -296,7 +297,7 @@ pub fn run(a: SweepArgs) -> anyhow::Result<ExitCode> {
         let how = slurm_describe(&a.cluster);
         return finish(&a, outcome, &how, started);
     }
-    let jsonl = a.jsonl.as_deref().map(JsonlWriter::open).transpose()?;
+    let jsonl = a.jsonl.as_deref().map(JsonlStream::appending).transpose()?;
     let enforcement = Enforcement::detect(memory_limit);
     let scratch = Scratch::new()?;
     let opts = RunOptions {

@@ -1,12 +1,12 @@
 //! `memscope sweep --slurm …` and `memscope sweep --attach DIR`: the sweep's Slurm flags, and the
 //! glue from a planned sweep to `sweep::slurm` (submit, then follow) and back to rows.
 
+use crate::output::JsonlStream;
 use crate::record::sweep_row::Row;
 use crate::spec::Spec;
 use crate::sweep::local::SweepOutcome;
 use crate::sweep::plan::Point;
 use crate::sweep::progress::SweepProgress;
-use crate::sweep::rows::JsonlWriter;
 use crate::sweep::slurm::follow::{follow, FollowOptions};
 use crate::sweep::slurm::submit::{find_sbatch, submit, write_plan, SubmitOptions};
 use crate::sweep::slurm::workdir::{read_json, WorkDir};
@@ -124,7 +124,7 @@ pub fn submit_and_follow(
         );
     }
     let specs: Vec<Spec> = planned.iter().map(|(_, s)| s.clone()).collect();
-    let writer = jsonl.map(JsonlWriter::open).transpose()?;
+    let writer = jsonl.map(JsonlStream::appending).transpose()?;
     follow(
         &dir,
         &meta,
@@ -173,7 +173,7 @@ pub fn attach(
         Some(p) => rows_of_job(p, &job),
         None => BTreeSet::new(),
     };
-    let writer = jsonl.map(JsonlWriter::open).transpose()?;
+    let writer = jsonl.map(JsonlStream::appending).transpose()?;
     follow(
         &dir,
         &meta,

@@ -4,10 +4,10 @@
 use super::leak::TargetArgs;
 use crate::analysis::leak::analyze as verdict;
 use crate::analysis::targets::{all_pass, evaluate};
+use crate::output::JsonlStream;
 use crate::output::{check_outputs, write_atomic};
 use crate::report::leak as render;
 use crate::units::parse_duration;
-use crate::watch::jsonl::JsonlWriter;
 use crate::watch::observe::{watch, Target, WatchConfig};
 use crate::watch::series::{judged, peaks, Judge};
 use crate::watch::steps::Patterns;
@@ -108,7 +108,15 @@ pub fn run(a: WatchArgs) -> anyhow::Result<ExitCode> {
         ],
         &[] as &[(&str, &std::path::Path)],
     )?;
-    let jsonl = a.jsonl.as_deref().map(JsonlWriter::create).transpose()?;
+    let jsonl = a
+        .jsonl
+        .as_deref()
+        .map(|p| {
+            // Truncated, flushed per sample, not synced (a sample every interval).
+            JsonlStream::open(p, false, false)
+                .map_err(|e| anyhow::anyhow!("--jsonl {}: cannot create: {e}", p.display()))
+        })
+        .transpose()?;
     let cfg = WatchConfig {
         target: target.clone(),
         interval,

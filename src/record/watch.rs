@@ -104,6 +104,13 @@ pub struct ValuePoint {
     pub time_s: f64,
 }
 
+impl TreeSample {
+    /// The sample as one `watch --jsonl` line, with its line ending.
+    pub fn to_jsonl_line(&self) -> serde_json::Result<String> {
+        Ok(serde_json::to_string(self)? + "\n")
+    }
+}
+
 /// The whole file.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct WatchFile {

@@ -2,12 +2,12 @@
 //! configuration (errors and skips included), skipping configurations larger than one that ran
 //! out of memory, appending each row to the JSONL before the next one starts.
 
+use crate::output::JsonlStream;
 use crate::record::sweep_row::{Row, Status};
 use crate::spec::Spec;
 use crate::sweep::interrupt::INTERRUPTED;
 use crate::sweep::plan::{skip_reason, Point};
 use crate::sweep::progress::SweepProgress;
-use crate::sweep::rows::JsonlWriter;
 use crate::sweep::spawn::{run_worker, Live, RunOptions};
 use anyhow::Context;
 use std::path::Path;
@@ -26,7 +26,7 @@ pub fn run_planned(
     opts: &RunOptions,
     no_skip: bool,
     check_machine: bool,
-    mut jsonl: Option<(JsonlWriter, &Path)>,
+    mut jsonl: Option<(JsonlStream, &Path)>,
     progress: &SweepProgress,
 ) -> anyhow::Result<SweepOutcome> {
     let live = Live::default();
@@ -64,7 +64,7 @@ pub fn run_planned(
             ooms.push(point.clone());
         }
         if let Some((w, path)) = jsonl.as_mut() {
-            w.append(&row)
+            w.write_line(&row.to_jsonl_line()?)
                 .with_context(|| format!("--jsonl {}", path.display()))?;
         }
         progress.finished(&row);

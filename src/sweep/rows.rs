@@ -4,9 +4,6 @@
 use crate::record::sweep_row::{Row, RowSummary};
 use crate::record::Record;
 use crate::spec::Mode;
-use anyhow::Context;
-use std::io::Write;
-use std::path::Path;
 
 impl RowSummary {
     pub fn from_record(r: &Record) -> RowSummary {
@@ -64,30 +61,6 @@ fn step_samples(r: &Record) -> Vec<f64> {
                 .map(|(p, d)| p + d * n)
                 .collect()
         }
-    }
-}
-
-/// Appends rows to a JSONL file, one line each, flushed (and synced) as it is written.
-pub struct JsonlWriter {
-    file: std::fs::File,
-}
-
-impl JsonlWriter {
-    pub fn open(path: &Path) -> anyhow::Result<JsonlWriter> {
-        let file = crate::output::open_stream(path, true)
-            .with_context(|| format!("--jsonl {}", path.display()))?;
-        Ok(JsonlWriter { file })
-    }
-
-    pub fn append(&mut self, row: &Row) -> anyhow::Result<()> {
-        let line = row.to_jsonl_line()?;
-        self.file.write_all(line.as_bytes())?;
-        self.file.flush()?;
-        // A pipe or terminal (`--jsonl -`, a FIFO) has nothing to sync.
-        if self.file.metadata().is_ok_and(|m| m.is_file()) {
-            self.file.sync_data()?;
-        }
-        Ok(())
     }
 }
 

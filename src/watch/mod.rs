@@ -7,7 +7,6 @@
 
 pub mod child;
 pub mod gpu;
-pub mod jsonl;
 pub mod observe;
 pub mod passthrough;
 pub mod sample;

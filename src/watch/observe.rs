@@ -4,11 +4,11 @@
 
 use crate::watch::child::{self, OomCounters};
 
+use crate::output::JsonlStream;
 use crate::record::watch::ChildExit;
 use crate::record::watch::GpuStatus;
 use crate::record::watch::TreeSample;
 use crate::watch::gpu;
-use crate::watch::jsonl::JsonlWriter;
 use crate::watch::passthrough::{relay, Console, Relay, Stream};
 use crate::watch::sample::Sampler;
 use crate::watch::status::{Live, StatusLine};
@@ -33,7 +33,7 @@ pub struct WatchConfig {
     pub patterns: Patterns,
     /// Draw the live status line (stderr is a terminal and not --quiet).
     pub status: bool,
-    pub jsonl: Option<JsonlWriter>,
+    pub jsonl: Option<JsonlStream>,
     /// Read PSS/USS every sample (`--judge pss|uss`) instead of within the sampler's CPU budget.
     pub smaps_every_sample: bool,
 }
@@ -145,7 +145,8 @@ pub fn watch(mut cfg: WatchConfig) -> anyhow::Result<WatchResult> {
         }
         if s.total.processes > 0 {
             if let Some(w) = cfg.jsonl.as_mut() {
-                if let Err(e) = w.write(&s) {
+                let line = s.to_jsonl_line().map_err(std::io::Error::other);
+                if let Err(e) = line.and_then(|l| w.write_line(&l)) {
                     jsonl_error.get_or_insert(e.to_string());
                 }
             }

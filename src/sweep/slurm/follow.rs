@@ -9,13 +9,13 @@
 //! On SIGINT/SIGTERM: with `--cancel-on-interrupt` the array is cancelled; at a terminal the
 //! user is asked; otherwise the array keeps running and the message says how to re-attach.
 
+use crate::output::JsonlStream;
 use crate::record::sweep_row::{Row, Status};
 use crate::spec::Spec;
 use crate::sweep::interrupt::INTERRUPTED;
 use crate::sweep::local::SweepOutcome;
 use crate::sweep::plan::{skip_reason, Point};
 use crate::sweep::progress::SweepProgress;
-use crate::sweep::rows::JsonlWriter;
 use crate::sweep::slurm::query::{self, TaskState};
 use crate::sweep::slurm::task_row::{finished_row, skipped_row};
 use crate::sweep::slurm::workdir::{read_json, write_json, PlanMeta, WorkDir};
@@ -43,7 +43,7 @@ pub fn follow(
     dir: &WorkDir,
     meta: &PlanMeta,
     specs: &[Spec],
-    mut jsonl: Option<(JsonlWriter, &Path)>,
+    mut jsonl: Option<(JsonlStream, &Path)>,
     in_jsonl: &BTreeSet<usize>,
     progress: &SweepProgress,
     opts: &FollowOptions,
@@ -64,7 +64,7 @@ pub fn follow(
         }
         if !in_jsonl.contains(&row.index) {
             if let Some((w, path)) = jsonl.as_mut() {
-                w.append(&row)
+                w.write_line(&row.to_jsonl_line()?)
                     .with_context(|| format!("--jsonl {}", path.display()))?;
             }
         }

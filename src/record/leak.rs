@@ -1,6 +1,6 @@
 //! A leak report (`leak --json`, `analyze --json`, and inside a watch file) and what it is made
 //! from: the input series, the parameters (with their defaults and range checks), the report, and
-//! the targets table. The algorithm is in `analysis::leak`.
+//! the targets table. The algorithm is in src/analysis/leak.rs.
 //!
 //! Invariants: a finished report holds no NaN or ∞ (unknown numbers are `None`); bytes are bytes and
 //! slopes are bytes per step.
@@ -167,7 +167,7 @@ pub struct LeakReport {
     pub approach: Option<ApproachFit>,
 }
 
-/// A saturating warm-up's fit (see `crate::analysis::approach`).
+/// A saturating warm-up's fit (the method is in src/analysis/approach.rs).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ApproachFit {
     /// The level memory converges to.

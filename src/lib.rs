@@ -18,5 +18,6 @@ pub mod report;
 pub mod runner;
 pub mod spec;
 pub mod sweep;
+pub mod torch;
 pub mod units;
 pub mod watch;

@@ -19,6 +19,9 @@ pub fn run_with(
     on_step: &mut dyn FnMut(&StepMemory),
 ) -> anyhow::Result<Record> {
     spec.validate()?;
+    if spec.torch.is_some() {
+        return run_torch(spec, progress, on_step);
+    }
     let started_at = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_secs())
@@ -69,6 +72,43 @@ pub fn run_with(
     })
 }
 
+/// [`run_with`] on the torch engine: its Record, completed as memscope's own is (the Spec as
+/// asked with the engine the run named, throughput over the Spec's tokens, FLOPs, the estimate).
+fn run_torch(
+    spec: &Spec,
+    progress: &AtomicUsize,
+    on_step: &mut dyn FnMut(&StepMemory),
+) -> anyhow::Result<Record> {
+    let mut r = crate::torch::run(spec, progress, on_step)?;
+    let engine = r.spec.engine.take();
+    r.spec = spec.clone();
+    r.spec.engine = engine;
+    let measured = r.timing.values().map(|t| t.n).max().unwrap_or(0);
+    if measured < spec.steps {
+        r.warnings.push(format!(
+            "stopped after {measured} of {} measured steps; the figures are those steps'",
+            spec.steps
+        ));
+        r.spec.steps = measured;
+    }
+    let decoded = if spec.mode == Mode::Generate {
+        spec.new_tokens as u64
+    } else {
+        0
+    };
+    let sequences = (spec.batch * spec.grad_accum) as u64;
+    r.throughput = throughput(&r.timing, spec.tokens_per_step(), sequences, decoded);
+    r.compute = compute(spec, &r.timing);
+    if spec.torch.as_ref().is_some_and(|t| t.is_cuda()) {
+        // The CPU's matmul roof says nothing about a GPU's.
+        r.compute.matmul_peak_gflops = None;
+        r.compute.fraction_of_peak = None;
+    }
+    r.memory.estimate = estimated(spec);
+    r.memory.breakdown = crate::analysis::breakdown::breakdown(&r.memory, spec.mode);
+    Ok(r)
+}
+
 /// Matmul FLOPs per step (the estimator's count) over the step times, and the fraction of this
 /// machine's cached matmul peak (`memscope peaks`) when there is one.
 fn compute(spec: &Spec, timing: &std::collections::BTreeMap<String, PhaseTiming>) -> Compute {
@@ -114,6 +154,17 @@ fn compute(spec: &Spec, timing: &std::collections::BTreeMap<String, PhaseTiming>
 
 /// The estimator's prediction for `spec` (None if it cannot be made; the run is unaffected).
 fn estimated(spec: &Spec) -> Option<EstimatedMemory> {
+    if spec.torch.is_some() {
+        // The torch estimator traces the same workload; a failure costs the run nothing.
+        let e = crate::torch::estimate::estimate(spec).ok()?;
+        return Some(EstimatedMemory {
+            categories: e.categories,
+            peak_bytes: e.peak_bytes,
+            peak_phase: e.peak_phase,
+            single_micro_batch_peak_bytes: None,
+            reserved_peak_bytes: e.reserved_peak_bytes,
+        });
+    }
     let req = crate::estimate::Request::for_spec(spec);
     let e = crate::estimate::estimate(&req).ok()?;
     let c = &e.categories;
@@ -142,6 +193,7 @@ fn estimated(spec: &Spec) -> Option<EstimatedMemory> {
         peak_bytes: e.peak_bytes,
         peak_phase: e.peak_phase,
         single_micro_batch_peak_bytes: single,
+        reserved_peak_bytes: None,
     })
 }
 
@@ -194,6 +246,9 @@ pub fn refuse_unallocatable(spec: &Spec) -> anyhow::Result<()> {
 /// parameters alone, or its estimated heap peak, above MemTotal. The message gives the numbers.
 pub fn check_machine_memory(spec: &Spec) -> anyhow::Result<()> {
     use crate::units::fmt_bytes;
+    if spec.torch.as_ref().is_some_and(|t| t.is_cuda()) {
+        return Ok(()); // the GPU's memory decides, and PyTorch says so when it runs out
+    }
     let Some(total) = crate::measure::procfs::mem_total_bytes() else {
         return Ok(());
     };

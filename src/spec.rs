@@ -98,6 +98,54 @@ pub struct Spec {
     /// recorded by the Python package, `python/`); absent for memscope's engine.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub engine: Option<EngineInfo>,
+    /// `--engine torch`: run the workload through Hugging Face transformers on PyTorch (the
+    /// Python package's engine, `python/memscope/engine.py`) on `device`; absent for memscope's
+    /// own engine.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub torch: Option<TorchRun>,
+}
+
+/// `--engine` (bench, leak, sweep, fit, optimize, estimate).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum Engine {
+    /// memscope's own engine (candle + fused CPU kernels), on the CPU
+    #[default]
+    Candle,
+    /// Hugging Face transformers' own model classes on PyTorch (SDPA attention, fused AdamW),
+    /// on the CPU or a CUDA GPU; needs the Python package (`pip install ./python`)
+    Torch,
+}
+
+/// Where and how the torch engine runs a Spec.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TorchRun {
+    /// `cpu`, `cuda` or `cuda:N` (`--device`).
+    pub device: String,
+    /// On CUDA: the card simulated (`--memory-limit` of sweep, fit, optimize), as a cap on
+    /// PyTorch's caching allocator (`torch.cuda.set_per_process_memory_fraction`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_memory_limit_bytes: Option<u64>,
+}
+
+impl TorchRun {
+    pub fn is_cuda(&self) -> bool {
+        self.device.starts_with("cuda")
+    }
+}
+
+/// `--device`: `cpu`, `cuda` or `cuda:N`.
+pub fn parse_device(text: &str) -> Result<String, SpecError> {
+    let ok = text == "cpu"
+        || text == "cuda"
+        || text
+            .strip_prefix("cuda:")
+            .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()));
+    if ok {
+        Ok(text.to_string())
+    } else {
+        Err(SpecError::BadDevice(text.to_string()))
+    }
 }
 
 /// Another engine's run recorded into a Record: which engine, on what, and what its memory
@@ -154,6 +202,12 @@ pub enum SpecError {
     },
     #[error("spec.config is missing: this Spec comes from the Record of a user's own PyTorch model ({0}), which memscope cannot build or run; run a preset (--model) or a config file (--config)")]
     NoConfig(String),
+    #[error("--device {0}: use cpu, cuda or cuda:N (N: the GPU's index)")]
+    BadDevice(String),
+    #[error("--device {0} needs --engine torch: memscope's own engine runs on the CPU")]
+    DeviceNeedsTorch(String),
+    #[error("--fusion compile is torch.compile: it needs --engine torch (memscope's own engine has --fusion full or none)")]
+    CompileNeedsTorch,
     #[error("--lr must be a finite positive number (got {0})")]
     BadLr(f64),
     #[error("{flag} {value} is more than memscope runs ({max} at most); a leak verdict needs a few hundred steps, timing statistics a few dozen")]
@@ -293,6 +347,15 @@ impl Spec {
         }
         if !(self.lr.is_finite() && self.lr > 0.0) {
             return Err(SpecError::BadLr(self.lr));
+        }
+        match &self.torch {
+            Some(t) => {
+                parse_device(&t.device)?;
+            }
+            None if self.variant.fusion == crate::model::variant::Fusion::Compile => {
+                return Err(SpecError::CompileNeedsTorch)
+            }
+            None => {}
         }
         Ok(())
     }

@@ -57,6 +57,16 @@ def _moment(phase, m):
             "by_module": by_module}
 
 
+def series_entry(x):
+    """One closed step as the Record's series entry (``StepMemory``)."""
+    e = {"step": x["step"], "warmup": x["warmup"], "heap_live_bytes": x["live"],
+         "live_allocations": max(x["blocks"], 0), "heap_peak_bytes": x["peak"],
+         "rss_bytes": x["rss"], "pss_bytes": None, "phases": [_mark(m) for m in x["marks"]]}
+    if x["reserved"] is not None:
+        e["reserved_bytes"] = x["reserved"]
+    return e
+
+
 def build_record(s, failed):
     torch = s.torch
     steps = s.steps
@@ -86,14 +96,7 @@ def build_record(s, failed):
     model = {"name": s.name, "family": "pytorch", "params": s.n_params,
              "param_bytes": s.param_bytes, **_model_fields(s.model)}
     start = s._start_reading["live"]
-    series = []
-    for x in steps:
-        e = {"step": x["step"], "warmup": x["warmup"], "heap_live_bytes": x["live"],
-             "live_allocations": max(x["blocks"], 0), "heap_peak_bytes": x["peak"],
-             "rss_bytes": x["rss"], "pss_bytes": None, "phases": [_mark(m) for m in x["marks"]]}
-        if x["reserved"] is not None:
-            e["reserved_bytes"] = x["reserved"]
-        series.append(e)
+    series = [series_entry(x) for x in steps]
     phases = {
         name: {"peak_bytes": pm["peak"], "retained_bytes": pm["retained_first"],
                "retained_bytes_last": pm["retained_last"],

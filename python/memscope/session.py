@@ -115,6 +115,8 @@ class Session:
         self._started = False
         self._closed = False
         # Per run.
+        # Phases timed per call (the mean of a step's calls), not summed: generate's decode.
+        self.mean_phases = set()
         self.steps = []          # closed steps: dicts (see _close_step)
         self.micro_steps = []
         self.phase_memory = {}   # phase -> first/last retained, peak, allocations
@@ -317,9 +319,13 @@ class Session:
         index = len(self.steps)
         warm = index < self.warmup
         times = {}
+        calls = {}
         for m in marks:
             m["ms"] = self._ms(*m["t"])
             times[m["phase"]] = times.get(m["phase"], 0.0) + m["ms"]
+            calls[m["phase"]] = calls.get(m["phase"], 0) + 1
+        for name in self.mean_phases.intersection(times):
+            times[name] /= calls[name]
         times["step"] = self._ms(marks[0]["t"][0], marks[-1]["t"][1])
         self._step_t0 = None
         step = {

@@ -213,6 +213,7 @@ mod tests {
             peak_bytes: 990,
             peak_phase: "backward".into(),
             single_micro_batch_peak_bytes: None,
+            reserved_peak_bytes: None,
         });
         let b = breakdown(&m, Mode::Train);
         assert_eq!(b["gradients"].measured_bytes, 100);

@@ -8,6 +8,7 @@ use crate::model::variant::{Attention, Fusion, Precision, Variant};
 use crate::output::{self, write_atomic};
 use crate::record::Record;
 use crate::report::{self, Export};
+use crate::spec::{parse_device, Engine, SpecError, TorchRun};
 use crate::spec::{BinDtype, DataSpec};
 use crate::spec::{Dtype, Mode, Spec};
 use anyhow::{bail, Context};
@@ -86,6 +87,35 @@ pub struct VariantArgs {
     /// With --dtype bf16/f16 training: mixed (f32 master weights, gradients and optimizer state; compute in the dtype) or pure (everything in the dtype) [default: mixed for bf16/f16 training, pure otherwise]
     #[arg(long, value_enum)]
     pub precision: Option<Precision>,
+    #[command(flatten)]
+    pub engine: EngineArgs,
+}
+
+/// Which engine runs a workload, and where (bench, leak, sweep, fit, optimize, estimate).
+#[derive(Args, Debug, Clone, Default)]
+pub struct EngineArgs {
+    /// Which engine runs the workload: candle (memscope's own) or torch (Hugging Face transformers on PyTorch: `pip install ./python`)
+    #[arg(long, value_enum, default_value_t = Engine::Candle)]
+    pub engine: Engine,
+    /// Where the torch engine runs: cpu, cuda or cuda:N [default: cpu]
+    #[arg(long, value_name = "DEVICE")]
+    pub device: Option<String>,
+}
+
+impl EngineArgs {
+    /// `--engine torch --device D` as the Spec's `torch` field; a CUDA device without the torch
+    /// engine is refused here, naming both flags.
+    pub fn torch_run(&self) -> anyhow::Result<Option<TorchRun>> {
+        let device = parse_device(self.device.as_deref().unwrap_or("cpu"))?;
+        match self.engine {
+            Engine::Torch => Ok(Some(TorchRun {
+                device,
+                gpu_memory_limit_bytes: None,
+            })),
+            Engine::Candle if device != "cpu" => Err(SpecError::DeviceNeedsTorch(device).into()),
+            Engine::Candle => Ok(None),
+        }
+    }
 }
 
 impl VariantArgs {
@@ -196,6 +226,7 @@ pub fn build_spec(m: &ModelArgs, w: &WorkloadArgs) -> anyhow::Result<Spec> {
         data: w.data.to_spec(),
         variant: w.variant.to_variant(w.mode, w.dtype),
         engine: None,
+        torch: w.variant.engine.torch_run()?,
     };
     spec.validate()?;
     crate::runner::refuse_unallocatable(&spec)?;

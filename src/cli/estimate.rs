@@ -128,6 +128,7 @@ pub fn run(a: EstimateArgs) -> anyhow::Result<ExitCode> {
         data: None,
         variant: a.variant.to_variant(a.mode, dts[0]),
         engine: None,
+        torch: a.variant.engine.torch_run()?,
     };
     spec.validate()?;
     let reqs: Vec<Request> = dts

@@ -96,6 +96,7 @@ pub fn run(a: FitArgs) -> anyhow::Result<ExitCode> {
         data: None,
         variant: a.variant.to_variant(a.mode, a.dtype),
         engine: None,
+        torch: a.variant.engine.torch_run()?,
     };
     // fit has no --prompt-len: for generate, --seq is the prompt; name the flag it has.
     base.validate().map_err(|e| {

@@ -1,7 +1,7 @@
 //! `memscope optimize`: flags → the variants of one workload at two sequence lengths → each run
 //! in its own worker → the ranking (Markdown on stdout, `--json`, `--markdown`).
 
-use super::args::{build_spec, DataArgs, ModelArgs, VariantArgs, WorkloadArgs};
+use super::args::{build_spec, DataArgs, EngineArgs, ModelArgs, VariantArgs, WorkloadArgs};
 use crate::measure::threads::all_cores;
 use crate::out;
 use crate::output::{check_outputs, write_atomic};
@@ -20,6 +20,8 @@ use std::process::ExitCode;
 pub struct OptimizeArgs {
     #[command(flatten)]
     pub model: ModelArgs,
+    #[command(flatten)]
+    pub engine: EngineArgs,
     #[arg(long, value_enum, default_value_t = Mode::Train)]
     pub mode: Mode,
     #[arg(long, default_value_t = 2)]
@@ -109,7 +111,10 @@ pub fn run_optimize(a: OptimizeArgs) -> anyhow::Result<ExitCode> {
         lr: a.lr,
         force: false,
         data: a.data.clone(),
-        variant: VariantArgs::default(),
+        variant: VariantArgs {
+            engine: a.engine.clone(),
+            ..VariantArgs::default()
+        },
     };
     let base = build_spec(&a.model, &w)?;
     let context = base.arch().max_seq_len;
@@ -142,8 +147,12 @@ pub fn run_optimize(a: OptimizeArgs) -> anyhow::Result<ExitCode> {
         max_batch: a.max_batch,
         quiet: a.quiet,
     };
+    let baseline = match &base.torch {
+        None => "Baseline = what a plain PyTorch script runs: naive attention, op-by-op kernels and optimizer, f32, no checkpointing.".to_string(),
+        Some(t) => format!("Engine: Hugging Face transformers on PyTorch, {}. Baseline = eager attention, no torch.compile, fused AdamW, f32, no checkpointing.", t.device),
+    };
     let mut text = format!(
-        "## memscope optimize: {} {}, batch {}\n\nBaseline = what a plain PyTorch script runs: naive attention, op-by-op kernels and optimizer, f32, no checkpointing. Heap peak and activations are the counting allocator's exact bytes (activations: what the first forward left live); step time is the median of {} measured steps ± its coefficient of variation; Δ is against the baseline; the estimate is `memscope estimate`'s heap peak for the same run.\n\n",
+        "## memscope optimize: {} {}, batch {}\n\n{baseline} Heap peak and activations are the counting allocator's exact bytes (activations: what the first forward left live); step time is the median of {} measured steps ± its coefficient of variation; Δ is against the baseline; the estimate is `memscope estimate`'s heap peak for the same run.\n\n",
         base.model,
         base.mode.name(),
         base.batch,

@@ -142,6 +142,7 @@ fn spec_for(a: &SweepArgs, p: &Point) -> anyhow::Result<Spec> {
         data: a.data.to_spec(),
         variant: a.variant.to_variant(mode, dtype),
         engine: None,
+        torch: a.variant.engine.torch_run()?,
     })
 }
 

@@ -4,6 +4,7 @@
 pub mod clock;
 pub mod peaks;
 pub mod phases;
+pub mod process_tree;
 pub mod procfs;
 pub mod stop;
 pub mod threads;

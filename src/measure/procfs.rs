@@ -26,6 +26,18 @@ pub fn pss_bytes(pid: Option<i32>) -> Option<u64> {
         .find_map(|m| m.extension.map.get("Pss").copied())
 }
 
+/// PSS of `pid` and every process below it (a worker and the torch engine it starts), bytes;
+/// None when `pid` itself cannot be read.
+pub fn tree_pss_bytes(pid: i32) -> Option<u64> {
+    let own = pss_bytes(Some(pid))?;
+    let below: u64 = crate::measure::process_tree::descendants(pid as u32)
+        .into_iter()
+        .filter(|&c| c != pid as u32)
+        .filter_map(|c| pss_bytes(Some(c as i32)))
+        .sum();
+    Some(own + below)
+}
+
 /// This machine's memory, bytes (MemTotal in /proc/meminfo).
 pub fn mem_total_bytes() -> Option<u64> {
     use procfs::Current;

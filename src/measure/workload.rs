@@ -391,7 +391,7 @@ impl Optim {
             ..ParamsAdamW::default()
         };
         Ok(match spec.variant.fusion {
-            Fusion::Full => Optim::Fused(AdamW::new(vars.to_vec(), params)),
+            Fusion::Full | Fusion::Compile => Optim::Fused(AdamW::new(vars.to_vec(), params)),
             Fusion::None => Optim::Candle(candle_nn::AdamW::new(vars.to_vec(), params)?),
         })
     }

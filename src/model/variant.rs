@@ -29,6 +29,9 @@ pub enum Fusion {
     /// candle's op-by-op versions (`model::unfused`, candle-nn's AdamW), as a plain PyTorch
     /// script runs them: every intermediate is a tensor, and backward keeps what it needs
     None,
+    /// `torch.compile` of the model (--engine torch only): Inductor fuses the elementwise ops
+    /// between the products
+    Compile,
 }
 
 /// Where the weights and the optimizer state live when training in bf16/f16.

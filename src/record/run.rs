@@ -174,6 +174,10 @@ pub struct EstimatedMemory {
     /// With --grad-accum > 1: the predicted peak of one step on a single micro-batch.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub single_micro_batch_peak_bytes: Option<u64>,
+    /// The torch engine on CUDA: the caching allocator's predicted reserved peak (heap figures
+    /// are allocated bytes there).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reserved_peak_bytes: Option<u64>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]

@@ -99,6 +99,9 @@ pub struct Row {
     /// `sweep --trace DIR`: this configuration's Chrome trace (`ok` rows only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub trace: Option<std::path::PathBuf>,
+    /// `--engine torch`, an `oom` row: PyTorch's figures when the allocation failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub torch_oom: Option<crate::record::torch_oom::OomFacts>,
 }
 
 /// A row's Slurm side: the scheduler's own evidence about the array task that ran it.
@@ -142,6 +145,7 @@ impl Row {
             summary: None,
             series: vec![],
             slurm: None,
+            torch_oom: None,
             trace: None,
         }
     }

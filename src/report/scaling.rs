@@ -284,6 +284,7 @@ mod tests {
             data: None,
             variant: Default::default(),
             engine: None,
+            torch: None,
         };
         let mut r = Row::not_run(Status::Ok, String::new(), 0, spec);
         r.reason = None;

@@ -77,6 +77,10 @@ pub fn classify(o: &Outcome) -> (Status, Option<String>) {
             Some("killed by the kernel at cgroup memory.max (--memory-limit)".into()),
         );
     }
+    // The torch engine's own report: PyTorch's out-of-memory error, with its figures.
+    if let Some(f) = crate::record::torch_oom::OomFacts::find(o.stderr) {
+        return (Status::Oom, Some(f.describe()));
+    }
     let aborted = o.signal == Some(libc::SIGABRT);
     if let (true, Some(line)) = (aborted, find("memory allocation of")) {
         return (Status::Oom, Some(line.trim().to_string()));

@@ -78,6 +78,14 @@ pub fn run_worker(
     live: &Live,
     mut tick: impl FnMut(),
 ) -> anyhow::Result<Option<Row>> {
+    if let Some((s, o, limit)) = crate::sweep::limits::gpu_capped(spec, opts) {
+        let row = run_worker(&s, index, &o, interrupted, live, tick)?;
+        return Ok(row.map(|mut r| {
+            r.memory_limit_bytes = Some(limit);
+            r.enforcement = Some(crate::sweep::limits::GPU_CAP.into());
+            r
+        }));
+    }
     let out = opts.scratch.join(format!("record-{index}.json"));
     let series_path = opts.scratch.join(format!("series-{index}.jsonl"));
     let _ = std::fs::remove_file(&out);
@@ -243,7 +251,7 @@ pub fn run_worker(
             kill_group(pid, libc::SIGKILL);
         }
         if let (Some(limit), None) = (opts.memory_limit, watch.watchdog_pss) {
-            if let Some(pss) = crate::measure::procfs::pss_bytes(Some(pid as i32)) {
+            if let Some(pss) = crate::measure::procfs::tree_pss_bytes(pid as i32) {
                 if pss > limit {
                     watch.watchdog_pss = Some(pss);
                     kill_group(pid, libc::SIGKILL);
@@ -339,6 +347,7 @@ pub fn run_worker(
         series,
         trace,
         slurm: None,
+        torch_oom: crate::record::torch_oom::OomFacts::find(&evidence),
     }))
 }
 

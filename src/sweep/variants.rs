@@ -25,6 +25,9 @@ pub struct Candidate {
 /// technique alone, and all together. Checkpointing and mixed precision are training
 /// techniques; for inference the half-precision variant is plain bf16.
 pub fn candidates(base: &Spec) -> Vec<Candidate> {
+    if base.torch.is_some() {
+        return torch_candidates(base);
+    }
     let plain = Variant {
         attention: Attention::Naive,
         fusion: Fusion::None,
@@ -61,6 +64,57 @@ pub fn candidates(base: &Spec) -> Vec<Candidate> {
         s.variant.fusion = Fusion::Full;
         s.variant.checkpoint = train;
         half(s);
+    }));
+    v
+}
+
+/// The variants on the torch engine, PyTorch's own features: the baseline is eager attention,
+/// no `torch.compile`, f32, no checkpointing (fused AdamW throughout, as users run it); then SDPA
+/// attention, `torch.compile`, `gradient_checkpointing_enable` per block, autocast bf16 over f32
+/// master weights, everything in bf16 (train), and all the savers together.
+fn torch_candidates(base: &Spec) -> Vec<Candidate> {
+    let plain = Variant {
+        attention: Attention::Naive,
+        fusion: Fusion::Full,
+        checkpoint: false,
+        precision: Precision::Pure,
+    };
+    let train = base.mode == Mode::Train;
+    let with = |name: &'static str, f: &dyn Fn(&mut Spec)| {
+        let mut spec = base.clone();
+        spec.dtype = Dtype::F32;
+        spec.variant = plain;
+        f(&mut spec);
+        Candidate { name, spec }
+    };
+    let autocast = |s: &mut Spec| {
+        s.dtype = Dtype::Bf16;
+        if train {
+            s.variant.precision = Precision::Mixed;
+        }
+    };
+    let mut v = vec![
+        with("baseline (eager)", &|_| {}),
+        with("SDPA attention", &|s| {
+            s.variant.attention = Attention::Fused
+        }),
+        with("torch.compile", &|s| s.variant.fusion = Fusion::Compile),
+    ];
+    if train {
+        v.push(with("checkpointing", &|s| s.variant.checkpoint = true));
+    }
+    v.push(with(
+        if train { "autocast bf16" } else { "bf16" },
+        &autocast,
+    ));
+    if train {
+        v.push(with("pure bf16", &|s| s.dtype = Dtype::Bf16));
+    }
+    v.push(with("all together", &|s| {
+        s.variant.attention = Attention::Fused;
+        s.variant.fusion = Fusion::Compile;
+        s.variant.checkpoint = train;
+        autocast(s);
     }));
     v
 }
@@ -150,6 +204,7 @@ pub fn describe(s: &Spec) -> String {
     flags += match v.fusion {
         Fusion::None => " --fusion none",
         Fusion::Full => " --fusion full",
+        Fusion::Compile => " --fusion compile",
     };
     if v.checkpoint {
         flags += " --checkpoint";
@@ -186,6 +241,7 @@ mod tests {
             data: None,
             variant: Variant::default(),
             engine: None,
+            torch: None,
         }
     }
 

@@ -15,4 +15,3 @@ pub mod status;
 pub mod steps;
 pub mod summary;
 pub mod trace;
-pub mod tree;

@@ -4,6 +4,7 @@
 
 use crate::watch::child::{self, OomCounters};
 
+use crate::measure::process_tree::descendants;
 use crate::output::JsonlStream;
 use crate::record::watch::ChildExit;
 use crate::record::watch::GpuStatus;
@@ -13,7 +14,6 @@ use crate::watch::passthrough::{relay, Console, Relay, Stream};
 use crate::watch::sample::Sampler;
 use crate::watch::status::{Live, StatusLine};
 use crate::watch::steps::{Patterns, StepLog};
-use crate::watch::tree::descendants;
 use std::sync::mpsc::{channel, RecvTimeoutError};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};

@@ -102,6 +102,7 @@ pub fn finished_row(
             max_rss_bytes,
             max_rss_source,
         }),
+        torch_oom: None,
     }
 }
 

@@ -1,4 +1,5 @@
-//! Which processes make up the watched tree: the root and every descendant alive now, found through
+//! Which processes make up a tree (what `watch` samples; a sweep worker and the torch engine it
+//! starts): the root and every descendant alive now, found through
 //! `/proc/PID/task/TID/children` (a full `/proc` scan where that file is missing).
 
 use std::collections::{BTreeSet, HashMap};

@@ -1,0 +1,99 @@
+"""memscope's model configs (a Spec's ``config``) as Hugging Face transformers' own model classes:
+GPT-2 → ``GPT2LMHeadModel``, LLaMA (GQA, RoPE scaling) → ``LlamaForCausalLM``, BERT →
+``BertForMaskedLM``, DistilBERT (no token types) → ``DistilBertForMaskedLM``. No dropout (memscope
+runs none), the activation memscope's family uses, tied heads as the config says; attention
+``sdpa`` or ``eager`` as asked. The parameter count must equal memscope's exact one."""
+
+import math
+
+
+def hf_config(transformers, cfg, attention):
+    """The transformers config for memscope's ``cfg`` (a dict of ModelConfig's fields)."""
+    T = transformers
+    fam = cfg["family"]
+    if fam == "gpt2":
+        hf = T.GPT2Config(vocab_size=cfg["vocab_size"], n_positions=cfg["max_seq_len"],
+                          n_embd=cfg["d_model"], n_layer=cfg["n_layers"], n_head=cfg["n_heads"],
+                          n_inner=cfg["d_ff"], layer_norm_epsilon=cfg["norm_eps"],
+                          activation_function="gelu_new", resid_pdrop=0.0, embd_pdrop=0.0,
+                          attn_pdrop=0.0, tie_word_embeddings=cfg["tie_embeddings"],
+                          bos_token_id=0, eos_token_id=0)
+        cls = T.GPT2LMHeadModel
+    elif fam == "llama":
+        rope = dict(cfg.get("rope_scaling") or {"rope_type": "default"})
+        rope["rope_theta"] = cfg["rope_theta"]
+        hf = T.LlamaConfig(vocab_size=cfg["vocab_size"], hidden_size=cfg["d_model"],
+                           intermediate_size=cfg["d_ff"], num_hidden_layers=cfg["n_layers"],
+                           num_attention_heads=cfg["n_heads"],
+                           num_key_value_heads=cfg["n_kv_heads"],
+                           max_position_embeddings=cfg["max_seq_len"],
+                           rms_norm_eps=cfg["norm_eps"], hidden_act="silu",
+                           rope_parameters=rope, rope_theta=cfg["rope_theta"],
+                           tie_word_embeddings=cfg["tie_embeddings"], attention_dropout=0.0,
+                           bos_token_id=0, eos_token_id=0)
+        cls = T.LlamaForCausalLM
+    elif fam == "bert" and cfg["type_vocab_size"] == 0:
+        hf = T.DistilBertConfig(vocab_size=cfg["vocab_size"], dim=cfg["d_model"],
+                                n_layers=cfg["n_layers"], n_heads=cfg["n_heads"],
+                                hidden_dim=cfg["d_ff"], max_position_embeddings=cfg["max_seq_len"],
+                                dropout=0.0, attention_dropout=0.0, activation="gelu",
+                                tie_word_embeddings=cfg["tie_embeddings"])
+        cls = T.DistilBertForMaskedLM
+    elif fam == "bert":
+        hf = T.BertConfig(vocab_size=cfg["vocab_size"], hidden_size=cfg["d_model"],
+                          num_hidden_layers=cfg["n_layers"], num_attention_heads=cfg["n_heads"],
+                          intermediate_size=cfg["d_ff"], max_position_embeddings=cfg["max_seq_len"],
+                          type_vocab_size=cfg["type_vocab_size"], layer_norm_eps=cfg["norm_eps"],
+                          hidden_act="gelu", hidden_dropout_prob=0.0,
+                          attention_probs_dropout_prob=0.0,
+                          tie_word_embeddings=cfg["tie_embeddings"])
+        cls = T.BertForMaskedLM
+    else:
+        raise ValueError(f"config family {fam!r}: the torch engine builds gpt2, llama and bert")
+    hf._attn_implementation = attention
+    return hf, cls
+
+
+def build(torch, transformers, cfg, attention):
+    """transformers' model for ``cfg`` with ``attention`` (``sdpa`` or ``eager``), in f32,
+    transformers' own initialisation under the caller's seed."""
+    hf, cls = hf_config(transformers, cfg, attention)
+    model = cls(hf)
+    got = getattr(model.config, "_attn_implementation", None)
+    if got != attention:
+        raise RuntimeError(f"transformers built {cls.__name__} with attention {got!r}, not "
+                           f"{attention!r}")
+    return model
+
+
+def make_adamw(torch, params, lr, dtype):
+    """AdamW with memscope's settings (betas 0.9/0.999, eps 1e-8, weight decay 0.01), fused where
+    this torch runs it for ``dtype`` on the parameters' device, else foreach. Returns (optimizer,
+    implementation name)."""
+    params = list(params)
+    kw = dict(lr=lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01)
+    device = params[0].device if params else torch.device("cpu")
+    try:
+        # Probe on a throwaway parameter: some versions accept fused=True and fail at step().
+        p = torch.nn.Parameter(torch.ones(4, dtype=dtype, device=device))
+        p.grad = torch.ones(4, dtype=dtype, device=device)
+        torch.optim.AdamW([p], fused=True, **kw).step()
+        del p
+        return torch.optim.AdamW(params, fused=True, **kw), "fused"
+    except Exception:  # noqa: BLE001 - any failure means "not available here"
+        return torch.optim.AdamW(params, foreach=True, **kw), "foreach"
+
+
+def size_from_message(text):
+    """The bytes an out-of-memory message says were requested: CPU ``you tried to allocate N
+    bytes`` exactly, CUDA ``Tried to allocate 2.00 GiB`` as rounded there; None when it says
+    none."""
+    import re
+    m = re.search(r"tried to allocate (\d+) bytes", text, re.I)
+    if m:
+        return int(m.group(1))
+    m = re.search(r"tried to allocate ([\d.]+) ?(B|KiB|MiB|GiB|TiB)", text, re.I)
+    if m:
+        unit = {"b": 0, "kib": 1, "mib": 2, "gib": 3, "tib": 4}[m.group(2).lower()]
+        return int(math.floor(float(m.group(1)) * 1024 ** unit))
+    return None

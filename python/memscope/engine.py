@@ -1,0 +1,361 @@
+"""memscope's torch engine: ``memscope bench --engine torch`` (and leak, sweep, fit, optimize)
+runs a memscope Spec here, through Hugging Face transformers' own model classes on PyTorch,
+measured by the recorder (``Session``), so the Record has the shape of memscope's own.
+
+Protocol (``src/torch/process.rs``): the request ``{"spec": …, "expected_params": N}`` on stdin;
+one JSON line per finished step on stdout (its series entry), then ``{"record": …}``; everything
+else the process prints goes to stderr. Out of memory: a ``memscope-oom {…}`` line on stderr
+(the device, the bytes requested, allocated and reserved, the phase) and exit code 3.
+
+The workload is memscope's: the same seed, batch, sequence, dtype, warm-up and steps, random
+token ids (or windows of ``--data``), AdamW with memscope's settings (fused where torch has it).
+Variants are PyTorch's own features: attention ``sdpa`` (``--attention fused``) or ``eager``
+(``naive``); ``--checkpoint``: ``gradient_checkpointing_enable`` per block; ``--precision
+mixed``: autocast to the dtype over f32 weights, ``pure``: the model cast to the dtype;
+``--fusion compile``: ``torch.compile``.
+"""
+
+import json
+import os
+import sys
+
+OOM_PREFIX = "memscope-oom "
+EXIT_OOM = 3
+DTYPES = {"f32": "float32", "bf16": "bfloat16", "f16": "float16"}
+
+
+class Refused(Exception):
+    """A request the engine cannot run as asked (said on stderr, exit code 2)."""
+
+
+def _tokens(np, spec, vocab):
+    """A function step -> (batch, T) int64 array of token ids: seeded random ids, or windows
+    of the --data file at seeded offsets."""
+    b, t = spec["batch"], spec["seq"]
+    rng = np.random.default_rng(spec["seed"])
+    data = spec.get("data")
+    if not data:
+        return lambda: rng.integers(0, vocab, size=(b, t), dtype=np.int64)
+    path = data["path"]
+    if path.endswith(".npy"):
+        ids = np.load(path, mmap_mode="r")
+    elif path.endswith(".txt"):
+        with open(path) as f:
+            ids = np.array([int(x) for x in f.read().split()], dtype=np.int64)
+    else:
+        dt = {"u16": np.uint16, "u32": np.uint32, "i32": np.int32, "i64": np.int64,
+              "u64": np.uint64}[data.get("bin_dtype") or "u16"]
+        ids = np.memmap(path, dtype=dt, mode="r")
+    ids = ids.reshape(-1)
+    if len(ids) < t + 1:
+        raise Refused(f"--data {path}: {len(ids)} tokens, fewer than one window of {t + 1}")
+    if int(ids.max()) >= vocab:
+        raise Refused(f"--data {path}: token id {int(ids.max())} is outside the model's "
+                      f"vocabulary of {vocab}")
+
+    def windows():
+        starts = rng.integers(0, len(ids) - t, size=b)
+        return np.stack([np.asarray(ids[s:s + t], dtype=np.int64) for s in starts])
+    return windows
+
+
+class Engine:
+    """One request's model, optimizer and step functions. ``trace=True``: for the estimator's
+    trace under FakeTensorMode (``trace.py``): nothing is set on the device."""
+
+    def __init__(self, request, out, trace=False):
+        import numpy as np
+        import torch
+        import transformers
+
+        from . import _hf
+        self.np, self.torch, self.transformers, self.hf = np, torch, transformers, _hf
+        self.out = out
+        self.spec = spec = request["spec"]
+        self.cfg = spec["config"]
+        target = spec["torch"]
+        self.device = torch.device(target["device"])
+        if self.device.type == "cuda" and not trace:
+            if not torch.cuda.is_available():
+                raise Refused(f"--device {target['device']}: this PyTorch ({torch.__version__}) "
+                              "sees no CUDA GPU; use --device cpu")
+            if self.device.index is None:
+                self.device = torch.device("cuda", torch.cuda.current_device())
+            torch.cuda.set_device(self.device)
+            limit = target.get("gpu_memory_limit_bytes")
+            if limit:
+                total = torch.cuda.get_device_properties(self.device).total_memory
+                if limit > total:
+                    raise Refused(f"--memory-limit {limit} B is more than {self.device}'s "
+                                  f"{total} B")
+                torch.cuda.set_per_process_memory_fraction(limit / total, self.device)
+        elif self.device.type == "cuda" and self.device.index is None:
+            self.device = torch.device("cuda", 0)
+        self.limit = target.get("gpu_memory_limit_bytes")
+        if not trace:
+            torch.set_num_threads(spec["threads"])
+        self.variant = v = spec.get("variant") or {}
+        self.dtype = getattr(torch, DTYPES[spec["dtype"]])
+        self.mixed = v.get("precision") == "mixed"
+        self.mode = spec["mode"]
+        self.session = None
+        self.phase = None  # name -> context manager marking that phase
+        self.expected = request["expected_params"]
+
+    def build(self):
+        torch, v = self.torch, self.variant
+        torch.manual_seed(self.spec["seed"])
+        attention = "eager" if v.get("attention") == "naive" else "sdpa"
+        # Built in place, in the dtype it runs in (f32 masters under mixed precision), on the
+        # device: no copy made by Module.to().
+        prev = torch.get_default_dtype()
+        torch.set_default_dtype(torch.float32 if self.mixed else self.dtype)
+        try:
+            with torch.device(self.device):
+                model = self.hf.build(torch, self.transformers, self.cfg, attention)
+        finally:
+            torch.set_default_dtype(prev)
+        n = sum(p.numel() for p in model.parameters())
+        if n != self.expected:
+            raise Refused(f"transformers' {type(model).__name__} has {n} parameters; memscope's "
+                          f"{self.spec['model']} has {self.expected}: the two models differ, so "
+                          "their figures could not be compared")
+        train = self.mode == "train"
+        model.train(train)
+        if v.get("checkpoint"):
+            model.gradient_checkpointing_enable(
+                gradient_checkpointing_kwargs={"use_reentrant": False})
+        self.model = model
+        self.optimizer = None
+        if train:
+            self.optimizer, self.optimizer_impl = self.hf.make_adamw(
+                torch, model.parameters(), self.spec["lr"], next(model.parameters()).dtype)
+        self.forward = model
+        if v.get("fusion") == "compile":
+            self.forward = torch.compile(model)
+
+    def traced_steps(self, ids, set_phase):
+        """The estimator's workload on fixed ``ids``: two optimizer steps (the second has the
+        optimizer's state), one forward, or one prefill and its decodes."""
+        import contextlib
+
+        @contextlib.contextmanager
+        def mark(name):
+            set_phase(name)
+            yield
+        self.phase = mark
+        step_fn = {"train": self.train_step, "infer": self.infer_step,
+                   "generate": self.generate_step}[self.mode]
+        for _ in range(2 if self.mode == "train" else 1):
+            step_fn(lambda: ids)
+
+    def autocast(self):
+        import contextlib
+        if self.mixed:
+            return self.torch.autocast(self.device.type, dtype=self.dtype)
+        return contextlib.nullcontext()
+
+    def run(self):
+        from .session import Session
+        from ._record import series_entry
+        torch, spec = self.torch, self.spec
+        from . import _native
+        counting = self.device.type == "cpu" and _native.counter_active()
+        # Modules transformers imports lazily (the model class, its attention and loss
+        # functions) are loaded first, so the interpreter's bytes for them are not the run's.
+        self.hf.hf_config(self.transformers, self.cfg, "sdpa")
+        import transformers.integrations.sdpa_attention  # noqa: F401
+        import transformers.loss.loss_utils  # noqa: F401
+        import gc
+        gc.collect()
+        base = _native.counter_read()[0] if counting else 0
+        self.build()
+        vocab = self.cfg["vocab_size"]
+        batches = _tokens(self.np, spec, vocab)
+        warmup, steps = spec["warmup"], spec["steps"]
+        fields = {"spec": {k: v for k, v in spec.items() if k != "engine"},
+                  "model": {"name": spec["model"], "family": self.cfg["family"],
+                            "n_layers": self.cfg["n_layers"], "d_model": self.cfg["d_model"],
+                            "n_heads": self.cfg["n_heads"], "vocab_size": vocab}}
+        seq = spec["seq"]
+        s = Session(self.model, self.optimizer, record=None, warmup=warmup, device=self.device,
+                    batch=spec["batch"], seq=seq, auto_phases=False,
+                    by_module=spec["variant"].get("fusion") != "compile"
+                    if spec.get("variant") else True,
+                    name=spec["model"], record_fields=fields)
+        if self.mode == "generate":
+            s.mean_phases.add("decode")
+        if counting:
+            s.reader = _Since(s.reader, base)
+        self.session = s
+        self.phase = s.phase
+        step_fn = {"train": self.train_step, "infer": self.infer_step,
+                   "generate": self.generate_step}[self.mode]
+        stopped = False
+        fixed = self.ids(batches) if not spec.get("data") else None
+        draw = (lambda: fixed) if fixed is not None else (lambda: self.ids(batches))
+        with s:
+            for i in range(warmup + steps):
+                try:
+                    losses = step_fn(draw)
+                except KeyboardInterrupt:
+                    stopped = True
+                    break
+                s.step(sum(float(x) for x in losses) if losses else None)
+                self.out.write(json.dumps(series_entry(s.steps[-1])) + "\n")
+                self.out.flush()
+        record = s.record
+        if record is None:
+            raise Refused("no step finished")
+        if stopped:
+            record["warnings"].append("stopped by SIGINT")
+        if counting:
+            record["warnings"].append(
+                f"heap figures count from just before the model was built: the {base} B the "
+                "interpreter and PyTorch's libraries held before are left out, as CUDA's "
+                "allocated bytes leave out the CUDA context")
+        if self.optimizer is not None:
+            record["warnings"].append(f"torch engine: AdamW {self.optimizer_impl}")
+        self.out.write(json.dumps({"record": record}) + "\n")
+        self.out.flush()
+
+    def ids(self, batches):
+        return self.torch.from_numpy(batches()).to(self.device)
+
+    def train_step(self, draw):
+        """One optimizer step over --grad-accum micro-batches; ``draw()`` gives each one's ids.
+        Random ids: one batch drawn once, as memscope's engine does; --data: a window each."""
+        phase = self.phase
+        losses = []
+        accum = self.spec["grad_accum"]
+        for _ in range(accum):
+            ids = draw()
+            with phase("forward"), self.autocast():
+                loss = self.forward(input_ids=ids, labels=ids).loss / accum
+            with phase("backward"):
+                loss.backward()
+            losses.append(loss.detach())
+            del loss
+        with phase("optimizer"):
+            self.optimizer.step()
+            self.optimizer.zero_grad(set_to_none=True)
+        return losses
+
+    def infer_step(self, draw):
+        phase, torch = self.phase, self.torch
+        ids = draw()
+        with torch.no_grad(), phase("forward"), self.autocast():
+            loss = self.forward(input_ids=ids, labels=ids).loss
+        return [loss]
+
+    def generate_step(self, draw):
+        s, torch = self, self.torch
+        ids = draw()[:, :self.spec["prompt_len"]]
+        with torch.no_grad(), self.autocast():
+            with s.phase("prefill"):
+                out = self.forward(input_ids=ids, use_cache=True)
+                past = out.past_key_values
+                nxt = out.logits[:, -1:].argmax(-1)
+            del out
+            for _ in range(self.spec["new_tokens"]):
+                with s.phase("decode"):
+                    out = self.forward(input_ids=nxt, past_key_values=past, use_cache=True)
+                    past = out.past_key_values
+                    nxt = out.logits[:, -1:].argmax(-1)
+                del out
+        del past
+        return []
+
+    def oom_facts(self, e):
+        torch = self.torch
+        facts = {"device": str(self.device)}
+        req = self.hf.size_from_message(str(e))
+        if req is not None:
+            facts["requested_bytes"] = req
+        if self.device.type == "cuda":
+            st = torch.cuda.memory_stats(self.device)
+            facts["allocated_bytes"] = st.get("allocated_bytes.all.current", 0)
+            facts["reserved_bytes"] = st.get("reserved_bytes.all.current", 0)
+            if self.limit:
+                facts["limit_bytes"] = self.limit
+        else:
+            from . import _native
+            if _native.counter_active():
+                facts["allocated_bytes"] = _native.counter_read()[0]
+        s = self.session
+        if s is not None and s._phase is not None:
+            facts["phase"] = s._phase["name"]
+        elif s is None:
+            facts["phase"] = "load"
+        return facts
+
+
+class _Since:
+    """A CPU reader whose live and peak bytes count from ``base`` (the libraries' bytes before
+    the model was built)."""
+
+    def __init__(self, reader, base):
+        self.inner, self.base = reader, base
+        self.memory, self.allocator = reader.memory, reader.allocator
+
+    def reset_peak(self):
+        self.inner.reset_peak()
+
+    def read(self):
+        r = dict(self.inner.read())
+        r["live"] = max(r["live"] - self.base, 0)
+        r["peak"] = max(r["peak"] - self.base, 0)
+        return r
+
+
+def _is_oom(torch, e):
+    if isinstance(e, getattr(torch, "OutOfMemoryError", ())) or \
+            isinstance(e, torch.cuda.OutOfMemoryError):
+        return True
+    text = str(e)
+    return isinstance(e, (RuntimeError, MemoryError)) and (
+        "DefaultCPUAllocator" in text or "can't allocate memory" in text
+        or "not enough memory" in text or isinstance(e, MemoryError))
+
+
+def main():
+    import warnings
+    warnings.filterwarnings("ignore", module="transformers")
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    # The protocol owns stdout; anything a library prints goes to stderr.
+    out = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    try:
+        request = json.load(sys.stdin)
+    except ValueError as e:
+        print(f"error: the torch engine reads a request (JSON) on stdin: {e}", file=sys.stderr)
+        return 2
+    try:
+        import torch  # noqa: F401
+        import transformers  # noqa: F401
+    except ImportError as e:
+        print(f"error: the torch engine needs PyTorch and transformers ({e}): "
+              f"{sys.executable} -m pip install torch transformers", file=sys.stderr)
+        return 2
+    import torch
+    engine = None
+    try:
+        engine = Engine(request, out)
+        engine.run()
+    except Refused as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except BaseException as e:  # noqa: BLE001 - out of memory is an outcome, the rest re-raised
+        if not _is_oom(torch, e):
+            raise
+        facts = engine.oom_facts(e) if engine is not None else {"device": "unknown"}
+        print(OOM_PREFIX + json.dumps(facts), file=sys.stderr)
+        print(f"out of memory: {str(e).splitlines()[0] if str(e) else type(e).__name__}",
+              file=sys.stderr)
+        return EXIT_OOM
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,159 @@
+"""The torch estimator's trace: a Spec's workload run through transformers under PyTorch's
+``FakeTensorMode`` — every op dispatched as on the real device (the same SDPA kernel, the same
+saved tensors, the logits' upcast), no memory allocated and nothing computed — with every
+storage's allocation and free recorded in order. ``memscope estimate --engine torch`` reads the
+sequence (``src/torch/estimate.rs``): live bytes by category at the peak, and on CUDA the
+reserved bytes replayed through the caching allocator's rules.
+
+Protocol: the request ``{"spec": …, "expected_params": N}`` on stdin; one JSON object on stdout:
+``{"params": n, "param_sizes": […], "buffer_sizes": […], "events": [[size, phase], …],
+"peak": {…}, "phases": […]}`` (storages' bytes: parameters and buffers as built, then the steps)
+where a positive size allocates the next block id and a negative ``-(id+1)`` frees block ``id``.
+"""
+
+import json
+import os
+import sys
+import weakref
+
+from .engine import DTYPES, Refused
+
+
+class Tracer:
+    """Allocations and frees of storages, by the phase that allocated them."""
+
+    def __init__(self, torch):
+        self.torch = torch
+        self.live = {}        # storage key -> [block id, bytes, tensor refs, phase]
+        self.events = []      # [bytes, phase index] allocations; [-(id+1), 0] frees
+        self.phases = []      # phase names in order of first use
+        self.phase = None
+        self.cur = 0
+        self.by_phase = {}    # phase index -> live bytes it allocated
+        self.peak = 0
+        self.at_peak = None   # snapshot at the peak
+        self.next_id = 0
+        self.on_peak = None   # callable -> dict of extra figures at a new peak
+        self.held = set()     # storages allocated before the trace (parameters, buffers)
+
+    def set_phase(self, name):
+        if name not in self.phases:
+            self.phases.append(name)
+        self.phase = self.phases.index(name)
+
+    def note(self, t):
+        st = t.untyped_storage()
+        key = st._cdata
+        if key in self.held:
+            return  # a view of a parameter or buffer: no new bytes
+        e = self.live.get(key)
+        if e is None:
+            n = st.nbytes()
+            e = self.live[key] = [self.next_id, n, 0, self.phase]
+            self.next_id += 1
+            self.events.append([n, self.phase])
+            self.cur += n
+            self.by_phase[self.phase] = self.by_phase.get(self.phase, 0) + n
+            if self.cur > self.peak:
+                self.peak = self.cur
+                self.at_peak = {"phase": self.phases[self.phase], "live": self.cur,
+                                "by_phase": {self.phases[k]: v for k, v in self.by_phase.items()
+                                             if v > 0},
+                                **(self.on_peak() if self.on_peak else {})}
+        e[2] += 1
+        weakref.finalize(t, self._release, key)
+
+    def _release(self, key):
+        e = self.live.get(key)
+        if e is None:
+            return
+        e[2] -= 1
+        if e[2] == 0:
+            del self.live[key]
+            self.cur -= e[1]
+            self.by_phase[e[3]] -= e[1]
+            self.events.append([-(e[0] + 1), 0])
+
+
+def _mode(torch, tracer):
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils._pytree import tree_map_only
+
+    class Trace(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            tree_map_only(torch.Tensor, tracer.note, out)
+            return out
+    return Trace()
+
+
+def trace(request):
+    import torch
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from .engine import Engine
+    spec = request["spec"]
+    device = spec["torch"]["device"]
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise Refused(f"estimate --device {device}: the trace dispatches each op as CUDA would "
+                      "and needs a CUDA build of PyTorch that sees a GPU; on this machine: "
+                      "--device cpu")
+    fake = FakeTensorMode(allow_non_fake_inputs=False)
+    # Fake parameters cannot be swapped in place by Module.to(): assign the converted ones.
+    torch.__future__.set_overwrite_module_params_on_conversion(True)
+    eng = Engine(request, out=None, trace=True)
+    with fake:
+        eng.build()
+    tr = Tracer(torch)
+    params = list(eng.model.parameters())
+    tr.held = {t.untyped_storage()._cdata for t in params + list(eng.model.buffers())}
+
+    def figures():
+        grads = {}
+        for p in params:
+            if p.grad is not None:
+                st = p.grad.untyped_storage()
+                grads[st._cdata] = st.nbytes()
+        return {"gradients": sum(grads.values())}
+    tr.on_peak = figures
+    ids = torch.randint(0, spec["config"]["vocab_size"], (spec["batch"], spec["seq"]))
+    with fake:
+        ids = fake.from_tensor(ids).to(eng.device)
+    with fake, _mode(torch, tr):
+        eng.traced_steps(ids, tr.set_phase)
+    def sizes(tensors):
+        seen, out = set(), []
+        for t in tensors:
+            st = t.untyped_storage()
+            if st._cdata not in seen:
+                seen.add(st._cdata)
+                out.append(st.nbytes())
+        return out
+    # What the model held before the first step, in the order it was built.
+    return {"params": sum(p.numel() for p in params), "param_sizes": sizes(params),
+            "buffer_sizes": sizes(eng.model.buffers()), "phases": tr.phases,
+            "events": tr.events, "peak": tr.at_peak or {}}
+
+
+def main():
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    out = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    try:
+        request = json.load(sys.stdin)
+    except ValueError as e:
+        print(f"error: the torch estimator reads a request (JSON) on stdin: {e}", file=sys.stderr)
+        return 2
+    try:
+        result = trace(request)
+    except Refused as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    out.write(json.dumps(result, separators=(",", ":")) + "\n")
+    out.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

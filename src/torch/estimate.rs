@@ -1,0 +1,162 @@
+//! `estimate --engine torch`: the workload traced under PyTorch's FakeTensorMode by the Python
+//! package (`python/memscope/trace.py`: every op dispatched as on the device, nothing allocated
+//! or computed), its sequence of allocations and frees replayed here — the allocated peak by
+//! category on the CPU and CUDA, and on CUDA the reserved peak through the caching allocator's
+//! rules (`caching_allocator.rs`).
+
+use super::caching_allocator::{round_size, CachingAllocator};
+use super::python::{failure, spawn, Request};
+use crate::spec::Spec;
+use anyhow::{bail, Context};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::io::Read;
+
+/// What the trace prints.
+#[derive(Debug, Deserialize)]
+struct Trace {
+    params: u64,
+    param_sizes: Vec<u64>,
+    buffer_sizes: Vec<u64>,
+    phases: Vec<String>,
+    /// `[bytes, phase]` allocates the next block id; `[-(id + 1), 0]` frees block `id`.
+    events: Vec<[i64; 2]>,
+    peak: TracePeak,
+}
+
+/// The live bytes when the traced peak was reached.
+#[derive(Debug, Default, Deserialize)]
+struct TracePeak {
+    #[serde(default)]
+    phase: String,
+    /// Bytes the steps allocated still live (parameters and buffers not included).
+    #[serde(default)]
+    live: u64,
+    /// The same by the phase that allocated them.
+    #[serde(default)]
+    by_phase: BTreeMap<String, u64>,
+    /// Of those, the parameters' gradients.
+    #[serde(default)]
+    gradients: u64,
+}
+
+/// The torch estimator's prediction for one Spec.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TorchEstimate {
+    /// `cpu`, `cuda:0`, …
+    pub device: String,
+    pub params: u64,
+    /// Live bytes at the allocated peak by category: parameters, gradients, optimizer_state,
+    /// activations (what forward allocated still live), kv_cache (generate: what prefill and
+    /// decode keep), temporaries (the rest), runtime_buffers (the model's buffers).
+    pub categories: BTreeMap<String, u64>,
+    /// The allocated peak: tensor storages' bytes (on CUDA rounded as the caching allocator
+    /// counts them, to 512 B).
+    pub peak_bytes: u64,
+    pub peak_phase: String,
+    /// CUDA: the caching allocator's reserved peak (nvidia-smi shows this plus the CUDA
+    /// context, which the driver takes once per process, outside PyTorch's figures).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reserved_peak_bytes: Option<u64>,
+    /// CUDA with a cap (`--memory-limit`): the replay ran out of memory there.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub out_of_memory: Option<String>,
+    /// Allocations and frees replayed.
+    pub events: usize,
+}
+
+/// Traces `spec` (which has `torch`) and replays it.
+pub fn estimate(spec: &Spec) -> anyhow::Result<TorchEstimate> {
+    let Some(target) = &spec.torch else {
+        bail!("internal: torch::estimate needs a Spec with --engine torch");
+    };
+    let request = Request::new(spec)?;
+    let (mut child, stderr) = spawn(&["-m", "memscope.trace"], &request)?;
+    let mut text = String::new();
+    child
+        .stdout
+        .take()
+        .expect("piped")
+        .read_to_string(&mut text)
+        .context("reading the torch trace")?;
+    let status = child.wait().context("waiting for the torch trace")?;
+    let last = stderr.join().unwrap_or_default();
+    if !status.success() {
+        bail!("{}", failure(status.code(), &last));
+    }
+    let t: Trace = serde_json::from_str(text.trim()).context("the torch trace's output")?;
+    Ok(replay(&t, &target.device, target.gpu_memory_limit_bytes))
+}
+
+fn replay(t: &Trace, device: &str, limit: Option<u64>) -> TorchEstimate {
+    let cuda = device.starts_with("cuda");
+    let count = |n: u64| if cuda { round_size(n) } else { n };
+    let param_bytes: u64 = t.param_sizes.iter().map(|&n| count(n)).sum();
+    let buffer_bytes: u64 = t.buffer_sizes.iter().map(|&n| count(n)).sum();
+    let mut alloc = CachingAllocator::new(limit);
+    let mut oom = None;
+    let mut handles = Vec::with_capacity(t.events.len());
+    let try_malloc = |a: &mut CachingAllocator, n: u64, oom: &mut Option<String>| match a.malloc(n)
+    {
+        Ok(h) => Some(h),
+        Err(e) => {
+            oom.get_or_insert_with(|| {
+                let b = |v: u64| crate::units::bytes(v as f64);
+                format!(
+                    "out of memory under the cap: {} requested with {} allocated, {} reserved",
+                    b(e.requested),
+                    b(e.allocated),
+                    b(e.reserved)
+                )
+            });
+            None
+        }
+    };
+    for &n in t.param_sizes.iter().chain(&t.buffer_sizes) {
+        try_malloc(&mut alloc, n, &mut oom);
+    }
+    let (mut live, mut peak) = (0u64, 0u64);
+    let mut sizes = Vec::with_capacity(t.events.len());
+    for &[v, _] in &t.events {
+        if v >= 0 {
+            let n = v as u64;
+            sizes.push(count(n));
+            live += count(n);
+            peak = peak.max(live);
+            handles.push(try_malloc(&mut alloc, n, &mut oom));
+        } else {
+            let id = (-v - 1) as usize;
+            live -= sizes.get(id).copied().unwrap_or(0);
+            if let Some(Some(h)) = handles.get_mut(id).map(Option::take) {
+                alloc.free(h);
+            }
+        }
+    }
+    let p = &t.peak;
+    let phase = |name: &str| p.by_phase.get(name).copied().unwrap_or(0);
+    let optimizer = phase("optimizer");
+    let activations = phase("forward");
+    let kv_cache = phase("prefill") + phase("decode");
+    let gradients = p.gradients;
+    let mut categories = BTreeMap::from([
+        ("parameters".to_string(), param_bytes),
+        ("gradients".to_string(), gradients),
+        ("optimizer_state".to_string(), optimizer),
+        ("activations".to_string(), activations),
+        ("kv_cache".to_string(), kv_cache),
+        ("runtime_buffers".to_string(), buffer_bytes),
+    ]);
+    let named: u64 = optimizer + activations + kv_cache + gradients;
+    categories.insert("temporaries".into(), p.live.saturating_sub(named));
+    let _ = &t.phases;
+    TorchEstimate {
+        device: device.to_string(),
+        params: t.params,
+        categories,
+        peak_bytes: param_bytes + buffer_bytes + peak,
+        peak_phase: p.phase.clone(),
+        reserved_peak_bytes: cuda.then_some(alloc.peak_reserved),
+        out_of_memory: oom,
+        events: t.events.len(),
+    }
+}

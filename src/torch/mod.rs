@@ -1,0 +1,19 @@
+//! `--engine torch`: the same Spec run by Hugging Face transformers' own model classes on PyTorch,
+//! in a Python process (`python/memscope/engine.py`, measured by the Python recorder), on the CPU
+//! or a CUDA GPU. Its Record has exactly the shape of memscope's own: `runner` adds the estimate
+//! and the compute figures as it does for candle.
+//!
+//! - `python.rs`: starting the Python package with a request on stdin; why it failed.
+//! - `process.rs`: starts the engine, streams its per-step memory entries, reads its Record.
+//! - `estimate.rs`: `estimate --engine torch`, the workload traced under FakeTensorMode and
+//!   replayed: the allocated peak by category, and on CUDA the reserved peak through
+//!   `caching_allocator.rs`, PyTorch's CUDA caching allocator's rules.
+//!
+//! The line the engine prints when PyTorch runs out of memory is `record::torch_oom`.
+
+pub mod caching_allocator;
+pub mod estimate;
+pub mod process;
+pub mod python;
+
+pub use process::run;

@@ -1,0 +1,106 @@
+//! Starting memscope's Python package (`python/memscope`): the interpreter, the request it reads
+//! on stdin, its stderr passed on line by line (the last lines kept), and why it failed in one
+//! sentence.
+
+use crate::spec::Spec;
+use anyhow::Context;
+use serde::Serialize;
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, Command, Stdio};
+use std::thread::JoinHandle;
+
+/// The interpreter the engine runs in: `MEMSCOPE_PYTHON`, else `python3`.
+pub fn python() -> String {
+    std::env::var("MEMSCOPE_PYTHON")
+        .ok()
+        .filter(|p| !p.is_empty())
+        .unwrap_or_else(|| "python3".into())
+}
+
+/// What the engine and the trace read on stdin.
+#[derive(Serialize)]
+pub struct Request<'a> {
+    pub spec: &'a Spec,
+    /// memscope's exact parameter count: the engine refuses a model that differs.
+    pub expected_params: u64,
+}
+
+impl<'a> Request<'a> {
+    pub fn new(spec: &'a Spec) -> anyhow::Result<String> {
+        let expected_params = crate::model::cost::param_count(spec.arch())
+            .context("the model's parameter count overflows u64")?;
+        Ok(serde_json::to_string(&Request {
+            spec,
+            expected_params,
+        })?)
+    }
+}
+
+/// Stderr lines kept for an error message.
+const KEEP: usize = 20;
+
+/// Starts `python ARGS` with `request` on its stdin and its stdout piped; the returned thread
+/// passes its stderr on and ends with the last lines.
+pub fn spawn(args: &[&str], request: &str) -> anyhow::Result<(Child, JoinHandle<Vec<String>>)> {
+    let py = python();
+    let mut child = Command::new(&py)
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| {
+            anyhow::anyhow!(
+                "--engine torch runs memscope's Python package in `{py}`, which could not start ({e}): \
+                 install Python 3 and the package (`pip install ./python`, with torch and transformers), \
+                 or set MEMSCOPE_PYTHON to the interpreter that has them"
+            )
+        })?;
+    if let Some(mut stdin) = child.stdin.take() {
+        // A process that died closes its stdin: its exit status says why.
+        let _ = stdin.write_all(request.as_bytes());
+    }
+    let stderr = child.stderr.take().expect("piped");
+    let passer = std::thread::spawn(move || {
+        let mut kept: std::collections::VecDeque<String> = Default::default();
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            eprintln!("{line}");
+            if kept.len() == KEEP {
+                kept.pop_front();
+            }
+            kept.push_back(line);
+        }
+        kept.into_iter().collect::<Vec<_>>()
+    });
+    Ok((child, passer))
+}
+
+/// One sentence for an engine that did not finish: out of memory, the package or its libraries
+/// missing, or its own last line.
+pub fn failure(code: Option<i32>, last: &[String]) -> String {
+    let py = python();
+    if let Some(f) = crate::record::torch_oom::OomFacts::find(last) {
+        return f.describe();
+    }
+    let has = |s: &str| last.iter().any(|l| l.contains(s));
+    if has("No module named memscope") || has("No module named 'memscope'") {
+        return format!(
+            "--engine torch: `{py}` has no memscope package: `pip install ./python` from memscope's clone (or set MEMSCOPE_PYTHON to the interpreter that has it)"
+        );
+    }
+    if has("No module named 'torch'") || has("No module named 'transformers'") {
+        return format!(
+            "--engine torch: `{py}` lacks PyTorch or transformers: `{py} -m pip install torch transformers`"
+        );
+    }
+    let line = last
+        .iter()
+        .rev()
+        .find(|l| !l.trim().is_empty())
+        .map(|l| l.trim().trim_start_matches("error: ").to_string())
+        .unwrap_or_default();
+    match code {
+        Some(c) => format!("the torch engine exited with code {c}: {line}"),
+        None => format!("the torch engine was killed by a signal: {line}"),
+    }
+}

@@ -115,6 +115,9 @@ class Session:
         self._started = False
         self._closed = False
         # Per run.
+        # The recorder's own retained bytes (counted heap only; see step()).
+        self._own = 0
+        self._counts_own = self.reader.memory == "malloc usable"
         # Phases timed per call (the mean of a step's calls), not summed: generate's decode.
         self.mean_phases = set()
         self.steps = []          # closed steps: dicts (see _close_step)
@@ -205,7 +208,7 @@ class Session:
         if self._step_t0 is None:
             self._step_t0 = self._now()
         self.reader.reset_peak()
-        r0 = self.reader.read()
+        r0 = self._read()
         self._phase = {"name": name, "t0": self._now(), "r0": r0}
 
     def end_phase(self):
@@ -214,7 +217,7 @@ class Session:
             return
         self._phase = None
         t1 = self._now()
-        r = self.reader.read()
+        r = self._read()
         cats, by_module = self._categories(r["live"])
         self._marks.append({
             "phase": p["name"],
@@ -226,6 +229,7 @@ class Session:
             "allocations": r["allocations"] - p["r0"]["allocations"],
             "allocated_bytes": r["allocated_bytes"] - p["r0"]["allocated_bytes"],
         })
+        self._keep_own(r["live"])
 
     def _now(self):
         if self._cuda:
@@ -315,7 +319,8 @@ class Session:
         marks, self._marks = self._marks, []
         if self._cuda:
             marks[-1]["t"][1].synchronize()
-        r = self.reader.read()
+        r = self._read()
+        own_before = r["live"]
         index = len(self.steps)
         warm = index < self.warmup
         times = {}
@@ -347,6 +352,23 @@ class Session:
         self._micro_steps(step)
         if self._jsonl is not None:
             self._jsonl.write(json.dumps(self._jsonl_line(step)) + "\n")
+        self._keep_own(own_before)
+
+    def _keep_own(self, before):
+        """What the bookkeeping since ``before`` (a live reading) kept — a phase's mark, a step's
+        entry — is the recorder's, not the loop's: left out of every later reading (counted
+        heap), so a long run does not grow by the recorder's own records."""
+        if self._counts_own:
+            self._own += max(self._read()["live"] - before, 0)
+
+    def _read(self):
+        """The reader's figures less the recorder's own retained bookkeeping (counted heap)."""
+        r = self.reader.read()
+        if self._own:
+            r = dict(r)
+            r["live"] = max(r["live"] - self._own, 0)
+            r["peak"] = max(r["peak"] - self._own, 0)
+        return r
 
     def _phase_memory(self, step):
         last_warm = step["step"] == self.warmup - 1

@@ -131,6 +131,9 @@ pub fn run(a: EstimateArgs) -> anyhow::Result<ExitCode> {
         torch: a.variant.engine.torch_run()?,
     };
     spec.validate()?;
+    if spec.torch.is_some() {
+        return torch_estimate(&a, &spec, &dts, budget);
+    }
     let reqs: Vec<Request> = dts
         .iter()
         .map(|&dtype| {
@@ -168,5 +171,50 @@ pub fn run(a: EstimateArgs) -> anyhow::Result<ExitCode> {
     Ok(match &fit {
         Some(f) if !f.fits => ExitCode::from(1),
         _ => ExitCode::SUCCESS,
+    })
+}
+
+/// `estimate --engine torch`: one trace per dtype (`torch::estimate`), the report, `--json`.
+fn torch_estimate(
+    a: &EstimateArgs,
+    spec: &crate::spec::Spec,
+    dts: &[Dtype],
+    budget: Option<u64>,
+) -> anyhow::Result<ExitCode> {
+    use crate::record::torch_estimate::TorchEstimateFile;
+    let mut by_dtype = std::collections::BTreeMap::new();
+    for &dtype in dts {
+        let mut s = spec.clone();
+        s.dtype = dtype;
+        s.variant = a.variant.to_variant(a.mode, dtype);
+        if let (Some(t), Some(b)) = (s.torch.as_mut(), budget) {
+            if t.is_cuda() {
+                t.gpu_memory_limit_bytes = Some(b);
+            }
+        }
+        s.validate()?;
+        by_dtype.insert(
+            dtype.name().to_string(),
+            crate::torch::estimate::estimate(&s)?,
+        );
+    }
+    let file = TorchEstimateFile {
+        kind: TorchEstimateFile::KIND.into(),
+        model: spec.model.clone(),
+        mode: spec.mode.name().into(),
+        batch: spec.batch,
+        seq: spec.seq,
+        by_dtype,
+        budget_bytes: budget,
+    };
+    out!("{}", report::torch_estimate::render(&file))?;
+    if let Some(path) = &a.json {
+        write_atomic(path, &file.to_json()?)
+            .with_context(|| format!("--json {}", path.display()))?;
+    }
+    Ok(if report::torch_estimate::all_fit(&file) {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
     })
 }

@@ -8,6 +8,7 @@
 //! | sweep row | [`sweep_row::Row`] | `sweep --jsonl`, `fit`, `optimize` |
 //! | roofline | [`roofline::RooflineFile`] | `roofline --json` |
 //! | optimize | [`optimize::OptimizeFile`] | `optimize --json` |
+//! | torch estimate | [`torch_estimate::TorchEstimateFile`] | `estimate --engine torch --json` |
 //! | torch engine's OOM line | [`torch_oom::OomFacts`] | `python/memscope/engine.py` (stderr), in a sweep row |
 
 pub mod detect;
@@ -17,6 +18,7 @@ pub mod optimize;
 pub mod roofline;
 mod run;
 pub mod sweep_row;
+pub mod torch_estimate;
 pub mod torch_oom;
 pub mod watch;
 

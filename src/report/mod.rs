@@ -20,6 +20,7 @@ pub mod scaling;
 pub mod summary;
 pub mod table;
 pub mod terminal;
+pub mod torch_estimate;
 pub mod trace;
 
 use crate::record::Record;

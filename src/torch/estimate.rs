@@ -6,9 +6,10 @@
 
 use super::caching_allocator::{round_size, CachingAllocator};
 use super::python::{failure, spawn, Request};
+use crate::record::torch_estimate::TorchEstimate;
 use crate::spec::Spec;
 use anyhow::{bail, Context};
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::io::Read;
 
@@ -38,31 +39,6 @@ struct TracePeak {
     /// Of those, the parameters' gradients.
     #[serde(default)]
     gradients: u64,
-}
-
-/// The torch estimator's prediction for one Spec.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct TorchEstimate {
-    /// `cpu`, `cuda:0`, …
-    pub device: String,
-    pub params: u64,
-    /// Live bytes at the allocated peak by category: parameters, gradients, optimizer_state,
-    /// activations (what forward allocated still live), kv_cache (generate: what prefill and
-    /// decode keep), temporaries (the rest), runtime_buffers (the model's buffers).
-    pub categories: BTreeMap<String, u64>,
-    /// The allocated peak: tensor storages' bytes (on CUDA rounded as the caching allocator
-    /// counts them, to 512 B).
-    pub peak_bytes: u64,
-    pub peak_phase: String,
-    /// CUDA: the caching allocator's reserved peak (nvidia-smi shows this plus the CUDA
-    /// context, which the driver takes once per process, outside PyTorch's figures).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub reserved_peak_bytes: Option<u64>,
-    /// CUDA with a cap (`--memory-limit`): the replay ran out of memory there.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub out_of_memory: Option<String>,
-    /// Allocations and frees replayed.
-    pub events: usize,
 }
 
 /// Traces `spec` (which has `torch`) and replays it.

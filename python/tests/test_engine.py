@@ -1,0 +1,106 @@
+"""`--engine torch`: memscope's commands on transformers' own models, run for real on the CPU
+(torch, transformers), with the memscope binary (MEMSCOPE_BIN)."""
+
+import json
+import subprocess
+
+import pytest
+
+from conftest import cli
+
+
+def run(memscope_bin, *args, cwd=None, timeout=600):
+    return subprocess.run([memscope_bin] + [str(a) for a in args], capture_output=True,
+                          text=True, cwd=cwd, timeout=timeout)
+
+
+def ok(p):
+    assert p.returncode == 0, f"{p.args}:\n{p.stdout}\n{p.stderr}"
+    return p
+
+
+def presets(memscope_bin):
+    return {m["name"]: m for m in json.loads(cli(memscope_bin, "models", "--json").stdout)}
+
+
+@pytest.mark.parametrize("model", ["gpt2-small", "cs336-small", "tinyllama-1.1b", "bert-base",
+                                   "distilbert", "tiny-gpt2", "tiny-llama", "tiny-bert"])
+def test_transformers_parameter_counts_equal_memscopes(memscope_bin, tmp_path, model):
+    # The estimator builds transformers' model (under FakeTensorMode: no memory) and the engine
+    # refuses a count that differs from memscope's; the file says the count it found.
+    out = tmp_path / "est.json"
+    ok(run(memscope_bin, "estimate", "--engine", "torch", "--model", model, "--batch", "1",
+           "--seq", "16", "--json", out))
+    est = json.loads(out.read_text())
+    assert est["kind"] == "torch-estimate"
+    assert est["by_dtype"]["f32"]["params"] == presets(memscope_bin)[model]["params"]
+
+
+def test_bench_on_torch_writes_a_record_and_its_estimate_is_within_two_percent(memscope_bin,
+                                                                                tmp_path):
+    rec = tmp_path / "run.json"
+    p = ok(run(memscope_bin, "bench", "--engine", "torch", "--model", "gpt2-small", "--batch",
+               "1", "--seq", "64", "--warmup", "1", "--steps", "2", "--threads", "2",
+               "--json", rec, cwd=tmp_path))
+    assert "Breakdown" in p.stdout
+    r = json.loads(rec.read_text())
+    assert r["spec"]["torch"] == {"device": "cpu"}
+    assert r["spec"]["engine"]["name"] == "pytorch"
+    assert r["spec"]["engine"]["memory"] == "malloc usable"
+    assert r["model"]["params"] == presets(memscope_bin)["gpt2-small"]["params"]
+    assert r["model"]["family"] == "gpt2"
+    assert set(r["timing"]) >= {"forward", "backward", "optimizer", "step"}
+    assert r["timing"]["step"]["n"] == 2
+    est, measured = r["memory"]["estimate"]["peak_bytes"], r["memory"]["heap_peak_bytes"]
+    assert abs(est - measured) / measured < 0.02, (est, measured)
+    # The same numbers memscope's own tools read.
+    ok(run(memscope_bin, "report", rec, "--output", tmp_path / "r.html"))
+
+
+def test_sweep_on_torch_gives_ok_oom_and_skipped_rows(memscope_bin, tmp_path):
+    rows_file = tmp_path / "rows.jsonl"
+    p = run(memscope_bin, "sweep", "--engine", "torch", "--model", "tiny-gpt2", "--batch",
+            "1,64,128", "--seq", "128", "--steps", "1", "--warmup", "1", "--memory-limit",
+            "1GiB", "--jsonl", rows_file, "-q", cwd=tmp_path)
+    rows = [json.loads(line) for line in rows_file.read_text().splitlines()]
+    assert [r["status"] for r in rows] == ["ok", "oom", "skipped"], p.stderr
+    oom = rows[1]
+    assert oom["torch_oom"]["device"] == "cpu"
+    assert oom["torch_oom"]["requested_bytes"] > 0
+    assert "PyTorch ran out of memory on cpu" in oom["reason"]
+    assert rows[0]["summary"]["heap_peak_bytes"] > 0
+
+
+def test_optimize_on_torch_measures_every_pytorch_variant(memscope_bin, tmp_path):
+    out = tmp_path / "opt.json"
+    p = ok(run(memscope_bin, "optimize", "--engine", "torch", "--model", "tiny-llama",
+               "--seq", "32", "--long-seq", "0", "--warmup", "1", "--steps", "1", "--json", out,
+               "-q", cwd=tmp_path, timeout=900))
+    variants = json.loads(out.read_text())["variants"]
+    names = {v["name"] for v in variants}
+    assert names == {"baseline (eager)", "SDPA attention", "torch.compile", "checkpointing",
+                     "autocast bf16", "pure bf16", "all together"}, names
+    for v in variants:
+        assert v["status"] == "ok", v
+        assert v["heap_peak_bytes"] > 0
+    assert "Engine: Hugging Face transformers on PyTorch, cpu" in p.stdout
+
+
+def test_device_flags_are_checked(memscope_bin, tmp_path):
+    p = run(memscope_bin, "bench", "--device", "cuda")
+    assert p.returncode == 2
+    assert "--device cuda needs --engine torch" in p.stderr
+    p = run(memscope_bin, "bench", "--engine", "torch", "--device", "gpu0")
+    assert p.returncode == 2
+    assert "--device gpu0: use cpu, cuda or cuda:N" in p.stderr
+    p = run(memscope_bin, "bench", "--fusion", "compile")
+    assert p.returncode == 2
+    assert "--fusion compile is torch.compile: it needs --engine torch" in p.stderr
+
+
+def test_a_missing_interpreter_is_named(memscope_bin, tmp_path):
+    p = subprocess.run([memscope_bin, "bench", "--engine", "torch", "--model", "tiny-gpt2"],
+                       capture_output=True, text=True,
+                       env={"PATH": "/usr/bin:/bin", "MEMSCOPE_PYTHON": "/nonexistent/python3"})
+    assert p.returncode == 2
+    assert "/nonexistent/python3" in p.stderr and "MEMSCOPE_PYTHON" in p.stderr

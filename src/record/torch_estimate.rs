@@ -1,0 +1,53 @@
+//! `estimate --engine torch --json`: the torch estimator's prediction (`src/torch/estimate.rs`),
+//! one per dtype asked for.
+
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// What `estimate --engine torch --json` writes.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TorchEstimateFile {
+    /// `torch-estimate`: how memscope recognises the file.
+    pub kind: String,
+    pub model: String,
+    pub mode: String,
+    pub batch: usize,
+    pub seq: usize,
+    pub by_dtype: BTreeMap<String, TorchEstimate>,
+    /// `--fits`: the budget, bytes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget_bytes: Option<u64>,
+}
+
+impl TorchEstimateFile {
+    pub const KIND: &'static str = "torch-estimate";
+
+    pub fn to_json(&self) -> serde_json::Result<String> {
+        Ok(serde_json::to_string_pretty(self)? + "\n")
+    }
+}
+
+/// The torch estimator's prediction for one Spec.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TorchEstimate {
+    /// `cpu`, `cuda:0`, …
+    pub device: String,
+    pub params: u64,
+    /// Live bytes at the allocated peak by category: parameters, gradients, optimizer_state,
+    /// activations (what forward allocated still live), kv_cache (generate: what prefill and
+    /// decode keep), temporaries (the rest), runtime_buffers (the model's buffers).
+    pub categories: BTreeMap<String, u64>,
+    /// The allocated peak: tensor storages' bytes (on CUDA rounded as the caching allocator
+    /// counts them, to 512 B).
+    pub peak_bytes: u64,
+    pub peak_phase: String,
+    /// CUDA: the caching allocator's reserved peak (nvidia-smi shows this plus the CUDA
+    /// context, which the driver takes once per process, outside PyTorch's figures).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reserved_peak_bytes: Option<u64>,
+    /// CUDA with a cap (`--memory-limit`): the replay ran out of memory there.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub out_of_memory: Option<String>,
+    /// Allocations and frees replayed.
+    pub events: usize,
+}

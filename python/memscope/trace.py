@@ -94,10 +94,12 @@ def trace(request):
     from .engine import Engine
     spec = request["spec"]
     device = spec["torch"]["device"]
+    traced_on = device
     if device.startswith("cuda") and not torch.cuda.is_available():
-        raise Refused(f"estimate --device {device}: the trace dispatches each op as CUDA would "
-                      "and needs a CUDA build of PyTorch that sees a GPU; on this machine: "
-                      "--device cpu")
+        # No GPU to dispatch as: trace with the CPU's kernels (the same modules, saved tensors
+        # and SDPA log-sum-exp); memscope replays the sequence under CUDA's allocator rules.
+        traced_on = "cpu"
+        request = dict(request, spec=dict(spec, torch=dict(spec["torch"], device="cpu")))
     fake = FakeTensorMode(allow_non_fake_inputs=False)
     # Fake parameters cannot be swapped in place by Module.to(): assign the converted ones.
     torch.__future__.set_overwrite_module_params_on_conversion(True)
@@ -130,7 +132,8 @@ def trace(request):
                 out.append(st.nbytes())
         return out
     # What the model held before the first step, in the order it was built.
-    return {"params": sum(p.numel() for p in params), "param_sizes": sizes(params),
+    return {"traced_on": traced_on,
+            "params": sum(p.numel() for p in params), "param_sizes": sizes(params),
             "buffer_sizes": sizes(eng.model.buffers()), "phases": tr.phases,
             "events": tr.events, "peak": tr.at_peak or {}}
 

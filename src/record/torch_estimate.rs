@@ -50,4 +50,7 @@ pub struct TorchEstimate {
     pub out_of_memory: Option<String>,
     /// Allocations and frees replayed.
     pub events: usize,
+    /// Whose kernels the trace dispatched to: the device, or `cpu` for a CUDA estimate made
+    /// without a GPU (the same modules and saved tensors, CPU's SDPA and autocast op lists).
+    pub traced_on: String,
 }

@@ -83,6 +83,13 @@ pub fn render(f: &TorchEstimateFile) -> String {
             "; a run's measured heap adds the Python objects and library scratch of the step (a few MiB)"
         }
     );
+    if first.traced_on != first.device {
+        let _ = writeln!(
+            out,
+            "No GPU is visible here: the trace dispatched to the CPU's kernels ({}) and the sequence was replayed under CUDA's allocator rules. Modules, saved tensors and SDPA's log-sum-exp are the same; CUDA's autocast casts a few more ops than the CPU's, so bf16 autocast estimates are less exact than f32 ones.",
+            first.traced_on
+        );
+    }
     if let Some(b) = f.budget_bytes {
         let _ = writeln!(out);
         for (dtype, e) in &f.by_dtype {

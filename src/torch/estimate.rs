@@ -16,6 +16,9 @@ use std::io::Read;
 /// What the trace prints.
 #[derive(Debug, Deserialize)]
 struct Trace {
+    /// The device whose kernels the trace dispatched to: the asked one, or `cpu` for a CUDA
+    /// estimate on a machine without a GPU.
+    traced_on: String,
     params: u64,
     param_sizes: Vec<u64>,
     buffer_sizes: Vec<u64>,
@@ -134,5 +137,6 @@ fn replay(t: &Trace, device: &str, limit: Option<u64>) -> TorchEstimate {
         reserved_peak_bytes: cuda.then_some(alloc.peak_reserved),
         out_of_memory: oom,
         events: t.events.len(),
+        traced_on: t.traced_on.clone(),
     }
 }

@@ -446,3 +446,50 @@ pub struct DataSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bin_dtype: Option<BinDtype>,
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn devices_are_cpu_cuda_or_cuda_with_an_index() {
+        for ok in ["cpu", "cuda", "cuda:0", "cuda:12"] {
+            assert_eq!(parse_device(ok).unwrap(), ok);
+        }
+        for bad in ["", "gpu", "cuda:", "cuda:x", "CUDA", "cuda:0:1", "mps"] {
+            assert_eq!(
+                parse_device(bad).unwrap_err(),
+                SpecError::BadDevice(bad.to_string())
+            );
+        }
+        assert!(TorchRun {
+            device: "cuda:1".into(),
+            gpu_memory_limit_bytes: None
+        }
+        .is_cuda());
+    }
+
+    #[test]
+    fn compile_needs_the_torch_engine_and_a_torch_spec_round_trips() {
+        let mut s: Spec = serde_json::from_value(serde_json::json!({
+            "model": "tiny-gpt2",
+            "config": crate::model::config::ModelConfig::preset("tiny-gpt2").unwrap(),
+            "config_path": null, "weights": null, "mode": "train", "batch": 1, "seq": 8,
+            "dtype": "f32", "threads": 1, "seed": 0, "warmup": 0, "steps": 1,
+            "grad_accum": 1, "prompt_len": 8, "new_tokens": 1, "lr": 0.001,
+            "variant": {"fusion": "compile"}
+        }))
+        .unwrap();
+        assert_eq!(s.validate(), Err(SpecError::CompileNeedsTorch));
+        s.torch = Some(TorchRun {
+            device: "cuda".into(),
+            gpu_memory_limit_bytes: Some(16 << 30),
+        });
+        assert_eq!(s.validate(), Ok(()));
+        let back: Spec = serde_json::from_str(&serde_json::to_string(&s).unwrap()).unwrap();
+        assert_eq!(back, s);
+        // A candle Spec has no `torch` key: its files stay as they were.
+        s.torch = None;
+        assert!(!serde_json::to_string(&s).unwrap().contains("torch"));
+    }
+}

@@ -30,8 +30,9 @@
 
 use crate::analysis::aggregate::{floor_samples, ls_slope, SKEW_FLOOR};
 use crate::analysis::leak_text::{self, Context};
-use crate::analysis::trend::{mad_sigma, median, theil_sen, Trend};
+use crate::analysis::trend::{theil_sen, Trend};
 use crate::analysis::warmup::{check_break, hinge_fit, mser_cut, settle, Hinge};
+use crate::quantile::{mad_sigma, median_without_copy, midpoint_median};
 
 use crate::analysis::leak_rules::{decide, Inputs};
 use crate::record::leak::ApproachFit;
@@ -117,7 +118,7 @@ pub fn analyze(series: &MemorySeries, params: &LeakParams) -> LeakReport {
     // 2. Warm-up: MSER cut, then the checked break.
     let cut = mser_cut(&ys);
     r.mser_cut_step = Some(steps[floor.idx[cut]]);
-    let med_after_cut = median(&ys[cut..]).unwrap_or(0.0);
+    let med_after_cut = midpoint_median(&ys[cut..]).unwrap_or(0.0);
     let dp = r
         .params
         .plateau_min_bytes
@@ -130,10 +131,16 @@ pub fn analyze(series: &MemorySeries, params: &LeakParams) -> LeakReport {
                 let lo = if cut < p { cut.max(h.idx) } else { h.idx };
                 let settled = &ys[lo..p];
                 let band = dp.max(3.0 * mad_sigma(settled).unwrap_or(0.0));
-                let end = settle(&ys[..p], h.idx, median(settled).unwrap_or(h.level), band);
+                let end = settle(
+                    &ys[..p],
+                    h.idx,
+                    midpoint_median(settled).unwrap_or(h.level),
+                    band,
+                );
                 r.warmup_end_step = Some(step_at(end));
                 let before = ys[..=end].iter().cloned().fold(f64::INFINITY, f64::min);
-                r.warmup_growth_bytes = median(&ys[end..p]).map(|after| (after - before).max(0.0));
+                r.warmup_growth_bytes =
+                    midpoint_median(&ys[end..p]).map(|after| (after - before).max(0.0));
                 // MSER lands late on a slowly falling plateau (it treats the fall as more warm-up):
                 // when nothing grows between the break and the cut, the trend starts at the break.
                 let falls_to_cut = end < cut && ls_slope(&xs[end..=cut], &ys[end..=cut]) <= 0.0;
@@ -432,61 +439,6 @@ fn find_warmup(xs: &[f64], ys: &[f64], dp: f64) -> Result<(Hinge, usize), String
 
 /// Points of the first prefix searched for the warm-up (see [`find_warmup`]).
 pub const WARMUP_PREFIX: usize = 1024;
-
-/// Exact median of a long slice without copying it: a histogram pass finds the bins that hold the
-/// middle order statistics, a second pass selects among the few values in them. O(n) time, O(bins
-/// + one bin) memory. Short slices are copied and selected directly.
-fn median_without_copy(v: &[f64]) -> Option<f64> {
-    const BINS: usize = 4096;
-    let n = v.len();
-    if n <= 4 * BINS {
-        return median_in_place(&mut v.to_vec());
-    }
-    let lo = v.iter().cloned().fold(f64::INFINITY, f64::min);
-    let hi = v.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
-    if !(hi > lo) {
-        return lo.is_finite().then_some(lo);
-    }
-    let width = (hi - lo) / BINS as f64;
-    let bin = |x: f64| (((x - lo) / width) as usize).min(BINS - 1);
-    let mut counts = vec![0usize; BINS];
-    for &x in v {
-        counts[bin(x)] += 1;
-    }
-    // The k-th smallest (0-based) among all values.
-    let kth = |k: usize| -> Option<f64> {
-        let mut below = 0;
-        for (b, &c) in counts.iter().enumerate() {
-            if below + c > k {
-                let mut inside: Vec<f64> = v.iter().cloned().filter(|&x| bin(x) == b).collect();
-                let (_, x, _) = inside.select_nth_unstable_by(k - below, f64::total_cmp);
-                return Some(*x);
-            }
-            below += c;
-        }
-        None
-    };
-    if n % 2 == 1 {
-        kth(n / 2)
-    } else {
-        Some(0.5 * (kth(n / 2 - 1)? + kth(n / 2)?))
-    }
-}
-
-/// Median, reordering `v` (O(n)); `None` when empty.
-fn median_in_place(v: &mut [f64]) -> Option<f64> {
-    let n = v.len();
-    if n == 0 {
-        return None;
-    }
-    let (_, hi, _) = v.select_nth_unstable_by(n / 2, f64::total_cmp);
-    let hi = *hi;
-    if n % 2 == 1 {
-        return Some(hi);
-    }
-    let lo = v[..n / 2].iter().cloned().fold(f64::NEG_INFINITY, f64::max);
-    Some(0.5 * (lo + hi))
-}
 
 /// Steps covered by `points` more samples at the series' mean spacing.
 fn steps_for_points(steps: &[u64], points: usize) -> u64 {

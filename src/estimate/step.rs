@@ -5,7 +5,7 @@
 use super::backward::segmented_backward;
 use super::models::{Built, ParamSlot, Params, WithParams};
 use super::ops::cross_entropy;
-use super::sim::{Id, Phase, Sim};
+use super::sim::{Id, Sim, SimPhase};
 use super::{
     runtime_buffers, ActivationRow, Attention, Categories, Estimate, Flops, Fusion, Hotspot,
     Optimizer, PhaseEstimate, Precision, Request,
@@ -38,7 +38,7 @@ pub fn estimate(req: &Request) -> anyhow::Result<Estimate> {
     let mut sim = Sim::new();
     sim.unfused = req.fusion == Fusion::None;
     sim.bf16_dot = req.dtype == Dtype::Bf16 && crate::kernels::dot_bf16::available();
-    sim.phase = Phase::Load;
+    sim.phase = SimPhase::Load;
     let p = Params::create(&mut sim, &specs, param_dt, trainable);
     let model = Built {
         cfg: &req.cfg,
@@ -148,7 +148,7 @@ struct PhaseRun {
 }
 
 /// Runs `f` as one phase: resets the peak window, returns (result, peak, retained).
-fn phase<T>(sim: &mut Sim, p: Phase, f: impl FnOnce(&mut Sim) -> T) -> (T, PhaseRun) {
+fn phase<T>(sim: &mut Sim, p: SimPhase, f: impl FnOnce(&mut Sim) -> T) -> (T, PhaseRun) {
     sim.phase = p;
     sim.reset_peak();
     let before = sim.live_of(p) as i64;
@@ -196,7 +196,7 @@ fn train_replaying(
         let mut step_peak = 0;
         // Mixed precision: this step's working copy of the weights, in the compute dtype.
         let cast = mixed.then(|| {
-            let (c, run) = phase(sim, Phase::Other, |sim| {
+            let (c, run) = phase(sim, SimPhase::Other, |sim| {
                 sim.module = 0;
                 p.cast(sim, req.dtype.size_bytes(), &linear)
             });
@@ -213,7 +213,7 @@ fn train_replaying(
         let mut last_micro_flops = [0u64; 2];
         for micro in 0..replayed {
             let micro_flops_before = sim.flops;
-            let ((loss, parts, head_input), f) = phase(sim, Phase::Forward, |sim| {
+            let ((loss, parts, head_input), f) = phase(sim, SimPhase::Forward, |sim| {
                 sim.segmenting = true;
                 let logits = model.forward(sim, p, ids, None);
                 sim.segmenting = false;
@@ -239,7 +239,7 @@ fn train_replaying(
                 .sum::<u64>();
             if last && micro == 0 {
                 est.activations = sim
-                    .live_by_module_kind(Phase::Forward)
+                    .live_by_module_kind(SimPhase::Forward)
                     .into_iter()
                     .map(|(module, kind, bytes)| ActivationRow {
                         module,
@@ -249,7 +249,7 @@ fn train_replaying(
                     .collect();
                 est.hotspots_forward = hotspots(sim, &sim.peak.by_module, &baseline);
             }
-            let ((), bw) = phase(sim, Phase::Backward, |sim| {
+            let ((), bw) = phase(sim, SimPhase::Backward, |sim| {
                 let rc = WithParams(model, p);
                 let prev = acc.take();
                 let kept = segmented_backward(sim, loss, parts, head_input, &p_all.ids, &rc, prev);
@@ -261,11 +261,11 @@ fn train_replaying(
             step_peak = step_peak.max(f.peak).max(bw.peak);
             fwd.get_or_insert(f);
             bwd.get_or_insert(bw);
-            last_micro_flops = [Phase::Forward, Phase::Backward]
+            last_micro_flops = [SimPhase::Forward, SimPhase::Backward]
                 .map(|ph| sim.flops[ph as usize] - micro_flops_before[ph as usize]);
         }
         let skipped = (req.grad_accum - replayed) as u64;
-        for (ph, per_micro) in [Phase::Forward, Phase::Backward]
+        for (ph, per_micro) in [SimPhase::Forward, SimPhase::Backward]
             .into_iter()
             .zip(last_micro_flops)
         {
@@ -278,7 +278,7 @@ fn train_replaying(
             }
         }
         let grads = acc.expect("grad_accum >= 1");
-        let ((), opt) = phase(sim, Phase::Optimizer, |sim| {
+        let ((), opt) = phase(sim, SimPhase::Optimizer, |sim| {
             sim.module = 0;
             if state.is_empty() {
                 let n = match req.optimizer {
@@ -312,9 +312,10 @@ fn train_replaying(
         if last {
             let (fwd, bwd) = (fwd.expect("ran"), bwd.expect("ran"));
             est.flops = Flops {
-                forward: sim.flops[Phase::Forward as usize] - flops_before[Phase::Forward as usize],
-                backward: sim.flops[Phase::Backward as usize]
-                    - flops_before[Phase::Backward as usize],
+                forward: sim.flops[SimPhase::Forward as usize]
+                    - flops_before[SimPhase::Forward as usize],
+                backward: sim.flops[SimPhase::Backward as usize]
+                    - flops_before[SimPhase::Backward as usize],
                 total: 0,
             };
             est.flops.total = est.flops.forward + est.flops.backward;
@@ -360,7 +361,7 @@ fn train_replaying(
                 "backward" => c.optimizer_state + c.activations,
                 _ => c.optimizer_state + c.gradients,
             };
-            let params = sim.live_of(Phase::Load);
+            let params = sim.live_of(SimPhase::Load);
             c.temporaries = est.peak_bytes.saturating_sub(alive + params);
         }
     }
@@ -378,10 +379,12 @@ fn infer(sim: &mut Sim, model: &Built, p: &Params, req: &Request) -> Estimate {
     let mut est = blank(req);
     let ids = sim.ints(&[req.batch, req.seq]);
     let params_by_module = sim.snapshot().by_module;
-    let (logits, f) = phase(sim, Phase::Forward, |sim| model.forward(sim, p, ids, None));
+    let (logits, f) = phase(sim, SimPhase::Forward, |sim| {
+        model.forward(sim, p, ids, None)
+    });
     est.hotspots_forward = hotspots(sim, &sim.peak.by_module, &params_by_module);
     sim.release(logits);
-    est.flops.forward = sim.flops[Phase::Forward as usize];
+    est.flops.forward = sim.flops[SimPhase::Forward as usize];
     est.flops.total = est.flops.forward;
     est.phases = vec![PhaseEstimate {
         phase: "forward".into(),
@@ -390,7 +393,7 @@ fn infer(sim: &mut Sim, model: &Built, p: &Params, req: &Request) -> Estimate {
     }];
     est.peak_phase = "forward".into();
     est.peak_bytes = f.peak;
-    est.categories.temporaries = f.peak - sim.live_of(Phase::Load);
+    est.categories.temporaries = f.peak - sim.live_of(SimPhase::Load);
     est
 }
 
@@ -399,7 +402,7 @@ fn generate(sim: &mut Sim, model: &Built, p: &Params, req: &Request) -> Estimate
     let cfg = &req.cfg;
     let max_len = req.prompt_len + req.new_tokens;
     let dt = req.dtype.size_bytes();
-    sim.phase = Phase::Load;
+    sim.phase = SimPhase::Load;
     sim.enter("kv cache");
     let cache: Vec<(Id, Id)> = (0..cfg.n_layers)
         .map(|_| {
@@ -413,7 +416,7 @@ fn generate(sim: &mut Sim, model: &Built, p: &Params, req: &Request) -> Estimate
         .sum();
     let params_by_module = sim.snapshot().by_module;
     let prompt = sim.ints(&[req.batch, req.prompt_len]);
-    let (next, pre) = phase(sim, Phase::Forward, |sim| {
+    let (next, pre) = phase(sim, SimPhase::Forward, |sim| {
         let logits = model.forward(sim, p, prompt, Some((&cache, 0)));
         let last = sim.narrow(logits, 1, req.prompt_len - 1, 1);
         sim.release(logits);
@@ -422,13 +425,13 @@ fn generate(sim: &mut Sim, model: &Built, p: &Params, req: &Request) -> Estimate
         next
     });
     est.hotspots_forward = hotspots(sim, &sim.peak.by_module, &params_by_module);
-    let prefill_flops = sim.flops[Phase::Forward as usize];
+    let prefill_flops = sim.flops[SimPhase::Forward as usize];
     // One decode step at the longest context: the largest of the decode steps.
-    let (_, dec) = phase(sim, Phase::Backward, |sim| {
+    let (_, dec) = phase(sim, SimPhase::Backward, |sim| {
         let logits = model.forward(sim, p, next, Some((&cache, max_len - 1)));
         sim.release(logits);
     });
-    let decode_flops = sim.flops[Phase::Backward as usize];
+    let decode_flops = sim.flops[SimPhase::Backward as usize];
     est.flops.forward = prefill_flops + decode_flops * req.new_tokens as u64;
     est.flops.total = est.flops.forward;
     est.phases = vec![
@@ -451,7 +454,7 @@ fn generate(sim: &mut Sim, model: &Built, p: &Params, req: &Request) -> Estimate
     est.peak_phase = name.into();
     est.peak_bytes = peak;
     est.categories.kv_cache = kv_bytes;
-    est.categories.temporaries = peak.saturating_sub(sim.live_of(Phase::Load));
+    est.categories.temporaries = peak.saturating_sub(sim.live_of(SimPhase::Load));
     est.notes.push(
         "decode FLOPs are counted at the longest context for every token (an upper bound)".into(),
     );

@@ -89,7 +89,7 @@ pub fn measure_with(
                 ParamStore::from_weights(&specs, &ws, store_dtype, purpose)?
             }
         };
-        // Mixed precision builds its model from a cast copy at every step (`Run::train_step`).
+        // Mixed precision builds its model from a cast copy at every step (`MeasuredLoop::train_step`).
         let model = match mixed {
             true => None,
             false => Some(Model::load_variant(cfg, &store, &spec.variant)?),
@@ -141,7 +141,7 @@ pub fn measure_with(
     } else {
         total_steps - 1
     };
-    let mut run = Run {
+    let mut run = MeasuredLoop {
         spec,
         dev: &dev,
         tracker: &mut tracker,
@@ -260,7 +260,7 @@ pub fn measure_with(
         }
     }
 
-    let Run {
+    let MeasuredLoop {
         mut series,
         micro,
         loss,
@@ -404,7 +404,7 @@ impl Optim {
     }
 }
 
-struct Run<'a> {
+struct MeasuredLoop<'a> {
     spec: &'a Spec,
     dev: &'a Device,
     tracker: &'a mut PhaseTracker,
@@ -419,7 +419,7 @@ struct Run<'a> {
     on_step: &'a mut dyn FnMut(&StepMemory),
 }
 
-impl Run<'_> {
+impl MeasuredLoop<'_> {
     /// One optimizer step over `grad_accum` micro-batches → [forward, backward, optimizer, step] ms.
     /// `model`: the model, or none for mixed precision, which builds this step's from a cast
     /// copy of `store`'s f32 master weights (time counted in forward, bytes in phase "other").

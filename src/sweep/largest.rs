@@ -7,7 +7,7 @@ use crate::spec::Spec;
 use crate::sweep::interrupt::{install_interrupt_handler, INTERRUPTED};
 use crate::sweep::limits::Enforcement;
 use crate::sweep::scratch::Scratch;
-use crate::sweep::spawn::{run_worker, Live, RunOptions};
+use crate::sweep::spawn::{run_worker, RunOptions, WorkerProgress};
 use crate::units::bytes as fmt_bytes;
 use anyhow::bail;
 use clap::ValueEnum;
@@ -96,7 +96,7 @@ pub fn search(a: &FitRequest) -> anyhow::Result<Option<FitResult>> {
             enforcement.describe(Some(limit))
         );
     }
-    let live = Live::default();
+    let live = WorkerProgress::default();
     let mut trials: Vec<Row> = Vec::new();
     let trial = |x: usize, trials: &mut Vec<Row>| -> anyhow::Result<Option<bool>> {
         let spec = with(x);

@@ -14,7 +14,7 @@
 use crate::record::sweep_row::{Row, RowSummary, Status};
 use crate::record::StepMemory;
 use crate::spec::Spec;
-use crate::sweep::classify::{classify, signal_name, Outcome};
+use crate::sweep::classify::{classify, signal_name, WorkerExit};
 use crate::sweep::limits::{cgroup_oom_kills, make_cgroup, Enforcement, GRACE, POLL};
 use std::collections::VecDeque;
 use std::ffi::CString;
@@ -51,9 +51,9 @@ pub struct RunOptions {
     pub trace_dir: Option<PathBuf>,
 }
 
-/// Live view of a running worker, for progress display.
+/// What a running worker has done so far (its pid, steps done of total), for progress display.
 #[derive(Debug, Default)]
-pub struct Live {
+pub struct WorkerProgress {
     pub pid: AtomicUsize,
     pub done: AtomicUsize,
     pub total: AtomicUsize,
@@ -75,7 +75,7 @@ pub fn run_worker(
     index: usize,
     opts: &RunOptions,
     interrupted: &AtomicBool,
-    live: &Live,
+    live: &WorkerProgress,
     mut tick: impl FnMut(),
 ) -> anyhow::Result<Option<Row>> {
     let out = opts.scratch.join(format!("record-{index}.json"));
@@ -296,7 +296,7 @@ pub fn run_worker(
 
     let mut evidence: Vec<String> = stderr_key.lock().unwrap_or_else(|p| p.into_inner()).clone();
     evidence.extend(last_stderr.iter().cloned());
-    let outcome = Outcome {
+    let outcome = WorkerExit {
         exit_code: status.code(),
         signal: status.signal(),
         stderr: &evidence,

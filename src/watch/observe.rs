@@ -11,7 +11,7 @@ use crate::record::watch::TreeSample;
 use crate::watch::gpu;
 use crate::watch::passthrough::{relay, Console, Relay, Stream};
 use crate::watch::sample::Sampler;
-use crate::watch::status::{Live, StatusLine};
+use crate::watch::status::{StatusLine, TreeSoFar};
 use crate::watch::steps::{Patterns, StepLog};
 use crate::watch::tree::descendants;
 use std::sync::mpsc::{channel, RecvTimeoutError};
@@ -103,7 +103,7 @@ pub fn watch(mut cfg: WatchConfig) -> anyhow::Result<WatchResult> {
         }
     };
     drop(wake_tx);
-    let live = Arc::new(Mutex::new(Live::default()));
+    let live = Arc::new(Mutex::new(TreeSoFar::default()));
     let status = cfg
         .status
         .then(|| StatusLine::start(live.clone(), console.clone()));

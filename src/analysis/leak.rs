@@ -36,7 +36,7 @@ use crate::quantile::{mad_sigma, median_without_copy, midpoint_median};
 
 use crate::analysis::leak_rules::{decide, Inputs};
 use crate::record::leak::ApproachFit;
-pub use crate::record::leak::{LeakParams, LeakReport, MemorySeries, Verdict};
+use crate::record::leak::{LeakParams, LeakReport, MemorySeries, Verdict};
 
 /// The verdict for one series. Never panics; never NaN (see the module invariants).
 pub fn analyze(series: &MemorySeries, params: &LeakParams) -> LeakReport {

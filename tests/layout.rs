@@ -591,9 +591,6 @@ const NOT_YET_SPLIT: &[&str] = &[
     "analysis/leak.rs: fn analyze",
     "estimate/step.rs: fn train_replaying",
     "measure/workload.rs: fn measure_with",
-    "report/leak.rs: fn facts",
-    "sweep/largest.rs: fn search",
-    "sweep/spawn.rs: fn run_worker",
     "sweep/slurm/follow.rs: fn follow",
     "watch/observe.rs: fn watch",
 ];

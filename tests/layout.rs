@@ -591,8 +591,6 @@ const NOT_YET_SPLIT: &[&str] = &[
     "analysis/leak.rs: fn analyze",
     "estimate/step.rs: fn train_replaying",
     "measure/workload.rs: fn measure_with",
-    "sweep/slurm/follow.rs: fn follow",
-    "watch/observe.rs: fn watch",
 ];
 
 #[test]

@@ -12,7 +12,8 @@
 //!   [`median_without_copy`], [`mad_sigma`]): the middle value, or `0.5·(a + b)` of the two middle
 //!   values. It can round differently from type 7's `a + 0.5·(b − a)` in the last bit. The leak
 //!   verdict (Theil–Sen, the warm-up, the plateau) and `compare`'s noise use it; the three ways
-//!   to reach it (sort a copy, select in place, a histogram over a long slice) give the same value.
+//!   to reach it (sort a copy, select in place, a histogram over a long slice) give the same bits
+//!   for finite values.
 //! - **Upper middle** ([`upper_median_sorted`], [`upper_median`]): `x[⌊n/2⌋]`, an observed value
 //!   (never an average of two): a rate `memscope peaks` measured, a centre for sums of squares.
 //!
@@ -139,7 +140,8 @@ pub fn median_without_copy(v: &[f64]) -> Option<f64> {
     }
     let lo = v.iter().cloned().fold(f64::INFINITY, f64::min);
     let hi = v.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
-    if !(hi > lo) {
+    // One value throughout (or nothing but NaN): no range to bin.
+    if hi.partial_cmp(&lo) != Some(std::cmp::Ordering::Greater) {
         return lo.is_finite().then_some(lo);
     }
     let width = (hi - lo) / BINS as f64;

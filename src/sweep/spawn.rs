@@ -225,12 +225,8 @@ fn worker_command(
 
     // cgroup v2: a child cgroup per worker, joined between fork and exec.
     let cgroup = match (&opts.enforcement, opts.memory_limit) {
-        (Enforcement::CgroupV2 { parent }, Some(limit)) => {
-            match make_cgroup(parent, index, limit) {
-                Ok(dir) => Some(dir),
-                Err(_) => None, // fall back to RLIMIT_DATA for this worker
-            }
-        }
+        // Where the cgroup cannot be made: RLIMIT_DATA for this worker.
+        (Enforcement::CgroupV2 { parent }, Some(limit)) => make_cgroup(parent, index, limit).ok(),
         _ => None,
     };
     let procs = cgroup

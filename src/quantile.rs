@@ -17,6 +17,9 @@
 //! - **Upper middle** ([`upper_median_sorted`], [`upper_median`]): `x[⌊n/2⌋]`, an observed value
 //!   (never an average of two): a rate `memscope peaks` measured, a centre for sums of squares.
 //!
+//! Besides, [`order_statistic`]: an order statistic at a fractional position, as Sen's interval
+//! for the Theil–Sen slope takes its bounds.
+//!
 //! All orders are `f64::total_cmp`. Pure functions, no I/O.
 
 /// The `q`-quantile (`q` in [0, 1]) of an ascending, non-empty slice, by linear interpolation between
@@ -82,6 +85,22 @@ fn lerp(a: f64, b: f64, t: f64) -> f64 {
         a * (1.0 - t) + b * t
     };
     r.max(a).min(b)
+}
+
+/// The order statistic at fractional 0-based position `pos` (clamped to the slice) of an
+/// ascending, non-empty slice: `x[i] + f·(x[i+1] − x[i])`, `i = ⌊pos⌋`, `f = pos − i`; Sen's
+/// interval for the Theil–Sen slope takes its bounds so. Unlike [`percentile`], the result is not
+/// clamped between the two values nor guarded against overflow.
+pub fn order_statistic(sorted: &[f64], pos: f64) -> f64 {
+    let last = sorted.len() - 1;
+    let p = pos.clamp(0.0, last as f64);
+    let i = p.floor() as usize;
+    let f = p - i as f64;
+    if i >= last {
+        sorted[last]
+    } else {
+        sorted[i] + f * (sorted[i + 1] - sorted[i])
+    }
 }
 
 /// The midpoint median of an ascending, non-empty slice: the middle value, or `0.5·(a + b)` of the
@@ -267,6 +286,15 @@ mod tests {
         assert_eq!(median_in_place(&mut []), None);
         assert_eq!(median_without_copy(&[]), None);
         assert_eq!(median_without_copy(&[5.0; 20_000]), Some(5.0));
+    }
+
+    #[test]
+    fn order_statistics_interpolate_and_clamp() {
+        let x = [1.0, 2.0, 4.0];
+        assert_eq!(order_statistic(&x, 0.5), 1.5);
+        assert_eq!(order_statistic(&x, 1.25), 2.5);
+        assert_eq!(order_statistic(&x, -3.0), 1.0);
+        assert_eq!(order_statistic(&x, 9.0), 4.0);
     }
 
     #[test]

@@ -18,7 +18,7 @@
 //! finite. Cost O(n²) time and memory in the number of points (callers keep n to a few thousand).
 //! Medians are [`crate::quantile`]'s midpoint medians.
 
-use crate::quantile::midpoint_median_sorted;
+use crate::quantile::{midpoint_median_sorted, order_statistic};
 
 /// A trend estimate with its confidence interval.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -72,8 +72,8 @@ pub fn theil_sen(x: &[f64], y: &[f64], confidence: f64) -> Option<Trend> {
     let c = z * var_s.max(0.0).sqrt();
     let nn = slopes.len() as f64;
     // 1-based ranks (N − C)/2 and (N + C)/2 + 1 -> 0-based positions.
-    let lo = order_stat(&slopes, (nn - c) / 2.0 - 1.0);
-    let hi = order_stat(&slopes, (nn + c) / 2.0);
+    let lo = order_statistic(&slopes, (nn - c) / 2.0 - 1.0);
+    let hi = order_statistic(&slopes, (nn + c) / 2.0);
     let ci = [lo.min(slope), hi.max(slope)];
     let t = Trend {
         slope,
@@ -95,19 +95,6 @@ fn sign(v: f64) -> f64 {
         -1.0
     } else {
         0.0
-    }
-}
-
-/// Order statistic at fractional 0-based position `pos`, linearly interpolated and clamped.
-fn order_stat(sorted: &[f64], pos: f64) -> f64 {
-    let last = sorted.len() - 1;
-    let p = pos.clamp(0.0, last as f64);
-    let i = p.floor() as usize;
-    let f = p - i as f64;
-    if i >= last {
-        sorted[last]
-    } else {
-        sorted[i] + f * (sorted[i + 1] - sorted[i])
     }
 }
 

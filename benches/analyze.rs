@@ -5,8 +5,9 @@
 //!   /usr/bin/time -f "%e s %M KiB" target/release/memscope analyze /tmp/s.csv
 
 use criterion::{criterion_group, criterion_main, Criterion};
-use memscope::analysis::leak::{analyze, LeakParams};
+use memscope::analysis::leak::analyze;
 use memscope::input::series::{parse_series, ParseOptions};
+use memscope::record::leak::LeakParams;
 
 fn series_csv(n: usize) -> String {
     let mut s: u64 = 14;

@@ -13,6 +13,7 @@ pub mod measure;
 pub mod model;
 pub mod output;
 pub mod progress;
+pub mod quantile;
 pub mod record;
 pub mod report;
 pub mod runner;

@@ -7,6 +7,7 @@
 mod counter;
 
 use memscope::analysis::{breakdown, leak, timing};
+use memscope::record::leak::{LeakParams, MemorySeries};
 use memscope::record::Record;
 use pyo3::exceptions::{PyOSError, PyValueError};
 use pyo3::prelude::*;
@@ -43,7 +44,7 @@ fn phase_timings(samples: Vec<(String, Vec<f64>)>) -> PyResult<(String, Vec<Stri
 #[pyfunction]
 #[pyo3(signature = (steps, values, label))]
 fn leak_verdict(steps: Vec<u64>, values: Vec<f64>, label: String) -> PyResult<String> {
-    let s = leak::MemorySeries {
+    let s = MemorySeries {
         steps,
         values,
         seconds: None,
@@ -51,7 +52,7 @@ fn leak_verdict(steps: Vec<u64>, values: Vec<f64>, label: String) -> PyResult<St
         unit: None,
         relative: false,
     };
-    serde_json::to_string(&leak::analyze(&s, &leak::LeakParams::default())).map_err(val)
+    serde_json::to_string(&leak::analyze(&s, &LeakParams::default())).map_err(val)
 }
 
 /// Completes a Record the recorder assembled (`timing`, `throughput` and `memory.breakdown`

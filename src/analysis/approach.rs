@@ -122,7 +122,7 @@ pub fn fit(x: &[f64], y: &[f64], confidence: f64) -> Option<Approach> {
     // The noise: robust σ of the residuals (a misfit at the start of the warm-up, such as a flat
     // stretch before it, does not widen the level's interval) and the lag-1 autocorrelation of the
     // residuals of the second half (where the series has settled).
-    let sigma = crate::analysis::trend::mad_sigma(&resid).unwrap_or(0.0);
+    let sigma = crate::quantile::mad_sigma(&resid).unwrap_or(0.0);
     let (num, den) = resid[n / 2..].windows(2).fold((0.0, 0.0), |(nu, de), w| {
         (nu + w[0] * w[1], de + w[0] * w[0])
     });

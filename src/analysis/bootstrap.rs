@@ -10,7 +10,7 @@
 //! never changes a reported interval). Invariants: both samples non-empty and finite, at least
 //! 1 resample, confidence in (0, 1).
 
-use crate::analysis::stats::{median, percentile};
+use crate::quantile::{median, percentile};
 use serde::{Deserialize, Serialize};
 
 /// The resampling settings, reported with every interval.

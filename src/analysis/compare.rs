@@ -111,8 +111,8 @@ fn rss_noise(r: &Record) -> Option<f64> {
         .iter()
         .filter_map(|s| s.rss_bytes.map(|b| b as f64))
         .collect();
-    let m = crate::analysis::trend::median(&v)?;
-    let sigma = crate::analysis::trend::mad_sigma(&v)?;
+    let m = crate::quantile::midpoint_median(&v)?;
+    let sigma = crate::quantile::mad_sigma(&v)?;
     (m > 0.0).then(|| sigma / m)
 }
 

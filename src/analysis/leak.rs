@@ -28,14 +28,15 @@
 //! n = 0, 1, 2, constant series, unsorted steps and non-finite values give INCONCLUSIVE or a verdict with
 //! a sentence saying why. Pure: no I/O.
 
-use crate::analysis::aggregate::{floor_samples, ls_slope, SKEW_FLOOR};
+use crate::analysis::aggregate::{floor_samples, ls_slope, Floor, SKEW_FLOOR};
 use crate::analysis::leak_text::{self, Context};
-use crate::analysis::trend::{mad_sigma, median, theil_sen, Trend};
+use crate::analysis::trend::{theil_sen, Trend};
 use crate::analysis::warmup::{check_break, hinge_fit, mser_cut, settle, Hinge};
+use crate::quantile::{mad_sigma, median_without_copy, midpoint_median};
 
-use crate::analysis::leak_rules::{decide, Inputs};
+use crate::analysis::leak_rules::{decide, Decision, Inputs};
 use crate::record::leak::ApproachFit;
-pub use crate::record::leak::{LeakParams, LeakReport, MemorySeries, Verdict};
+use crate::record::leak::{LeakParams, LeakReport, MemorySeries, Verdict};
 
 /// The verdict for one series. Never panics; never NaN (see the module invariants).
 pub fn analyze(series: &MemorySeries, params: &LeakParams) -> LeakReport {
@@ -47,42 +48,13 @@ pub fn analyze(series: &MemorySeries, params: &LeakParams) -> LeakReport {
         falling: false,
         settling: false,
     };
-    let n = series.steps.len().min(series.values.len());
-    r.n_samples = n;
-    if series.steps.len() != series.values.len() {
-        r.notes.push(format!(
-            "{} steps but {} values: the extra entries were ignored",
-            series.steps.len(),
-            series.values.len()
-        ));
-    }
-    if let Err(why) = validate(&series.steps[..n], &series.values[..n]) {
-        ctx.reason = Some(why);
-        return finish(r, &ctx);
-    }
-    if n == 0 {
-        ctx.reason = Some("there are no samples".into());
-        return finish(r, &ctx);
-    }
-    r.first_step = Some(series.steps[0]);
-    r.last_step = Some(series.steps[n - 1]);
-    r.current_bytes = Some(series.values[n - 1]);
-    r.unit = series.unit;
-    r.relative = series.relative || series.values[..n].iter().any(|v| *v < 0.0);
-    if r.relative {
-        r.notes.push("the values are memory relative to a baseline (deltas or cumulative changes): judged the same way as absolute memory; levels and ranges are changes, not totals".into());
-    }
-    if n < 3 {
-        ctx.reason = Some(format!(
-            "only {n} sample{}; a trend needs at least 3",
-            if n == 1 { "" } else { "s" }
-        ));
-        r.more_steps_needed = Some(steps_for_points(
-            &series.steps[..n],
-            2 * r.params.min_tail_points - n,
-        ));
-        return finish(r, &ctx);
-    }
+    let n = match usable_samples(series, &mut r) {
+        Ok(n) => n,
+        Err(why) => {
+            ctx.reason = Some(why);
+            return finish(r, &ctx);
+        }
+    };
     let steps = &series.steps[..n];
     let values = &series.values[..n];
     let seconds = valid_seconds(series.seconds.as_deref(), n, &mut r.notes);
@@ -91,22 +63,7 @@ pub fn analyze(series: &MemorySeries, params: &LeakParams) -> LeakReport {
     let floor = floor_samples(steps, values, r.params.short_series);
     r.window = floor.window;
     r.stride = floor.stride;
-    if floor.window > 1 {
-        r.notes.push(format!(
-            "trend measured on the rolling minimum (window {} samples, stride {}; {})",
-            floor.window,
-            floor.stride,
-            match (floor.period, floor.skewness) {
-                (Some(p), _) => format!("a period of {p} samples was found"),
-                (None, Some(s)) if s.abs() >= SKEW_FLOOR =>
-                    format!("the noise is one-sided, skewness {s:.2}"),
-                _ => "long series".to_string(),
-            }
-        ));
-    } else if floor.skewness.is_some() {
-        r.notes
-            .push("trend measured on every sample (no period, symmetric noise)".into());
-    }
+    r.notes.extend(floor_note(&floor));
     // x = steps after the first (exact in f64 even for steps near 2^64).
     let x0 = steps[0];
     let step_at = |k: usize| steps[floor.idx[k]];
@@ -117,38 +74,13 @@ pub fn analyze(series: &MemorySeries, params: &LeakParams) -> LeakReport {
     // 2. Warm-up: MSER cut, then the checked break.
     let cut = mser_cut(&ys);
     r.mser_cut_step = Some(steps[floor.idx[cut]]);
-    let med_after_cut = median(&ys[cut..]).unwrap_or(0.0);
+    let med_after_cut = midpoint_median(&ys[cut..]).unwrap_or(0.0);
     let dp = r
         .params
         .plateau_min_bytes
         .max(r.params.plateau_rel * med_after_cut.abs());
     r.margin_plateau_bytes = Some(dp);
-    let mut start = cut;
-    match find_warmup(&xs, &ys, dp) {
-        Ok((h, p)) => {
-            {
-                let lo = if cut < p { cut.max(h.idx) } else { h.idx };
-                let settled = &ys[lo..p];
-                let band = dp.max(3.0 * mad_sigma(settled).unwrap_or(0.0));
-                let end = settle(&ys[..p], h.idx, median(settled).unwrap_or(h.level), band);
-                r.warmup_end_step = Some(step_at(end));
-                let before = ys[..=end].iter().cloned().fold(f64::INFINITY, f64::min);
-                r.warmup_growth_bytes = median(&ys[end..p]).map(|after| (after - before).max(0.0));
-                // MSER lands late on a slowly falling plateau (it treats the fall as more warm-up):
-                // when nothing grows between the break and the cut, the trend starts at the break.
-                let falls_to_cut = end < cut && ls_slope(&xs[end..=cut], &ys[end..=cut]) <= 0.0;
-                if (end > cut || falls_to_cut) && m - end >= r.params.min_tail_points {
-                    start = end;
-                    r.notes.push(format!(
-                        "the trend starts where growth ends (step {}), not at the MSER cut (step {})",
-                        step_at(end),
-                        step_at(cut)
-                    ));
-                }
-            }
-        }
-        Err(why) => r.notes.push(format!("no warm-up end reported: {why}")),
-    }
+    let start = warmup_end(&mut r, &xs, &ys, cut, dp, &step_at);
     r.tail_start_step = Some(step_at(start));
     let post_from = r.warmup_end_step.unwrap_or(step_at(start));
     post_warmup_range(&mut r, steps, values, post_from);
@@ -230,9 +162,136 @@ pub fn analyze(series: &MemorySeries, params: &LeakParams) -> LeakReport {
         noise_k: r.params.leak_noise_k,
     });
     r.verdict = d.verdict;
+    settle_by_approach(&mut r, &d, dp, &xs, steps, values, &step_at);
     ctx.falling = d.falling;
     ctx.reason = d.reason;
     ctx.settling = d.settling.is_some();
+
+    // 6. Derived numbers.
+    let halves = [first, second];
+    detection(&mut r, &full, halves, span, dl, rate_matters);
+    let i0 = floor.idx[start];
+    growth(&mut r, &full, tx[tx.len() - 1], seconds, steps, values, i0);
+    finish(r, &ctx)
+}
+
+/// The samples a verdict can use: the first `n` of both steps and values, checked, with the first
+/// figures of the report filled in → `n`, or why no trend can be measured.
+fn usable_samples(series: &MemorySeries, r: &mut LeakReport) -> Result<usize, String> {
+    let n = series.steps.len().min(series.values.len());
+    r.n_samples = n;
+    if series.steps.len() != series.values.len() {
+        r.notes.push(format!(
+            "{} steps but {} values: the extra entries were ignored",
+            series.steps.len(),
+            series.values.len()
+        ));
+    }
+    validate(&series.steps[..n], &series.values[..n])?;
+    if n == 0 {
+        return Err("there are no samples".into());
+    }
+    r.first_step = Some(series.steps[0]);
+    r.last_step = Some(series.steps[n - 1]);
+    r.current_bytes = Some(series.values[n - 1]);
+    r.unit = series.unit;
+    r.relative = series.relative || series.values[..n].iter().any(|v| *v < 0.0);
+    if r.relative {
+        r.notes.push("the values are memory relative to a baseline (deltas or cumulative changes): judged the same way as absolute memory; levels and ranges are changes, not totals".into());
+    }
+    if n < 3 {
+        r.more_steps_needed = Some(steps_for_points(
+            &series.steps[..n],
+            2 * r.params.min_tail_points - n,
+        ));
+        return Err(format!(
+            "only {n} sample{}; a trend needs at least 3",
+            if n == 1 { "" } else { "s" }
+        ));
+    }
+    Ok(n)
+}
+
+/// The note that says what the trend is measured on (the rolling minimum, and why; or every sample).
+fn floor_note(floor: &Floor) -> Option<String> {
+    if floor.window > 1 {
+        Some(format!(
+            "trend measured on the rolling minimum (window {} samples, stride {}; {})",
+            floor.window,
+            floor.stride,
+            match (floor.period, floor.skewness) {
+                (Some(p), _) => format!("a period of {p} samples was found"),
+                (None, Some(s)) if s.abs() >= SKEW_FLOOR =>
+                    format!("the noise is one-sided, skewness {s:.2}"),
+                _ => "long series".to_string(),
+            }
+        ))
+    } else if floor.skewness.is_some() {
+        Some("trend measured on every sample (no period, symmetric noise)".into())
+    } else {
+        None
+    }
+}
+
+/// Step 2 after the MSER `cut`: the checked break, where the warm-up settles and what it grew →
+/// where the trend starts (the cut, or the warm-up's end when growth ends after the cut or the
+/// series falls to it).
+fn warmup_end(
+    r: &mut LeakReport,
+    xs: &[f64],
+    ys: &[f64],
+    cut: usize,
+    dp: f64,
+    step_at: &dyn Fn(usize) -> u64,
+) -> usize {
+    let m = xs.len();
+    let mut start = cut;
+    match find_warmup(xs, ys, dp) {
+        Ok((h, p)) => {
+            {
+                let lo = if cut < p { cut.max(h.idx) } else { h.idx };
+                let settled = &ys[lo..p];
+                let band = dp.max(3.0 * mad_sigma(settled).unwrap_or(0.0));
+                let end = settle(
+                    &ys[..p],
+                    h.idx,
+                    midpoint_median(settled).unwrap_or(h.level),
+                    band,
+                );
+                r.warmup_end_step = Some(step_at(end));
+                let before = ys[..=end].iter().cloned().fold(f64::INFINITY, f64::min);
+                r.warmup_growth_bytes =
+                    midpoint_median(&ys[end..p]).map(|after| (after - before).max(0.0));
+                // MSER lands late on a slowly falling plateau (it treats the fall as more warm-up):
+                // when nothing grows between the break and the cut, the trend starts at the break.
+                let falls_to_cut = end < cut && ls_slope(&xs[end..=cut], &ys[end..=cut]) <= 0.0;
+                if (end > cut || falls_to_cut) && m - end >= r.params.min_tail_points {
+                    start = end;
+                    r.notes.push(format!(
+                        "the trend starts where growth ends (step {}), not at the MSER cut (step {})",
+                        step_at(end),
+                        step_at(cut)
+                    ));
+                }
+            }
+        }
+        Err(why) => r.notes.push(format!("no warm-up end reported: {why}")),
+    }
+    start
+}
+
+/// Step 5's saturating fit, when there is one: its level, and where it settles; a warm-up still
+/// settling with no break found ends there.
+fn settle_by_approach(
+    r: &mut LeakReport,
+    d: &Decision,
+    dp: f64,
+    xs: &[f64],
+    steps: &[u64],
+    values: &[f64],
+    step_at: &dyn Fn(usize) -> u64,
+) {
+    let (m, n) = (xs.len(), steps.len());
     r.approach = d.approach.map(|a| {
         let settled = a.within(dp);
         let k = xs.partition_point(|&x| x < settled).min(m - 1);
@@ -255,11 +314,21 @@ pub fn analyze(series: &MemorySeries, params: &LeakParams) -> LeakReport {
                 .fold(f64::INFINITY, f64::min);
             r.warmup_end_step = Some(w);
             r.warmup_growth_bytes = Some((a.level - before).max(0.0));
-            post_warmup_range(&mut r, steps, values, w);
+            post_warmup_range(r, steps, values, w);
         }
     }
+}
 
-    // 6. Derived numbers.
+/// Step 6's smallest detectable leak (the widest of the intervals' half-widths and δ_leak over
+/// the span), and for an inconclusive verdict the steps still needed.
+fn detection(
+    r: &mut LeakReport,
+    full: &Trend,
+    [first, second]: [Option<Trend>; 2],
+    span: f64,
+    dl: f64,
+    rate_matters: f64,
+) {
     let hw = |t: Option<Trend>| t.map_or(f64::INFINITY, |t| (t.ci[1] - t.ci[0]) / 2.0);
     let hw_full = (full.ci[1] - full.ci[0]) / 2.0;
     let hw_halves = hw(first).max(hw(second));
@@ -268,9 +337,22 @@ pub fn analyze(series: &MemorySeries, params: &LeakParams) -> LeakReport {
         .max(if span > 0.0 { dl / span } else { f64::INFINITY });
     r.min_detectable_bytes_per_step = min_det.is_finite().then_some(min_det);
     if r.verdict == Verdict::Inconclusive {
-        r.more_steps_needed = more_steps(&full, hw_full, hw_halves, span, rate_matters, dl);
+        r.more_steps_needed = more_steps(full, hw_full, hw_halves, span, rate_matters, dl);
     }
-    let last_x = tx[tx.len() - 1];
+}
+
+/// Step 6's growth: the extrapolation from the trend's level at `last_x`, steps per hour (given,
+/// or from the timestamps since sample `i0`), growth per hour and the time to the budget.
+fn growth(
+    r: &mut LeakReport,
+    full: &Trend,
+    last_x: f64,
+    seconds: Option<&[f64]>,
+    steps: &[u64],
+    values: &[f64],
+    i0: usize,
+) {
+    let n = steps.len();
     let level_last = full.intercept + full.slope * last_x;
     let grow = full.slope.max(0.0);
     r.extrapolation = [100u64, 1000, 10000]
@@ -279,7 +361,7 @@ pub fn analyze(series: &MemorySeries, params: &LeakParams) -> LeakReport {
         .collect();
     r.steps_per_hour = r.params.steps_per_hour.or_else(|| {
         let s = seconds?;
-        let (i0, i1) = (floor.idx[start], n - 1);
+        let i1 = n - 1;
         let dt = s[i1] - s[i0];
         (dt > 0.0).then(|| (steps[i1] - steps[i0]) as f64 / dt * 3600.0)
     });
@@ -307,7 +389,6 @@ pub fn analyze(series: &MemorySeries, params: &LeakParams) -> LeakReport {
             .zip(r.steps_per_hour)
             .map(|(s, sph)| s / sph);
     }
-    finish(r, &ctx)
 }
 
 /// Median, min and max of the raw samples from step `from` on.
@@ -432,61 +513,6 @@ fn find_warmup(xs: &[f64], ys: &[f64], dp: f64) -> Result<(Hinge, usize), String
 
 /// Points of the first prefix searched for the warm-up (see [`find_warmup`]).
 pub const WARMUP_PREFIX: usize = 1024;
-
-/// Exact median of a long slice without copying it: a histogram pass finds the bins that hold the
-/// middle order statistics, a second pass selects among the few values in them. O(n) time, O(bins
-/// + one bin) memory. Short slices are copied and selected directly.
-fn median_without_copy(v: &[f64]) -> Option<f64> {
-    const BINS: usize = 4096;
-    let n = v.len();
-    if n <= 4 * BINS {
-        return median_in_place(&mut v.to_vec());
-    }
-    let lo = v.iter().cloned().fold(f64::INFINITY, f64::min);
-    let hi = v.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
-    if !(hi > lo) {
-        return lo.is_finite().then_some(lo);
-    }
-    let width = (hi - lo) / BINS as f64;
-    let bin = |x: f64| (((x - lo) / width) as usize).min(BINS - 1);
-    let mut counts = vec![0usize; BINS];
-    for &x in v {
-        counts[bin(x)] += 1;
-    }
-    // The k-th smallest (0-based) among all values.
-    let kth = |k: usize| -> Option<f64> {
-        let mut below = 0;
-        for (b, &c) in counts.iter().enumerate() {
-            if below + c > k {
-                let mut inside: Vec<f64> = v.iter().cloned().filter(|&x| bin(x) == b).collect();
-                let (_, x, _) = inside.select_nth_unstable_by(k - below, f64::total_cmp);
-                return Some(*x);
-            }
-            below += c;
-        }
-        None
-    };
-    if n % 2 == 1 {
-        kth(n / 2)
-    } else {
-        Some(0.5 * (kth(n / 2 - 1)? + kth(n / 2)?))
-    }
-}
-
-/// Median, reordering `v` (O(n)); `None` when empty.
-fn median_in_place(v: &mut [f64]) -> Option<f64> {
-    let n = v.len();
-    if n == 0 {
-        return None;
-    }
-    let (_, hi, _) = v.select_nth_unstable_by(n / 2, f64::total_cmp);
-    let hi = *hi;
-    if n % 2 == 1 {
-        return Some(hi);
-    }
-    let lo = v[..n / 2].iter().cloned().fold(f64::NEG_INFINITY, f64::max);
-    Some(0.5 * (lo + hi))
-}
 
 /// Steps covered by `points` more samples at the series' mean spacing.
 fn steps_for_points(steps: &[u64], points: usize) -> u64 {

@@ -175,7 +175,7 @@ pub fn warmup_axis(rows: &[(usize, Vec<f64>)]) -> Vec<WarmupStats> {
         .iter()
         .filter_map(|(warmup, samples)| {
             let s = stats::summarize(samples).ok()?;
-            let rest_median = stats::median(&samples[1..]);
+            let rest_median = crate::quantile::median(&samples[1..]);
             let first = samples[0];
             let (first_over_median, first_iteration_effect) = match rest_median {
                 Some(m) if m > 0.0 => (Some(first / m), first > FIRST_STEP_RATIO * m),

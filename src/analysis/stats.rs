@@ -6,10 +6,8 @@
 //!   a compensated (Neumaier) sum gives the mean, then `ss = Σd² − (Σd)²/n` with `d = x − mean`.
 //!   The standard deviation uses the n − 1 denominator. Values are first divided by a power of two
 //!   near the largest magnitude (exact), so no intermediate overflows even near `f64::MAX`.
-//! - Percentiles: linear interpolation between order statistics, Hyndman & Fan (1996) type 7, the
-//!   default of numpy and R: `h = (n − 1)·q`, `x[⌊h⌋] + (h − ⌊h⌋)·(x[⌊h⌋+1] − x[⌊h⌋])`.
-//!   The median is the type-7 50th percentile (the usual middle value / mean of the two middle values).
-//! - MAD: the raw median absolute deviation from the median, `median(|x − median(x)|)`, unscaled
+//! - Percentiles, the median and the MAD: [`crate::quantile`]'s type 7 (linear interpolation
+//!   between order statistics, numpy's default); the MAD is raw, `median(|x − median(x)|)`, unscaled
 //!   (multiply by 1.4826 for a normal-consistent σ).
 //! - Outliers: the modified z-score `0.6745·|x − median| / MAD > 3.5` (Iglewicz & Hoaglin, "How to
 //!   Detect and Handle Outliers", ASQC 1993). When MAD = 0 every `x ≠ median` is an outlier.
@@ -17,7 +15,7 @@
 //!
 //! Invariants:
 //! - Inputs: finite values. [`summarize`] rejects NaN/±inf with the index of the first bad sample;
-//!   the helpers ([`mean`], [`median`], [`sample_std`], [`mad`]) return `None` for them.
+//!   the helpers ([`mean`], [`sample_std`], and `quantile`'s `median`, `mad`) return `None` for them.
 //! - At least 1 sample for a [`Summary`]; the standard deviation needs 2 (`std` is `None` for n = 1).
 //! - No NaN is ever produced for finite input. All-identical samples give exactly `mean = x`,
 //!   `std = Some(0)`, `mad = 0`, no outliers; `cv_pct` is `None` when the mean is 0 (all zeros),
@@ -28,6 +26,8 @@
 //! - Input order does not matter except for `outliers`, which are indices into the input.
 
 use serde::{Deserialize, Serialize};
+
+use crate::quantile::{mad_about, percentile, sorted_copy};
 
 /// Iglewicz–Hoaglin constant: the 0.75 quantile of the standard normal (makes MAD comparable to σ).
 pub const MODIFIED_Z_FACTOR: f64 = 0.6745;
@@ -98,37 +98,6 @@ pub fn summarize(xs: &[f64]) -> Result<Summary, StatsError> {
     })
 }
 
-/// The `q`-quantile (`q` in [0, 1]) of an ascending, non-empty slice, by linear interpolation between
-/// order statistics (Hyndman–Fan type 7, numpy's default). `q = 0` gives the minimum, `q = 1` the
-/// maximum.
-///
-/// # Panics
-/// If `sorted` is empty or `q` is outside [0, 1] (or NaN).
-pub fn percentile(sorted: &[f64], q: f64) -> f64 {
-    assert!(!sorted.is_empty(), "percentile of an empty sample");
-    assert!(
-        (0.0..=1.0).contains(&q),
-        "percentile: q must lie in [0, 1], got {q}"
-    );
-    debug_assert!(
-        sorted.windows(2).all(|w| w[0] <= w[1]),
-        "percentile: input must be sorted ascending"
-    );
-    let h = (sorted.len() - 1) as f64 * q;
-    let lo = h.floor() as usize;
-    let frac = h - lo as f64;
-    if frac == 0.0 || lo + 1 >= sorted.len() {
-        return sorted[lo];
-    }
-    lerp(sorted[lo], sorted[lo + 1], frac)
-}
-
-/// The median (type-7 50th percentile); `None` when `xs` is empty or holds a non-finite value.
-pub fn median(xs: &[f64]) -> Option<f64> {
-    validate(xs, 1).ok()?;
-    Some(percentile(&sorted_copy(xs), 0.5))
-}
-
 /// The arithmetic mean; `None` when `xs` is empty or holds a non-finite value.
 pub fn mean(xs: &[f64]) -> Option<f64> {
     validate(xs, 1).ok()?;
@@ -141,13 +110,6 @@ pub fn sample_std(xs: &[f64]) -> Option<f64> {
     validate(xs, 2).ok()?;
     let (min, max) = min_max(xs);
     moments(xs, min, max).1
-}
-
-/// The raw (unscaled) median absolute deviation from the median; `None` when `xs` is empty or holds
-/// a non-finite value.
-pub fn mad(xs: &[f64]) -> Option<f64> {
-    let m = median(xs)?;
-    Some(mad_about(xs, m))
 }
 
 /// Warnings a careful benchmarker wants to see, as plain sentences, each starting with `label`.
@@ -229,12 +191,6 @@ fn validate(xs: &[f64], need: usize) -> Result<(), StatsError> {
     }
 }
 
-fn sorted_copy(xs: &[f64]) -> Vec<f64> {
-    let mut v = xs.to_vec();
-    v.sort_by(f64::total_cmp);
-    v
-}
-
 /// (min, max) of a non-empty finite slice.
 fn min_max(xs: &[f64]) -> (f64, f64) {
     xs.iter()
@@ -290,23 +246,6 @@ fn pow2_scale(a: f64) -> f64 {
     } else {
         f64::from_bits(exponent_bits)
     }
-}
-
-/// `a + t·(b − a)` for `a ≤ b`, `t` in (0, 1), kept inside [a, b] and free of overflow.
-fn lerp(a: f64, b: f64, t: f64) -> f64 {
-    let d = b - a;
-    let r = if d.is_finite() {
-        a + d * t
-    } else {
-        a * (1.0 - t) + b * t
-    };
-    r.max(a).min(b)
-}
-
-/// Median of |x − m| over a non-empty finite slice.
-fn mad_about(xs: &[f64], m: f64) -> f64 {
-    let dev: Vec<f64> = xs.iter().map(|&x| (x - m).abs()).collect();
-    percentile(&sorted_copy(&dev), 0.5)
 }
 
 /// Indices whose modified z-score `0.6745·|x − median| / MAD` exceeds 3.5; all `x ≠ median` when

@@ -1,4 +1,5 @@
 use super::*;
+use crate::quantile::{mad, median};
 
 /// Relative-or-absolute closeness for hand-computed values.
 fn close(got: f64, want: f64) -> bool {
@@ -268,35 +269,6 @@ fn extreme_finite_values_never_give_nan() {
     // ±MAX: the mean is 0 exactly, the median too; the true std exceeds f64::MAX.
     let s = summarize(&[f64::MAX, -f64::MAX]).unwrap();
     assert_eq!((s.mean, s.median, s.cv_pct), (0.0, 0.0, None));
-}
-
-#[test]
-fn percentile_is_type_7() {
-    let x = [1.0, 2.0, 3.0, 4.0];
-    // h = 3q: q = 0.25 → 1.75; 0.5 → 2.5; 0.9 → 3.7 (numpy.percentile defaults).
-    assert_eq!(percentile(&x, 0.0), 1.0);
-    assert_close!(percentile(&x, 0.25), 1.75);
-    assert_close!(percentile(&x, 0.5), 2.5);
-    assert_close!(percentile(&x, 0.9), 3.7);
-    assert_eq!(percentile(&x, 1.0), 4.0);
-    assert_eq!(percentile(&[7.0], 0.37), 7.0);
-    // Exact order statistic when h is an integer: n = 5, q = 0.75 → h = 3 → x[3].
-    assert_eq!(percentile(&[1.0, 2.0, 3.0, 4.0, 50.0], 0.75), 4.0);
-    // Odd and even medians.
-    assert_eq!(median(&[3.0, 1.0, 2.0]), Some(2.0));
-    assert_eq!(median(&[4.0, 1.0, 3.0, 2.0]), Some(2.5));
-}
-
-#[test]
-#[should_panic(expected = "empty")]
-fn percentile_of_nothing_panics() {
-    percentile(&[], 0.5);
-}
-
-#[test]
-#[should_panic(expected = "q must lie in [0, 1]")]
-fn percentile_rejects_q_above_one() {
-    percentile(&[1.0, 2.0], 1.5);
 }
 
 #[test]

@@ -16,6 +16,9 @@
 //!
 //! Invariants: x strictly increasing and finite, y finite; at least 3 points, else `None`. Results are
 //! finite. Cost O(n²) time and memory in the number of points (callers keep n to a few thousand).
+//! Medians are [`crate::quantile`]'s midpoint medians.
+
+use crate::quantile::{midpoint_median_sorted, order_statistic};
 
 /// A trend estimate with its confidence interval.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -59,18 +62,18 @@ pub fn theil_sen(x: &[f64], y: &[f64], confidence: f64) -> Option<Trend> {
         return None;
     }
     slopes.sort_unstable_by(f64::total_cmp);
-    let slope = median_sorted(&slopes);
+    let slope = midpoint_median_sorted(&slopes);
     let mut resid: Vec<f64> = (0..n).map(|i| y[i] - slope * x[i]).collect();
     let inflation = hamed_rao_factor(&resid);
     resid.sort_unstable_by(f64::total_cmp);
-    let intercept = median_sorted(&resid);
+    let intercept = midpoint_median_sorted(&resid);
     let var_s = kendall_var_s(y) * inflation;
     let z = normal_quantile(0.5 + confidence.clamp(0.5, 0.999_999) / 2.0);
     let c = z * var_s.max(0.0).sqrt();
     let nn = slopes.len() as f64;
     // 1-based ranks (N − C)/2 and (N + C)/2 + 1 -> 0-based positions.
-    let lo = order_stat(&slopes, (nn - c) / 2.0 - 1.0);
-    let hi = order_stat(&slopes, (nn + c) / 2.0);
+    let lo = order_statistic(&slopes, (nn - c) / 2.0 - 1.0);
+    let hi = order_statistic(&slopes, (nn + c) / 2.0);
     let ci = [lo.min(slope), hi.max(slope)];
     let t = Trend {
         slope,
@@ -92,46 +95,6 @@ fn sign(v: f64) -> f64 {
         -1.0
     } else {
         0.0
-    }
-}
-
-/// Median of a sorted, non-empty slice.
-pub fn median_sorted(v: &[f64]) -> f64 {
-    let n = v.len();
-    if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        0.5 * (v[n / 2 - 1] + v[n / 2])
-    }
-}
-
-/// Median of any slice (copies); `None` when empty.
-pub fn median(v: &[f64]) -> Option<f64> {
-    if v.is_empty() {
-        return None;
-    }
-    let mut w = v.to_vec();
-    w.sort_unstable_by(f64::total_cmp);
-    Some(median_sorted(&w))
-}
-
-/// Robust σ: 1.4826 × the median absolute deviation from the median (consistent for normal noise).
-pub fn mad_sigma(v: &[f64]) -> Option<f64> {
-    let m = median(v)?;
-    let dev: Vec<f64> = v.iter().map(|x| (x - m).abs()).collect();
-    median(&dev).map(|d| 1.4826 * d)
-}
-
-/// Order statistic at fractional 0-based position `pos`, linearly interpolated and clamped.
-fn order_stat(sorted: &[f64], pos: f64) -> f64 {
-    let last = sorted.len() - 1;
-    let p = pos.clamp(0.0, last as f64);
-    let i = p.floor() as usize;
-    let f = p - i as f64;
-    if i >= last {
-        sorted[last]
-    } else {
-        sorted[i] + f * (sorted[i + 1] - sorted[i])
     }
 }
 
@@ -383,12 +346,5 @@ mod tests {
             })
             .collect();
         assert_eq!(hamed_rao_factor(&alt), 1.0);
-    }
-
-    #[test]
-    fn mad_sigma_hand_computed() {
-        // median 3, deviations 2,1,0,1,97 -> MAD 1 -> σ 1.4826.
-        assert!((mad_sigma(&[1.0, 2.0, 3.0, 4.0, 100.0]).unwrap() - 1.4826).abs() < 1e-12);
-        assert!(mad_sigma(&[]).is_none());
     }
 }

@@ -20,11 +20,7 @@ pub fn mser_cut(y: &[f64]) -> usize {
         return 0;
     }
     // Centre on the median for precision with byte-sized values.
-    let c = {
-        let mut w = y.to_vec();
-        let (_, m, _) = w.select_nth_unstable_by(n / 2, f64::total_cmp);
-        *m
-    };
+    let c = crate::quantile::upper_median(y).unwrap_or(0.0);
     // Suffix sums from the totals minus a running prefix (no arrays: O(1) extra memory).
     let (tot_s, tot_q) = y.iter().fold((0.0, 0.0), |(s, q), &v| {
         let d = v - c;
@@ -88,7 +84,7 @@ pub fn hinge_fit(x: &[f64], y: &[f64]) -> Option<Hinge> {
     }
     let mut ys = y[..n].to_vec();
     ys.sort_unstable_by(f64::total_cmp);
-    let yc = ys[n / 2];
+    let yc = crate::quantile::upper_median_sorted(&ys);
     let yscale = (ys[n - 1] - ys[0]).max(1.0);
     let u: Vec<f64> = x[..n].iter().map(|v| (v - x0) / span).collect();
     let v: Vec<f64> = y[..n].iter().map(|w| (w - yc) / yscale).collect();

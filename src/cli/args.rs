@@ -156,22 +156,27 @@ impl DataArgs {
     }
 }
 
+/// The one help text of each output flag, on every command that has the flag (`help = HELP_JSON`);
+/// what a command's file holds is in its docs, not in the flag's help.
+pub const HELP_JSON: &str = "Write the result as JSON";
+pub const HELP_CSV: &str = "Write the result as CSV";
+pub const HELP_MARKDOWN: &str = "Write the result as Markdown";
+pub const HELP_TRACE: &str = "Write a Chrome trace (Perfetto, chrome://tracing)";
+/// `-q`, accepted by every command that writes files (where nothing is drawn it changes nothing).
+pub const HELP_QUIET: &str = "No live progress on stderr (bar, status line or per-run lines)";
+
+/// bench's outputs: the Record and its export formats.
 #[derive(Args, Debug, Clone)]
 pub struct OutputArgs {
-    /// Write the Record as JSON
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", help = HELP_JSON)]
     pub json: Option<PathBuf>,
-    /// Write one CSV row per run (units in column names)
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", help = HELP_CSV)]
     pub csv: Option<PathBuf>,
-    /// Write the summary as Markdown tables
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", help = HELP_MARKDOWN)]
     pub markdown: Option<PathBuf>,
-    /// Write a Chrome trace (Perfetto, chrome://tracing): phases per step, memory counters
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", help = HELP_TRACE)]
     pub trace: Option<PathBuf>,
-    /// No progress bar
-    #[arg(long, short)]
+    #[arg(long, short, help = HELP_QUIET)]
     pub quiet: bool,
 }
 

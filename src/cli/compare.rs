@@ -31,16 +31,16 @@ pub struct CompareArgs {
     /// Confidence of the intervals, in (0, 1)
     #[arg(long, default_value_t = 0.95)]
     pub confidence: f64,
-    /// Also write the comparison as JSON
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", help = super::args::HELP_JSON)]
     pub json: Option<PathBuf>,
-    /// Also write the Markdown table to a file
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", help = super::args::HELP_MARKDOWN)]
     pub markdown: Option<PathBuf>,
     /// Compare two Records of different workloads (model, shape, mode, dtype, engine path)
     /// anyway; the report then says so first. Without it they are refused
     #[arg(long)]
     pub allow_different: bool,
+    #[arg(long, short, help = super::args::HELP_QUIET)]
+    pub quiet: bool,
 }
 
 /// "2%" → 0.02.

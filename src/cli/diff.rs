@@ -16,9 +16,10 @@ pub struct DiffArgs {
     pub base: PathBuf,
     /// The Record to compare with it
     pub new: PathBuf,
-    /// Also write the tables as Markdown to a file
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", help = super::args::HELP_MARKDOWN)]
     pub markdown: Option<PathBuf>,
+    #[arg(long, short, help = super::args::HELP_QUIET)]
+    pub quiet: bool,
 }
 
 pub fn run(a: DiffArgs) -> anyhow::Result<ExitCode> {

@@ -50,12 +50,13 @@ pub struct EstimateArgs {
     /// Rows in the hotspot tables
     #[arg(long, default_value_t = 10)]
     pub top: usize,
-    /// Write the estimate as JSON (categories, peak_bytes, phases, activations, flops, …)
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", help = super::args::HELP_JSON)]
     pub json: Option<PathBuf>,
     /// Estimate a model deeper than 10,000 layers anyway (the replay takes time and memory per layer)
     #[arg(long)]
     pub force: bool,
+    #[arg(long, short, help = super::args::HELP_QUIET)]
+    pub quiet: bool,
 }
 
 /// Deeper models are refused without `--force`: the estimate replays every op of every layer,

@@ -55,10 +55,9 @@ pub struct FitArgs {
     /// Largest size tried when nothing runs out of memory (default: 65536 for batch, the model's context for seq)
     #[arg(long)]
     pub max: Option<usize>,
-    /// Write the result (max_batch or max_seq, peak, headroom, every trial) as JSON
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", help = super::args::HELP_JSON)]
     pub json: Option<PathBuf>,
-    #[arg(long, short)]
+    #[arg(long, short, help = super::args::HELP_QUIET)]
     pub quiet: bool,
     #[command(flatten)]
     pub variant: super::args::VariantArgs,

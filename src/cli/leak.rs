@@ -89,14 +89,11 @@ impl TargetArgs {
 
 #[derive(Args, Debug, Clone)]
 pub struct ReportFiles {
-    /// Write the verdict as JSON
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", help = super::args::HELP_JSON)]
     pub json: Option<PathBuf>,
-    /// Write the verdict as one CSV row (units in column names)
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", help = super::args::HELP_CSV)]
     pub csv: Option<PathBuf>,
-    /// Write the verdict as Markdown
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", help = super::args::HELP_MARKDOWN)]
     pub markdown: Option<PathBuf>,
 }
 
@@ -137,11 +134,9 @@ pub struct LeakArgs {
     /// Also write the full benchmark Record (every step's heap live, RSS, PSS) as JSON
     #[arg(long, value_name = "FILE")]
     pub record: Option<PathBuf>,
-    /// Write a Chrome trace (Perfetto, chrome://tracing): phases per step, memory counters
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", help = super::args::HELP_TRACE)]
     pub trace: Option<PathBuf>,
-    /// No progress bar
-    #[arg(long, short)]
+    #[arg(long, short, help = super::args::HELP_QUIET)]
     pub quiet: bool,
 }
 
@@ -171,6 +166,8 @@ pub struct AnalyzeArgs {
     pub targets: TargetArgs,
     #[command(flatten)]
     pub files: ReportFiles,
+    #[arg(long, short, help = super::args::HELP_QUIET)]
+    pub quiet: bool,
 }
 
 #[derive(Clone, Copy, Debug, clap::ValueEnum)]

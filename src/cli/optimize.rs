@@ -57,14 +57,11 @@ pub struct OptimizeArgs {
     /// Time limit per run: 90s, 10m, 1h
     #[arg(long, value_name = "DURATION")]
     pub timeout: Option<String>,
-    /// Write every variant's figures as JSON (`variants` list)
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", help = super::args::HELP_JSON)]
     pub json: Option<PathBuf>,
-    /// Write the ranking as Markdown
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", help = super::args::HELP_MARKDOWN)]
     pub markdown: Option<PathBuf>,
-    /// No per-run lines on stderr
-    #[arg(long, short)]
+    #[arg(long, short, help = super::args::HELP_QUIET)]
     pub quiet: bool,
 }
 

@@ -17,8 +17,7 @@ pub struct PeaksArgs {
     /// Measure again even when this machine's peaks are cached
     #[arg(long)]
     pub refresh: bool,
-    /// Also write the peaks as JSON (matmul_gflops.<dtype>, bandwidth_gbs, …)
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", help = super::args::HELP_JSON)]
     pub json: Option<PathBuf>,
     /// Whose linear shapes to time (f32, N = batch × seq rows)
     #[command(flatten)]
@@ -27,6 +26,8 @@ pub struct PeaksArgs {
     pub batch: usize,
     #[arg(long, default_value_t = 128)]
     pub seq: usize,
+    #[arg(long, short, help = super::args::HELP_QUIET)]
+    pub quiet: bool,
 }
 
 pub fn run(a: PeaksArgs) -> anyhow::Result<ExitCode> {

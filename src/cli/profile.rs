@@ -26,15 +26,14 @@ pub struct ProfileArgs {
     /// Roofs instead of the cached `memscope peaks` (MATMUL_GFLOPS:BANDWIDTH_GBS)
     #[arg(long, value_name = "GFLOPS:GBS")]
     pub roofs: Option<String>,
-    /// Write the tree as JSON
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", help = super::args::HELP_JSON)]
     pub json: Option<PathBuf>,
-    /// Write the tree as CSV
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", help = super::args::HELP_CSV)]
     pub csv: Option<PathBuf>,
-    /// Write the tree as Markdown
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", help = super::args::HELP_MARKDOWN)]
     pub markdown: Option<PathBuf>,
+    #[arg(long, short, help = super::args::HELP_QUIET)]
+    pub quiet: bool,
 }
 
 /// Parameters of one module of the tree, from `model::cost`'s exact per-module counts.

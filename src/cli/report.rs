@@ -21,6 +21,8 @@ pub struct ReportArgs {
     /// The HTML file to write (self-contained: inline SVG and CSS, no script, no network)
     #[arg(long, short = 'o', value_name = "FILE")]
     pub output: PathBuf,
+    #[arg(long, short, help = super::args::HELP_QUIET)]
+    pub quiet: bool,
 }
 
 pub fn run(a: ReportArgs) -> anyhow::Result<ExitCode> {

@@ -31,18 +31,17 @@ pub struct RooflineArgs {
     /// Roofs to use instead of the cached `memscope peaks`: MATMUL_GFLOPS:BANDWIDTH_GBS
     #[arg(long, value_name = "GFLOPS:GBS")]
     pub roofs: Option<String>,
-    /// Write {step, ops[], sections[]} as JSON
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", help = super::args::HELP_JSON)]
     pub json: Option<PathBuf>,
-    /// Write one row per op kind and pass as CSV
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", help = super::args::HELP_CSV)]
     pub csv: Option<PathBuf>,
-    /// Write the tables as Markdown
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", help = super::args::HELP_MARKDOWN)]
     pub markdown: Option<PathBuf>,
     /// Write the roofline chart (roofs from the measured peaks, a point per op kind and pass) as SVG
     #[arg(long, value_name = "FILE")]
     pub svg: Option<PathBuf>,
+    #[arg(long, short, help = super::args::HELP_QUIET)]
+    pub quiet: bool,
 }
 
 /// A measured run with profiling on, beside a plain one.

@@ -84,11 +84,9 @@ pub struct SweepArgs {
     /// Append one JSON row per configuration, flushed as each one ends
     #[arg(long, value_name = "FILE")]
     pub jsonl: Option<PathBuf>,
-    /// Write all rows as CSV at the end
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", help = super::args::HELP_CSV)]
     pub csv: Option<PathBuf>,
-    /// Write the rows and the scaling analysis as Markdown at the end
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", help = super::args::HELP_MARKDOWN)]
     pub markdown: Option<PathBuf>,
     /// Write one Chrome trace per configuration that ran into this directory (created if
     /// missing): `<index>-b<batch>-s<seq>-<mode>-<dtype>.trace.json`; the row names its file
@@ -97,8 +95,7 @@ pub struct SweepArgs {
     /// Run configurations larger than one that ran out of memory instead of skipping them
     #[arg(long)]
     pub no_skip: bool,
-    /// No progress bar or per-configuration lines
-    #[arg(long, short)]
+    #[arg(long, short, help = super::args::HELP_QUIET)]
     pub quiet: bool,
     #[command(flatten)]
     pub data: super::args::DataArgs,

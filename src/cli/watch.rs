@@ -45,21 +45,16 @@ pub struct WatchArgs {
     pub judge: String,
     #[command(flatten)]
     pub targets: TargetArgs,
-    /// Write the verdict, peaks, exit status and every sample (per process and summed) as JSON
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", help = super::args::HELP_JSON)]
     pub json: Option<PathBuf>,
-    /// Write every sample as CSV: one row per process and a `total` row
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", help = super::args::HELP_CSV)]
     pub csv: Option<PathBuf>,
     /// Write one JSON line per sample, flushed as it is taken
     #[arg(long, value_name = "FILE")]
     pub jsonl: Option<PathBuf>,
-    /// Write a Chrome trace (Perfetto, chrome://tracing): RSS/PSS/USS, per-process RSS and GPU as
-    /// counters over time, each step the output printed as a span
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", help = super::args::HELP_TRACE)]
     pub trace: Option<PathBuf>,
-    /// No live status line (it is drawn only when stderr is a terminal)
-    #[arg(long, short)]
+    #[arg(long, short, help = super::args::HELP_QUIET)]
     pub quiet: bool,
     /// The command to start and its arguments, after `--`
     #[arg(last = true, value_name = "COMMAND")]

@@ -121,7 +121,7 @@ impl Op {
 
 /// What a node's bytes are counted as, mirroring the measured phases.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Phase {
+pub enum SimPhase {
     Load,
     Forward,
     Backward,
@@ -130,4 +130,4 @@ pub enum Phase {
     Other,
 }
 
-pub const N_PHASES: usize = 5;
+pub const N_SIM_PHASES: usize = 5;

@@ -18,7 +18,7 @@
 
 use std::collections::HashMap;
 
-pub use super::graph::{Bin, Fused, Id, Op, Phase, Un, N_PHASES};
+pub use super::graph::{Bin, Fused, Id, Op, SimPhase, Un, N_SIM_PHASES};
 
 #[derive(Clone, Debug)]
 pub struct Node {
@@ -49,7 +49,7 @@ impl Node {
 struct Storage {
     bytes: u64,
     rc: u32,
-    phase: Phase,
+    phase: SimPhase,
     module: usize,
     kind: &'static str,
 }
@@ -58,7 +58,7 @@ struct Storage {
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct PeakSnapshot {
     pub bytes: u64,
-    pub by_phase: [u64; N_PHASES],
+    pub by_phase: [u64; N_SIM_PHASES],
     pub by_module: Vec<u64>,
 }
 
@@ -66,7 +66,7 @@ pub struct PeakSnapshot {
 pub struct Sim {
     pub nodes: Vec<Node>,
     storages: Vec<Storage>,
-    pub phase: Phase,
+    pub phase: SimPhase,
     /// Index into `modules` of the module now running (0: outside the forward).
     pub module: usize,
     /// What new allocations are, for the activation table ("qkv", "mlp", …).
@@ -74,7 +74,7 @@ pub struct Sim {
     pub modules: Vec<String>,
     module_ids: HashMap<String, usize>,
     pub live: u64,
-    live_by_phase: [u64; N_PHASES],
+    live_by_phase: [u64; N_SIM_PHASES],
     live_by_module: Vec<u64>,
     /// Peak since the last [`Sim::reset_peak`], with what was live at that moment. `by_module` is
     /// completed by [`Sim::settle_peak`] (a copy of `live_by_module` at every new peak made the
@@ -86,7 +86,7 @@ pub struct Sim {
     /// `module_log`'s length when the peak was reached.
     peak_log_len: usize,
     /// Matmul FLOPs executed so far, by phase (2·m·k·n per product).
-    pub flops: [u64; N_PHASES],
+    pub flops: [u64; N_SIM_PHASES],
     /// Set when a tensor's byte size overflowed u64 (the estimate is then refused).
     pub overflow: bool,
     /// candle's no-grad mode: new nodes record nothing (the forward of a checkpointed block).
@@ -123,19 +123,19 @@ impl Sim {
         let mut s = Self {
             nodes: Vec::new(),
             storages: Vec::new(),
-            phase: Phase::Load,
+            phase: SimPhase::Load,
             module: 0,
             kind: "other",
             modules: Vec::new(),
             module_ids: HashMap::new(),
             live: 0,
-            live_by_phase: [0; N_PHASES],
+            live_by_phase: [0; N_SIM_PHASES],
             live_by_module: Vec::new(),
             peak: PeakSnapshot::default(),
             peak_stale: false,
             module_log: Vec::new(),
             peak_log_len: 0,
-            flops: [0; N_PHASES],
+            flops: [0; N_SIM_PHASES],
             overflow: false,
             no_grad: false,
             unfused: false,
@@ -193,12 +193,12 @@ impl Sim {
         }
     }
 
-    pub fn live_of(&self, p: Phase) -> u64 {
+    pub fn live_of(&self, p: SimPhase) -> u64 {
         self.live_by_phase[p as usize]
     }
 
     /// Live bytes allocated in `phase`, by (module, kind), in first-allocation order.
-    pub fn live_by_module_kind(&self, phase: Phase) -> Vec<(String, &'static str, u64)> {
+    pub fn live_by_module_kind(&self, phase: SimPhase) -> Vec<(String, &'static str, u64)> {
         let mut out: Vec<(String, &'static str, u64)> = Vec::new();
         let mut index: HashMap<(usize, &'static str), usize> = HashMap::new();
         for s in self

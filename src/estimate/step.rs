@@ -5,7 +5,7 @@
 use super::backward::segmented_backward;
 use super::models::{Built, ParamSlot, Params, WithParams};
 use super::ops::cross_entropy;
-use super::sim::{Id, Phase, Sim};
+use super::sim::{Id, Sim, SimPhase, N_SIM_PHASES};
 use super::{
     runtime_buffers, ActivationRow, Attention, Categories, Estimate, Flops, Fusion, Hotspot,
     Optimizer, PhaseEstimate, Precision, Request,
@@ -38,7 +38,7 @@ pub fn estimate(req: &Request) -> anyhow::Result<Estimate> {
     let mut sim = Sim::new();
     sim.unfused = req.fusion == Fusion::None;
     sim.bf16_dot = req.dtype == Dtype::Bf16 && crate::kernels::dot_bf16::available();
-    sim.phase = Phase::Load;
+    sim.phase = SimPhase::Load;
     let p = Params::create(&mut sim, &specs, param_dt, trainable);
     let model = Built {
         cfg: &req.cfg,
@@ -148,7 +148,7 @@ struct PhaseRun {
 }
 
 /// Runs `f` as one phase: resets the peak window, returns (result, peak, retained).
-fn phase<T>(sim: &mut Sim, p: Phase, f: impl FnOnce(&mut Sim) -> T) -> (T, PhaseRun) {
+fn phase<T>(sim: &mut Sim, p: SimPhase, f: impl FnOnce(&mut Sim) -> T) -> (T, PhaseRun) {
     sim.phase = p;
     sim.reset_peak();
     let before = sim.live_of(p) as i64;
@@ -180,8 +180,14 @@ fn train_replaying(
     let (b, t) = (req.batch, req.seq);
     let ids = sim.ints(&[b, t]);
     let targets = sim.ints(&[b, t]);
-    let params_by_module = sim.snapshot().by_module;
-    let mut state: Vec<Id> = Vec::new();
+    let mut tr = TrainReplay {
+        model,
+        req,
+        ids,
+        targets,
+        params_by_module: sim.snapshot().by_module,
+        state: Vec::new(),
+    };
     let mixed = req.precision == Precision::Mixed;
     let linear: HashSet<String> = param_specs(&req.cfg)
         .into_iter()
@@ -191,35 +197,100 @@ fn train_replaying(
     for step in 0..2 {
         let last = step == 1;
         let flops_before = sim.flops;
-        let mut acc: Option<HashMap<Id, Id>> = None;
-        let (mut fwd, mut bwd) = (None, None);
         let mut step_peak = 0;
         // Mixed precision: this step's working copy of the weights, in the compute dtype.
         let cast = mixed.then(|| {
-            let (c, run) = phase(sim, Phase::Other, |sim| {
+            let (c, run) = phase(sim, SimPhase::Other, |sim| {
                 sim.module = 0;
                 p.cast(sim, req.dtype.size_bytes(), &linear)
             });
             step_peak = step_peak.max(run.peak);
             c
         });
-        let p_all = p;
-        let p = cast.as_ref().unwrap_or(p_all);
+        let working = cast.as_ref().unwrap_or(p);
         // Micro-batches after the second leave the replay exactly as they found it (the
         // accumulated gradients, nothing else), so only the first `REPLAYED_MICRO_BATCHES` are
         // replayed; the rest add their FLOPs, measured on the last one replayed. The cost of
         // an estimate is then O(1) in --grad-accum, its figures those of a full replay.
         let replayed = req.grad_accum.min(replay_cap);
-        let mut last_micro_flops = [0u64; 2];
+        let micro = tr.micro_batches(sim, (p, working), replayed, last.then_some(&mut est));
+        step_peak = step_peak.max(micro.peak);
+        add_skipped_flops(sim, micro.last_flops, (req.grad_accum - replayed) as u64);
+        let opt = tr.optimizer_step(sim, p);
+        for (_, g) in micro.grads {
+            sim.release(g);
+        }
+        for id in cast.map(|c| c.ids).unwrap_or_default() {
+            sim.release(id);
+        }
+        sim.masters.clear();
+        step_peak = step_peak.max(opt.peak);
+        if last {
+            let runs = [micro.fwd, micro.bwd, opt];
+            steady_step_figures(&mut est, sim, &tr.state, flops_before, runs, step_peak);
+        }
+    }
+    est.notes.push(
+        "gradients and optimizer state are exact; activations and the peak replay candle 0.11's \
+         tensor lifetimes (backward one block at a time, gradient temporaries) and memscope's \
+         fused kernels (in-place AdamW with f32 moments, linear, attention, norms, GELU, \
+         SwiGLU, loss)"
+            .into(),
+    );
+    est
+}
+
+/// What the train replay keeps from step to step.
+struct TrainReplay<'a> {
+    model: &'a Built<'a>,
+    req: &'a Request,
+    ids: Id,
+    targets: Id,
+    /// Bytes by module after loading: the parameters, left out of the hotspots.
+    params_by_module: Vec<u64>,
+    /// The optimizer state, made by the first step.
+    state: Vec<Id>,
+}
+
+/// One step's replayed micro-batches.
+struct MicroRuns {
+    /// The accumulated gradients, by parameter.
+    grads: HashMap<Id, Id>,
+    /// The first micro-batch's forward and backward.
+    fwd: PhaseRun,
+    bwd: PhaseRun,
+    /// The highest peak of them all.
+    peak: u64,
+    /// The last replayed micro-batch's forward and backward FLOPs.
+    last_flops: [u64; 2],
+}
+
+impl TrainReplay<'_> {
+    /// Replays `replayed` micro-batches (forward, loss, segmented backward into the accumulated
+    /// gradients) on `working`, the weights the model computes with (`p_all`'s, or their
+    /// mixed-precision copy). With `est` (the steady step), the first one's activations and
+    /// hotspots go into it.
+    fn micro_batches(
+        &self,
+        sim: &mut Sim,
+        (p_all, working): (&Params, &Params),
+        replayed: usize,
+        mut est: Option<&mut Estimate>,
+    ) -> MicroRuns {
+        let (model, req, p) = (self.model, self.req, working);
+        let mut acc: Option<HashMap<Id, Id>> = None;
+        let (mut fwd, mut bwd) = (None, None);
+        let mut peak = 0;
+        let mut last_flops = [0u64; 2];
         for micro in 0..replayed {
             let micro_flops_before = sim.flops;
-            let ((loss, parts, head_input), f) = phase(sim, Phase::Forward, |sim| {
+            let ((loss, parts, head_input), f) = phase(sim, SimPhase::Forward, |sim| {
                 sim.segmenting = true;
-                let logits = model.forward(sim, p, ids, None);
+                let logits = model.forward(sim, p, self.ids, None);
                 sim.segmenting = false;
                 let parts = std::mem::take(&mut sim.segments);
                 let head_input = sim.segment_input.take().expect("the model cuts");
-                let loss = cross_entropy(sim, logits, targets); // logits (B, T, V)
+                let loss = cross_entropy(sim, logits, self.targets); // logits (B, T, V)
                 sim.release(logits);
                 let loss = if req.grad_accum > 1 {
                     let scaled = sim.affine(loss, 1.0);
@@ -232,14 +303,16 @@ fn train_replaying(
             });
             // Parameters and the optimizer state (both outside the forward's modules) are left
             // out of the hotspots.
-            let mut baseline = params_by_module.clone();
-            baseline[0] += state
+            let mut baseline = self.params_by_module.clone();
+            baseline[0] += self
+                .state
                 .iter()
                 .map(|&s| sim.elems(s) * sim.nodes[s].dtype)
                 .sum::<u64>();
-            if last && micro == 0 {
+            let first = micro == 0;
+            if let (Some(est), true) = (est.as_deref_mut(), first) {
                 est.activations = sim
-                    .live_by_module_kind(Phase::Forward)
+                    .live_by_module_kind(SimPhase::Forward)
                     .into_iter()
                     .map(|(module, kind, bytes)| ActivationRow {
                         module,
@@ -249,36 +322,34 @@ fn train_replaying(
                     .collect();
                 est.hotspots_forward = hotspots(sim, &sim.peak.by_module, &baseline);
             }
-            let ((), bw) = phase(sim, Phase::Backward, |sim| {
+            let ((), bw) = phase(sim, SimPhase::Backward, |sim| {
                 let rc = WithParams(model, p);
                 let prev = acc.take();
                 let kept = segmented_backward(sim, loss, parts, head_input, &p_all.ids, &rc, prev);
                 acc = Some(kept);
             });
-            if last && micro == 0 {
+            if let (Some(est), true) = (est.as_deref_mut(), first) {
                 est.hotspots_backward = hotspots(sim, &sim.peak.by_module, &baseline);
             }
-            step_peak = step_peak.max(f.peak).max(bw.peak);
+            peak = peak.max(f.peak).max(bw.peak);
             fwd.get_or_insert(f);
             bwd.get_or_insert(bw);
-            last_micro_flops = [Phase::Forward, Phase::Backward]
+            last_flops = [SimPhase::Forward, SimPhase::Backward]
                 .map(|ph| sim.flops[ph as usize] - micro_flops_before[ph as usize]);
         }
-        let skipped = (req.grad_accum - replayed) as u64;
-        for (ph, per_micro) in [Phase::Forward, Phase::Backward]
-            .into_iter()
-            .zip(last_micro_flops)
-        {
-            match per_micro
-                .checked_mul(skipped)
-                .and_then(|extra| sim.flops[ph as usize].checked_add(extra))
-            {
-                Some(total) => sim.flops[ph as usize] = total,
-                None => sim.overflow = true,
-            }
+        MicroRuns {
+            grads: acc.expect("grad_accum >= 1"),
+            fwd: fwd.expect("ran"),
+            bwd: bwd.expect("ran"),
+            peak,
+            last_flops,
         }
-        let grads = acc.expect("grad_accum >= 1");
-        let ((), opt) = phase(sim, Phase::Optimizer, |sim| {
+    }
+
+    /// The optimizer phase: the state made on the first step; candle-nn's AdamW temporaries.
+    fn optimizer_step(&mut self, sim: &mut Sim, p_all: &Params) -> PhaseRun {
+        let (req, state) = (self.req, &mut self.state);
+        let ((), opt) = phase(sim, SimPhase::Optimizer, |sim| {
             sim.module = 0;
             if state.is_empty() {
                 let n = match req.optimizer {
@@ -301,87 +372,99 @@ fn train_replaying(
                 candle_adamw_step(sim, &p_all.ids);
             }
         });
-        for (_, g) in grads {
-            sim.release(g);
-        }
-        for id in cast.map(|c| c.ids).unwrap_or_default() {
-            sim.release(id);
-        }
-        sim.masters.clear();
-        step_peak = step_peak.max(opt.peak);
-        if last {
-            let (fwd, bwd) = (fwd.expect("ran"), bwd.expect("ran"));
-            est.flops = Flops {
-                forward: sim.flops[Phase::Forward as usize] - flops_before[Phase::Forward as usize],
-                backward: sim.flops[Phase::Backward as usize]
-                    - flops_before[Phase::Backward as usize],
-                total: 0,
-            };
-            est.flops.total = est.flops.forward + est.flops.backward;
-            let peaks = [
-                ("forward", fwd.peak),
-                ("backward", bwd.peak),
-                ("optimizer", opt.peak),
-            ];
-            est.phases = vec![
-                PhaseEstimate {
-                    phase: "forward".into(),
-                    peak_bytes: fwd.peak,
-                    retained_bytes: fwd.retained,
-                },
-                PhaseEstimate {
-                    phase: "backward".into(),
-                    peak_bytes: bwd.peak,
-                    retained_bytes: bwd.retained,
-                },
-                PhaseEstimate {
-                    phase: "optimizer".into(),
-                    peak_bytes: opt.peak,
-                    retained_bytes: opt.retained,
-                },
-            ];
-            let (name, peak) = peaks
-                .iter()
-                .max_by_key(|(_, b)| *b)
-                .copied()
-                .expect("three phases");
-            est.peak_phase = name.into();
-            est.peak_bytes = step_peak.max(peak);
-            let c = &mut est.categories;
-            c.activations = fwd.retained.max(0) as u64;
-            c.gradients = bwd.retained.max(0) as u64;
-            c.optimizer_state = state
-                .iter()
-                .map(|&s| sim.elems(s) * sim.nodes[s].dtype)
-                .sum();
-            // At the peak: what the other categories hold at that moment, the rest temporaries.
-            let alive = match name {
-                "forward" => c.optimizer_state + c.activations,
-                "backward" => c.optimizer_state + c.activations,
-                _ => c.optimizer_state + c.gradients,
-            };
-            let params = sim.live_of(Phase::Load);
-            c.temporaries = est.peak_bytes.saturating_sub(alive + params);
+        opt
+    }
+}
+
+/// The FLOPs of the `skipped` micro-batches not replayed, `per_micro` (forward, backward) each.
+fn add_skipped_flops(sim: &mut Sim, per_micro: [u64; 2], skipped: u64) {
+    for (ph, per_micro) in [SimPhase::Forward, SimPhase::Backward]
+        .into_iter()
+        .zip(per_micro)
+    {
+        match per_micro
+            .checked_mul(skipped)
+            .and_then(|extra| sim.flops[ph as usize].checked_add(extra))
+        {
+            Some(total) => sim.flops[ph as usize] = total,
+            None => sim.overflow = true,
         }
     }
-    est.notes.push(
-        "gradients and optimizer state are exact; activations and the peak replay candle 0.11's \
-         tensor lifetimes (backward one block at a time, gradient temporaries) and memscope's \
-         fused kernels (in-place AdamW with f32 moments, linear, attention, norms, GELU, \
-         SwiGLU, loss)"
-            .into(),
-    );
-    est
+}
+
+/// The steady (second) step's figures: FLOPs since `flops_before`, the forward, backward and
+/// optimizer phases, the peak and the categories at it.
+fn steady_step_figures(
+    est: &mut Estimate,
+    sim: &Sim,
+    state: &[Id],
+    flops_before: [u64; N_SIM_PHASES],
+    [fwd, bwd, opt]: [PhaseRun; 3],
+    step_peak: u64,
+) {
+    est.flops = Flops {
+        forward: sim.flops[SimPhase::Forward as usize] - flops_before[SimPhase::Forward as usize],
+        backward: sim.flops[SimPhase::Backward as usize]
+            - flops_before[SimPhase::Backward as usize],
+        total: 0,
+    };
+    est.flops.total = est.flops.forward + est.flops.backward;
+    let peaks = [
+        ("forward", fwd.peak),
+        ("backward", bwd.peak),
+        ("optimizer", opt.peak),
+    ];
+    est.phases = vec![
+        PhaseEstimate {
+            phase: "forward".into(),
+            peak_bytes: fwd.peak,
+            retained_bytes: fwd.retained,
+        },
+        PhaseEstimate {
+            phase: "backward".into(),
+            peak_bytes: bwd.peak,
+            retained_bytes: bwd.retained,
+        },
+        PhaseEstimate {
+            phase: "optimizer".into(),
+            peak_bytes: opt.peak,
+            retained_bytes: opt.retained,
+        },
+    ];
+    let (name, peak) = peaks
+        .iter()
+        .max_by_key(|(_, b)| *b)
+        .copied()
+        .expect("three phases");
+    est.peak_phase = name.into();
+    est.peak_bytes = step_peak.max(peak);
+    let c = &mut est.categories;
+    c.activations = fwd.retained.max(0) as u64;
+    c.gradients = bwd.retained.max(0) as u64;
+    c.optimizer_state = state
+        .iter()
+        .map(|&s| sim.elems(s) * sim.nodes[s].dtype)
+        .sum();
+    // At the peak: what the other categories hold at that moment, the rest temporaries.
+    let alive = match name {
+        "forward" => c.optimizer_state + c.activations,
+        "backward" => c.optimizer_state + c.activations,
+        _ => c.optimizer_state + c.gradients,
+    };
+    let params = sim.live_of(SimPhase::Load);
+    c.temporaries = est.peak_bytes.saturating_sub(alive + params);
 }
 
 fn infer(sim: &mut Sim, model: &Built, p: &Params, req: &Request) -> Estimate {
     let mut est = blank(req);
     let ids = sim.ints(&[req.batch, req.seq]);
     let params_by_module = sim.snapshot().by_module;
-    let (logits, f) = phase(sim, Phase::Forward, |sim| model.forward(sim, p, ids, None));
+    let (logits, f) = phase(sim, SimPhase::Forward, |sim| {
+        model.forward(sim, p, ids, None)
+    });
     est.hotspots_forward = hotspots(sim, &sim.peak.by_module, &params_by_module);
     sim.release(logits);
-    est.flops.forward = sim.flops[Phase::Forward as usize];
+    est.flops.forward = sim.flops[SimPhase::Forward as usize];
     est.flops.total = est.flops.forward;
     est.phases = vec![PhaseEstimate {
         phase: "forward".into(),
@@ -390,7 +473,7 @@ fn infer(sim: &mut Sim, model: &Built, p: &Params, req: &Request) -> Estimate {
     }];
     est.peak_phase = "forward".into();
     est.peak_bytes = f.peak;
-    est.categories.temporaries = f.peak - sim.live_of(Phase::Load);
+    est.categories.temporaries = f.peak - sim.live_of(SimPhase::Load);
     est
 }
 
@@ -399,7 +482,7 @@ fn generate(sim: &mut Sim, model: &Built, p: &Params, req: &Request) -> Estimate
     let cfg = &req.cfg;
     let max_len = req.prompt_len + req.new_tokens;
     let dt = req.dtype.size_bytes();
-    sim.phase = Phase::Load;
+    sim.phase = SimPhase::Load;
     sim.enter("kv cache");
     let cache: Vec<(Id, Id)> = (0..cfg.n_layers)
         .map(|_| {
@@ -413,7 +496,7 @@ fn generate(sim: &mut Sim, model: &Built, p: &Params, req: &Request) -> Estimate
         .sum();
     let params_by_module = sim.snapshot().by_module;
     let prompt = sim.ints(&[req.batch, req.prompt_len]);
-    let (next, pre) = phase(sim, Phase::Forward, |sim| {
+    let (next, pre) = phase(sim, SimPhase::Forward, |sim| {
         let logits = model.forward(sim, p, prompt, Some((&cache, 0)));
         let last = sim.narrow(logits, 1, req.prompt_len - 1, 1);
         sim.release(logits);
@@ -422,13 +505,13 @@ fn generate(sim: &mut Sim, model: &Built, p: &Params, req: &Request) -> Estimate
         next
     });
     est.hotspots_forward = hotspots(sim, &sim.peak.by_module, &params_by_module);
-    let prefill_flops = sim.flops[Phase::Forward as usize];
+    let prefill_flops = sim.flops[SimPhase::Forward as usize];
     // One decode step at the longest context: the largest of the decode steps.
-    let (_, dec) = phase(sim, Phase::Backward, |sim| {
+    let (_, dec) = phase(sim, SimPhase::Backward, |sim| {
         let logits = model.forward(sim, p, next, Some((&cache, max_len - 1)));
         sim.release(logits);
     });
-    let decode_flops = sim.flops[Phase::Backward as usize];
+    let decode_flops = sim.flops[SimPhase::Backward as usize];
     est.flops.forward = prefill_flops + decode_flops * req.new_tokens as u64;
     est.flops.total = est.flops.forward;
     est.phases = vec![
@@ -451,7 +534,7 @@ fn generate(sim: &mut Sim, model: &Built, p: &Params, req: &Request) -> Estimate
     est.peak_phase = name.into();
     est.peak_bytes = peak;
     est.categories.kv_cache = kv_bytes;
-    est.categories.temporaries = peak.saturating_sub(sim.live_of(Phase::Load));
+    est.categories.temporaries = peak.saturating_sub(sim.live_of(SimPhase::Load));
     est.notes.push(
         "decode FLOPs are counted at the longest context for every token (an upper bound)".into(),
     );

@@ -1,6 +1,7 @@
 //! Measurement: the only code that touches the clock and the allocator counters. It never prints
 //! and never summarises; it returns raw samples for `analysis` to summarise.
 
+pub mod batches;
 pub mod clock;
 pub mod peaks;
 pub mod phases;

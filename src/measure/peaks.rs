@@ -70,13 +70,14 @@ fn timed(reps: usize, mut f: impl FnMut()) -> Vec<f64> {
         .collect()
 }
 
-/// `work` units per run over the measured seconds → best and median rate.
+/// `work` units per run over the measured seconds → best and median rate (the upper middle: a
+/// rate one run reached).
 fn rate(work: f64, secs: &[f64]) -> Rate {
     let mut r: Vec<f64> = secs.iter().map(|s| work / s.max(1e-12)).collect();
     r.sort_by(f64::total_cmp);
     Rate {
         best: *r.last().unwrap_or(&0.0),
-        median: r[r.len() / 2],
+        median: crate::quantile::upper_median_sorted(&r),
         reps: r.len(),
     }
 }

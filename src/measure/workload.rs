@@ -1,15 +1,14 @@
 //! The workloads — train, infer, generate — run on a model with every phase timed and its heap
 //! accounted. Sample buffers are allocated before the first step; nothing here prints.
 
-use crate::input::tokens::Tokens;
 use crate::instrument::alloc::{self, Phase};
 use crate::instrument::scope;
 use crate::kernels::adamw::AdamW;
 use crate::kernels::sink;
+use crate::measure::batches::{random_batch, Batches};
 use crate::measure::clock::time_ms;
 use crate::measure::phases::PhaseTracker;
 use crate::measure::procfs;
-use crate::model::config::Family;
 use crate::model::ops::Ops;
 use crate::model::segments;
 use crate::model::store::ParamStore;
@@ -22,7 +21,7 @@ use anyhow::Context;
 use candle_core::backprop::GradStore;
 use candle_core::{DType, Device, IndexOp, Tensor, Var, D};
 use candle_nn::{Optimizer, ParamsAdamW};
-use rand::{Rng, SeedableRng};
+use rand::SeedableRng;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 
@@ -66,82 +65,30 @@ pub fn measure_with(
     let cfg = spec.arch();
     // Mixed precision: f32 master weights, gradients and optimizer state; compute in `dtype`.
     let mixed = spec.variant.precision == Precision::Mixed;
-    let store_dtype = if mixed { DType::F32 } else { dtype };
     let mut tracker = PhaseTracker::new();
     if mixed {
         tracker.other_category = "weights_copy";
     }
-    let purpose = spec.mode.purpose();
 
     // Load: parameters (random or from a checkpoint), then the model built from them.
     let load_start = Instant::now();
     let load_before = alloc::snapshot();
-    let loaded = tracker.run(Phase::Load, || -> anyhow::Result<_> {
-        let specs = param_specs(cfg);
-        let (store, warnings) = match &spec.weights {
-            None => (
-                ParamStore::random(&specs, spec.seed, store_dtype, purpose)?,
-                vec![],
-            ),
-            Some(path) => {
-                let ws = WeightSet::open(path)
-                    .with_context(|| format!("--weights {}", path.display()))?;
-                ParamStore::from_weights(&specs, &ws, store_dtype, purpose)?
-            }
-        };
-        // Mixed precision builds its model from a cast copy at every step (`Run::train_step`).
-        let model = match mixed {
-            true => None,
-            false => Some(Model::load_variant(cfg, &store, &spec.variant)?),
-        };
-        Ok((store, model, warnings))
-    });
+    let loaded = tracker.run(Phase::Load, || load(spec, mixed));
     let (store, model, mut warnings) = loaded?;
-    let tokens = match &spec.data {
-        Some(d) => Some(Tokens::open(d)?),
-        None => None,
-    };
-    let data = tokens
-        .as_ref()
-        .zip(spec.data.as_ref())
-        .map(|(t, d)| DataInfo {
-            path: d.path.clone(),
-            dtype: t.dtype.clone(),
-            tokens: t.len(),
-        });
-    let batches = Batches {
-        tokens,
-        spec,
-        dev: &dev,
-    };
+    let (batches, data) = Batches::open(spec, &dev)?;
     let load_seconds = load_start.elapsed().as_secs_f64();
-    let load_after = alloc::snapshot();
-
-    let info = ModelInfo {
-        name: spec.model.clone(),
-        family: format!("{:?}", cfg.family).to_lowercase(),
-        params: store.param_count(),
-        param_bytes: store.param_bytes(),
-        n_layers: cfg.n_layers,
-        d_model: cfg.d_model,
-        n_heads: cfg.n_heads,
-        vocab_size: cfg.vocab_size,
+    let load = Load {
+        before: load_before,
+        after: alloc::snapshot(),
+        seconds: load_seconds,
     };
+    let info = model_info(spec, &store);
 
     let total_steps = spec.warmup + spec.steps;
     // Room for every phase run of every step (train: a forward and a backward per micro-batch,
     // then the optimizer), so marking them never allocates inside a step.
     tracker.reserve_marks(total_steps * (2 * spec.grad_accum + 1));
-    // The step whose phase peaks are snapshotted (by module): the last warm-up step when it is
-    // a steady one (train: the optimizer state exists from the second step on), so the
-    // snapshot's copies never run inside a measured step; else the last step.
-    let steady = if spec.mode == Mode::Train { 2 } else { 1 };
-    let capture_step = if spec.warmup >= steady {
-        spec.warmup - 1
-    } else {
-        total_steps - 1
-    };
-    let mut run = Run {
+    let mut run = MeasuredLoop {
         spec,
         dev: &dev,
         tracker: &mut tracker,
@@ -154,10 +101,15 @@ pub fn measure_with(
         on_step,
     };
     run.tracker.take_recent_peak(); // step peaks start after load
-    let mut samples: Vec<(String, Vec<f64>)> = phase_names(spec.mode)
-        .iter()
-        .map(|n| (n.to_string(), Vec::with_capacity(spec.steps)))
-        .collect();
+    let mut steps = Steps {
+        total: total_steps,
+        capture: capture_step(spec, total_steps),
+        samples: phase_names(spec.mode)
+            .iter()
+            .map(|n| (n.to_string(), Vec::with_capacity(spec.steps)))
+            .collect(),
+        progress,
+    };
     let mut kv_cache_bytes = None;
 
     let mut rng = rand::rngs::StdRng::seed_from_u64(spec.seed);
@@ -167,65 +119,41 @@ pub fn measure_with(
             let vars = store.vars();
             let mut opt: Option<Optim> = None;
             let mut micro_batches = Vec::with_capacity(spec.grad_accum);
-            for step in 0..total_steps {
-                if step > spec.warmup && crate::measure::stop::requested() {
-                    break; // SIGINT/SIGTERM under `leak`: keep the measured steps
-                }
-                if step == spec.warmup {
-                    crate::instrument::op_timer::reset(); // per-op times cover the measured steps
-                }
-                run.tracker.capture = step == capture_step;
+            steps.run(&mut run, |run, step| {
                 micro_batches.clear();
                 for m in 0..spec.grad_accum {
                     let k = (step * spec.grad_accum + m) as u64;
                     micro_batches.push(batches.get(k, spec.seq)?.unwrap_or_else(|| fixed.clone()));
                 }
-                let t = run.train_step(
+                run.train_step(
                     (model.as_ref(), &store),
                     &micro_batches,
                     &vars,
                     &mut opt,
                     step,
-                )?;
-                if step >= spec.warmup {
-                    for (slot, v) in samples.iter_mut().zip(t) {
-                        slot.1.push(v);
-                    }
-                }
-                run.end_step(step);
-                progress.store(step + 1, Ordering::Relaxed);
-            }
+                )
+            })?;
         }
         Mode::Infer => {
             let model = model.context("internal: no model for inference")?;
             let fixed = random_batch(&mut rng, spec.batch, spec.seq, cfg, &dev)?;
             drop(store); // inference keeps the model's detached tensors only
-            for step in 0..total_steps {
-                if step > spec.warmup && crate::measure::stop::requested() {
-                    break; // SIGINT/SIGTERM under `leak`: keep the measured steps
-                }
-                if step == spec.warmup {
-                    crate::instrument::op_timer::reset(); // per-op times cover the measured steps
-                }
-                run.tracker.capture = step == capture_step;
+            steps.run(&mut run, |run, step| {
                 let (ids, targets) = batches
                     .get(step as u64, spec.seq)?
                     .unwrap_or_else(|| fixed.clone());
                 let ((logits, loss), ms) =
                     run.tracker.run(Phase::Forward, || -> anyhow::Result<_> {
-                        let (logits, ms) = time_ms(&dev, || model.forward(&ids, None))?; // (B, T, V)
-                                                                                         // The batch's mean loss, outside the timed region (no update in infer).
+                        // logits (B, T, V)
+                        let (logits, ms) = time_ms(&dev, || model.forward(&ids, None))?;
+                        // The batch's mean loss, outside the timed region (no update in infer).
                         let loss = Ops::new(&spec.variant).cross_entropy(&logits, &targets)?;
                         Ok(((logits, loss.to_dtype(DType::F64)?.to_scalar::<f64>()?), ms))
                     })?;
                 drop(logits);
                 run.loss.push(loss);
-                if step >= spec.warmup {
-                    samples[0].1.push(ms);
-                }
-                run.end_step(step);
-                progress.store(step + 1, Ordering::Relaxed);
-            }
+                Ok([ms])
+            })?;
         }
         Mode::Generate => {
             let model = model.context("internal: no model for generate")?;
@@ -236,38 +164,163 @@ pub fn measure_with(
                 Model::new_cache(cfg, spec.batch, max_len, dtype)
             })?;
             kv_cache_bytes = Some(cache.bytes());
-            for step in 0..total_steps {
-                if step > spec.warmup && crate::measure::stop::requested() {
-                    break; // SIGINT/SIGTERM under `leak`: keep the measured steps
-                }
-                if step == spec.warmup {
-                    crate::instrument::op_timer::reset(); // per-op times cover the measured steps
-                }
-                run.tracker.capture = step == capture_step;
+            steps.run(&mut run, |run, step| {
                 cache.reset();
                 let prompt = match batches.get(step as u64, spec.prompt_len)? {
                     Some((ids, _)) => ids,
                     None => fixed.clone(),
                 };
                 let (prefill_ms, decode_ms) = run.generate_step(&model, &prompt, &mut cache)?;
-                if step >= spec.warmup {
-                    samples[0].1.push(prefill_ms);
-                    samples[1].1.push(decode_ms);
-                }
-                run.end_step(step);
-                progress.store(step + 1, Ordering::Relaxed);
-            }
+                Ok([prefill_ms, decode_ms])
+            })?;
         }
     }
 
-    let Run {
-        mut series,
+    let MeasuredLoop {
+        series,
         micro,
         loss,
         leaked,
         ..
     } = run;
     drop(leaked);
+    let memory = memory_record(
+        &mut tracker,
+        &load,
+        &info,
+        kv_cache_bytes,
+        (series, micro),
+        total_steps,
+        &mut warnings,
+    );
+    Ok(Measurement {
+        model: info,
+        samples_ms: steps.samples,
+        memory,
+        loss,
+        warnings,
+        data,
+    })
+}
+
+/// The parameters (random or from `--weights`, in f32 for mixed precision) and the model built
+/// from them (none for mixed precision), with the weights' warnings.
+fn load(spec: &Spec, mixed: bool) -> anyhow::Result<(ParamStore, Option<Model>, Vec<String>)> {
+    let cfg = spec.arch();
+    let store_dtype = if mixed {
+        DType::F32
+    } else {
+        candle_dtype(spec.dtype)
+    };
+    let purpose = spec.mode.purpose();
+    let specs = param_specs(cfg);
+    let (store, warnings) = match &spec.weights {
+        None => (
+            ParamStore::random(&specs, spec.seed, store_dtype, purpose)?,
+            vec![],
+        ),
+        Some(path) => {
+            let ws =
+                WeightSet::open(path).with_context(|| format!("--weights {}", path.display()))?;
+            ParamStore::from_weights(&specs, &ws, store_dtype, purpose)?
+        }
+    };
+    // Mixed precision builds its model from a cast copy at every step (`MeasuredLoop::train_step`).
+    let model = match mixed {
+        true => None,
+        false => Some(Model::load_variant(cfg, &store, &spec.variant)?),
+    };
+    Ok((store, model, warnings))
+}
+
+/// What the Record says about the model.
+fn model_info(spec: &Spec, store: &ParamStore) -> ModelInfo {
+    let cfg = spec.arch();
+    ModelInfo {
+        name: spec.model.clone(),
+        family: format!("{:?}", cfg.family).to_lowercase(),
+        params: store.param_count(),
+        param_bytes: store.param_bytes(),
+        n_layers: cfg.n_layers,
+        d_model: cfg.d_model,
+        n_heads: cfg.n_heads,
+        vocab_size: cfg.vocab_size,
+    }
+}
+
+/// The heap before and after loading (data opened included), and how long it took.
+struct Load {
+    before: alloc::HeapStats,
+    after: alloc::HeapStats,
+    seconds: f64,
+}
+
+/// The step whose phase peaks are snapshotted (by module): the last warm-up step when it is a
+/// steady one (train: the optimizer state exists from the second step on), so the snapshot's
+/// copies never run inside a measured step; else the last step.
+fn capture_step(spec: &Spec, total_steps: usize) -> usize {
+    let steady = if spec.mode == Mode::Train { 2 } else { 1 };
+    if spec.warmup >= steady {
+        spec.warmup - 1
+    } else {
+        total_steps - 1
+    }
+}
+
+/// The step loop the three workloads share, and the phase times of the measured steps.
+struct Steps<'a> {
+    total: usize,
+    /// The step whose phase peaks are snapshotted ([`capture_step`]).
+    capture: usize,
+    /// (phase name, ms per measured step), in [`phase_names`] order.
+    samples: Vec<(String, Vec<f64>)>,
+    /// Finished steps, warm-up included.
+    progress: &'a AtomicUsize,
+}
+
+impl Steps<'_> {
+    /// Runs every step through `step_fn` (→ its phase times, in [`phase_names`] order): stops
+    /// after the step under way on SIGINT/SIGTERM once the warm-up is over (`leak` keeps the
+    /// measured steps), starts the per-op times with the measured steps, keeps each measured
+    /// step's times, and samples memory after each step (outside every timed region).
+    fn run<const N: usize>(
+        &mut self,
+        run: &mut MeasuredLoop,
+        mut step_fn: impl FnMut(&mut MeasuredLoop, usize) -> anyhow::Result<[f64; N]>,
+    ) -> anyhow::Result<()> {
+        let warmup = run.spec.warmup;
+        for step in 0..self.total {
+            if step > warmup && crate::measure::stop::requested() {
+                break; // SIGINT/SIGTERM under `leak`: keep the measured steps
+            }
+            if step == warmup {
+                crate::instrument::op_timer::reset(); // per-op times cover the measured steps
+            }
+            run.tracker.capture = step == self.capture;
+            let t = step_fn(run, step)?;
+            if step >= warmup {
+                for (slot, v) in self.samples.iter_mut().zip(t) {
+                    slot.1.push(v);
+                }
+            }
+            run.end_step(step);
+            self.progress.store(step + 1, Ordering::Relaxed);
+        }
+        Ok(())
+    }
+}
+
+/// The run's memory figures once its steps are done: every step's phase marks into its series
+/// entry, the load, the peaks, RSS now and at its highest.
+fn memory_record(
+    tracker: &mut PhaseTracker,
+    load: &Load,
+    info: &ModelInfo,
+    kv_cache_bytes: Option<u64>,
+    (mut series, micro): (Vec<StepMemory>, Vec<MicroStepMemory>),
+    total_steps: usize,
+    warnings: &mut Vec<String>,
+) -> MemoryRecord {
     for (entry, phases) in series.iter_mut().zip(tracker.take_marks(total_steps)) {
         entry.phases = phases;
     }
@@ -276,11 +329,11 @@ pub fn measure_with(
             "the counting allocator is not installed in this binary: heap figures are 0".into(),
         );
     }
-    let memory = MemoryRecord {
+    MemoryRecord {
         counting: alloc::is_active() && alloc::counting(),
-        start_bytes: load_before.curr_bytes,
-        load_bytes: load_after.curr_bytes.saturating_sub(load_before.curr_bytes),
-        load_seconds,
+        start_bytes: load.before.curr_bytes,
+        load_bytes: load.after.curr_bytes.saturating_sub(load.before.curr_bytes),
+        load_seconds: load.seconds,
         load_peak_bytes: tracker.peak_of(Phase::Load),
         param_bytes: info.param_bytes,
         heap_peak_bytes: tracker.run_peak(),
@@ -294,15 +347,7 @@ pub fn measure_with(
         peak_moments: tracker.moments(),
         estimate: None,
         breakdown: Default::default(),
-    };
-    Ok(Measurement {
-        model: info,
-        samples_ms: samples,
-        memory,
-        loss,
-        warnings,
-        data,
-    })
+    }
 }
 
 /// Phase names in the order their samples are stored, per mode.
@@ -319,62 +364,6 @@ fn leak_bytes() -> usize {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(0)
-}
-
-/// Random token ids (B, T) and their targets (B, T), fixed for the whole run so every step
-/// does identical work (used without `--data`).
-fn random_batch(
-    rng: &mut rand::rngs::StdRng,
-    batch: usize,
-    seq: usize,
-    cfg: &crate::model::config::ModelConfig,
-    dev: &Device,
-) -> candle_core::Result<(Tensor, Tensor)> {
-    let tokens: Vec<u32> = (0..batch * (seq + 1))
-        .map(|_| rng.random_range(0..cfg.vocab_size as u32))
-        .collect();
-    windows_to_batch(tokens, batch, seq, cfg.family, dev)
-}
-
-/// `batch` windows of `seq + 1` ids → inputs (B, T) = window[..T] and targets (B, T):
-/// window[1..] (next token) for decoders; for BERT every position predicts its own token
-/// (targets = inputs, nothing masked: the masked-LM head's loss on the unmasked batch, the
-/// convention `scripts/check_transformers.py` uses too).
-fn windows_to_batch(
-    tokens: Vec<u32>,
-    batch: usize,
-    seq: usize,
-    family: Family,
-    dev: &Device,
-) -> candle_core::Result<(Tensor, Tensor)> {
-    let all = Tensor::from_vec(tokens, (batch, seq + 1), dev)?; // (B, T+1)
-    let ids = all.narrow(1, 0, seq)?.contiguous()?; // (B, T)
-    let targets = match family {
-        Family::Bert => ids.clone(),               // (B, T)
-        _ => all.narrow(1, 1, seq)?.contiguous()?, // (B, T)
-    };
-    Ok((ids, targets))
-}
-
-/// The run's token source: the `--data` file's batches, or none (the caller's fixed random batch).
-struct Batches<'a> {
-    tokens: Option<Tokens>,
-    spec: &'a Spec,
-    dev: &'a Device,
-}
-
-impl Batches<'_> {
-    /// Batch `k` of `seq` positions from the file (inputs, targets), or None without `--data`.
-    fn get(&self, k: u64, seq: usize) -> anyhow::Result<Option<(Tensor, Tensor)>> {
-        let Some(t) = &self.tokens else {
-            return Ok(None);
-        };
-        let (s, cfg) = (self.spec, self.spec.arch());
-        let ids = t.batch(k, s.batch, seq, s.seed, cfg.vocab_size)?;
-        Ok(Some(windows_to_batch(
-            ids, s.batch, seq, cfg.family, self.dev,
-        )?))
-    }
 }
 
 /// The optimizer: memscope's in-place AdamW kernel, or candle-nn's op-by-op AdamW
@@ -404,7 +393,7 @@ impl Optim {
     }
 }
 
-struct Run<'a> {
+struct MeasuredLoop<'a> {
     spec: &'a Spec,
     dev: &'a Device,
     tracker: &'a mut PhaseTracker,
@@ -419,7 +408,7 @@ struct Run<'a> {
     on_step: &'a mut dyn FnMut(&StepMemory),
 }
 
-impl Run<'_> {
+impl MeasuredLoop<'_> {
     /// One optimizer step over `grad_accum` micro-batches → [forward, backward, optimizer, step] ms.
     /// `model`: the model, or none for mixed precision, which builds this step's from a cast
     /// copy of `store`'s f32 master weights (time counted in forward, bytes in phase "other").

@@ -12,11 +12,23 @@ use crate::units::{fmt_bytes, fmt_bytes_in, fmt_range_in};
 /// The key facts as (name, value) pairs, shared by text and Markdown. Figures are in binary units,
 /// and also in the log's own unit when it was a decimal one (MB, GB).
 fn facts(r: &LeakReport) -> Vec<(&'static str, String)> {
+    let mut f = level_facts(r);
+    f.extend(slope_facts(r));
+    f.extend(growth_facts(r));
+    f.extend(detection_facts(r));
+    f
+}
+
+type Facts = Vec<(&'static str, String)>;
+
+fn dash() -> String {
+    "—".to_string()
+}
+
+/// The verdict, where the warm-up ends, the trend window and the level after the warm-up.
+fn level_facts(r: &LeakReport) -> Facts {
     let fmt_bytes = |b: f64| fmt_bytes_in(b, r.unit);
     let fmt_range = |lo: f64, hi: f64| fmt_range_in(lo, hi, r.unit);
-    let rate = |b: f64| rate_in(b, r.unit);
-    let dash = || "—".to_string();
-    let conf = format!("{:.0}%", r.params.confidence * 100.0);
     let mut f = Vec::new();
     f.push((
         "Verdict",
@@ -73,38 +85,39 @@ fn facts(r: &LeakReport) -> Vec<(&'static str, String)> {
             _ => dash(),
         },
     ));
-    f.push((
-        "Slope per step",
-        match (r.slope_bytes_per_step, r.slope_ci_bytes_per_step) {
+    f
+}
+
+/// The slope with its interval, per step and per 1,000 steps, and the halves' slopes.
+fn slope_facts(r: &LeakReport) -> Facts {
+    let fmt_bytes = |b: f64| fmt_bytes_in(b, r.unit);
+    let rate = |b: f64| rate_in(b, r.unit);
+    let conf = format!("{:.0}%", r.params.confidence * 100.0);
+    let slope =
+        |show: &dyn Fn(f64) -> String| match (r.slope_bytes_per_step, r.slope_ci_bytes_per_step) {
             (Some(b), Some([lo, hi])) => {
-                format!("{} ({conf} CI {} to {})", rate(b), rate(lo), rate(hi))
+                format!("{} ({conf} CI {} to {})", show(b), show(lo), show(hi))
             }
-            (Some(b), None) => rate(b),
+            (Some(b), None) => show(b),
             _ => dash(),
-        },
-    ));
-    f.push((
-        "Slope per 1,000 steps",
-        match (r.slope_bytes_per_step, r.slope_ci_bytes_per_step) {
-            (Some(b), Some([lo, hi])) => {
-                format!(
-                    "{} ({conf} CI {} to {})",
-                    fmt_bytes(b * 1e3),
-                    fmt_bytes(lo * 1e3),
-                    fmt_bytes(hi * 1e3)
-                )
-            }
-            (Some(b), None) => fmt_bytes(b * 1e3),
-            _ => dash(),
-        },
-    ));
-    f.push((
-        "Halves of the trend window",
-        match (r.slope_first_half, r.slope_second_half) {
-            (Some(a), Some(b)) => format!("first {}, second {}", rate(a), rate(b)),
-            _ => dash(),
-        },
-    ));
+        };
+    vec![
+        ("Slope per step", slope(&rate)),
+        ("Slope per 1,000 steps", slope(&|b| fmt_bytes(b * 1e3))),
+        (
+            "Halves of the trend window",
+            match (r.slope_first_half, r.slope_second_half) {
+                (Some(a), Some(b)) => format!("first {}, second {}", rate(a), rate(b)),
+                _ => dash(),
+            },
+        ),
+    ]
+}
+
+/// What the growth amounts to: extrapolated, per hour, and until the budget.
+fn growth_facts(r: &LeakReport) -> Facts {
+    let fmt_bytes = |b: f64| fmt_bytes_in(b, r.unit);
+    let mut f = Vec::new();
     f.push((
         "Extrapolation",
         if r.extrapolation.is_empty() {
@@ -147,6 +160,14 @@ fn facts(r: &LeakReport) -> Vec<(&'static str, String)> {
             format!("{steps} (budget {}{now})", fmt_bytes(b)),
         ));
     }
+    f
+}
+
+/// What the series could detect, how many more steps it needs, its samples and the parameters.
+fn detection_facts(r: &LeakReport) -> Facts {
+    let fmt_bytes = |b: f64| fmt_bytes_in(b, r.unit);
+    let rate = |b: f64| rate_in(b, r.unit);
+    let mut f = Vec::new();
     f.push((
         "Smallest detectable leak",
         r.min_detectable_bytes_per_step.map_or(dash(), |m| {

@@ -23,7 +23,7 @@ pub fn signal_name(sig: i32) -> String {
 
 /// Everything [`classify`] looks at.
 #[derive(Debug, Clone)]
-pub struct Outcome<'a> {
+pub struct WorkerExit<'a> {
     pub exit_code: Option<i32>,
     pub signal: Option<i32>,
     pub stderr: &'a [String],
@@ -39,7 +39,7 @@ pub struct Outcome<'a> {
 /// watchdog), cgroup OOM kills, Rust's allocation-failure abort, stack overflow, panics (exit
 /// 101), clean errors (exit 2), other exit codes, then signals; a SIGKILL with no evidence of
 /// OOM is a crash, "killed (unknown cause)".
-pub fn classify(o: &Outcome) -> (Status, Option<String>) {
+pub fn classify(o: &WorkerExit) -> (Status, Option<String>) {
     let bytes = |b: u64| crate::units::bytes(b as f64);
     let find = |needle: &str| o.stderr.iter().find(|l| l.contains(needle)).cloned();
     let last = || {
@@ -153,8 +153,8 @@ pub fn classify(o: &Outcome) -> (Status, Option<String>) {
 mod tests {
     use super::*;
 
-    fn outcome<'a>(code: Option<i32>, sig: Option<i32>, stderr: &'a [String]) -> Outcome<'a> {
-        Outcome {
+    fn outcome<'a>(code: Option<i32>, sig: Option<i32>, stderr: &'a [String]) -> WorkerExit<'a> {
+        WorkerExit {
             exit_code: code,
             signal: sig,
             stderr,

@@ -7,7 +7,7 @@ use crate::spec::Spec;
 use crate::sweep::interrupt::{install_interrupt_handler, INTERRUPTED};
 use crate::sweep::limits::Enforcement;
 use crate::sweep::scratch::Scratch;
-use crate::sweep::spawn::{run_worker, Live, RunOptions};
+use crate::sweep::spawn::{run_worker, RunOptions, WorkerProgress};
 use crate::units::bytes as fmt_bytes;
 use anyhow::bail;
 use clap::ValueEnum;
@@ -63,27 +63,26 @@ pub struct FitResult {
 }
 
 /// Runs the search; `None` when SIGINT/SIGTERM stopped it.
+///
+/// Size 1 first: it measures what the worker holds beyond its heap (code, libraries, the
+/// allocator's retention: the limit applies to all of it). Then start where the estimate puts the
+/// heap peak at the limit minus that, gallop away from it until the outcome flips, bisect between
+/// the last size that fits and the first that does not, and confirm the answer with a second run.
 pub fn search(a: &FitRequest) -> anyhow::Result<Option<FitResult>> {
-    let (base, cap, limit, timeout) = (&a.base, a.cap, a.limit, a.timeout);
-    let with = |x: usize| {
-        let mut s = base.clone();
-        match a.vary {
-            Vary::Batch => s.batch = x,
-            Vary::Seq => {
-                s.seq = x;
-                s.prompt_len = x;
-            }
-        }
-        s
-    };
+    let (base, cap, limit) = (&a.base, a.cap, a.limit);
     let enforcement = Enforcement::detect(Some(limit));
     let scratch = Scratch::new()?;
-    let opts = RunOptions {
-        memory_limit: Some(limit),
-        enforcement: enforcement.clone(),
-        timeout,
-        scratch: scratch.0.clone(),
-        trace_dir: None,
+    let mut t = Trials {
+        a,
+        opts: RunOptions {
+            memory_limit: Some(limit),
+            enforcement: enforcement.clone(),
+            timeout: a.timeout,
+            scratch: scratch.0.clone(),
+            trace_dir: None,
+        },
+        live: WorkerProgress::default(),
+        rows: Vec::new(),
     };
     install_interrupt_handler();
     let vary_name = a.vary.name();
@@ -96,11 +95,105 @@ pub fn search(a: &FitRequest) -> anyhow::Result<Option<FitResult>> {
             enforcement.describe(Some(limit))
         );
     }
-    let live = Live::default();
-    let mut trials: Vec<Row> = Vec::new();
-    let trial = |x: usize, trials: &mut Vec<Row>| -> anyhow::Result<Option<bool>> {
-        let spec = with(x);
-        let Some(row) = run_worker(&spec, trials.len(), &opts, &INTERRUPTED, &live, || {})? else {
+    let Some(fits1) = t.run(1)? else {
+        return Ok(None);
+    };
+    let beyond_heap = t
+        .rows
+        .last()
+        .and_then(|r| r.summary.as_ref())
+        .and_then(|s| Some(s.rss_peak_bytes?.saturating_sub(s.heap_peak_bytes)))
+        .unwrap_or(0);
+    let start = fits1
+        .then(|| estimated_start(&|x| spec_at(a, x), cap, limit.saturating_sub(beyond_heap)))
+        .flatten();
+    if !a.quiet && fits1 {
+        match start {
+            Some(x) => eprintln!(
+                "  the estimate puts the heap peak at the limit minus the {} measured beyond the heap near {vary_name} {x}: continuing there",
+                fmt_bytes(beyond_heap as f64)
+            ),
+            None => eprintln!("  no estimate for this model: doubling from {vary_name} 1"),
+        }
+    }
+    let x0 = start.unwrap_or(1).clamp(1, cap);
+    let fits = if x0 == 1 {
+        fits1
+    } else {
+        let Some(f) = t.run(x0)? else {
+            return Ok(None);
+        };
+        f
+    };
+    let Some((mut lo, mut hi)) = gallop(&mut t, x0, fits)? else {
+        return Ok(None);
+    };
+    if let (Some(l), Some(h)) = (lo, hi) {
+        let Some((l, h)) = bisect_and_confirm(&mut t, l, h)? else {
+            return Ok(None);
+        };
+        lo = (l > 0).then_some(l);
+        hi = Some(h);
+    }
+    let best = lo.and_then(|l| {
+        t.rows
+            .iter()
+            .find(|r| r.status == Status::Ok && size_of(&r.spec, a.vary) == l)
+    });
+    let summary = best.and_then(|r| r.summary.clone());
+    let rss = summary.as_ref().and_then(|s| s.rss_peak_bytes);
+    let result = FitResult {
+        vary: vary_name,
+        max_batch: (a.vary == Vary::Batch).then_some(lo.unwrap_or(0)),
+        max_seq: (a.vary == Vary::Seq).then_some(lo.unwrap_or(0)),
+        first_oom: hi,
+        memory_limit_bytes: limit,
+        enforcement: enforcement.describe(Some(limit)),
+        heap_peak_bytes: summary.as_ref().map(|s| s.heap_peak_bytes),
+        rss_peak_bytes: rss,
+        headroom_bytes: rss.map(|r| limit as i64 - r as i64),
+        estimated_start: start,
+        trials: t.rows,
+    };
+    Ok(Some(result))
+}
+
+/// `base` with its batch (or seq and prompt) set to `x`.
+fn spec_at(a: &FitRequest, x: usize) -> Spec {
+    let mut s = a.base.clone();
+    match a.vary {
+        Vary::Batch => s.batch = x,
+        Vary::Seq => {
+            s.seq = x;
+            s.prompt_len = x;
+        }
+    }
+    s
+}
+
+/// The search's trials: each a real worker under the budget, its row kept in order.
+struct Trials<'a> {
+    a: &'a FitRequest,
+    opts: RunOptions,
+    live: WorkerProgress,
+    rows: Vec<Row>,
+}
+
+impl Trials<'_> {
+    /// Runs size `x` → whether it fits; `None` when interrupted. An end other than ok or
+    /// out-of-memory stops the search with an error.
+    fn run(&mut self, x: usize) -> anyhow::Result<Option<bool>> {
+        let (a, vary_name) = (self.a, self.a.vary.name());
+        let spec = spec_at(a, x);
+        let Some(row) = run_worker(
+            &spec,
+            self.rows.len(),
+            &self.opts,
+            &INTERRUPTED,
+            &self.live,
+            || {},
+        )?
+        else {
             return Ok(None);
         };
         if !a.quiet {
@@ -121,51 +214,27 @@ pub fn search(a: &FitRequest) -> anyhow::Result<Option<FitResult>> {
                 row.reason.clone().unwrap_or_default()
             ),
         };
-        trials.push(row);
+        self.rows.push(row);
         Ok(Some(fits))
-    };
-    // Size 1 first: it measures what the worker holds beyond its heap (code, libraries, the
-    // allocator's retention: the limit applies to all of it). Then start where the estimate puts
-    // the heap peak at the limit minus that, gallop away from it until the outcome flips,
-    // bisect between the last size that fits and the first that does not, and confirm the
-    // answer with a second run.
-    let (mut lo, mut hi): (Option<usize>, Option<usize>) = (None, None);
-    let Some(fits1) = trial(1, &mut trials)? else {
-        return Ok(None);
-    };
-    let beyond_heap = trials
-        .last()
-        .and_then(|r| r.summary.as_ref())
-        .and_then(|s| Some(s.rss_peak_bytes?.saturating_sub(s.heap_peak_bytes)))
-        .unwrap_or(0);
-    let start = fits1
-        .then(|| estimated_start(&with, cap, limit.saturating_sub(beyond_heap)))
-        .flatten();
-    if !a.quiet && fits1 {
-        match start {
-            Some(x) => eprintln!(
-                "  the estimate puts the heap peak at the limit minus the {} measured beyond the heap near {vary_name} {x}: continuing there",
-                fmt_bytes(beyond_heap as f64)
-            ),
-            None => eprintln!("  no estimate for this model: doubling from {vary_name} 1"),
-        }
     }
-    let x0 = start.unwrap_or(1).clamp(1, cap);
-    let fits = if x0 == 1 {
-        fits1
-    } else {
-        let Some(f) = trial(x0, &mut trials)? else {
-            return Ok(None);
-        };
-        f
-    };
+}
+
+/// From `x0` (which `fits` or not), doubling steps away from it until the outcome flips →
+/// (the largest size seen to fit, the smallest seen not to); `None` when interrupted.
+fn gallop(
+    t: &mut Trials,
+    x0: usize,
+    fits: bool,
+) -> anyhow::Result<Option<(Option<usize>, Option<usize>)>> {
+    let cap = t.a.cap;
+    let (mut lo, mut hi): (Option<usize>, Option<usize>) = (None, None);
     let mut step = 1usize;
     if fits {
         lo = Some(x0);
         let mut l = x0;
         while l < cap {
             let x = l.saturating_add(step).min(cap);
-            let Some(fits) = trial(x, &mut trials)? else {
+            let Some(fits) = t.run(x)? else {
                 return Ok(None);
             };
             if !fits {
@@ -185,7 +254,7 @@ pub fn search(a: &FitRequest) -> anyhow::Result<Option<FitResult>> {
                 lo = Some(1); // measured first
                 break;
             }
-            let Some(fits) = trial(x, &mut trials)? else {
+            let Some(fits) = t.run(x)? else {
                 return Ok(None);
             };
             if fits {
@@ -197,57 +266,44 @@ pub fn search(a: &FitRequest) -> anyhow::Result<Option<FitResult>> {
             step = step.saturating_mul(2);
         }
     }
-    if let (Some(mut l), Some(mut h)) = (lo, hi) {
-        while h - l > 1 {
-            let mid = l + (h - l) / 2;
-            let Some(fits) = trial(mid, &mut trials)? else {
-                return Ok(None);
-            };
-            if fits {
-                l = mid;
-            } else {
-                h = mid;
-            }
+    Ok(Some((lo, hi)))
+}
+
+/// Bisects between `l` (fits) and `h` (does not), then confirms the answer with a second run,
+/// stepping down until one confirms → (the answer, 0 when none confirmed; the first size that did
+/// not fit); `None` when interrupted.
+fn bisect_and_confirm(
+    t: &mut Trials,
+    mut l: usize,
+    mut h: usize,
+) -> anyhow::Result<Option<(usize, usize)>> {
+    while h - l > 1 {
+        let mid = l + (h - l) / 2;
+        let Some(fits) = t.run(mid)? else {
+            return Ok(None);
+        };
+        if fits {
+            l = mid;
+        } else {
+            h = mid;
         }
-        // Near the limit an outcome can vary by a size (allocator and thread timing): confirm the
-        // answer with a second run, stepping down until one confirms.
-        loop {
-            let Some(fits) = trial(l, &mut trials)? else {
-                return Ok(None);
-            };
-            if fits {
-                break;
-            }
-            h = l;
-            l -= 1;
-            if l == 0 {
-                break;
-            }
-        }
-        lo = (l > 0).then_some(l);
-        hi = Some(h);
     }
-    let best = lo.and_then(|l| {
-        trials
-            .iter()
-            .find(|r| r.status == Status::Ok && size_of(&r.spec, a.vary) == l)
-    });
-    let summary = best.and_then(|r| r.summary.clone());
-    let rss = summary.as_ref().and_then(|s| s.rss_peak_bytes);
-    let result = FitResult {
-        vary: vary_name,
-        max_batch: (a.vary == Vary::Batch).then_some(lo.unwrap_or(0)),
-        max_seq: (a.vary == Vary::Seq).then_some(lo.unwrap_or(0)),
-        first_oom: hi,
-        memory_limit_bytes: limit,
-        enforcement: enforcement.describe(Some(limit)),
-        heap_peak_bytes: summary.as_ref().map(|s| s.heap_peak_bytes),
-        rss_peak_bytes: rss,
-        headroom_bytes: rss.map(|r| limit as i64 - r as i64),
-        estimated_start: start,
-        trials,
-    };
-    Ok(Some(result))
+    // Near the limit an outcome can vary by a size (allocator and thread timing): confirm the
+    // answer with a second run, stepping down until one confirms.
+    loop {
+        let Some(fits) = t.run(l)? else {
+            return Ok(None);
+        };
+        if fits {
+            break;
+        }
+        h = l;
+        l -= 1;
+        if l == 0 {
+            break;
+        }
+    }
+    Ok(Some((l, h)))
 }
 
 /// The largest size up to `cap` whose estimated heap peak is within `limit` (1 when even size

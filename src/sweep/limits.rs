@@ -44,29 +44,6 @@ pub fn parse_timeout(text: &str) -> anyhow::Result<Duration> {
 /// What holds a CUDA run of the torch engine to `--memory-limit`: the GPU's memory, not the host's.
 pub const GPU_CAP: &str = "torch.cuda.set_per_process_memory_fraction (GPU memory)";
 
-/// A CUDA run of the torch engine under `--memory-limit`: the Spec with the cap on PyTorch's
-/// caching allocator (a smaller card simulated on a larger one), the options without a host
-/// budget, and the limit. None for every other run.
-pub fn gpu_capped(
-    spec: &crate::spec::Spec,
-    opts: &crate::sweep::spawn::RunOptions,
-) -> Option<(crate::spec::Spec, crate::sweep::spawn::RunOptions, u64)> {
-    let limit = opts.memory_limit?;
-    if !spec.torch.as_ref().is_some_and(|t| t.is_cuda()) {
-        return None;
-    }
-    let mut s = spec.clone();
-    if let Some(t) = s.torch.as_mut() {
-        t.gpu_memory_limit_bytes = Some(limit);
-    }
-    let o = crate::sweep::spawn::RunOptions {
-        memory_limit: None,
-        enforcement: Enforcement::None,
-        ..opts.clone()
-    };
-    Some((s, o, limit))
-}
-
 /// How the per-worker memory budget is enforced.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Enforcement {

@@ -8,7 +8,7 @@ use crate::spec::Spec;
 use crate::sweep::interrupt::INTERRUPTED;
 use crate::sweep::plan::{skip_reason, Point};
 use crate::sweep::progress::SweepProgress;
-use crate::sweep::spawn::{run_worker, Live, RunOptions};
+use crate::sweep::spawn::{run_worker, RunOptions, WorkerProgress};
 use anyhow::Context;
 use std::path::Path;
 use std::sync::atomic::Ordering;
@@ -29,7 +29,7 @@ pub fn run_planned(
     mut jsonl: Option<(JsonlStream, &Path)>,
     progress: &SweepProgress,
 ) -> anyhow::Result<SweepOutcome> {
-    let live = Live::default();
+    let live = WorkerProgress::default();
     let mut rows: Vec<Row> = Vec::new();
     let mut ooms: Vec<Point> = Vec::new();
     let mut interrupted = false;

@@ -2,7 +2,7 @@
 //! finished configuration.
 
 use crate::record::sweep_row::Row;
-use crate::sweep::spawn::Live;
+use crate::sweep::spawn::WorkerProgress;
 use indicatif::{ProgressBar, ProgressStyle};
 use std::io::IsTerminal;
 use std::sync::atomic::Ordering;
@@ -35,7 +35,7 @@ impl SweepProgress {
         }
     }
 
-    pub fn current(&self, label: &str, live: &Live) {
+    pub fn current(&self, label: &str, live: &WorkerProgress) {
         if let Some(b) = &self.bar {
             let (d, t) = (
                 live.done.load(Ordering::Relaxed),

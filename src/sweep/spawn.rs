@@ -14,7 +14,7 @@
 use crate::record::sweep_row::{Row, RowSummary, Status};
 use crate::record::StepMemory;
 use crate::spec::Spec;
-use crate::sweep::classify::{classify, signal_name, Outcome};
+use crate::sweep::classify::{classify, signal_name, WorkerExit};
 use crate::sweep::limits::{cgroup_oom_kills, make_cgroup, Enforcement, GRACE, POLL};
 use std::collections::VecDeque;
 use std::ffi::CString;
@@ -51,9 +51,9 @@ pub struct RunOptions {
     pub trace_dir: Option<PathBuf>,
 }
 
-/// Live view of a running worker, for progress display.
+/// What a running worker has done so far (its pid, steps done of total), for progress display.
 #[derive(Debug, Default)]
-pub struct Live {
+pub struct WorkerProgress {
     pub pid: AtomicUsize,
     pub done: AtomicUsize,
     pub total: AtomicUsize,
@@ -75,10 +75,10 @@ pub fn run_worker(
     index: usize,
     opts: &RunOptions,
     interrupted: &AtomicBool,
-    live: &Live,
-    mut tick: impl FnMut(),
+    live: &WorkerProgress,
+    tick: impl FnMut(),
 ) -> anyhow::Result<Option<Row>> {
-    if let Some((s, o, limit)) = crate::sweep::limits::gpu_capped(spec, opts) {
+    if let Some((s, o, limit)) = gpu_capped(spec, opts) {
         let row = run_worker(&s, index, &o, interrupted, live, tick)?;
         return Ok(row.map(|mut r| {
             r.memory_limit_bytes = Some(limit);
@@ -90,6 +90,150 @@ pub fn run_worker(
     let series_path = opts.scratch.join(format!("series-{index}.jsonl"));
     let _ = std::fs::remove_file(&out);
     let _ = std::fs::remove_file(&series_path);
+    let (mut cmd, exe, cgroup) = worker_command(opts, index, &out, &series_path)?;
+
+    let started = Instant::now();
+    let mut child = cmd
+        .spawn()
+        .map_err(|e| anyhow::anyhow!("starting a worker process ({}): {e}", exe.display()))?;
+    let pid = child.id();
+    live.pid.store(pid as usize, Ordering::Relaxed);
+    live.done.store(0, Ordering::Relaxed);
+    live.total
+        .store(spec.warmup + spec.steps, Ordering::Relaxed);
+
+    if let Some(mut stdin) = child.stdin.take() {
+        let json = serde_json::to_string(spec)?;
+        let _ = stdin.write_all(json.as_bytes()); // a worker dead on arrival is classified below
+    }
+    let stderr = StderrCapture::default();
+    let err_thread = child.stderr.take().map(|e| stderr.read(e));
+    let (progress_tx, progress_rx) = mpsc::channel::<(usize, usize)>();
+    let out_thread = child.stdout.take().map(|o| read_progress(o, progress_tx));
+    let (exit_tx, exit_rx) = mpsc::channel::<std::io::Result<ExitStatus>>();
+    let waiter = std::thread::spawn(move || {
+        let _ = exit_tx.send(child.wait());
+    });
+
+    let running = Running {
+        pid,
+        started,
+        opts,
+        interrupted,
+        live,
+    };
+    let (status, mut watch) = running.watch(&exit_rx, &progress_rx, tick)?;
+    // No process of the group survives its leader (the worker starts none; be sure anyway).
+    kill_group(pid, libc::SIGKILL);
+    let wall_seconds = started.elapsed().as_secs_f64();
+    let _ = waiter.join();
+    if let Some(t) = out_thread {
+        let _ = t.join();
+    }
+    if let Some(t) = err_thread {
+        let _ = t.join();
+    }
+    if let Some(dir) = &cgroup {
+        watch.cgroup_oom_kills = cgroup_oom_kills(dir);
+        let _ = std::fs::remove_dir(dir);
+    }
+    if watch.interrupted {
+        return Ok(None);
+    }
+    let last_stderr: Vec<String> = stderr
+        .tail
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .iter()
+        .cloned()
+        .collect();
+    let series = read_series(&series_path);
+    let record = crate::capped::read_capped_string(&out, crate::capped::MAX_RESULT_FILE, "Record")
+        .ok()
+        .and_then(|t| serde_json::from_str::<crate::record::Record>(&t).ok());
+    let _ = std::fs::remove_file(&series_path);
+    let _ = std::fs::remove_file(&out);
+
+    let mut evidence: Vec<String> = stderr.key.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    evidence.extend(last_stderr.iter().cloned());
+    let outcome = WorkerExit {
+        exit_code: status.code(),
+        signal: status.signal(),
+        stderr: &evidence,
+        watchdog_pss: watch.watchdog_pss,
+        cgroup_oom_kills: watch.cgroup_oom_kills,
+        timed_out: watch.timed_out,
+        has_record: record.is_some(),
+        memory_limit: opts.memory_limit,
+        timeout: opts.timeout,
+    };
+    let (status_, reason) = classify(&outcome);
+    let (summary, series) = match (&record, status_) {
+        (Some(r), Status::Ok) => (Some(RowSummary::from_record(r)), r.memory.series.clone()),
+        _ => (None, series),
+    };
+    let trace = match (&record, status_, &opts.trace_dir) {
+        (Some(r), Status::Ok, Some(dir)) => Some(write_trace(dir, index, r)?),
+        _ => None,
+    };
+    Ok(Some(Row {
+        status: status_,
+        reason,
+        index,
+        spec: spec.clone(),
+        exit_code: status.code(),
+        signal: status.signal(),
+        signal_name: status.signal().map(signal_name),
+        last_stderr,
+        wall_seconds,
+        worker_pid: Some(pid),
+        memory_limit_bytes: opts.memory_limit,
+        enforcement: opts.enforcement.name().map(|n| {
+            if cgroup.is_none() && matches!(opts.enforcement, Enforcement::CgroupV2 { .. }) {
+                "RLIMIT_DATA + PSS watchdog (cgroup creation failed)".to_string()
+            } else {
+                n.to_string()
+            }
+        }),
+        summary,
+        series,
+        trace,
+        slurm: None,
+        torch_oom: crate::record::torch_oom::OomFacts::find(&evidence),
+    }))
+}
+
+/// A CUDA run of the torch engine under `--memory-limit`: the Spec with the cap on PyTorch's
+/// caching allocator (a smaller card simulated on a larger one), the options without a host
+/// budget, and the limit. None for every other run.
+pub fn gpu_capped(
+    spec: &crate::spec::Spec,
+    opts: &RunOptions,
+) -> Option<(crate::spec::Spec, RunOptions, u64)> {
+    let limit = opts.memory_limit?;
+    if !spec.torch.as_ref().is_some_and(|t| t.is_cuda()) {
+        return None;
+    }
+    let mut s = spec.clone();
+    if let Some(t) = s.torch.as_mut() {
+        t.gpu_memory_limit_bytes = Some(limit);
+    }
+    let o = RunOptions {
+        memory_limit: None,
+        enforcement: crate::sweep::limits::Enforcement::None,
+        ..opts.clone()
+    };
+    Some((s, o, limit))
+}
+
+/// The worker's command (this binary as `memscope worker`, in its own process group, its budget
+/// applied between fork and exec), the executable it names, and its cgroup when it has one.
+fn worker_command(
+    opts: &RunOptions,
+    index: usize,
+    out: &Path,
+    series_path: &Path,
+) -> anyhow::Result<(Command, PathBuf, Option<PathBuf>)> {
     // /proc/self/exe runs this very binary even when the file was replaced or deleted since
     // (a rebuild during a sweep): every worker runs the parent's code.
     let proc_exe = Path::new("/proc/self/exe");
@@ -101,9 +245,9 @@ pub fn run_worker(
     let mut cmd = Command::new(&exe);
     cmd.arg("worker")
         .arg("--out")
-        .arg(&out)
+        .arg(out)
         .arg("--series")
-        .arg(&series_path)
+        .arg(series_path)
         .arg("--index")
         .arg(index.to_string())
         .stdin(Stdio::piped())
@@ -113,12 +257,8 @@ pub fn run_worker(
 
     // cgroup v2: a child cgroup per worker, joined between fork and exec.
     let cgroup = match (&opts.enforcement, opts.memory_limit) {
-        (Enforcement::CgroupV2 { parent }, Some(limit)) => {
-            match make_cgroup(parent, index, limit) {
-                Ok(dir) => Some(dir),
-                Err(_) => None, // fall back to RLIMIT_DATA for this worker
-            }
-        }
+        // Where the cgroup cannot be made: RLIMIT_DATA for this worker.
+        (Enforcement::CgroupV2 { parent }, Some(limit)) => make_cgroup(parent, index, limit).ok(),
         _ => None,
     };
     let procs = cgroup
@@ -174,25 +314,20 @@ pub fn run_worker(
             Ok(())
         });
     }
+    Ok((cmd, exe, cgroup))
+}
 
-    let started = Instant::now();
-    let mut child = cmd
-        .spawn()
-        .map_err(|e| anyhow::anyhow!("starting a worker process ({}): {e}", exe.display()))?;
-    let pid = child.id();
-    live.pid.store(pid as usize, Ordering::Relaxed);
-    live.done.store(0, Ordering::Relaxed);
-    live.total
-        .store(spec.warmup + spec.steps, Ordering::Relaxed);
+/// The worker's stderr as its reader thread keeps it: the last lines, and the telling ones.
+#[derive(Default)]
+struct StderrCapture {
+    tail: Arc<Mutex<VecDeque<String>>>,
+    key: Arc<Mutex<Vec<String>>>,
+}
 
-    if let Some(mut stdin) = child.stdin.take() {
-        let json = serde_json::to_string(spec)?;
-        let _ = stdin.write_all(json.as_bytes()); // a worker dead on arrival is classified below
-    }
-    let stderr_tail: Arc<Mutex<VecDeque<String>>> = Arc::default();
-    let stderr_key: Arc<Mutex<Vec<String>>> = Arc::default();
-    let err_thread = child.stderr.take().map(|e| {
-        let (tail, key) = (stderr_tail.clone(), stderr_key.clone());
+impl StderrCapture {
+    /// Reads `e` to its end on a thread of its own.
+    fn read(&self, e: std::process::ChildStderr) -> std::thread::JoinHandle<()> {
+        let (tail, key) = (self.tail.clone(), self.key.clone());
         std::thread::spawn(move || {
             // A backtrace can push the evidence out of the tail: keep the telling lines apart
             // (and the line after a panic's "panicked at", which holds its message).
@@ -214,141 +349,88 @@ pub fn run_worker(
                 t.push_back(line);
             }
         })
-    });
-    let (progress_tx, progress_rx) = mpsc::channel::<(usize, usize)>();
-    let out_thread = child.stdout.take().map(|o| {
-        std::thread::spawn(move || {
-            for line in BufReader::new(o).lines() {
-                let Ok(line) = line else { break };
-                if let Ok(crate::sweep::worker::Event::Step { done, total }) =
-                    serde_json::from_str(&line)
-                {
-                    let _ = progress_tx.send((done, total));
-                }
-            }
-        })
-    });
-    let (exit_tx, exit_rx) = mpsc::channel::<std::io::Result<ExitStatus>>();
-    let waiter = std::thread::spawn(move || {
-        let _ = exit_tx.send(child.wait());
-    });
+    }
+}
 
-    let mut watch = Watch::default();
-    let mut term_sent: Option<Instant> = None;
-    let status = loop {
-        match exit_rx.recv_timeout(POLL) {
-            Ok(s) => break s?,
-            Err(mpsc::RecvTimeoutError::Timeout) => {}
-            Err(mpsc::RecvTimeoutError::Disconnected) => anyhow::bail!("worker waiter vanished"),
-        }
-        while let Ok((done, total)) = progress_rx.try_recv() {
-            live.done.store(done, Ordering::Relaxed);
-            live.total.store(total, Ordering::Relaxed);
-        }
-        tick();
-        if interrupted.load(Ordering::Relaxed) && !watch.interrupted {
-            watch.interrupted = true;
-            kill_group(pid, libc::SIGKILL);
-        }
-        if let (Some(limit), None) = (opts.memory_limit, watch.watchdog_pss) {
-            if let Some(pss) = crate::measure::procfs::tree_pss_bytes(pid as i32) {
-                if pss > limit {
-                    watch.watchdog_pss = Some(pss);
-                    kill_group(pid, libc::SIGKILL);
-                }
+/// Sends the worker's step events (done, total) from its stdout, on a thread of its own.
+fn read_progress(
+    o: std::process::ChildStdout,
+    progress_tx: mpsc::Sender<(usize, usize)>,
+) -> std::thread::JoinHandle<()> {
+    std::thread::spawn(move || {
+        for line in BufReader::new(o).lines() {
+            let Ok(line) = line else { break };
+            if let Ok(crate::sweep::worker::Event::Step { done, total }) =
+                serde_json::from_str(&line)
+            {
+                let _ = progress_tx.send((done, total));
             }
         }
-        if let Some(t) = opts.timeout {
-            match term_sent {
-                None if started.elapsed() > t => {
-                    watch.timed_out = true;
-                    term_sent = Some(Instant::now());
-                    kill_group(pid, libc::SIGTERM);
-                }
-                Some(at) if at.elapsed() > GRACE => {
-                    kill_group(pid, libc::SIGKILL);
-                }
-                _ => {}
-            }
-        }
-    };
-    // No process of the group survives its leader (the worker starts none; be sure anyway).
-    kill_group(pid, libc::SIGKILL);
-    let wall_seconds = started.elapsed().as_secs_f64();
-    let _ = waiter.join();
-    if let Some(t) = out_thread {
-        let _ = t.join();
-    }
-    if let Some(t) = err_thread {
-        let _ = t.join();
-    }
-    if let Some(dir) = &cgroup {
-        watch.cgroup_oom_kills = cgroup_oom_kills(dir);
-        let _ = std::fs::remove_dir(dir);
-    }
-    if watch.interrupted {
-        return Ok(None);
-    }
-    let last_stderr: Vec<String> = stderr_tail
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .iter()
-        .cloned()
-        .collect();
-    let series = read_series(&series_path);
-    let record = crate::capped::read_capped_string(&out, crate::capped::MAX_RESULT_FILE, "Record")
-        .ok()
-        .and_then(|t| serde_json::from_str::<crate::record::Record>(&t).ok());
-    let _ = std::fs::remove_file(&series_path);
-    let _ = std::fs::remove_file(&out);
+    })
+}
 
-    let mut evidence: Vec<String> = stderr_key.lock().unwrap_or_else(|p| p.into_inner()).clone();
-    evidence.extend(last_stderr.iter().cloned());
-    let outcome = Outcome {
-        exit_code: status.code(),
-        signal: status.signal(),
-        stderr: &evidence,
-        watchdog_pss: watch.watchdog_pss,
-        cgroup_oom_kills: watch.cgroup_oom_kills,
-        timed_out: watch.timed_out,
-        has_record: record.is_some(),
-        memory_limit: opts.memory_limit,
-        timeout: opts.timeout,
-    };
-    let (status_, reason) = classify(&outcome);
-    let (summary, series) = match (&record, status_) {
-        (Some(r), Status::Ok) => (Some(RowSummary::from_record(r)), r.memory.series.clone()),
-        _ => (None, series),
-    };
-    let trace = match (&record, status_, &opts.trace_dir) {
-        (Some(r), Status::Ok, Some(dir)) => Some(write_trace(dir, index, r)?),
-        _ => None,
-    };
-    Ok(Some(Row {
-        status: status_,
-        reason,
-        index,
-        spec: spec.clone(),
-        exit_code: status.code(),
-        signal: status.signal(),
-        signal_name: status.signal().map(signal_name),
-        last_stderr,
-        wall_seconds,
-        worker_pid: Some(pid),
-        memory_limit_bytes: opts.memory_limit,
-        enforcement: opts.enforcement.name().map(|n| {
-            if cgroup.is_none() && matches!(opts.enforcement, Enforcement::CgroupV2 { .. }) {
-                "RLIMIT_DATA + PSS watchdog (cgroup creation failed)".to_string()
-            } else {
-                n.to_string()
+/// A worker between its start and its exit.
+struct Running<'a> {
+    pid: u32,
+    started: Instant,
+    opts: &'a RunOptions,
+    interrupted: &'a AtomicBool,
+    live: &'a WorkerProgress,
+}
+
+impl Running<'_> {
+    /// Polls until the worker exits: its progress, the interruption, the PSS watchdog and the
+    /// timeout (SIGTERM, then SIGKILL after the grace period) → its exit status and the evidence.
+    fn watch(
+        &self,
+        exit_rx: &mpsc::Receiver<std::io::Result<ExitStatus>>,
+        progress_rx: &mpsc::Receiver<(usize, usize)>,
+        mut tick: impl FnMut(),
+    ) -> anyhow::Result<(ExitStatus, Watch)> {
+        let (pid, opts) = (self.pid, self.opts);
+        let mut watch = Watch::default();
+        let mut term_sent: Option<Instant> = None;
+        let status = loop {
+            match exit_rx.recv_timeout(POLL) {
+                Ok(s) => break s?,
+                Err(mpsc::RecvTimeoutError::Timeout) => {}
+                Err(mpsc::RecvTimeoutError::Disconnected) => {
+                    anyhow::bail!("worker waiter vanished")
+                }
             }
-        }),
-        summary,
-        series,
-        trace,
-        slurm: None,
-        torch_oom: crate::record::torch_oom::OomFacts::find(&evidence),
-    }))
+            while let Ok((done, total)) = progress_rx.try_recv() {
+                self.live.done.store(done, Ordering::Relaxed);
+                self.live.total.store(total, Ordering::Relaxed);
+            }
+            tick();
+            if self.interrupted.load(Ordering::Relaxed) && !watch.interrupted {
+                watch.interrupted = true;
+                kill_group(pid, libc::SIGKILL);
+            }
+            if let (Some(limit), None) = (opts.memory_limit, watch.watchdog_pss) {
+                if let Some(pss) = crate::measure::procfs::tree_pss_bytes(pid as i32) {
+                    if pss > limit {
+                        watch.watchdog_pss = Some(pss);
+                        kill_group(pid, libc::SIGKILL);
+                    }
+                }
+            }
+            if let Some(t) = opts.timeout {
+                match term_sent {
+                    None if self.started.elapsed() > t => {
+                        watch.timed_out = true;
+                        term_sent = Some(Instant::now());
+                        kill_group(pid, libc::SIGTERM);
+                    }
+                    Some(at) if at.elapsed() > GRACE => {
+                        kill_group(pid, libc::SIGKILL);
+                    }
+                    _ => {}
+                }
+            }
+        };
+        Ok((status, watch))
+    }
 }
 
 fn kill_group(pgid: u32, sig: i32) {

@@ -7,7 +7,7 @@
 
 use crate::record::optimize::Figures;
 use crate::record::sweep_row::{Row, RowSummary, Status};
-use crate::sweep::variants::{describe, Outcome};
+use crate::sweep::variants::{describe, VariantOutcome};
 
 fn pct(new: f64, base: f64) -> Option<f64> {
     (base > 0.0).then(|| (new - base) / base * 100.0)
@@ -21,7 +21,7 @@ fn ok(r: &Row) -> Option<&RowSummary> {
 
 /// The outcomes at one sequence length (the baseline first) → figures ranked by heap peak,
 /// lowest first; runs that did not finish last.
-pub fn figures(outcomes: &[Outcome]) -> Vec<Figures> {
+pub fn figures(outcomes: &[VariantOutcome]) -> Vec<Figures> {
     let base = outcomes.first().and_then(|o| ok(&o.row));
     // When the baseline did not run (refused, out of memory), peaks are set against its estimate.
     let base_est = outcomes

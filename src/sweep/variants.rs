@@ -10,7 +10,7 @@ use crate::sweep::interrupt::{install_interrupt_handler, INTERRUPTED};
 use crate::sweep::largest::{search, FitRequest, Vary};
 use crate::sweep::limits::Enforcement;
 use crate::sweep::scratch::Scratch;
-use crate::sweep::spawn::{run_worker, Live, RunOptions};
+use crate::sweep::spawn::{run_worker, RunOptions, WorkerProgress};
 use std::time::Duration;
 
 /// One variant of the workload.
@@ -121,7 +121,7 @@ fn torch_candidates(base: &Spec) -> Vec<Candidate> {
 
 /// A variant's outcome: its worker's row, and the largest batch it fits when asked.
 #[derive(Clone, Debug)]
-pub struct Outcome {
+pub struct VariantOutcome {
     pub name: &'static str,
     pub row: Row,
     /// With a memory budget: the largest batch that ran within it (0: not even batch 1).
@@ -141,7 +141,7 @@ pub struct Options {
 
 /// Runs every candidate (then, with a budget, its fit search) → the outcomes in candidate
 /// order; `None` when SIGINT/SIGTERM stopped it.
-pub fn run(cands: &[Candidate], o: &Options) -> anyhow::Result<Option<Vec<Outcome>>> {
+pub fn run(cands: &[Candidate], o: &Options) -> anyhow::Result<Option<Vec<VariantOutcome>>> {
     let scratch = Scratch::new()?;
     let opts = RunOptions {
         memory_limit: o.memory_limit,
@@ -151,7 +151,7 @@ pub fn run(cands: &[Candidate], o: &Options) -> anyhow::Result<Option<Vec<Outcom
         trace_dir: None,
     };
     install_interrupt_handler();
-    let live = Live::default();
+    let live = WorkerProgress::default();
     let mut out = Vec::with_capacity(cands.len());
     for (i, c) in cands.iter().enumerate() {
         if !o.quiet {
@@ -183,7 +183,7 @@ pub fn run(cands: &[Candidate], o: &Options) -> anyhow::Result<Option<Vec<Outcom
             _ => None,
         };
         let req = crate::estimate::Request::for_spec(&c.spec);
-        out.push(Outcome {
+        out.push(VariantOutcome {
             name: c.name,
             row,
             max_batch,

@@ -12,10 +12,12 @@ use crate::record::watch::TreeSample;
 use crate::watch::gpu;
 use crate::watch::passthrough::{relay, Console, Relay, Stream};
 use crate::watch::sample::Sampler;
-use crate::watch::status::{Live, StatusLine};
+use crate::watch::status::{StatusLine, TreeSoFar};
 use crate::watch::steps::{Patterns, StepLog};
-use std::sync::mpsc::{channel, RecvTimeoutError};
+use std::process::ExitStatus;
+use std::sync::mpsc::{channel, Receiver, RecvTimeoutError, Sender};
 use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 /// What to watch.
@@ -63,47 +65,16 @@ pub fn watch(mut cfg: WatchConfig) -> anyhow::Result<WatchResult> {
     child::catch_signals();
     let log = Arc::new(Mutex::new(StepLog::default()));
     let console = Arc::new(Console::default());
-    let patterns = Arc::new(cfg.patterns.clone());
     let (wake_tx, wake_rx) = channel::<()>();
     let (exit_tx, exit_rx) = channel();
-    let mut relays = Vec::new();
-    let root = match &cfg.target {
-        Target::Pid(pid) => {
-            anyhow::ensure!(
-                alive(*pid),
-                "--pid {pid}: no such process (or it has exited)"
-            );
-            *pid
-        }
-        Target::Command(argv) => {
-            let mut c = child::spawn(argv)?;
-            let pid = c.id();
-            let outs: [(Stream, Box<dyn std::io::Read + Send>); 2] = [
-                (Stream::Stdout, Box::new(c.stdout.take().expect("piped"))),
-                (Stream::Stderr, Box::new(c.stderr.take().expect("piped"))),
-            ];
-            for (stream, from) in outs {
-                let r = Relay {
-                    stream,
-                    patterns: patterns.clone(),
-                    log: log.clone(),
-                    console: console.clone(),
-                    wake: wake_tx.clone(),
-                    start,
-                };
-                relays.push(std::thread::spawn(move || relay(from, r)));
-            }
-            let wake = wake_tx.clone();
-            std::thread::spawn(move || {
-                let st = c.wait();
-                let _ = exit_tx.send(st);
-                let _ = wake.send(());
-            });
-            pid
-        }
+    let shared = Shared {
+        start,
+        patterns: Arc::new(cfg.patterns.clone()),
+        log: log.clone(),
+        console: console.clone(),
     };
-    drop(wake_tx);
-    let live = Arc::new(Mutex::new(Live::default()));
+    let (root, relays) = start_target(&cfg.target, &shared, wake_tx, exit_tx)?;
+    let live = Arc::new(Mutex::new(TreeSoFar::default()));
     let status = cfg
         .status
         .then(|| StatusLine::start(live.clone(), console.clone()));
@@ -160,35 +131,120 @@ pub fn watch(mut cfg: WatchConfig) -> anyhow::Result<WatchResult> {
         if matches!(cfg.target, Target::Pid(p) if !alive(p)) {
             break;
         }
-        // Wait for the next tick; a step marker or the child's exit wakes the loop early. Signals
-        // are checked every 50 ms at most.
-        let next = start
-            + cfg
-                .interval
-                .mul_f64(((t / cfg.interval.as_secs_f64()).floor()) + 1.0);
-        loop {
-            let now = Instant::now();
-            if now >= next {
-                break;
-            }
-            match wake_rx.recv_timeout((next - now).min(Duration::from_millis(50))) {
-                Ok(()) => break,
-                Err(RecvTimeoutError::Timeout) => {
-                    if child::take_signal_peek() {
-                        break;
-                    }
-                }
-                Err(RecvTimeoutError::Disconnected) => {
-                    std::thread::sleep((next - now).min(Duration::from_millis(50)))
-                }
-            }
-        }
+        wait_for_next_tick(start, cfg.interval, t, &wake_rx);
     }
     if let Some(s) = status {
         s.stop();
     }
-    // The relays end when every holder of the pipes has closed them; a daemon grandchild may keep
-    // them open, so wait a little, then leave them.
+    leave_relays(relays, &mut notes);
+    let exit = match exit_status {
+        Some(Ok(st)) => Some(ChildExit::from_status(st, &oom_before, killed_by_watch)),
+        Some(Err(e)) => {
+            notes.push(format!("could not wait for the command: {e}"));
+            None
+        }
+        None => None,
+    };
+    if let Some(e) = &jsonl_error {
+        notes.push(format!("--jsonl: writing failed: {e}"));
+    }
+    notes.extend(sampler_notes(&sampler, cfg.smaps_every_sample));
+    let log = std::mem::take(&mut *log.lock().unwrap_or_else(|e| e.into_inner()));
+    Ok(WatchResult {
+        samples,
+        log,
+        exit,
+        interrupted,
+        gpu: gpu_status,
+        notes,
+        root_pid: root,
+        duration_s: start.elapsed().as_secs_f64(),
+        watcher_cpu_s: own_cpu_seconds(),
+        jsonl_error,
+    })
+}
+
+/// What the output relays share with the sampling loop.
+struct Shared {
+    start: Instant,
+    patterns: Arc<Patterns>,
+    log: Arc<Mutex<StepLog>>,
+    console: Arc<Console>,
+}
+
+/// Attaches to `--pid`, or starts the command with a relay thread per output stream and a thread
+/// that sends its exit (and wakes the loop) → the root pid and the relays.
+fn start_target(
+    target: &Target,
+    shared: &Shared,
+    wake_tx: Sender<()>,
+    exit_tx: Sender<std::io::Result<ExitStatus>>,
+) -> anyhow::Result<(u32, Vec<JoinHandle<()>>)> {
+    let mut relays = Vec::new();
+    let root = match target {
+        Target::Pid(pid) => {
+            anyhow::ensure!(
+                alive(*pid),
+                "--pid {pid}: no such process (or it has exited)"
+            );
+            *pid
+        }
+        Target::Command(argv) => {
+            let mut c = child::spawn(argv)?;
+            let pid = c.id();
+            let outs: [(Stream, Box<dyn std::io::Read + Send>); 2] = [
+                (Stream::Stdout, Box::new(c.stdout.take().expect("piped"))),
+                (Stream::Stderr, Box::new(c.stderr.take().expect("piped"))),
+            ];
+            for (stream, from) in outs {
+                let r = Relay {
+                    stream,
+                    patterns: shared.patterns.clone(),
+                    log: shared.log.clone(),
+                    console: shared.console.clone(),
+                    wake: wake_tx.clone(),
+                    start: shared.start,
+                };
+                relays.push(std::thread::spawn(move || relay(from, r)));
+            }
+            let wake = wake_tx.clone();
+            std::thread::spawn(move || {
+                let st = c.wait();
+                let _ = exit_tx.send(st);
+                let _ = wake.send(());
+            });
+            pid
+        }
+    };
+    Ok((root, relays))
+}
+
+/// Waits for the next tick after `t` seconds; a step marker or the child's exit wakes the loop
+/// early. Signals are checked every 50 ms at most.
+fn wait_for_next_tick(start: Instant, interval: Duration, t: f64, wake_rx: &Receiver<()>) {
+    let next = start + interval.mul_f64(((t / interval.as_secs_f64()).floor()) + 1.0);
+    loop {
+        let now = Instant::now();
+        if now >= next {
+            break;
+        }
+        match wake_rx.recv_timeout((next - now).min(Duration::from_millis(50))) {
+            Ok(()) => break,
+            Err(RecvTimeoutError::Timeout) => {
+                if child::take_signal_peek() {
+                    break;
+                }
+            }
+            Err(RecvTimeoutError::Disconnected) => {
+                std::thread::sleep((next - now).min(Duration::from_millis(50)))
+            }
+        }
+    }
+}
+
+/// The relays end when every holder of the pipes has closed them; a daemon grandchild may keep
+/// them open, so wait a little, then leave them (with a note).
+fn leave_relays(relays: Vec<JoinHandle<()>>, notes: &mut Vec<String>) {
     let deadline = Instant::now() + Duration::from_secs(2);
     for r in relays {
         while !r.is_finished() && Instant::now() < deadline {
@@ -203,20 +259,15 @@ pub fn watch(mut cfg: WatchConfig) -> anyhow::Result<WatchResult> {
             );
         }
     }
-    let exit = match exit_status {
-        Some(Ok(st)) => Some(ChildExit::from_status(st, &oom_before, killed_by_watch)),
-        Some(Err(e)) => {
-            notes.push(format!("could not wait for the command: {e}"));
-            None
-        }
-        None => None,
-    };
-    if let Some(e) = &jsonl_error {
-        notes.push(format!("--jsonl: writing failed: {e}"));
-    }
+}
+
+/// How the sampler read PSS/USS: the smaps_rollup reads and their cost, and the processes whose
+/// smaps_rollup could not be read.
+fn sampler_notes(sampler: &Sampler, every_sample: bool) -> Vec<String> {
+    let mut notes = Vec::new();
     if sampler.smaps_reads > 0 {
         let avg_ms = sampler.smaps_cost_s / sampler.smaps_reads as f64 * 1e3;
-        notes.push(if cfg.smaps_every_sample {
+        notes.push(if every_sample {
             format!("PSS/USS/swap read from smaps_rollup every sample ({} reads, {avg_ms:.2} ms each)", sampler.smaps_reads)
         } else {
             format!(
@@ -231,19 +282,7 @@ pub fn watch(mut cfg: WatchConfig) -> anyhow::Result<WatchResult> {
             "PSS and USS of {comm} (pid {pid}) are its RSS: /proc/{pid}/smaps_rollup is unreadable"
         ));
     }
-    let log = std::mem::take(&mut *log.lock().unwrap_or_else(|e| e.into_inner()));
-    Ok(WatchResult {
-        samples,
-        log,
-        exit,
-        interrupted,
-        gpu: gpu_status,
-        notes,
-        root_pid: root,
-        duration_s: start.elapsed().as_secs_f64(),
-        watcher_cpu_s: own_cpu_seconds(),
-        jsonl_error,
-    })
+    notes
 }
 
 /// The process exists and is not a zombie.

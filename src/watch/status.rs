@@ -14,9 +14,10 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-/// What the status line shows, updated by the sampling loop (a push is a few assignments).
+/// The watched tree so far: what the status line shows, updated by the sampling loop (a push is
+/// a few assignments).
 #[derive(Debug, Default)]
-pub struct Live {
+pub struct TreeSoFar {
     pub rss: u64,
     pub peak: u64,
     pub step: Option<u64>,
@@ -26,7 +27,7 @@ pub struct Live {
     pub values: Vec<f64>,
 }
 
-impl Live {
+impl TreeSoFar {
     pub fn push(&mut self, s: &TreeSample) {
         self.rss = s.total.rss_bytes;
         self.peak = self.peak.max(s.total.rss_bytes);
@@ -43,7 +44,7 @@ pub struct StatusLine {
 }
 
 impl StatusLine {
-    pub fn start(live: Arc<Mutex<Live>>, console: Arc<Console>) -> StatusLine {
+    pub fn start(live: Arc<Mutex<TreeSoFar>>, console: Arc<Console>) -> StatusLine {
         let stop = Arc::new(AtomicBool::new(false));
         let s = stop.clone();
         let handle = std::thread::spawn(move || {
@@ -89,7 +90,7 @@ impl StatusLine {
     }
 }
 
-fn line(l: &Live) -> String {
+fn line(l: &TreeSoFar) -> String {
     let slope = match (
         l.times.first(),
         l.times.last(),

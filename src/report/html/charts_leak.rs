@@ -7,7 +7,7 @@
 use super::svg::{color, draw_svg, esc, figure, padded, DrawResult, GREY, MIB, RED};
 use crate::analysis::leak::analyze;
 use crate::analysis::record_series::{series, steps_per_hour};
-use crate::analysis::stats::median;
+use crate::quantile::median;
 use crate::record::leak::{LeakParams, LeakReport};
 use crate::record::Record;
 use crate::units::fmt_bytes;

@@ -3,7 +3,7 @@
 //! seen, not summarised away. Several Records of one phase share the axis.
 
 use super::svg::{color, draw_svg, esc, figure, jitter, legend, padded, DrawResult};
-use crate::analysis::stats::percentile;
+use crate::quantile::percentile;
 use crate::record::Record;
 use crate::units::ms;
 use plotters::prelude::*;

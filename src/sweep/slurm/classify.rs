@@ -12,7 +12,7 @@
 //!   exit code.
 
 use crate::record::sweep_row::Status;
-use crate::sweep::classify::{classify as classify_exit, Outcome};
+use crate::sweep::classify::{classify as classify_exit, WorkerExit};
 /// Lines slurmstepd writes when it kills a task for memory.
 pub const OOM_EVIDENCE: [&str; 4] = [
     "Exceeded job memory limit",
@@ -70,7 +70,7 @@ pub fn classify(t: &TaskEnd) -> (Status, Option<String>) {
         ),
         "FAILED" => {
             let (code, sig) = split_exit(t.exit_code);
-            let outcome = Outcome {
+            let outcome = WorkerExit {
                 exit_code: if sig.unwrap_or(0) == 0 { code } else { None },
                 signal: sig.filter(|s| *s != 0),
                 stderr: t.stderr,

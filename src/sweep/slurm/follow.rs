@@ -43,7 +43,7 @@ pub fn follow(
     dir: &WorkDir,
     meta: &PlanMeta,
     specs: &[Spec],
-    mut jsonl: Option<(JsonlStream, &Path)>,
+    jsonl: Option<(JsonlStream, &Path)>,
     in_jsonl: &BTreeSet<usize>,
     progress: &SweepProgress,
     opts: &FollowOptions,
@@ -53,146 +53,217 @@ pub fn follow(
         .clone()
         .context("the plan in --work-dir was never submitted (no job id in plan.json)")?;
     let n = meta.points.len();
-    let mut rows: BTreeMap<usize, Row> = BTreeMap::new();
-    let mut accounting = true;
-    let mut sstat_rss: BTreeMap<usize, u64> = BTreeMap::new();
-    let mut missing: BTreeMap<usize, u32> = BTreeMap::new();
-    let mut last_counts = (usize::MAX, usize::MAX);
-    let mut emit = |row: Row, rows: &mut BTreeMap<usize, Row>| -> anyhow::Result<()> {
-        if !dir.row(row.index).exists() {
-            write_json(&dir.row(row.index), &row)?;
-        }
-        if !in_jsonl.contains(&row.index) {
-            if let Some((w, path)) = jsonl.as_mut() {
-                w.write_line(&row.to_jsonl_line()?)
-                    .with_context(|| format!("--jsonl {}", path.display()))?;
-            }
-        }
-        progress.finished(&row);
-        rows.insert(row.index, row);
-        Ok(())
+    let mut f = Follower {
+        dir,
+        meta,
+        specs,
+        jsonl,
+        in_jsonl,
+        progress,
+        job,
+        rows: BTreeMap::new(),
+        accounting: true,
+        sstat_rss: BTreeMap::new(),
+        missing: BTreeMap::new(),
     };
+    let mut last_counts = (usize::MAX, usize::MAX);
     // Rows decided by an earlier follower.
     for i in 0..n {
         if let Some(row) = read_json::<Row>(&dir.row(i)) {
-            emit(row, &mut rows)?;
+            f.emit(row)?;
         }
     }
     loop {
-        if rows.len() == n {
+        if f.rows.len() == n {
             break;
         }
         if INTERRUPTED.load(Ordering::SeqCst) {
-            on_interrupt(dir, &job, opts.cancel_on_interrupt)?;
+            on_interrupt(dir, &f.job, opts.cancel_on_interrupt)?;
             return Ok(SweepOutcome {
-                rows: rows.into_values().collect(),
+                rows: f.rows.into_values().collect(),
                 interrupted: true,
             });
         }
         let started = Instant::now();
-        let queued: BTreeMap<usize, TaskState> = query::squeue(&job)
+        let queued: BTreeMap<usize, TaskState> = query::squeue(&f.job)
             .into_iter()
             .map(|t| (t.index, t))
             .collect();
-        let ended: BTreeMap<usize, TaskState> = ended_tasks(&job, &mut accounting)?;
-        if !accounting {
-            let running: Vec<(usize, String)> = queued
-                .values()
-                .filter(|t| t.state == "RUNNING")
-                .filter_map(|t| t.raw_job_id.clone().map(|r| (t.index, r)))
-                .collect();
-            let ids: Vec<String> = running.iter().map(|(_, r)| r.clone()).collect();
-            let by_raw = query::sstat(&ids);
-            for (i, raw) in running {
-                if let Some(b) = by_raw.get(&raw) {
-                    let e = sstat_rss.entry(i).or_insert(0);
-                    *e = (*e).max(*b);
-                }
+        let ended: BTreeMap<usize, TaskState> = ended_tasks(&f.job, &mut f.accounting)?;
+        if !f.accounting {
+            f.sample_sstat(&queued);
+        }
+        let ooms = f.rows_for_ended(&queued, &ended)?;
+        if !meta.no_skip && !ooms.is_empty() {
+            f.skip_larger(&queued, &ooms)?;
+        }
+        let running = queued
+            .iter()
+            .filter(|(i, q)| q.state == "RUNNING" && !f.rows.contains_key(i))
+            .count();
+        let queued_n = n - f.rows.len() - running;
+        if (queued_n, running) != last_counts {
+            last_counts = (queued_n, running);
+            progress.status(&format!(
+                "job {}: {queued_n} queued · {running} running · {} done",
+                f.job,
+                f.rows.len()
+            ));
+        }
+        if f.rows.len() < n {
+            sleep_interruptibly(opts.poll.saturating_sub(started.elapsed()));
+        }
+    }
+    Ok(SweepOutcome {
+        rows: f.rows.into_values().collect(),
+        interrupted: false,
+    })
+}
+
+/// One follow of one array: where its rows go, and what it knows so far.
+struct Follower<'a> {
+    dir: &'a WorkDir,
+    meta: &'a PlanMeta,
+    specs: &'a [Spec],
+    jsonl: Option<(JsonlStream, &'a Path)>,
+    in_jsonl: &'a BTreeSet<usize>,
+    progress: &'a SweepProgress,
+    job: String,
+    rows: BTreeMap<usize, Row>,
+    /// The cluster has an accounting database (sacct); false at its first refusal.
+    accounting: bool,
+    /// Without accounting: the largest RSS sstat showed for each running task.
+    sstat_rss: BTreeMap<usize, u64>,
+    /// Polls each task has been missing from every source.
+    missing: BTreeMap<usize, u32>,
+}
+
+impl Follower<'_> {
+    /// A decided row: saved in the work directory (once), appended to the JSONL (once), shown.
+    fn emit(&mut self, row: Row) -> anyhow::Result<()> {
+        if !self.dir.row(row.index).exists() {
+            write_json(&self.dir.row(row.index), &row)?;
+        }
+        if !self.in_jsonl.contains(&row.index) {
+            if let Some((w, path)) = self.jsonl.as_mut() {
+                w.write_line(&row.to_jsonl_line()?)
+                    .with_context(|| format!("--jsonl {}", path.display()))?;
             }
         }
-        // Rows for the tasks that ended, in index order.
-        let mut ooms: Vec<Point> = oom_points(meta, &rows);
+        self.progress.finished(&row);
+        self.rows.insert(row.index, row);
+        Ok(())
+    }
+
+    /// Without accounting, the running tasks' RSS from sstat (the largest seen is kept).
+    fn sample_sstat(&mut self, queued: &BTreeMap<usize, TaskState>) {
+        let running: Vec<(usize, String)> = queued
+            .values()
+            .filter(|t| t.state == "RUNNING")
+            .filter_map(|t| t.raw_job_id.clone().map(|r| (t.index, r)))
+            .collect();
+        let ids: Vec<String> = running.iter().map(|(_, r)| r.clone()).collect();
+        let by_raw = query::sstat(&ids);
+        for (i, raw) in running {
+            if let Some(b) = by_raw.get(&raw) {
+                let e = self.sstat_rss.entry(i).or_insert(0);
+                *e = (*e).max(*b);
+            }
+        }
+    }
+
+    /// Rows for the tasks that ended, in index order → every point that ran out of memory.
+    fn rows_for_ended(
+        &mut self,
+        queued: &BTreeMap<usize, TaskState>,
+        ended: &BTreeMap<usize, TaskState>,
+    ) -> anyhow::Result<Vec<Point>> {
+        let (meta, n) = (self.meta, self.meta.points.len());
+        let mut ooms: Vec<Point> = oom_points(meta, &self.rows);
         for i in 0..n {
-            if rows.contains_key(&i) {
+            if self.rows.contains_key(&i) {
                 continue;
             }
-            let state = match (ended.get(&i), queued.get(&i)) {
-                (Some(t), _) if t.ended() => t.clone(),
-                (_, Some(q)) if !q.ended() => {
-                    missing.remove(&i);
-                    continue;
-                }
-                (_, Some(q)) => q.clone(),
-                (Some(t), None) => t.clone(),
-                (None, None) => {
-                    // Not in the queue and not (yet) in accounting: a task that just ended, or a
-                    // record slurmctld dropped. Call it lost after a few polls.
-                    let c = missing.entry(i).or_insert(0);
-                    *c += 1;
-                    if *c < LOST_AFTER {
-                        continue;
-                    }
-                    TaskState {
-                        index: i,
-                        state: "UNKNOWN".into(),
-                        ..TaskState::default()
-                    }
-                }
+            let Some(state) = self.ended_state(i, queued.get(&i), ended.get(&i)) else {
+                continue;
             };
             if !state.ended() && state.state != "UNKNOWN" {
                 continue;
             }
             let row = finished_row(
-                dir,
+                self.dir,
                 meta,
-                &job,
-                &specs[i],
+                &self.job,
+                &self.specs[i],
                 &state,
-                sstat_rss.get(&i).copied(),
+                self.sstat_rss.get(&i).copied(),
             );
             if row.status == Status::Oom {
                 ooms.push(meta.points[i].clone());
             }
-            emit(row, &mut rows)?;
+            self.emit(row)?;
         }
-        // The skip rule, for tasks that have not started.
-        if !meta.no_skip && !ooms.is_empty() {
-            let mut cancel = Vec::new();
-            for (i, p) in meta.points.iter().enumerate() {
-                let pending = queued.get(&i).is_some_and(|q| q.state == "PENDING");
-                if rows.contains_key(&i) || !pending || dir.read_start(i).is_some() {
-                    continue;
-                }
-                if let Some(reason) = skip_reason(&ooms, p) {
-                    cancel.push((i, reason));
-                }
-            }
-            let ids: Vec<String> = cancel.iter().map(|(i, _)| format!("{job}_{i}")).collect();
-            query::scancel(&ids)?;
-            for (i, reason) in cancel {
-                emit(skipped_row(&job, i, &specs[i], reason), &mut rows)?;
-            }
-        }
-        let running = queued
-            .iter()
-            .filter(|(i, q)| q.state == "RUNNING" && !rows.contains_key(i))
-            .count();
-        let queued_n = n - rows.len() - running;
-        if (queued_n, running) != last_counts {
-            last_counts = (queued_n, running);
-            progress.status(&format!(
-                "job {job}: {queued_n} queued · {running} running · {} done",
-                rows.len()
-            ));
-        }
-        if rows.len() < n {
-            sleep_interruptibly(opts.poll.saturating_sub(started.elapsed()));
-        }
+        Ok(ooms)
     }
-    Ok(SweepOutcome {
-        rows: rows.into_values().collect(),
-        interrupted: false,
-    })
+
+    /// Task `i`'s state from the queue and accounting; `None` while it is still queued or running,
+    /// or missing from both for fewer than [`LOST_AFTER`] polls (then it is `UNKNOWN`: lost).
+    fn ended_state(
+        &mut self,
+        i: usize,
+        queued: Option<&TaskState>,
+        ended: Option<&TaskState>,
+    ) -> Option<TaskState> {
+        Some(match (ended, queued) {
+            (Some(t), _) if t.ended() => t.clone(),
+            (_, Some(q)) if !q.ended() => {
+                self.missing.remove(&i);
+                return None;
+            }
+            (_, Some(q)) => q.clone(),
+            (Some(t), None) => t.clone(),
+            (None, None) => {
+                // Not in the queue and not (yet) in accounting: a task that just ended, or a
+                // record slurmctld dropped. Call it lost after a few polls.
+                let c = self.missing.entry(i).or_insert(0);
+                *c += 1;
+                if *c < LOST_AFTER {
+                    return None;
+                }
+                TaskState {
+                    index: i,
+                    state: "UNKNOWN".into(),
+                    ..TaskState::default()
+                }
+            }
+        })
+    }
+
+    /// The skip rule, for tasks that have not started: `scancel` those larger than one of `ooms`,
+    /// each a `skipped` row.
+    fn skip_larger(
+        &mut self,
+        queued: &BTreeMap<usize, TaskState>,
+        ooms: &[Point],
+    ) -> anyhow::Result<()> {
+        let mut cancel = Vec::new();
+        for (i, p) in self.meta.points.iter().enumerate() {
+            let pending = queued.get(&i).is_some_and(|q| q.state == "PENDING");
+            if self.rows.contains_key(&i) || !pending || self.dir.read_start(i).is_some() {
+                continue;
+            }
+            if let Some(reason) = skip_reason(ooms, p) {
+                cancel.push((i, reason));
+            }
+        }
+        let job = self.job.clone();
+        let ids: Vec<String> = cancel.iter().map(|(i, _)| format!("{job}_{i}")).collect();
+        query::scancel(&ids)?;
+        for (i, reason) in cancel {
+            self.emit(skipped_row(&job, i, &self.specs[i], reason))?;
+        }
+        Ok(())
+    }
 }
 
 /// Tasks that ended: from sacct while the cluster has an accounting database, else from

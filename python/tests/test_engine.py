@@ -93,6 +93,9 @@ def test_device_flags_are_checked(memscope_bin, tmp_path):
     p = run(memscope_bin, "bench", "--engine", "torch", "--device", "gpu0")
     assert p.returncode == 2
     assert "--device gpu0: use cpu, cuda or cuda:N" in p.stderr
+    p = run(memscope_bin, "roofline", "--engine", "torch", "--model", "tiny-gpt2")
+    assert p.returncode == 2
+    assert "roofline and profile time memscope's own ops" in p.stderr
     p = run(memscope_bin, "bench", "--fusion", "compile")
     assert p.returncode == 2
     assert "--fusion compile is torch.compile: it needs --engine torch" in p.stderr

@@ -136,6 +136,11 @@ pub fn run_profiled(
     let mut w = w.clone();
     w.warmup = Some(w.warmup.unwrap_or(1));
     w.steps = Some(w.steps.unwrap_or(3));
+    if w.variant.engine.engine == crate::spec::Engine::Torch {
+        anyhow::bail!(
+            "--engine torch: roofline and profile time memscope's own ops one by one, which PyTorch's kernels do not report; run them on memscope's engine, or time the torch engine's phases with `bench --engine torch`"
+        );
+    }
     let spec = build_spec(m, &w)?;
     if !w.force {
         crate::runner::check_machine_memory(&spec)?;

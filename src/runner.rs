@@ -83,6 +83,14 @@ fn run_torch(
     let engine = r.spec.engine.take();
     r.spec = spec.clone();
     r.spec.engine = engine;
+    if let Some(d) = &spec.data {
+        let t = crate::input::tokens::Tokens::open(d)?;
+        r.data = Some(crate::record::DataInfo {
+            path: d.path.clone(),
+            dtype: t.dtype.clone(),
+            tokens: t.len(),
+        });
+    }
     let measured = r.timing.values().map(|t| t.n).max().unwrap_or(0);
     if measured < spec.steps {
         r.warnings.push(format!(

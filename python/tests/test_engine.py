@@ -107,3 +107,19 @@ def test_a_missing_interpreter_is_named(memscope_bin, tmp_path):
                        env={"PATH": "/usr/bin:/bin", "MEMSCOPE_PYTHON": "/nonexistent/python3"})
     assert p.returncode == 2
     assert "/nonexistent/python3" in p.stderr and "MEMSCOPE_PYTHON" in p.stderr
+
+
+def test_a_token_file_feeds_the_torch_engine_and_a_bad_id_is_named(memscope_bin, tmp_path):
+    import numpy as np
+    good, bad = tmp_path / "tok.bin", tmp_path / "bad.bin"
+    np.random.default_rng(1).integers(0, 1000, size=5000).astype(np.uint16).tofile(good)
+    np.array([5, 2000, 7] * 100, dtype=np.uint16).tofile(bad)
+    rec = tmp_path / "run.json"
+    ok(run(memscope_bin, "bench", "--engine", "torch", "--model", "tiny-gpt2", "--data", good,
+           "--seq", "32", "--warmup", "0", "--steps", "2", "--json", rec, "-q", cwd=tmp_path))
+    r = json.loads(rec.read_text())
+    assert r["data"] == {"path": str(good), "dtype": "u16", "tokens": 5000}
+    p = run(memscope_bin, "bench", "--engine", "torch", "--model", "tiny-gpt2", "--data", bad,
+            "--seq", "32", "--warmup", "0", "--steps", "2", "-q", cwd=tmp_path)
+    assert p.returncode == 2
+    assert p.stderr.count("token id 2000 is outside the model's vocabulary of 1000") == 1, p.stderr

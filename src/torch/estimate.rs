@@ -22,7 +22,6 @@ struct Trace {
     params: u64,
     param_sizes: Vec<u64>,
     buffer_sizes: Vec<u64>,
-    phases: Vec<String>,
     /// `[bytes, phase]` allocates the next block id; `[-(id + 1), 0]` frees block `id`.
     events: Vec<[i64; 2]>,
     peak: TracePeak,
@@ -127,7 +126,6 @@ fn replay(t: &Trace, device: &str, limit: Option<u64>) -> TorchEstimate {
     ]);
     let named: u64 = optimizer + activations + kv_cache + gradients;
     categories.insert("temporaries".into(), p.live.saturating_sub(named));
-    let _ = &t.phases;
     TorchEstimate {
         device: device.to_string(),
         params: t.params,

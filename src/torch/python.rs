@@ -64,7 +64,10 @@ pub fn spawn(args: &[&str], request: &str) -> anyhow::Result<(Child, JoinHandle<
     let passer = std::thread::spawn(move || {
         let mut kept: std::collections::VecDeque<String> = Default::default();
         for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            eprintln!("{line}");
+            // Its own refusal ("error: …") becomes memscope's error: said once, not twice.
+            if !line.starts_with("error: ") {
+                eprintln!("{line}");
+            }
             if kept.len() == KEEP {
                 kept.pop_front();
             }
@@ -100,6 +103,7 @@ pub fn failure(code: Option<i32>, last: &[String]) -> String {
         .map(|l| l.trim().trim_start_matches("error: ").to_string())
         .unwrap_or_default();
     match code {
+        Some(2) => line,
         Some(c) => format!("the torch engine exited with code {c}: {line}"),
         None => format!("the torch engine was killed by a signal: {line}"),
     }

@@ -133,6 +133,10 @@ class Engine:
             self.optimizer, self.optimizer_impl = self.hf.make_adamw(
                 torch, model.parameters(), self.spec["lr"], next(model.parameters()).dtype)
         self.forward = model
+        # The KV cache's keyword: `cache` in newer transformers, `past_key_values` before.
+        import inspect
+        params = inspect.signature(model.forward).parameters
+        self.cache_kw = "cache" if "cache" in params else "past_key_values"
         if v.get("fusion") == "compile":
             self.forward = torch.compile(model)
 
@@ -287,13 +291,14 @@ class Engine:
         with torch.no_grad(), self.autocast():
             with s.phase("prefill"):
                 out = self.forward(input_ids=ids, use_cache=True)
-                past = out.past_key_values
+                past = _cache_of(out)
                 nxt = out.logits[:, -1:].argmax(-1)
             del out
             for _ in range(self.spec["new_tokens"]):
                 with s.phase("decode"):
-                    out = self.forward(input_ids=nxt, past_key_values=past, use_cache=True)
-                    past = out.past_key_values
+                    out = self.forward(input_ids=nxt, use_cache=True,
+                                       **{self.cache_kw: past})
+                    past = _cache_of(out)
                     nxt = out.logits[:, -1:].argmax(-1)
                 del out
         del past
@@ -321,6 +326,12 @@ class Engine:
         elif s is None:
             facts["phase"] = "load"
         return facts
+
+
+def _cache_of(out):
+    """A model output's KV cache (`cache`, or `past_key_values` in older transformers)."""
+    c = getattr(out, "cache", None)
+    return c if c is not None else out.past_key_values
 
 
 def _no_phase(name):

@@ -28,8 +28,9 @@ pub struct ModelArgs {
     pub weights: Option<PathBuf>,
 }
 
+/// `--mode`, `--batch`, `--seq` (bench, leak, roofline, profile, estimate).
 #[derive(Args, Debug, Clone)]
-pub struct WorkloadArgs {
+pub struct ShapeArgs {
     #[arg(long, value_enum, default_value_t = Mode::Train)]
     pub mode: Mode,
     #[arg(long, default_value_t = 2)]
@@ -37,6 +38,23 @@ pub struct WorkloadArgs {
     /// Sequence length (train, infer)
     #[arg(long, default_value_t = 128)]
     pub seq: usize,
+}
+
+/// `--threads`, `--seed` (bench, leak, roofline, profile, fit, optimize; sweep's --threads
+/// defaults to one on Slurm and says so).
+#[derive(Args, Debug, Clone)]
+pub struct RunArgs {
+    /// CPU threads (default: all cores)
+    #[arg(long)]
+    pub threads: Option<usize>,
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct WorkloadArgs {
+    #[command(flatten)]
+    pub shape: ShapeArgs,
     #[arg(long, value_enum, default_value_t = Dtype::F32)]
     pub dtype: Dtype,
     /// Unmeasured steps before the measured ones [default: bench 2, leak 0]
@@ -45,11 +63,8 @@ pub struct WorkloadArgs {
     /// Measured steps [default: bench 10, leak 300]
     #[arg(long)]
     pub steps: Option<usize>,
-    /// CPU threads (default: all cores)
-    #[arg(long)]
-    pub threads: Option<usize>,
-    #[arg(long, default_value_t = 0)]
-    pub seed: u64,
+    #[command(flatten)]
+    pub run: RunArgs,
     /// Micro-batches per optimizer step (train)
     #[arg(long, default_value_t = 1)]
     pub grad_accum: usize,
@@ -300,12 +315,12 @@ impl WorkloadArgs {
             config,
             config_path: m.config.clone(),
             weights: m.weights.clone(),
-            mode: self.mode,
-            batch: self.batch,
-            seq: self.seq,
+            mode: self.shape.mode,
+            batch: self.shape.batch,
+            seq: self.shape.seq,
             dtype: self.dtype,
-            threads: self.threads,
-            seed: self.seed,
+            threads: self.run.threads,
+            seed: self.run.seed,
             warmup: self.warmup.unwrap_or(BENCH_WARMUP),
             steps: self.steps.unwrap_or(BENCH_STEPS),
             grad_accum: self.grad_accum,

@@ -8,7 +8,7 @@ use crate::output::{check_outputs, write_atomic};
 use crate::record::estimate::EstimateFile;
 use crate::record::estimate::Optimizer;
 use crate::report;
-use crate::spec::{Dtype, Mode};
+use crate::spec::Dtype;
 use anyhow::{bail, Context};
 use clap::{Args, ValueEnum};
 use std::path::PathBuf;
@@ -18,13 +18,8 @@ use std::process::ExitCode;
 pub struct EstimateArgs {
     #[command(flatten)]
     pub model: ModelArgs,
-    #[arg(long, value_enum, default_value_t = Mode::Train)]
-    pub mode: Mode,
-    #[arg(long, default_value_t = 2)]
-    pub batch: usize,
-    /// Sequence length (train, infer)
-    #[arg(long, default_value_t = 128)]
-    pub seq: usize,
+    #[command(flatten)]
+    pub shape: super::args::ShapeArgs,
     /// One dtype or a comma list (one column each): f32,bf16,f16
     #[arg(long, default_value = "f32")]
     pub dtype: String,
@@ -113,9 +108,9 @@ pub fn run(a: EstimateArgs) -> anyhow::Result<ExitCode> {
         config: cfg,
         config_path: a.model.config.clone(),
         weights: None,
-        mode: a.mode,
-        batch: a.batch,
-        seq: a.seq,
+        mode: a.shape.mode,
+        batch: a.shape.batch,
+        seq: a.shape.seq,
         dtype: dts[0],
         threads: a.threads,
         seed: 0,
@@ -135,7 +130,7 @@ pub fn run(a: EstimateArgs) -> anyhow::Result<ExitCode> {
     let reqs: Vec<Request> = dts
         .iter()
         .map(|&dtype| {
-            let v = a.variant.to_variant(a.mode, dtype);
+            let v = a.variant.to_variant(a.shape.mode, dtype);
             Request {
                 dtype,
                 optimizer: a.optimizer,

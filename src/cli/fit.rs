@@ -35,10 +35,8 @@ pub struct FitArgs {
     /// Measured steps per trial
     #[arg(long, default_value_t = 1)]
     pub steps: usize,
-    #[arg(long)]
-    pub threads: Option<usize>,
-    #[arg(long, default_value_t = 0)]
-    pub seed: u64,
+    #[command(flatten)]
+    pub run: super::args::RunArgs,
     #[arg(long, default_value_t = 1)]
     pub grad_accum: usize,
     #[arg(long, default_value_t = 32)]
@@ -85,8 +83,8 @@ pub fn run(a: FitArgs) -> anyhow::Result<ExitCode> {
         batch: a.batch,
         seq: a.seq,
         dtype: a.dtype,
-        threads: a.threads,
-        seed: a.seed,
+        threads: a.run.threads,
+        seed: a.run.seed,
         warmup: a.warmup,
         steps: a.steps,
         grad_accum: a.grad_accum,

@@ -37,11 +37,8 @@ pub struct OptimizeArgs {
     /// Measured steps per variant (the loss column is the last one's)
     #[arg(long, default_value_t = 5)]
     pub steps: usize,
-    /// CPU threads (default: all cores)
-    #[arg(long)]
-    pub threads: Option<usize>,
-    #[arg(long, default_value_t = 0)]
-    pub seed: u64,
+    #[command(flatten)]
+    pub run: super::args::RunArgs,
     /// AdamW learning rate (train)
     #[arg(long, default_value_t = 1e-3)]
     pub lr: f64,
@@ -102,8 +99,8 @@ pub fn run_optimize(a: OptimizeArgs) -> anyhow::Result<ExitCode> {
         batch: a.batch,
         seq: a.seq,
         dtype: Dtype::F32,
-        threads: a.threads,
-        seed: a.seed,
+        threads: a.run.threads,
+        seed: a.run.seed,
         warmup: a.warmup,
         steps: a.steps,
         grad_accum: 1,

@@ -28,8 +28,9 @@ pub struct ModelArgs {
     pub weights: Option<PathBuf>,
 }
 
+/// `--mode`, `--batch`, `--seq` (bench, leak, roofline, profile, estimate).
 #[derive(Args, Debug, Clone)]
-pub struct WorkloadArgs {
+pub struct ShapeArgs {
     #[arg(long, value_enum, default_value_t = Mode::Train)]
     pub mode: Mode,
     #[arg(long, default_value_t = 2)]
@@ -37,6 +38,23 @@ pub struct WorkloadArgs {
     /// Sequence length (train, infer)
     #[arg(long, default_value_t = 128)]
     pub seq: usize,
+}
+
+/// `--threads`, `--seed` (bench, leak, roofline, profile, fit, optimize; sweep's --threads
+/// defaults to one on Slurm and says so).
+#[derive(Args, Debug, Clone)]
+pub struct RunArgs {
+    /// CPU threads (default: all cores)
+    #[arg(long)]
+    pub threads: Option<usize>,
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct WorkloadArgs {
+    #[command(flatten)]
+    pub shape: ShapeArgs,
     #[arg(long, value_enum, default_value_t = Dtype::F32)]
     pub dtype: Dtype,
     /// Unmeasured steps before the measured ones [default: bench 2, leak 0]
@@ -45,11 +63,8 @@ pub struct WorkloadArgs {
     /// Measured steps [default: bench 10, leak 300]
     #[arg(long)]
     pub steps: Option<usize>,
-    /// CPU threads (default: all cores)
-    #[arg(long)]
-    pub threads: Option<usize>,
-    #[arg(long, default_value_t = 0)]
-    pub seed: u64,
+    #[command(flatten)]
+    pub run: RunArgs,
     /// Micro-batches per optimizer step (train)
     #[arg(long, default_value_t = 1)]
     pub grad_accum: usize,
@@ -205,41 +220,122 @@ pub fn resolve_model(m: &ModelArgs) -> anyhow::Result<(String, ModelConfig)> {
     }
 }
 
-pub fn build_spec(m: &ModelArgs, w: &WorkloadArgs) -> anyhow::Result<Spec> {
-    let (name, config) = resolve_model(m)?;
-    let threads = w.threads.unwrap_or_else(all_cores);
-    let spec = Spec {
-        model: name,
-        config: Some(config),
-        config_path: m.config.clone(),
-        weights: m.weights.clone(),
-        mode: w.mode,
-        batch: w.batch,
-        seq: w
-            .prompt_len
-            .filter(|_| w.mode == Mode::Generate)
-            .unwrap_or(w.seq),
-        dtype: w.dtype,
-        threads,
-        seed: w.seed,
-        warmup: w.warmup.unwrap_or(BENCH_WARMUP),
-        steps: w.steps.unwrap_or(BENCH_STEPS),
-        grad_accum: w.grad_accum,
-        prompt_len: w.prompt_len.unwrap_or(w.seq),
-        new_tokens: w.new_tokens,
-        lr: w.lr,
-        data: w.data.to_spec(),
-        variant: w.variant.to_variant(w.mode, w.dtype),
-        engine: None,
-        torch: w.variant.engine.torch_run()?,
-    };
-    spec.validate()?;
-    crate::runner::refuse_unallocatable(&spec)?;
-    if let Some(d) = &spec.data {
-        // Refused before anything is measured: unreadable, empty, too short for one window.
-        crate::input::tokens::Tokens::open(d)?.check_window(spec.seq)?;
+/// One workload's values once a command has read its flags and applied its own defaults (which
+/// differ: bench's steps, fit's batch, sweep's points, estimate's constants). [`Workload::spec`] is
+/// the one place they become a Spec: every rule shared by all commands is applied there, once.
+#[derive(Clone, Debug)]
+pub struct Workload {
+    /// The preset's name, or the config's (`resolve_model`).
+    pub model: String,
+    pub config: ModelConfig,
+    /// --config, --weights.
+    pub config_path: Option<PathBuf>,
+    pub weights: Option<PathBuf>,
+    pub mode: Mode,
+    pub batch: usize,
+    /// --seq: the sequence length (train, infer); generate's prompt length unless `prompt_len`.
+    pub seq: usize,
+    pub dtype: Dtype,
+    /// --threads; `None`: all cores.
+    pub threads: Option<usize>,
+    pub seed: u64,
+    pub warmup: usize,
+    pub steps: usize,
+    pub grad_accum: usize,
+    /// --prompt-len (generate); `None`: --seq.
+    pub prompt_len: Option<usize>,
+    pub new_tokens: usize,
+    pub lr: f64,
+    pub data: Option<DataSpec>,
+    /// --attention, --fusion, --checkpoint, --precision, --engine, --device.
+    pub variant: VariantArgs,
+}
+
+impl Workload {
+    /// The Spec, not validated (a sweep keeps an invalid point for an `error` row): generate's
+    /// `seq` is its prompt (--prompt-len, else --seq), threads default to all cores, the variant's
+    /// precision follows mode and dtype, `--engine torch --device D` becomes `torch`.
+    pub fn spec(self) -> anyhow::Result<Spec> {
+        let prompt_len = self.prompt_len.unwrap_or(self.seq);
+        let seq = match self.mode {
+            Mode::Generate => prompt_len,
+            Mode::Train | Mode::Infer => self.seq,
+        };
+        Ok(Spec {
+            model: self.model,
+            config: Some(self.config),
+            config_path: self.config_path,
+            weights: self.weights,
+            mode: self.mode,
+            batch: self.batch,
+            seq,
+            dtype: self.dtype,
+            threads: self.threads.unwrap_or_else(all_cores),
+            seed: self.seed,
+            warmup: self.warmup,
+            steps: self.steps,
+            grad_accum: self.grad_accum,
+            prompt_len,
+            new_tokens: self.new_tokens,
+            lr: self.lr,
+            data: self.data,
+            variant: self.variant.to_variant(self.mode, self.dtype),
+            engine: None,
+            torch: self.variant.engine.torch_run()?,
+        })
     }
-    Ok(spec)
+
+    /// The Spec, validated ([`Spec::validate`]): what `fit` and `estimate` check.
+    pub fn validated(self) -> anyhow::Result<Spec> {
+        let spec = self.spec()?;
+        spec.validate()?;
+        Ok(spec)
+    }
+
+    /// The Spec of a run in this process (bench, leak, roofline, profile) or optimize's baseline:
+    /// validated, its sizes allocatable, its --data file readable and long enough for one window.
+    pub fn runnable(self) -> anyhow::Result<Spec> {
+        let spec = self.validated()?;
+        crate::runner::refuse_unallocatable(&spec)?;
+        if let Some(d) = &spec.data {
+            // Refused before anything is measured: unreadable, empty, too short for one window.
+            crate::input::tokens::Tokens::open(d)?.check_window(spec.seq)?;
+        }
+        Ok(spec)
+    }
+}
+
+impl WorkloadArgs {
+    /// These flags' values, with bench's warm-up and steps where not given (leak, roofline and
+    /// profile set theirs first).
+    pub fn workload(&self, m: &ModelArgs) -> anyhow::Result<Workload> {
+        let (model, config) = resolve_model(m)?;
+        Ok(Workload {
+            model,
+            config,
+            config_path: m.config.clone(),
+            weights: m.weights.clone(),
+            mode: self.shape.mode,
+            batch: self.shape.batch,
+            seq: self.shape.seq,
+            dtype: self.dtype,
+            threads: self.run.threads,
+            seed: self.run.seed,
+            warmup: self.warmup.unwrap_or(BENCH_WARMUP),
+            steps: self.steps.unwrap_or(BENCH_STEPS),
+            grad_accum: self.grad_accum,
+            prompt_len: self.prompt_len,
+            new_tokens: self.new_tokens,
+            lr: self.lr,
+            data: self.data.to_spec(),
+            variant: self.variant.clone(),
+        })
+    }
+}
+
+/// The runnable Spec of `--model/--config/--weights` and the workload flags.
+pub fn build_spec(m: &ModelArgs, w: &WorkloadArgs) -> anyhow::Result<Spec> {
+    w.workload(m)?.runnable()
 }
 
 /// The files a run reads, by flag: --config, --weights (a sharded index's shards too), --data.

@@ -1,6 +1,6 @@
 //! `memscope estimate`: flags → [`Request`]s (one per dtype) → report, JSON, `--fits`.
 
-use super::args::{resolve_model, ModelArgs};
+use super::args::{resolve_model, ModelArgs, Workload};
 use crate::estimate::fits::fits;
 use crate::estimate::{estimate, Request};
 use crate::out;
@@ -8,7 +8,7 @@ use crate::output::{check_outputs, write_atomic};
 use crate::record::estimate::EstimateFile;
 use crate::record::estimate::Optimizer;
 use crate::report;
-use crate::spec::{Dtype, Mode};
+use crate::spec::Dtype;
 use anyhow::{bail, Context};
 use clap::{Args, ValueEnum};
 use std::path::PathBuf;
@@ -18,13 +18,8 @@ use std::process::ExitCode;
 pub struct EstimateArgs {
     #[command(flatten)]
     pub model: ModelArgs,
-    #[arg(long, value_enum, default_value_t = Mode::Train)]
-    pub mode: Mode,
-    #[arg(long, default_value_t = 2)]
-    pub batch: usize,
-    /// Sequence length (train, infer)
-    #[arg(long, default_value_t = 128)]
-    pub seq: usize,
+    #[command(flatten)]
+    pub shape: super::args::ShapeArgs,
     /// One dtype or a comma list (one column each): f32,bf16,f16
     #[arg(long, default_value = "f32")]
     pub dtype: String,
@@ -107,38 +102,35 @@ pub fn run(a: EstimateArgs) -> anyhow::Result<ExitCode> {
         .as_deref()
         .map(|f| crate::units::parse_bytes("--fits", f))
         .transpose()?;
-    let prompt_len = a.prompt_len.unwrap_or(a.seq);
     // The same checks as a run's Spec, so an estimate is never given for a run memscope rejects.
-    let spec = crate::spec::Spec {
+    let workload = Workload {
         model: cfg.name.clone(),
-        config: Some(cfg.clone()),
+        config: cfg,
         config_path: a.model.config.clone(),
         weights: None,
-        mode: a.mode,
-        batch: a.batch,
-        seq: a.seq,
+        mode: a.shape.mode,
+        batch: a.shape.batch,
+        seq: a.shape.seq,
         dtype: dts[0],
-        threads: a.threads.unwrap_or_else(crate::measure::threads::all_cores),
+        threads: a.threads,
         seed: 0,
         warmup: 0,
         steps: 1,
         grad_accum: a.grad_accum,
-        prompt_len,
+        prompt_len: a.prompt_len,
         new_tokens: a.new_tokens,
         lr: 1e-3,
         data: None,
-        variant: a.variant.to_variant(a.mode, dts[0]),
-        engine: None,
-        torch: a.variant.engine.torch_run()?,
+        variant: a.variant.clone(),
     };
-    spec.validate()?;
+    let spec = workload.clone().validated()?;
     if spec.torch.is_some() {
-        return torch_estimate(&a, &spec, &dts, budget);
+        return torch_estimate(&a, &workload, &dts, budget);
     }
     let reqs: Vec<Request> = dts
         .iter()
         .map(|&dtype| {
-            let v = a.variant.to_variant(a.mode, dtype);
+            let v = a.variant.to_variant(a.shape.mode, dtype);
             Request {
                 dtype,
                 optimizer: a.optimizer,
@@ -178,27 +170,31 @@ pub fn run(a: EstimateArgs) -> anyhow::Result<ExitCode> {
 /// `estimate --engine torch`: one trace per dtype (`torch::estimate`), the report, `--json`.
 fn torch_estimate(
     a: &EstimateArgs,
-    spec: &crate::spec::Spec,
+    workload: &Workload,
     dts: &[Dtype],
     budget: Option<u64>,
 ) -> anyhow::Result<ExitCode> {
     use crate::record::torch_estimate::TorchEstimateFile;
     let mut by_dtype = std::collections::BTreeMap::new();
+    let mut spec = None;
     for &dtype in dts {
-        let mut s = spec.clone();
-        s.dtype = dtype;
-        s.variant = a.variant.to_variant(a.mode, dtype);
+        let mut s = Workload {
+            dtype,
+            ..workload.clone()
+        }
+        .validated()?;
         if let (Some(t), Some(b)) = (s.torch.as_mut(), budget) {
             if t.is_cuda() {
                 t.gpu_memory_limit_bytes = Some(b);
             }
         }
-        s.validate()?;
         by_dtype.insert(
             dtype.name().to_string(),
             crate::torch::estimate::estimate(&s)?,
         );
+        spec.get_or_insert(s);
     }
+    let spec = spec.expect("at least one dtype (`dtypes` never returns an empty list)");
     let file = TorchEstimateFile {
         kind: TorchEstimateFile::KIND.into(),
         model: spec.model.clone(),

@@ -1,10 +1,9 @@
 //! `memscope fit`: the largest batch (or sequence length) that fits in a memory budget.
 
-use super::args::{resolve_model, ModelArgs};
-use crate::measure::threads::all_cores;
+use super::args::{resolve_model, ModelArgs, Workload};
 use crate::outln;
 use crate::output::{check_outputs, write_atomic};
-use crate::spec::{Dtype, Mode, Spec};
+use crate::spec::{Dtype, Mode};
 use crate::sweep::interrupt::EXIT_INTERRUPTED;
 use crate::sweep::largest::{search, FitRequest, Vary};
 use crate::units::bytes as fmt_bytes;
@@ -36,10 +35,8 @@ pub struct FitArgs {
     /// Measured steps per trial
     #[arg(long, default_value_t = 1)]
     pub steps: usize,
-    #[arg(long)]
-    pub threads: Option<usize>,
-    #[arg(long, default_value_t = 0)]
-    pub seed: u64,
+    #[command(flatten)]
+    pub run: super::args::RunArgs,
     #[arg(long, default_value_t = 1)]
     pub grad_accum: usize,
     #[arg(long, default_value_t = 32)]
@@ -75,30 +72,30 @@ pub fn run(a: FitArgs) -> anyhow::Result<ExitCode> {
         .map(crate::sweep::limits::parse_timeout)
         .transpose()?;
     let (name, config) = resolve_model(&a.model)?;
-    let base = Spec {
+    let context_len = config.max_seq_len;
+    // fit has no --prompt-len: for generate, --seq is the prompt; name the flag it has.
+    let base = Workload {
         model: name,
-        config: Some(config.clone()),
+        config,
         config_path: a.model.config.clone(),
         weights: a.model.weights.clone(),
         mode: a.mode,
         batch: a.batch,
         seq: a.seq,
         dtype: a.dtype,
-        threads: a.threads.unwrap_or_else(all_cores),
-        seed: a.seed,
+        threads: a.run.threads,
+        seed: a.run.seed,
         warmup: a.warmup,
         steps: a.steps,
         grad_accum: a.grad_accum,
-        prompt_len: a.seq,
+        prompt_len: None,
         new_tokens: a.new_tokens,
         lr: a.lr,
         data: None,
-        variant: a.variant.to_variant(a.mode, a.dtype),
-        engine: None,
-        torch: a.variant.engine.torch_run()?,
-    };
-    // fit has no --prompt-len: for generate, --seq is the prompt; name the flag it has.
-    base.validate().map_err(|e| {
+        variant: a.variant.clone(),
+    }
+    .validated()
+    .map_err(|e| {
         anyhow::anyhow!(
             "{}",
             e.to_string()
@@ -107,8 +104,8 @@ pub fn run(a: FitArgs) -> anyhow::Result<ExitCode> {
     })?;
     // The longest sequence the model takes (generate: leaving room for --new-tokens).
     let context = match a.mode {
-        Mode::Generate => config.max_seq_len.saturating_sub(a.new_tokens),
-        _ => config.max_seq_len,
+        Mode::Generate => context_len.saturating_sub(a.new_tokens),
+        _ => context_len,
     };
     let cap = match a.vary {
         Vary::Batch => a.max.unwrap_or(65_536),

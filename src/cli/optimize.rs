@@ -1,8 +1,7 @@
 //! `memscope optimize`: flags → the variants of one workload at two sequence lengths → each run
 //! in its own worker → the ranking (Markdown on stdout, `--json`, `--markdown`).
 
-use super::args::{build_spec, DataArgs, EngineArgs, ModelArgs, VariantArgs, WorkloadArgs};
-use crate::measure::threads::all_cores;
+use super::args::{resolve_model, DataArgs, EngineArgs, ModelArgs, VariantArgs, Workload};
 use crate::out;
 use crate::output::{check_outputs, write_atomic};
 use crate::record::optimize::OptimizeFile;
@@ -38,11 +37,8 @@ pub struct OptimizeArgs {
     /// Measured steps per variant (the loss column is the last one's)
     #[arg(long, default_value_t = 5)]
     pub steps: usize,
-    /// CPU threads (default: all cores)
-    #[arg(long)]
-    pub threads: Option<usize>,
-    #[arg(long, default_value_t = 0)]
-    pub seed: u64,
+    #[command(flatten)]
+    pub run: super::args::RunArgs,
     /// AdamW learning rate (train)
     #[arg(long, default_value_t = 1e-3)]
     pub lr: f64,
@@ -93,27 +89,31 @@ pub fn run_optimize(a: OptimizeArgs) -> anyhow::Result<ExitCode> {
     if a.max_batch == 0 {
         bail!("--max-batch must be at least 1");
     }
-    let w = WorkloadArgs {
+    let (model, config) = resolve_model(&a.model)?;
+    let workload = Workload {
+        model,
+        config,
+        config_path: a.model.config.clone(),
+        weights: a.model.weights.clone(),
         mode: a.mode,
         batch: a.batch,
         seq: a.seq,
         dtype: Dtype::F32,
-        warmup: Some(a.warmup),
-        steps: Some(a.steps),
-        threads: Some(a.threads.unwrap_or_else(all_cores)),
-        seed: a.seed,
+        threads: a.run.threads,
+        seed: a.run.seed,
+        warmup: a.warmup,
+        steps: a.steps,
         grad_accum: 1,
         prompt_len: None,
         new_tokens: 1,
         lr: a.lr,
-        force: false,
-        data: a.data.clone(),
+        data: a.data.to_spec(),
         variant: VariantArgs {
             engine: a.engine.clone(),
             ..VariantArgs::default()
         },
     };
-    let base = build_spec(&a.model, &w)?;
+    let base = workload.clone().runnable()?;
     let context = base.arch().max_seq_len;
     let long = match a.long_seq {
         Some(0) => None,
@@ -157,9 +157,11 @@ pub fn run_optimize(a: OptimizeArgs) -> anyhow::Result<ExitCode> {
     );
     let mut all = Vec::new();
     for &seq in &seqs {
-        let mut spec = base.clone();
-        spec.seq = seq;
-        spec.prompt_len = seq;
+        let spec = Workload {
+            seq,
+            ..workload.clone()
+        }
+        .spec()?;
         if let Some(d) = &spec.data {
             crate::input::tokens::Tokens::open(d)?.check_window(seq)?;
         }

@@ -1,9 +1,8 @@
 //! `memscope sweep`: comma lists and ranges → one Spec per configuration → the local backend (each in
 //! its own worker) → rows, the scaling report, CSV and Markdown.
 
-use super::args::{resolve_model, ModelArgs};
+use super::args::{resolve_model, ModelArgs, Workload};
 use super::sweep_slurm::{self, SlurmArgs};
-use crate::measure::threads::all_cores;
 use crate::model::cost;
 use crate::output::JsonlStream;
 use crate::output::{check_outputs, write_atomic};
@@ -116,9 +115,9 @@ fn spec_for(a: &SweepArgs, p: &Point) -> anyhow::Result<Spec> {
         .map_err(|_| anyhow::anyhow!("--mode {}: use train, infer or generate", p.mode))?;
     let dtype = Dtype::from_str(&p.dtype, true)
         .map_err(|_| anyhow::anyhow!("--dtype {}: use f32, bf16 or f16", p.dtype))?;
-    Ok(Spec {
+    Workload {
         model: name,
-        config: Some(config),
+        config,
         config_path: a.config.clone(),
         weights: a.weights.clone(),
         mode,
@@ -126,21 +125,18 @@ fn spec_for(a: &SweepArgs, p: &Point) -> anyhow::Result<Spec> {
         seq: p.seq,
         dtype,
         // On Slurm a task gets --cpus-per-task=threads: one unless asked.
-        threads: a
-            .threads
-            .unwrap_or_else(|| if a.cluster.slurm { 1 } else { all_cores() }),
+        threads: a.threads.or(a.cluster.slurm.then_some(1)),
         seed: a.seed,
         warmup: p.warmup,
         steps: a.steps,
         grad_accum: p.grad_accum,
-        prompt_len: p.seq,
+        prompt_len: None,
         new_tokens: a.new_tokens,
         lr: a.lr,
         data: a.data.to_spec(),
-        variant: a.variant.to_variant(mode, dtype),
-        engine: None,
-        torch: a.variant.engine.torch_run()?,
-    })
+        variant: a.variant.clone(),
+    }
+    .spec()
 }
 
 /// Every point of the sweep, in plan order. Unknown models, modes and dtypes are usage errors

@@ -26,8 +26,10 @@ class Tracer:
         self.torch = torch
         self.live = {}        # storage key -> [block id, bytes, tensor refs, phase]
         self.events = []      # [bytes, phase index] allocations; [-(id+1), 0] frees
-        self.phases = []      # phase names in order of first use
-        self.phase = None
+        # Phase names in order of first use; what runs before the first phase (a prompt cut
+        # from the batch) is `setup`'s.
+        self.phases = ["setup"]
+        self.phase = 0
         self.cur = 0
         self.by_phase = {}    # phase index -> live bytes it allocated
         self.peak = 0
@@ -35,11 +37,20 @@ class Tracer:
         self.next_id = 0
         self.on_peak = None   # callable -> dict of extra figures at a new peak
         self.held = set()     # storages allocated before the trace (parameters, buffers)
+        self.ends = []        # each phase run's end: its live bytes, by phase, gradients
 
     def set_phase(self, name):
+        self.end_phase()
         if name not in self.phases:
             self.phases.append(name)
         self.phase = self.phases.index(name)
+
+    def end_phase(self):
+        """Notes the live bytes as the open phase ends (the Record's retained figures)."""
+        self.ends.append({"phase": self.phases[self.phase], "live": self.cur,
+                          "by_phase": {self.phases[k]: v for k, v in self.by_phase.items()
+                                       if v > 0},
+                          **(self.on_peak() if self.on_peak else {})})
 
     def note(self, t):
         st = t.untyped_storage()
@@ -123,6 +134,7 @@ def trace(request):
         ids = fake.from_tensor(ids).to(eng.device)
     with fake, _mode(torch, tr):
         eng.traced_steps(ids, tr.set_phase)
+        tr.end_phase()
     def sizes(tensors):
         seen, out = set(), []
         for t in tensors:
@@ -135,7 +147,7 @@ def trace(request):
     return {"traced_on": traced_on,
             "params": sum(p.numel() for p in params), "param_sizes": sizes(params),
             "buffer_sizes": sizes(eng.model.buffers()), "phases": tr.phases,
-            "events": tr.events, "peak": tr.at_peak or {}}
+            "events": tr.events, "peak": tr.at_peak or {}, "ends": tr.ends}
 
 
 def main():

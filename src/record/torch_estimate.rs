@@ -33,9 +33,11 @@ pub struct TorchEstimate {
     /// `cpu`, `cuda:0`, …
     pub device: String,
     pub params: u64,
-    /// Live bytes at the allocated peak by category: parameters, gradients, optimizer_state,
-    /// activations (what forward allocated still live), kv_cache (generate: what prefill and
-    /// decode keep), temporaries (the rest), runtime_buffers (the model's buffers).
+    /// Bytes by category as a run's Record measures them: parameters, gradients (what the last
+    /// backward made), optimizer_state (after the step), activations (what the last forward
+    /// left live), kv_cache (generate: what prefill and decode keep), runtime_buffers (the
+    /// model's buffers), temporaries (the rest of the peak beyond the categories alive in its
+    /// phase).
     pub categories: BTreeMap<String, u64>,
     /// The allocated peak: tensor storages' bytes (on CUDA rounded as the caching allocator
     /// counts them, to 512 B).

@@ -34,7 +34,7 @@ pub fn render(f: &TorchEstimateFile) -> String {
     );
     let mut t = Table::new();
     t.load_preset(UTF8_FULL_CONDENSED);
-    let mut header = vec!["live at the allocated peak".to_string()];
+    let mut header = vec!["category (as a run measures it)".to_string()];
     header.extend(f.by_dtype.keys().cloned());
     t.set_header(header);
     for c in CATEGORIES {

@@ -25,9 +25,12 @@ struct Trace {
     /// `[bytes, phase]` allocates the next block id; `[-(id + 1), 0]` frees block `id`.
     events: Vec<[i64; 2]>,
     peak: TracePeak,
+    /// Each phase run's end, in order.
+    #[serde(default)]
+    ends: Vec<TracePeak>,
 }
 
-/// The live bytes when the traced peak was reached.
+/// The live bytes when the traced peak was reached, or when a phase run ended.
 #[derive(Debug, Default, Deserialize)]
 struct TracePeak {
     #[serde(default)]
@@ -60,7 +63,10 @@ pub fn estimate(spec: &Spec) -> anyhow::Result<TorchEstimate> {
     let status = child.wait().context("waiting for the torch trace")?;
     let last = stderr.join().unwrap_or_default();
     if !status.success() {
-        bail!("{}", failure(status.code(), &last));
+        bail!(
+            "{}",
+            failure("the torch estimator's trace", status.code(), &last)
+        );
     }
     let t: Trace = serde_json::from_str(text.trim()).context("the torch trace's output")?;
     Ok(replay(&t, &target.device, target.gpu_memory_limit_bytes))
@@ -110,22 +116,45 @@ fn replay(t: &Trace, device: &str, limit: Option<u64>) -> TorchEstimate {
             }
         }
     }
+    // The categories as a run's Record measures them (`analysis::breakdown`): what the last
+    // forward left live (activations), the gradients the last backward made, the optimizer's
+    // state, the KV cache a generation keeps; temporaries the rest of the peak.
     let p = &t.peak;
-    let phase = |name: &str| p.by_phase.get(name).copied().unwrap_or(0);
-    let optimizer = phase("optimizer");
-    let activations = phase("forward");
-    let kv_cache = phase("prefill") + phase("decode");
-    let gradients = p.gradients;
-    let mut categories = BTreeMap::from([
+    let last = |phase: &str| t.ends.iter().rev().find(|e| e.phase == phase);
+    let kept =
+        |phase: &str, by: &str| last(phase).map_or(0, |e| e.by_phase.get(by).copied().unwrap_or(0));
+    let activations = kept("forward", "forward");
+    let gradients = last("backward").map_or(0, |e| e.gradients);
+    let optimizer = t
+        .ends
+        .last()
+        .map_or(0, |e| e.by_phase.get("optimizer").copied().unwrap_or(0));
+    // The most the cache held: what prefill and decode allocated still live as a decode ends.
+    let kv_cache = t
+        .ends
+        .iter()
+        .filter(|e| e.phase == "decode")
+        .map(|e| {
+            e.by_phase.get("prefill").copied().unwrap_or(0)
+                + e.by_phase.get("decode").copied().unwrap_or(0)
+        })
+        .max()
+        .unwrap_or(0);
+    let state_at_peak = p.by_phase.get("optimizer").copied().unwrap_or(0);
+    let named = match p.phase.as_str() {
+        "optimizer" => state_at_peak + gradients,
+        "prefill" | "decode" => 0,
+        _ => state_at_peak + activations,
+    };
+    let categories = BTreeMap::from([
         ("parameters".to_string(), param_bytes),
         ("gradients".to_string(), gradients),
         ("optimizer_state".to_string(), optimizer),
         ("activations".to_string(), activations),
         ("kv_cache".to_string(), kv_cache),
         ("runtime_buffers".to_string(), buffer_bytes),
+        ("temporaries".to_string(), p.live.saturating_sub(named)),
     ]);
-    let named: u64 = optimizer + activations + kv_cache + gradients;
-    categories.insert("temporaries".into(), p.live.saturating_sub(named));
     TorchEstimate {
         device: device.to_string(),
         params: t.params,

@@ -58,7 +58,7 @@ pub fn run(
     let status = child.wait().context("waiting for the torch engine")?;
     let last = stderr.join().unwrap_or_default();
     if !status.success() {
-        bail!("{}", failure(status.code(), &last));
+        bail!("{}", failure("the torch engine", status.code(), &last));
     }
     record.context("the torch engine exited 0 without writing its Record")
 }

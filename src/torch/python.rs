@@ -80,7 +80,7 @@ pub fn spawn(args: &[&str], request: &str) -> anyhow::Result<(Child, JoinHandle<
 
 /// One sentence for an engine that did not finish: out of memory, the package or its libraries
 /// missing, or its own last line.
-pub fn failure(code: Option<i32>, last: &[String]) -> String {
+pub fn failure(what: &str, code: Option<i32>, last: &[String]) -> String {
     let py = python();
     if let Some(f) = crate::record::torch_oom::OomFacts::find(last) {
         return f.describe();
@@ -104,7 +104,7 @@ pub fn failure(code: Option<i32>, last: &[String]) -> String {
         .unwrap_or_default();
     match code {
         Some(2) => line,
-        Some(c) => format!("the torch engine exited with code {c}: {line}"),
-        None => format!("the torch engine was killed by a signal: {line}"),
+        Some(c) => format!("{what} exited with code {c}: {line}"),
+        None => format!("{what} was killed by a signal: {line}"),
     }
 }

@@ -248,7 +248,8 @@ class Engine:
             record["warnings"].append("stopped by SIGINT")
         if counting:
             record["warnings"].append(
-                f"heap figures count from just before the model was built: the {base} B the "
+                "heap figures count from just before the model was built: the "
+                f"{base / 2**20:.1f} MiB ({base} B) the "
                 "interpreter and PyTorch's libraries held before are left out, as CUDA's "
                 "allocated bytes leave out the CUDA context")
         if self.optimizer is not None:

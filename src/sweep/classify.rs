@@ -36,7 +36,8 @@ pub struct WorkerExit<'a> {
 }
 
 /// How a worker ended → status and reason. In order: the parent's own actions (timeout,
-/// watchdog), cgroup OOM kills, Rust's allocation-failure abort, stack overflow, panics (exit
+/// watchdog), cgroup OOM kills, the torch engine's out-of-memory line (`record::torch_oom`),
+/// Rust's allocation-failure abort, stack overflow, panics (exit
 /// 101), clean errors (exit 2), other exit codes, then signals; a SIGKILL with no evidence of
 /// OOM is a crash, "killed (unknown cause)".
 pub fn classify(o: &WorkerExit) -> (Status, Option<String>) {
@@ -169,6 +170,21 @@ mod tests {
 
     fn lines(v: &[&str]) -> Vec<String> {
         v.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn the_torch_engines_out_of_memory_line_is_an_oom_row_with_its_figures() {
+        let err = lines(&[
+            r#"memscope-oom {"device":"cpu","requested_bytes":16777216,"allocated_bytes":234989568,"phase":"forward"}"#,
+            "out of memory: DefaultCPUAllocator: not enough memory: you tried to allocate 16777216 bytes.",
+            "error: PyTorch ran out of memory on cpu in forward: tried to allocate 16.0 MiB with 224.1 MiB allocated",
+        ]);
+        let (status, reason) = classify(&outcome(Some(2), None, &err));
+        assert_eq!(status, Status::Oom);
+        assert_eq!(
+            reason.as_deref(),
+            Some("PyTorch ran out of memory on cpu in forward: tried to allocate 16.0 MiB with 224.1 MiB allocated")
+        );
     }
 
     #[test]

@@ -34,7 +34,7 @@ def main():
     with open("/proc/cpuinfo") as f:
         cpu = next((l.split(":", 1)[1].strip() for l in f if l.startswith("model name")), "?")
     print(f"# torch estimator vs measured, {a.device}, batch {a.batch} × seq {a.seq}, {cpu}")
-    print("| model | measured allocated peak | estimated | error | measured reserved | "
+    print("| model | measured heap peak (CPU: counted malloc; CUDA: allocated) | estimated | error | measured reserved | "
           "estimated reserved | error |")
     print("|---|--:|--:|--:|--:|--:|--:|")
     worst = 0.0

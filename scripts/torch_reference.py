@@ -664,44 +664,22 @@ def build(torch, cfg: dict):
     return Gpt2 if cfg["family"] == "gpt2" else Llama
 
 
+def _hf_models():
+    """memscope's configs as transformers' classes (`python/memscope/_hf.py`, what the torch
+    engine builds), loaded from the file: the plain loop needs no memscope package installed."""
+    import importlib.util  # noqa: PLC0415
+    path = Path(__file__).resolve().parent.parent / "python" / "memscope" / "_hf.py"
+    spec = importlib.util.spec_from_file_location("memscope_hf_models", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
 def build_transformers(torch, cfg: dict):
     """Hugging Face transformers' own model for `cfg` (memscope's fields), SDPA attention, no
     dropout. Returns (model, forward(ids, past=None) -> (logits, past))."""
     import transformers as T  # noqa: PLC0415 - only this implementation needs it
-    fam = cfg["family"]
-    if fam == "gpt2":
-        hf = T.GPT2Config(vocab_size=cfg["vocab_size"], n_positions=cfg["max_seq_len"],
-                          n_embd=cfg["d_model"], n_layer=cfg["n_layers"], n_head=cfg["n_heads"],
-                          n_inner=cfg["d_ff"], layer_norm_epsilon=cfg["norm_eps"],
-                          activation_function="gelu_new", resid_pdrop=0.0, embd_pdrop=0.0,
-                          attn_pdrop=0.0, tie_word_embeddings=cfg["tie_embeddings"],
-                          bos_token_id=0, eos_token_id=0)
-        cls = T.GPT2LMHeadModel
-    elif fam == "llama":
-        hf = T.LlamaConfig(vocab_size=cfg["vocab_size"], hidden_size=cfg["d_model"],
-                           intermediate_size=cfg["d_ff"], num_hidden_layers=cfg["n_layers"],
-                           num_attention_heads=cfg["n_heads"],
-                           num_key_value_heads=cfg["n_kv_heads"],
-                           max_position_embeddings=cfg["max_seq_len"],
-                           rms_norm_eps=cfg["norm_eps"], hidden_act="silu",
-                           rope_parameters={"rope_type": "default",
-                                            "rope_theta": cfg["rope_theta"]},
-                           tie_word_embeddings=cfg["tie_embeddings"], attention_dropout=0.0,
-                           bos_token_id=0, eos_token_id=0)
-        cls = T.LlamaForCausalLM
-    else:
-        if cfg["type_vocab_size"] == 0:
-            raise ConfigError("distilbert (no token types) is not built by the transformers "
-                              "reference; use bert-base or tiny-bert")
-        hf = T.BertConfig(vocab_size=cfg["vocab_size"], hidden_size=cfg["d_model"],
-                          num_hidden_layers=cfg["n_layers"], num_attention_heads=cfg["n_heads"],
-                          intermediate_size=cfg["d_ff"], max_position_embeddings=cfg["max_seq_len"],
-                          type_vocab_size=cfg["type_vocab_size"], layer_norm_eps=cfg["norm_eps"],
-                          hidden_act="gelu", hidden_dropout_prob=0.0,
-                          attention_probs_dropout_prob=0.0,
-                          tie_word_embeddings=cfg["tie_embeddings"])
-        cls = T.BertForMaskedLM
-    hf._attn_implementation = "sdpa"
+    hf, cls = _hf_models().hf_config(T, cfg, "sdpa")
     model = cls(hf)
     impl = getattr(model.config, "_attn_implementation", None)
     if impl != "sdpa":

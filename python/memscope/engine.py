@@ -368,26 +368,37 @@ def _is_oom(torch, e):
         or "not enough memory" in text or isinstance(e, MemoryError))
 
 
-def main():
+def open_protocol(what):
+    """The start of a process memscope drives (the engine, the trace): stdout kept for the
+    protocol, anything a library prints sent to stderr, the request read from stdin, PyTorch and
+    transformers present. Returns (protocol stream, request), or None after saying what is wrong
+    on stderr (exit code 2)."""
     import warnings
     warnings.filterwarnings("ignore", module="transformers")
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
-    # The protocol owns stdout; anything a library prints goes to stderr.
     out = os.fdopen(os.dup(1), "w")
     os.dup2(2, 1)
     sys.stdout = sys.stderr
     try:
         request = json.load(sys.stdin)
     except ValueError as e:
-        print(f"error: the torch engine reads a request (JSON) on stdin: {e}", file=sys.stderr)
-        return 2
+        print(f"error: {what} reads a request (JSON) on stdin: {e}", file=sys.stderr)
+        return None
     try:
         import torch  # noqa: F401
         import transformers  # noqa: F401
     except ImportError as e:
-        print(f"error: the torch engine needs PyTorch and transformers ({e}): "
+        print(f"error: {what} needs PyTorch and transformers ({e}): "
               f"{sys.executable} -m pip install torch transformers", file=sys.stderr)
+        return None
+    return out, request
+
+
+def main():
+    opened = open_protocol("the torch engine")
+    if opened is None:
         return 2
+    out, request = opened
     import torch
     engine = None
     try:

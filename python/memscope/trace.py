@@ -6,17 +6,16 @@ sequence (``src/torch/estimate.rs``): live bytes by category at the peak, and on
 reserved bytes replayed through the caching allocator's rules.
 
 Protocol: the request ``{"spec": …, "expected_params": N}`` on stdin; one JSON object on stdout:
-``{"params": n, "param_sizes": […], "buffer_sizes": […], "events": [[size, phase], …],
-"peak": {…}, "phases": […]}`` (storages' bytes: parameters and buffers as built, then the steps)
-where a positive size allocates the next block id and a negative ``-(id+1)`` frees block ``id``.
+``{"traced_on": d, "params": n, "param_sizes": […], "buffer_sizes": […], "events": […],
+"peak": {…}, "ends": […]}`` (storages' bytes: parameters and buffers as built, then the steps)
+where an event ``n ≥ 0`` allocates n bytes as the next block id and ``-(id+1)`` frees block ``id``.
 """
 
 import json
-import os
 import sys
 import weakref
 
-from .engine import DTYPES, Refused
+from .engine import Refused, open_protocol
 
 
 class Tracer:
@@ -25,7 +24,7 @@ class Tracer:
     def __init__(self, torch):
         self.torch = torch
         self.live = {}        # storage key -> [block id, bytes, tensor refs, phase]
-        self.events = []      # [bytes, phase index] allocations; [-(id+1), 0] frees
+        self.events = []      # bytes: an allocation (the next block id); -(id+1): a free
         # Phase names in order of first use; what runs before the first phase (a prompt cut
         # from the batch) is `setup`'s.
         self.phases = ["setup"]
@@ -62,7 +61,7 @@ class Tracer:
             n = st.nbytes()
             e = self.live[key] = [self.next_id, n, 0, self.phase]
             self.next_id += 1
-            self.events.append([n, self.phase])
+            self.events.append(n)
             self.cur += n
             self.by_phase[self.phase] = self.by_phase.get(self.phase, 0) + n
             if self.cur > self.peak:
@@ -83,7 +82,7 @@ class Tracer:
             del self.live[key]
             self.cur -= e[1]
             self.by_phase[e[3]] -= e[1]
-            self.events.append([-(e[0] + 1), 0])
+            self.events.append(-(e[0] + 1))
 
 
 def _mode(torch, tracer):
@@ -146,20 +145,15 @@ def trace(request):
     # What the model held before the first step, in the order it was built.
     return {"traced_on": traced_on,
             "params": sum(p.numel() for p in params), "param_sizes": sizes(params),
-            "buffer_sizes": sizes(eng.model.buffers()), "phases": tr.phases,
+            "buffer_sizes": sizes(eng.model.buffers()),
             "events": tr.events, "peak": tr.at_peak or {}, "ends": tr.ends}
 
 
 def main():
-    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
-    out = os.fdopen(os.dup(1), "w")
-    os.dup2(2, 1)
-    sys.stdout = sys.stderr
-    try:
-        request = json.load(sys.stdin)
-    except ValueError as e:
-        print(f"error: the torch estimator reads a request (JSON) on stdin: {e}", file=sys.stderr)
+    opened = open_protocol("the torch estimator's trace")
+    if opened is None:
         return 2
+    out, request = opened
     try:
         result = trace(request)
     except Refused as e:

@@ -54,7 +54,14 @@ impl OomFacts {
         }
         let mut held = Vec::new();
         if let Some(a) = self.allocated_bytes {
-            held.push(format!("{} allocated", b(a)));
+            // CUDA: the caching allocator's allocated bytes; CPU: the counting allocator's heap
+            // live (every malloc of the engine process).
+            let what = if self.device.starts_with("cuda") {
+                "allocated"
+            } else {
+                "heap live"
+            };
+            held.push(format!("{} {what}", b(a)));
         }
         if let Some(r) = self.reserved_bytes {
             held.push(format!("{} reserved", b(r)));

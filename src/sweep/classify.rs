@@ -177,13 +177,13 @@ mod tests {
         let err = lines(&[
             r#"memscope-oom {"device":"cpu","requested_bytes":16777216,"allocated_bytes":234989568,"phase":"forward"}"#,
             "out of memory: DefaultCPUAllocator: not enough memory: you tried to allocate 16777216 bytes.",
-            "error: PyTorch ran out of memory on cpu in forward: tried to allocate 16.0 MiB with 224.1 MiB allocated",
+            "error: PyTorch ran out of memory on cpu in forward: tried to allocate 16.0 MiB with 224.1 MiB heap live",
         ]);
         let (status, reason) = classify(&outcome(Some(2), None, &err));
         assert_eq!(status, Status::Oom);
         assert_eq!(
             reason.as_deref(),
-            Some("PyTorch ran out of memory on cpu in forward: tried to allocate 16.0 MiB with 224.1 MiB allocated")
+            Some("PyTorch ran out of memory on cpu in forward: tried to allocate 16.0 MiB with 224.1 MiB heap live")
         );
     }
 

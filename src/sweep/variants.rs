@@ -24,17 +24,42 @@ pub struct Candidate {
 /// The variants of `base` (its own variant and dtype are replaced): the baseline, each
 /// technique alone, and all together. Checkpointing and mixed precision are training
 /// techniques; for inference the half-precision variant is plain bf16.
+///
+/// On memscope's engine the baseline is what a plain PyTorch script runs (naive attention,
+/// op-by-op kernels and optimizer) and the savers are flash attention and fused kernels. On the
+/// torch engine they are PyTorch's own features: the baseline is eager attention without
+/// `torch.compile` (fused AdamW throughout, as users run it), then SDPA, `torch.compile`, and
+/// beside autocast bf16 everything in bf16 (train).
 pub fn candidates(base: &Spec) -> Vec<Candidate> {
-    if base.torch.is_some() {
-        return torch_candidates(base);
-    }
+    let torch = base.torch.is_some();
+    let train = base.mode == Mode::Train;
+    // The plain path's fusion, and the one the engine fuses with.
+    let (plain_fusion, fused) = if torch {
+        (Fusion::Full, Fusion::Compile)
+    } else {
+        (Fusion::None, Fusion::Full)
+    };
+    let [baseline, attention, fusion, half_name] = if torch {
+        [
+            "baseline (eager)",
+            "SDPA attention",
+            "torch.compile",
+            if train { "autocast bf16" } else { "bf16" },
+        ]
+    } else {
+        [
+            "baseline",
+            "flash attention",
+            "fused kernels",
+            if train { "mixed precision" } else { "bf16" },
+        ]
+    };
     let plain = Variant {
         attention: Attention::Naive,
-        fusion: Fusion::None,
+        fusion: plain_fusion,
         checkpoint: false,
         precision: Precision::Pure,
     };
-    let train = base.mode == Mode::Train;
     let with = |name: &'static str, f: &dyn Fn(&mut Spec)| {
         let mut spec = base.clone();
         spec.dtype = Dtype::F32;
@@ -49,72 +74,22 @@ pub fn candidates(base: &Spec) -> Vec<Candidate> {
         }
     };
     let mut v = vec![
-        with("baseline", &|_| {}),
-        with("flash attention", &|s| {
-            s.variant.attention = Attention::Fused
-        }),
-        with("fused kernels", &|s| s.variant.fusion = Fusion::Full),
+        with(baseline, &|_| {}),
+        with(attention, &|s| s.variant.attention = Attention::Fused),
+        with(fusion, &|s| s.variant.fusion = fused),
     ];
     if train {
         v.push(with("checkpointing", &|s| s.variant.checkpoint = true));
     }
-    v.push(with(if train { "mixed precision" } else { "bf16" }, &half));
-    v.push(with("all together", &|s| {
-        s.variant.attention = Attention::Fused;
-        s.variant.fusion = Fusion::Full;
-        s.variant.checkpoint = train;
-        half(s);
-    }));
-    v
-}
-
-/// The variants on the torch engine, PyTorch's own features: the baseline is eager attention,
-/// no `torch.compile`, f32, no checkpointing (fused AdamW throughout, as users run it); then SDPA
-/// attention, `torch.compile`, `gradient_checkpointing_enable` per block, autocast bf16 over f32
-/// master weights, everything in bf16 (train), and all the savers together.
-fn torch_candidates(base: &Spec) -> Vec<Candidate> {
-    let plain = Variant {
-        attention: Attention::Naive,
-        fusion: Fusion::Full,
-        checkpoint: false,
-        precision: Precision::Pure,
-    };
-    let train = base.mode == Mode::Train;
-    let with = |name: &'static str, f: &dyn Fn(&mut Spec)| {
-        let mut spec = base.clone();
-        spec.dtype = Dtype::F32;
-        spec.variant = plain;
-        f(&mut spec);
-        Candidate { name, spec }
-    };
-    let autocast = |s: &mut Spec| {
-        s.dtype = Dtype::Bf16;
-        if train {
-            s.variant.precision = Precision::Mixed;
-        }
-    };
-    let mut v = vec![
-        with("baseline (eager)", &|_| {}),
-        with("SDPA attention", &|s| {
-            s.variant.attention = Attention::Fused
-        }),
-        with("torch.compile", &|s| s.variant.fusion = Fusion::Compile),
-    ];
-    if train {
-        v.push(with("checkpointing", &|s| s.variant.checkpoint = true));
-    }
-    v.push(with(
-        if train { "autocast bf16" } else { "bf16" },
-        &autocast,
-    ));
-    if train {
+    v.push(with(half_name, &half));
+    if torch && train {
         v.push(with("pure bf16", &|s| s.dtype = Dtype::Bf16));
     }
     v.push(with("all together", &|s| {
         s.variant.attention = Attention::Fused;
-        s.variant.fusion = Fusion::Compile;
+        s.variant.fusion = fused;
         s.variant.checkpoint = train;
-        autocast(s);
+        half(s);
     }));
     v
 }

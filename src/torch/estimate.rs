@@ -22,8 +22,8 @@ struct Trace {
     params: u64,
     param_sizes: Vec<u64>,
     buffer_sizes: Vec<u64>,
-    /// `[bytes, phase]` allocates the next block id; `[-(id + 1), 0]` frees block `id`.
-    events: Vec<[i64; 2]>,
+    /// `n ≥ 0` allocates n bytes as the next block id; `-(id + 1)` frees block `id`.
+    events: Vec<i64>,
     peak: TracePeak,
     /// Each phase run's end, in order.
     #[serde(default)]
@@ -101,7 +101,7 @@ fn replay(t: &Trace, device: &str, limit: Option<u64>) -> TorchEstimate {
     }
     let (mut live, mut peak) = (0u64, 0u64);
     let mut sizes = Vec::with_capacity(t.events.len());
-    for &[v, _] in &t.events {
+    for &v in &t.events {
         if v >= 0 {
             let n = v as u64;
             sizes.push(count(n));

@@ -26,7 +26,8 @@ pub fn capture(threads: usize) -> Environment {
 }
 
 /// The widest vector instructions memscope's kernels use on this CPU: `avx512 + avx512_bf16`,
-/// `avx512`, `avx2`, `sse2` on x86-64 (gemm and `kernels::simd` choose theirs at run time), the
+/// `avx512`, `avx2`, `sse2` on x86-64, `+ amx_bf16` where bf16 products run on AMX tiles
+/// (or why they do not: `MEMSCOPE_AMX=0`, Linux's refusal) (gemm and `kernels::simd` choose theirs at run time), the
 /// architecture's name elsewhere. Figures from an AVX2-only and an AVX-512 machine differ. A
 /// build without the `avx512` feature says `avx2 (AVX-512 CPU, build without avx512)` there.
 pub fn isa() -> String {
@@ -37,11 +38,14 @@ pub fn isa() -> String {
             return "avx2 (AVX-512 CPU, build without avx512)".into();
         }
         if has!("avx512f") {
-            return if has!("avx512bf16") {
-                "avx512 + avx512_bf16".into()
-            } else {
-                "avx512".into()
-            };
+            let mut isa = String::from("avx512");
+            if has!("avx512bf16") {
+                isa += " + avx512_bf16";
+            }
+            if let Some(amx) = crate::kernels::amx_tiles::status() {
+                isa += &format!(" + {amx}");
+            }
+            return isa;
         }
         if has!("avx2") && has!("fma") {
             return "avx2".into();
@@ -83,6 +87,11 @@ mod tests {
         let isa = super::isa();
         let want = match (has("avx512f"), cfg!(feature = "avx512")) {
             (true, false) => "avx2 (AVX-512 CPU, build without avx512)",
+            (true, true) if has("amx_bf16") && has("amx_tile") => {
+                // Every AMX CPU has AVX-512 BF16; what follows says whether the tiles are used.
+                assert!(isa.starts_with("avx512 + avx512_bf16 + amx_bf16"), "{isa}");
+                return;
+            }
             (true, true) if has("avx512_bf16") => "avx512 + avx512_bf16",
             (true, true) => "avx512",
             (false, _) if has("avx2") && has("fma") => "avx2",

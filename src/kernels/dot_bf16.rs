@@ -11,15 +11,21 @@
 //! u32 (the first element in the low half, as `vdpbf16ps` pairs them); for each block of
 //! [`MC`] rows the left operand is packed into panels of [`MR`] rows the same way. The
 //! microkernel keeps an MR × NR f32 tile in 24 registers, broadcasting one pair of the left
-//! panel against two 16-column vectors of the right strip per step. Strips run in parallel.
+//! panel against two 16-column vectors of the right strip per step. Tasks are (strip, group of
+//! panels), at least two per thread where the block has that many tiles (strips alone left
+//! threads idle: gpt2-small's 768 columns are 24 strips, one and a half rounds of 16 threads).
 //! Products accumulate in f32; each sum of a pair is rounded once (the instruction's
 //! round-to-nearest-even, denormal inputs read as zero): within bf16's tolerance of the f32
 //! product, which the tests check.
 //!
 //! CPUs without AVX-512 BF16 (every AVX2-only one) keep the widening path
 //! (`product::product_widening`); `MEMSCOPE_BF16_DOT=0` forces it, to compare the two.
+//! CPUs with AMX (`kernels::amx_tiles`) run [`product`] on the tile unit (`kernels::amx_bf16`)
+//! instead; `MEMSCOPE_AMX=0` keeps this kernel there.
 
+use super::pairs::{pair_major, Shared};
 use super::product::Strided;
+use super::{amx_bf16, amx_tiles};
 use half::bf16;
 use rayon::prelude::*;
 use std::sync::OnceLock;
@@ -60,34 +66,43 @@ pub fn cpu_has_it() -> bool {
 /// Bytes of the packing buffers [`product`] allocates for the duration of a product of
 /// `(m, n, k)` (both alive together).
 pub fn scratch_bytes((m, n, k): (usize, usize, usize)) -> u64 {
+    if amx_tiles::available() {
+        return amx_bf16::scratch_bytes((m, n, k));
+    }
     let kp = KC.min(k).div_ceil(2);
     let cols = NC.min(n).div_ceil(NR) * NR;
     let rows = MC.min(m).div_ceil(MR) * MR;
     (kp * (cols + rows) * 4) as u64
 }
 
-/// A raw pointer shared by the tasks of one product.
-#[derive(Clone, Copy)]
-struct Shared<T>(T);
-// SAFETY: the operands are only read, and each task writes only its own columns of dst.
-unsafe impl<T> Send for Shared<T> {}
-unsafe impl<T> Sync for Shared<T> {}
-
-impl<T: Copy> Shared<T> {
-    /// The value (a method, so that closures capture the whole `Shared`, not its field).
-    fn get(self) -> T {
-        self.0
-    }
-}
-
 /// dst (m, n) with row stride `dst_rs` = beta · lhs (m, k) · rhs (k, n), plus dst when `acc`,
-/// both operands bf16, in f32.
+/// both operands bf16, in f32: on AMX tiles where the CPU has them, else on this kernel.
 ///
 /// # Safety
 /// [`available`] must be true; every operand must be valid for the strided (m, k), (k, n) and
 /// (m, n) extents it is given, and `dst` must not alias the operands.
 #[allow(clippy::too_many_arguments)]
 pub unsafe fn product(
+    (m, n, k): (usize, usize, usize),
+    dst: *mut f32,
+    dst_rs: usize,
+    acc: bool,
+    lhs: Strided<bf16>,
+    rhs: Strided<bf16>,
+    beta: f32,
+) {
+    if amx_tiles::available() {
+        return amx_bf16::product((m, n, k), dst, dst_rs, acc, lhs, rhs, beta);
+    }
+    product_vector((m, n, k), dst, dst_rs, acc, lhs, rhs, beta)
+}
+
+/// [`product`] on this kernel even where the CPU has AMX (`memscope peaks` times both).
+///
+/// # Safety
+/// As [`product`].
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn product_vector(
     (m, n, k): (usize, usize, usize),
     dst: *mut f32,
     dst_rs: usize,
@@ -112,6 +127,7 @@ pub unsafe fn product(
     let mut packed_rhs = vec![0u32; kp_max * NC.min(n).div_ceil(NR) * NR]; // [strip][pair][NR]
     let mut packed_lhs = vec![0u32; kp_max * MC.min(m).div_ceil(MR) * MR]; // [panel][pair][MR]
     let (lhs, rhs_t, dst) = (Shared(lhs), Shared(rhs.t()), Shared(dst));
+    let threads = rayon::current_num_threads();
     for jc in (0..n).step_by(NC) {
         let nc = NC.min(n - jc);
         let strips = nc.div_ceil(NR);
@@ -123,7 +139,7 @@ pub unsafe fn product(
                 .enumerate()
                 .for_each(|(s, out)| {
                     let r0 = jc + s * NR;
-                    pack::<NR>(rhs_t.get(), r0, NR.min(nc - s * NR), pc, kc, out)
+                    pair_major::<NR>(rhs_t.get(), (r0, NR.min(nc - s * NR)), (pc, kc), kp, out)
                 });
             for ic in (0..m).step_by(MC) {
                 let mc = MC.min(m - ic);
@@ -132,14 +148,23 @@ pub unsafe fn product(
                     .par_chunks_mut(kp * MR)
                     .enumerate()
                     .for_each(|(q, out)| {
-                        pack::<MR>(lhs.get(), ic + q * MR, MR.min(mc - q * MR), pc, kc, out)
+                        pair_major::<MR>(
+                            lhs.get(),
+                            (ic + q * MR, MR.min(mc - q * MR)),
+                            (pc, kc),
+                            kp,
+                            out,
+                        )
                     });
                 let (a, b) = (Shared(packed_lhs.as_ptr()), Shared(packed_rhs.as_ptr()));
                 let first = pc == 0 && !acc;
-                (0..strips).into_par_iter().for_each(|s| {
+                let per = panels.div_ceil((2 * threads).div_ceil(strips)).max(1);
+                let groups = panels.div_ceil(per);
+                (0..strips * groups).into_par_iter().for_each(|t| {
+                    let (s, g) = (t / groups, t % groups);
                     let mut tile = [0f32; MR * NR];
                     let cols = NR.min(nc - s * NR);
-                    for q in 0..panels {
+                    for q in g * per..(g * per + per).min(panels) {
                         micro(
                             kp,
                             a.get().add(q * kp * MR),
@@ -158,51 +183,6 @@ pub unsafe fn product(
                     }
                 });
             }
-        }
-    }
-}
-
-/// out [pair][R] = rows r0 .. r0 + valid of x (R of them, the rest zeros) over the inner
-/// elements pc .. pc + kc, two per u32 (an odd last element paired with zero).
-///
-/// # Safety
-/// x must be valid for those rows and inner elements; out holds ⌈kc / 2⌉ · R values.
-unsafe fn pack<const R: usize>(
-    x: Strided<bf16>,
-    r0: usize,
-    valid: usize,
-    pc: usize,
-    kc: usize,
-    out: &mut [u32],
-) {
-    let (kp, full) = (kc.div_ceil(2), kc / 2);
-    let base = (x.ptr as *const u16).add(r0 * x.rs + pc * x.cs);
-    if x.cs == 1 {
-        // A row's pairs are adjacent: one u32 read each.
-        for rr in 0..valid {
-            let row = base.add(rr * x.rs);
-            for p in 0..full {
-                *out.get_unchecked_mut(p * R + rr) =
-                    (row.add(2 * p) as *const u32).read_unaligned();
-            }
-        }
-    } else {
-        for p in 0..full {
-            let (lo, hi) = (base.add(2 * p * x.cs), base.add((2 * p + 1) * x.cs));
-            let o = &mut out[p * R..p * R + valid];
-            for (rr, o) in o.iter_mut().enumerate() {
-                *o = *lo.add(rr * x.rs) as u32 | (*hi.add(rr * x.rs) as u32) << 16;
-            }
-        }
-    }
-    if kp > full {
-        for rr in 0..valid {
-            out[full * R + rr] = *base.add(rr * x.rs + 2 * full * x.cs) as u32;
-        }
-    }
-    if valid < R {
-        for p in 0..kp {
-            out[p * R + valid..p * R + R].fill(0);
         }
     }
 }
@@ -277,9 +257,24 @@ mod tests {
             assert!(!has || std::env::var("MEMSCOPE_BF16_DOT").as_deref() == Ok("0"));
             return;
         }
-        // Odd sizes: partial panels, strips and pair, two inner blocks, two row blocks.
+        // Odd sizes: partial panels, strips and pair, two inner blocks, two row blocks. This
+        // kernel, and what the linear layers call (AMX tiles where the CPU has them).
         let (m, n, k) = (MC + 29, NR * 3 + 5, KC + 37);
-        for (lhs_cm, rhs_cm) in [(false, false), (false, true), (true, false), (true, true)] {
+        type Product = unsafe fn(
+            (usize, usize, usize),
+            *mut f32,
+            usize,
+            bool,
+            Strided<bf16>,
+            Strided<bf16>,
+            f32,
+        );
+        let runs: [(&str, Product); 2] = [("avx512_bf16", product_vector), ("dispatched", product)];
+        for ((lhs_cm, rhs_cm), (what, product)) in
+            [(false, false), (false, true), (true, false), (true, true)]
+                .into_iter()
+                .flat_map(|l| runs.map(|r| (l, r)))
+        {
             let (a, b) = (values(m * k, 1), values(k * n, 5));
             let (l, r) = (view(&a, (m, k), lhs_cm), view(&b, (k, n), rhs_cm));
             let mut dst = vec![0.5f32; m * (n + 3)]; // row stride n + 3
@@ -299,7 +294,7 @@ mod tests {
                     // Exact products of bf16 values, summed in f32.
                     assert!(
                         (got - want).abs() <= 1e-5 * k as f64,
-                        "layout {lhs_cm}/{rhs_cm} ({i}, {j}): {got} vs {want}"
+                        "{what}: layout {lhs_cm}/{rhs_cm} ({i}, {j}): {got} vs {want}"
                     );
                 }
             }

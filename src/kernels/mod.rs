@@ -8,6 +8,8 @@
 //! Shape vocabulary: N rows, C features, V vocabulary.
 
 pub mod adamw;
+pub mod amx_bf16;
+pub mod amx_tiles;
 pub mod attention;
 pub mod cross_entropy;
 pub mod dot_bf16;
@@ -18,6 +20,7 @@ pub mod half_bits;
 pub mod layer_norm;
 pub mod linear;
 pub mod linear_half;
+pub mod pairs;
 pub mod panels;
 pub mod product;
 pub mod rms_norm;

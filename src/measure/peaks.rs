@@ -19,6 +19,10 @@ use std::time::Instant;
 /// stores keep them so (machines where gemm runs its AVX-512 or AVX2 kernels).
 pub const PANELS: &str = "f32 panels";
 
+/// The `matmul` entry of the AVX-512 BF16 kernel where bf16 products run on AMX tiles (the
+/// `bf16` entry then is the tile unit's ceiling).
+pub const BF16_VECTOR: &str = "bf16 avx512_bf16";
+
 /// A rate measured over several repetitions: the best (the ceiling) and the median.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Rate {
@@ -115,6 +119,26 @@ fn matmul_rate(name: &str, m: usize, k: usize, n: usize, dt: DType) -> anyhow::R
 /// The bf16 product the engine's linear layers run on this CPU (`kernels::dot_bf16`): (m, k)
 /// · (k, n) bf16 row-major operands into f32.
 fn dot_rate(name: &str, m: usize, k: usize, n: usize) -> anyhow::Result<ShapeRate> {
+    dot_rate_on(dot_bf16::product, name, (m, k, n))
+}
+
+type Bf16Product = unsafe fn(
+    (usize, usize, usize),
+    *mut f32,
+    usize,
+    bool,
+    Strided<half::bf16>,
+    Strided<half::bf16>,
+    f32,
+);
+
+/// [`dot_rate`] through `product` (`dot_bf16::product`, AMX where the CPU has it, or
+/// `dot_bf16::product_vector`).
+fn dot_rate_on(
+    product: Bf16Product,
+    name: &str,
+    (m, k, n): (usize, usize, usize),
+) -> anyhow::Result<ShapeRate> {
     let vals = |len: usize| -> Vec<half::bf16> {
         (0..len)
             .map(|i| half::bf16::from_f32(((i * 7 % 23) as f32 - 11.0) / 16.0))
@@ -135,8 +159,7 @@ fn dot_rate(name: &str, m: usize, k: usize, n: usize) -> anyhow::Result<ShapeRat
         },
     );
     // SAFETY: `available` was checked; a is (m, k), b (k, n), c (m, n), all row-major.
-    let mut run =
-        || unsafe { dot_bf16::product((m, n, k), c.as_mut_ptr(), n, false, lhs, rhs, 1.0) };
+    let mut run = || unsafe { product((m, n, k), c.as_mut_ptr(), n, false, lhs, rhs, 1.0) };
     run(); // first call: the thread pool starts
     let secs = timed(5, &mut run);
     std::hint::black_box(&c);
@@ -238,6 +261,11 @@ pub fn measure(
         best.insert(name.to_string(), r.gflops.best);
         matmul.insert(name.to_string(), r);
     }
+    if crate::kernels::amx_tiles::available() {
+        // `bf16` above ran on AMX tiles; the vector kernel beside it.
+        let r = dot_rate_on(dot_bf16::product_vector, "1024³", (1024, 1024, 1024))?;
+        matmul.insert(BF16_VECTOR.into(), r);
+    }
     if let Some(w) = strips::width() {
         // Inference stores' f32 products; the f32 ceiling is the faster of the two paths.
         let r = panels_rate(
@@ -298,8 +326,11 @@ pub fn fingerprint(threads: usize) -> String {
                 .map(|l| l.split_whitespace().nth(1).unwrap_or("?").to_string())
         })
         .unwrap_or_else(|| "?".into());
-    // bf16 products on the dot-product kernel or widened to f32 (`MEMSCOPE_BF16_DOT=0`).
-    let bf16 = if dot_bf16::available() {
+    // bf16 products on AMX tiles, the dot-product kernel, or widened to f32
+    // (`MEMSCOPE_AMX=0`, `MEMSCOPE_BF16_DOT=0`).
+    let bf16 = if dot_bf16::available() && crate::kernels::amx_tiles::available() {
+        "amx"
+    } else if dot_bf16::available() {
         "dot"
     } else {
         "widened"

@@ -1,6 +1,6 @@
 //! `memscope peaks`: this machine's matmul and bandwidth ceilings as tables.
 
-use crate::measure::peaks::{Peaks, ShapeRate, PANELS};
+use crate::measure::peaks::{Peaks, ShapeRate, BF16_VECTOR, PANELS};
 use crate::report::table::Table;
 use crate::report::terminal::render_table;
 use std::fmt::Write;
@@ -22,7 +22,13 @@ fn shape_rows(rates: &[&ShapeRate]) -> Vec<Vec<String>> {
 /// What the matmul rows ran through, and which is the f32 ceiling.
 fn matmul_title(p: &Peaks) -> String {
     let mut t = String::from("Matmul (5 runs after one warm-up; best is the ceiling): f32 and f16");
-    if p.fingerprint.contains("bf16 dot") {
+    if p.fingerprint.contains("bf16 amx") {
+        t += &format!(
+            " through candle → gemm, bf16 on AMX tiles (`tdpbf16ps`, what the linear layers \
+             run: the AMX ceiling); {BF16_VECTOR}: memscope's AVX-512 BF16 dot-product kernel \
+             beside it"
+        );
+    } else if p.fingerprint.contains("bf16 dot") {
         t += " through candle → gemm, bf16 on memscope's AVX-512 BF16 dot-product kernel (what \
               the linear layers run)";
     } else {

@@ -41,7 +41,8 @@ ROOT = Path(__file__).resolve().parent.parent
 TORCH_REFERENCE = ROOT / "scripts" / "torch_reference.py"
 MIB = 1024 * 1024
 
-# The five cases docs/performance.md measures the engine on.
+# The cases docs/performance.md measures the engine on: five in --dtype (f32 by default), and f,
+# always in bf16.
 CASES = {
     "a": {
         "title": "gpt2-small train, batch 2 × seq 128",
@@ -65,18 +66,26 @@ CASES = {
         "title": "tinyllama-1.1b infer (forward), batch 1 × seq 256",
         "args": ["--model", "tinyllama-1.1b", "--mode", "infer", "--batch", "1", "--seq", "256"],
     },
+    # Always bf16, whatever --dtype says: the case bf16 products (AMX tiles, AVX-512 BF16) run.
+    "f": {
+        "title": "gpt2-small train, batch 2 × seq 128, everything in bf16",
+        "args": ["--model", "gpt2-small", "--mode", "train", "--batch", "2", "--seq", "128"],
+        "dtype": "bf16",
+    },
 }
 
 
 def isa() -> str:
-    """The widest x86 vector ISA /proc/cpuinfo reports: avx512 (avx512f), avx2, or what it is."""
+    """The widest x86 vector ISA /proc/cpuinfo reports: avx512 (avx512f, with avx512_bf16 and
+    AMX's amx_bf16 where listed), avx2, or what it is."""
     try:
         flags = next((ln.split(":", 1)[1].split() for ln in open("/proc/cpuinfo")
                       if ln.startswith("flags")), [])
     except OSError:
         return "unknown (no /proc/cpuinfo)"
     if "avx512f" in flags:
-        return "avx512" + (" (+avx512_bf16)" if "avx512_bf16" in flags else "")
+        extra = [f for f in ("avx512_bf16", "amx_bf16") if f in flags]
+        return "avx512" + "".join(f" (+{f})" for f in extra)
     return "avx2" if "avx2" in flags else "no avx2"
 
 
@@ -108,7 +117,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                     help="memscope binary (default: target/release/memscope)")
     ap.add_argument("--python", default=sys.executable,
                     help="Python interpreter with torch installed (default: this one)")
-    ap.add_argument("--threads", type=int, default=2, help="CPU threads for both (default 2)")
+    ap.add_argument("--threads", default="2",
+                    help="CPU threads for both (default 2); a list such as 2,16 runs every case at "
+                         "each and adds a thread-scaling table")
     ap.add_argument("--rounds", type=int, default=3, help="A B rounds per case (default 3)")
     ap.add_argument("--steps", type=int, default=10, help="measured steps per run (default 10)")
     ap.add_argument("--warmup", type=int, default=2, help="warm-up steps per run (default 2)")
@@ -117,7 +128,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--impl", choices=["transformers", "eager"], default="transformers",
                     help="torch side: transformers' model classes (default) or memscope's models "
                          "re-written in PyTorch eager")
-    ap.add_argument("--cases", default="a,b,c,d,e",
+    ap.add_argument("--cases", default="a,b,c,d,e,f",
                     help="comma list of cases: " + "; ".join(f"{k} = {v['title']}"
                                                                for k, v in CASES.items()))
     ap.add_argument("--isa", choices=["native", "avx2"], default="native",
@@ -133,7 +144,13 @@ def parse_args(argv=None) -> argparse.Namespace:
     if bad or not a.case_list:
         ap.error(f"--cases: unknown case(s) {', '.join(bad) or '(none given)'}; choose from "
                  + ", ".join(CASES))
-    for k in ("threads", "rounds", "steps"):
+    try:
+        a.thread_list = [int(t) for t in a.threads.split(",") if t.strip()]
+    except ValueError:
+        ap.error(f"--threads: {a.threads!r} is not a number or a comma-separated list of numbers")
+    if not a.thread_list or min(a.thread_list) < 1:
+        ap.error("--threads: every thread count must be at least 1")
+    for k in ("rounds", "steps"):
         if getattr(a, k) < 1:
             ap.error(f"--{k} must be at least 1")
     if a.warmup < 0:
@@ -283,7 +300,7 @@ def render_case(key: str, case: dict, a) -> str:
     rounds = case["rounds"]
     ok = [r for r in rounds if r["memscope"] and r["torch"]]
     lines = [f"## ({key}) {CASES[key]['title']}",
-             f"{a.dtype} · {a.threads} threads · {a.warmup} warm-up + {a.steps} measured steps "
+             f"{case_dtype(key, a)} · {a.threads_now} threads · {a.warmup} warm-up + {a.steps} measured steps "
              f"per run · {len(rounds)} round(s), A = memscope, B = torch, run A B A B", ""]
     for r in rounds:
         for e in r["errors"]:
@@ -399,7 +416,8 @@ def summarize_case(rounds: list[dict]) -> dict:
 
 def overview(results: dict, a) -> str:
     """All cases in one table: step ratio median and spread, RSS peaks, the torch side's AdamW."""
-    lines = [f"## all cases · ISA {isa_label(a)} · {a.threads} threads · {a.dtype} · torch side: {a.impl}",
+    lines = [f"## all cases · ISA {isa_label(a)} · {a.threads_now} threads · {a.dtype} (case f: bf16) "
+             f"· torch side: {a.impl}",
              "",
              "| case | memscope ms | torch ms | memscope/torch (median, min – max) | "
              "best step ms memscope / torch (ratio) | RSS peak memscope | RSS peak torch | "
@@ -421,45 +439,51 @@ def overview(results: dict, a) -> str:
     return "\n".join(lines)
 
 
-def main(argv=None) -> int:
-    a = parse_args(argv)
-    errors = preflight(a)
-    if errors:
-        for e in errors:
-            print(f"error: {e}", file=sys.stderr)
-        return 2
-    common = ["--threads", str(a.threads), "--warmup", str(a.warmup), "--steps", str(a.steps),
-              "--seed", str(a.seed), "--dtype", a.dtype]
-    print(f"# memscope vs {a.impl} · CPU {cpu_model()} · ISA {isa_label(a)} · {os.cpu_count()} cores · "
-          f"{a.threads} threads · {a.dtype} · {a.rounds} interleaved rounds\n", flush=True)
+def case_dtype(key: str, a) -> str:
+    """The dtype a case runs in: --dtype, except case f (always bf16)."""
+    return CASES[key].get("dtype", a.dtype)
+
+
+def run_cases(a, threads: int) -> tuple[dict, bool]:
+    """Every case of --cases at `threads` threads, interleaved rounds → (results, whether a run
+    failed or the parameter counts differed)."""
+    common = ["--threads", str(threads), "--warmup", str(a.warmup), "--steps", str(a.steps),
+              "--seed", str(a.seed)]
     env_m = dict(os.environ)
     env_t = dict(os.environ)
     # torch.set_num_threads(--threads) governs the intra-op pool; the env vars keep MKL/OpenMP
     # from starting more threads than that before it runs.
     for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
-        env_t[k] = str(a.threads)
+        env_t[k] = str(threads)
     if a.isa == "avx2":
         env_t.update(TORCH_AVX2_ENV)
-    results = {"settings": {k: v for k, v in vars(a).items() if k != "case_list"},
-               "cases": {}}
+    results = {"threads": threads, "cases": {}}
     failed = False
     with tempfile.TemporaryDirectory(prefix="compare-torch-") as tmp:
         tmp = Path(tmp)
         for key in a.case_list:
             case = CASES[key]
+            dtype = ["--dtype", case_dtype(key, a)]
+            if dtype[1] == "bf16" and "train" in case["args"]:
+                # torch's reference trains everything in bf16 (weights, gradients, AdamW state):
+                # memscope's pure precision, not its default mixed one.
+                dtype += ["--precision", "pure"]
             rounds = []
             for i in range(1, a.rounds + 1):
                 r = {"round": i, "memscope": None, "torch": None, "errors": []}
                 for kind in ("memscope", "torch"):
                     out = tmp / f"{key}-{i}-{kind}.json"
                     if kind == "memscope":
-                        cmd = [a.memscope, "bench", *case["args"], *common, "--json", str(out), "-q"]
+                        cmd = [a.memscope, "bench", *case["args"], *common, *dtype, "--json",
+                               str(out), "-q"]
                         env = env_m
                     else:
                         cmd = [a.python, str(TORCH_REFERENCE), *case["args"], *common,
-                               "--impl", a.impl, "--json", str(out), "-q"]
+                               "--dtype", case_dtype(key, a), "--impl", a.impl, "--json", str(out),
+                               "-q"]
                         env = env_t
-                    print(f"[{key} round {i}/{a.rounds}] {kind}: {' '.join(cmd)}", file=sys.stderr,
+                    print(f"[{key} round {i}/{a.rounds}, {threads} threads] {kind}: {' '.join(cmd)}",
+                          file=sys.stderr,
                           flush=True)
                     rec, err = run_one(kind, cmd, out, env, a.timeout)
                     if rec and not err:
@@ -482,14 +506,67 @@ def main(argv=None) -> int:
                                   if r["torch_step_ms"] > 0 else None)
                 rounds.append(r)
             summary = summarize_case(rounds)
-            results["cases"][key] = {"title": case["title"], "args": case["args"] + common,
+            results["cases"][key] = {"title": case["title"], "args": case["args"] + common + dtype,
                                      "rounds": rounds, "summary": summary}
             if summary and not summary["params_match"]:
                 failed = True
             print(render_case(key, results["cases"][key], a) if summary else
                   render_case(key, {"rounds": rounds, "summary": {}}, a))
             print(flush=True)
-    print(overview(results, a))
+    return results, failed
+
+
+def scaling(results: dict, a) -> str:
+    """Each engine's speed-up from the first thread count to each other one (median step of the
+    first over the median step at that count), side by side."""
+    ts = a.thread_list
+    lines = [f"## thread scaling · ISA {isa_label(a)} · speed-up over {ts[0]} threads (median steps)",
+             "",
+             "| case | " + " | ".join(f"{t} threads: memscope / torch ms (memscope ×, torch ×)"
+                                     for t in ts[1:]) + " |",
+             "|---|" + "---:|" * (len(ts) - 1)]
+    base = results["by_threads"][str(ts[0])]["cases"]
+    for key in a.case_list:
+        b = base[key]["summary"]
+        cells = []
+        for t in ts[1:]:
+            s = results["by_threads"][str(t)]["cases"][key]["summary"]
+            if not b or not s:
+                cells.append("—")
+                continue
+            mx = b["memscope_step_ms"] / s["memscope_step_ms"]
+            tx = b["torch_step_ms"] / s["torch_step_ms"]
+            cells.append(f"{fmt_ms(s['memscope_step_ms'])} / {fmt_ms(s['torch_step_ms'])} "
+                         f"({mx:.2f}×, {tx:.2f}×)")
+        lines.append(f"| ({key}) {CASES[key]['title']} | " + " | ".join(cells) + " |")
+    lines.append("")
+    lines.append("The goal: memscope's speed-up at least torch's at every count.")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    a = parse_args(argv)
+    errors = preflight(a)
+    if errors:
+        for e in errors:
+            print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(f"# memscope vs {a.impl} · CPU {cpu_model()} · ISA {isa_label(a)} · {os.cpu_count()} cores · "
+          f"{a.threads} threads · {a.dtype} · {a.rounds} interleaved rounds\n", flush=True)
+    results = {"settings": {k: v for k, v in vars(a).items() if k not in ("case_list", "thread_list")},
+               "by_threads": {}}
+    failed = False
+    for threads in a.thread_list:
+        a.threads_now = threads
+        run, bad = run_cases(a, threads)
+        failed |= bad
+        results["by_threads"][str(threads)] = run
+        print(overview(run, a))
+        print(flush=True)
+    # The first thread count's cases also where earlier versions of this script wrote them.
+    results["cases"] = results["by_threads"][str(a.thread_list[0])]["cases"]
+    if len(a.thread_list) > 1:
+        print(scaling(results, a))
     if a.json:
         Path(a.json).write_text(json.dumps(results, indent=2) + "\n")
         print(f"raw results: {a.json}", file=sys.stderr)

@@ -5,6 +5,7 @@
 //! row-major panels ([`row_major`], `[row][pair]`, the rows an AMX tile loads).
 
 use super::product::Strided;
+use super::transpose;
 use half::bf16;
 
 /// A raw pointer shared by the tasks of one product.
@@ -53,8 +54,16 @@ pub unsafe fn pair_major<const R: usize>(
     let (kp, full) = (kc.div_ceil(2), kc / 2);
     let base = (x.ptr as *const u16).add(r0 * x.rs + pc * x.cs);
     if x.cs == 1 {
-        // A row's pairs are adjacent: one u32 read each.
-        for rr in 0..valid {
+        // A row's pairs are adjacent u32: the panel is their transpose, eight rows at a time
+        // through AVX2 register transposes (the bits moved as f32, never computed on); the
+        // lm head's (V, C) weight is packed this way on every bf16 forward.
+        let eights = valid - valid % 8;
+        for r8 in (0..eights).step_by(8) {
+            let rows: [*const f32; 8] =
+                std::array::from_fn(|j| base.add((r8 + j) * x.rs) as *const f32);
+            transpose::columns8(&rows, full, out.as_mut_ptr().add(r8) as *mut f32, R);
+        }
+        for rr in eights..valid {
             let row = base.add(rr * x.rs);
             for p in 0..full {
                 *out.get_unchecked_mut(p * R + rr) =

@@ -11,7 +11,8 @@ use half::bf16;
 /// out[kk · b + r] = cols[r][kk] for kk < c, r < 8.
 ///
 /// # Safety
-/// Each `cols[r]` must be valid for `c` reads and `out` for writes at the offsets above.
+/// Each `cols[r]` must be valid for `c` reads (any alignment) and `out` for writes at the
+/// offsets above.
 pub unsafe fn columns8(cols: &[*const f32; 8], c: usize, out: *mut f32, b: usize) {
     #[cfg(target_arch = "x86_64")]
     if has_avx2() {
@@ -43,7 +44,8 @@ unsafe fn scalar<T: Copy>(
 ) {
     for kk in from..c {
         for (r, col) in cols.iter().enumerate() {
-            *out.add(kk * b + r) = widen(*col.add(kk));
+            // Unaligned: `kernels::pairs` passes bf16 rows read as pairs (2-byte aligned).
+            *out.add(kk * b + r) = widen(col.add(kk).read_unaligned());
         }
     }
 }

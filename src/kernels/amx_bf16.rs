@@ -30,13 +30,20 @@ fn padded_pairs(kc: usize) -> usize {
     kc.div_ceil(2).div_ceil(COLS) * COLS
 }
 
+/// u32 per row of a left panel holding `kp` pairs: one 64-byte line more than the pairs, so
+/// that the 16 rows a tile load reads, 1 KiB apart at a full block, do not all fall on the
+/// same few L1 sets.
+fn row_pitch(kp: usize) -> usize {
+    kp + COLS
+}
+
 /// Bytes of the packing buffers [`product`] allocates for the duration of a product of
 /// `(m, n, k)` (both alive together).
 pub fn scratch_bytes((m, n, k): (usize, usize, usize)) -> u64 {
     let kp = padded_pairs(KC.min(k));
     let cols = NC.min(n).div_ceil(B) * B;
     let rows = MC.min(m).div_ceil(B) * B;
-    (kp * (cols + rows) * 4) as u64
+    ((kp * cols + row_pitch(kp) * rows) * 4) as u64
 }
 
 /// dst (m, n) with row stride `dst_rs` = beta · lhs (m, k) · rhs (k, n), plus dst when `acc`,
@@ -103,7 +110,7 @@ unsafe fn product_on<T: Tiles>(
     }
     let kp_max = padded_pairs(KC.min(k));
     let mut packed_rhs = vec![0u32; kp_max * NC.min(n).div_ceil(B) * B]; // [strip][pair][B]
-    let mut packed_lhs = vec![0u32; kp_max * MC.min(m).div_ceil(B) * B]; // [panel][B][pairs]
+    let mut packed_lhs = vec![0u32; row_pitch(kp_max) * MC.min(m).div_ceil(B) * B]; // [panel][B][pitch]
     let (lhs, rhs_t, dst) = (Shared(lhs), Shared(rhs.t()), Shared(dst));
     let threads = rayon::current_num_threads();
     for jc in (0..n).step_by(NC) {
@@ -122,12 +129,13 @@ unsafe fn product_on<T: Tiles>(
             for ic in (0..m).step_by(MC) {
                 let mc = MC.min(m - ic);
                 let panels = mc.div_ceil(B);
-                packed_lhs[..panels * kp * B]
-                    .par_chunks_mut(kp * B)
+                let pitch = row_pitch(kp);
+                packed_lhs[..panels * pitch * B]
+                    .par_chunks_mut(pitch * B)
                     .enumerate()
                     .for_each(|(q, out)| {
                         let rows = (ic + q * B, B.min(mc - q * B));
-                        row_major::<B>(lhs.get(), rows, (pc, kc), kp, out)
+                        row_major::<B>(lhs.get(), rows, (pc, kc), pitch, out)
                     });
                 let (a, b) = (Shared(packed_lhs.as_ptr()), Shared(packed_rhs.as_ptr()));
                 let first = pc == 0 && !acc;
@@ -143,7 +151,7 @@ unsafe fn product_on<T: Tiles>(
                         micro(
                             &mut u,
                             kp,
-                            a.get().add(q * kp * B),
+                            (a.get().add(q * pitch * B), pitch),
                             b.get().add(s * kp * B),
                             &mut tile,
                         );
@@ -163,14 +171,14 @@ unsafe fn product_on<T: Tiles>(
     }
 }
 
-/// tile (32, 32) = panel a (32 rows × kp pairs, row-major) · strip b (kp pairs × 32 columns):
+/// tile (32, 32) = panel a (32 rows × kp pairs, row-major, rows `pitch` u32 apart) · strip b (kp pairs × 32 columns):
 /// C tiles 0 1 / 2 3, A tiles 4 (rows 0–15) and 5 (rows 16–31), B tiles 6 (columns 0–15) and 7
 /// (columns 16–31).
 #[inline(always)]
 unsafe fn micro<T: Tiles>(
     u: &mut T,
     kp: usize,
-    a: *const u32,
+    (a, pitch): (*const u32, usize),
     b: *const u32,
     tile: &mut [f32; B * B],
 ) {
@@ -178,11 +186,11 @@ unsafe fn micro<T: Tiles>(
     u.zero::<1>();
     u.zero::<2>();
     u.zero::<3>();
-    let a_stride = kp * 4; // bytes per panel row
+    let a_stride = pitch * 4; // bytes per panel row
     let b_stride = B * 4; // bytes per strip pair
     for p in (0..kp).step_by(COLS) {
         u.load::<4>(a.add(p), a_stride);
-        u.load::<5>(a.add(ROWS * kp + p), a_stride);
+        u.load::<5>(a.add(ROWS * pitch + p), a_stride);
         u.load::<6>(b.add(p * B), b_stride);
         u.load::<7>(b.add(p * B + COLS), b_stride);
         u.dot::<0, 4, 6>();
@@ -289,8 +297,9 @@ mod tests {
         // k 768 → a first block of 512 elements, 256 pairs; n 768 → 24 strips; m 256 → 8 panels.
         assert_eq!(
             scratch_bytes((256, 768, 768)),
-            (256 * (768 + 256) * 4) as u64
+            ((256 * 768 + 272 * 256) * 4) as u64
         );
-        assert_eq!(scratch_bytes((1, 1, 1)), (16 * (32 + 32) * 4) as u64);
+        // Left panel rows one 16-pair line longer than their pairs.
+        assert_eq!(scratch_bytes((1, 1, 1)), ((16 * 32 + 32 * 32) * 4) as u64);
     }
 }

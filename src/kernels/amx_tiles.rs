@@ -119,8 +119,9 @@ pub trait Tiles {
     unsafe fn store<const T: u8>(&mut self, dst: *mut f32, stride: usize);
 }
 
-/// The CPU's tile unit, configured on this thread until dropped.
-pub struct Hardware(());
+/// The CPU's tile unit, configured on this thread until dropped. Neither `Send` nor `Sync`: the
+/// configuration is the thread's, and another thread's tile instructions would fault.
+pub struct Hardware(std::marker::PhantomData<*const ()>);
 
 /// The 64-byte tile configuration `ldtilecfg` reads (palette 1).
 #[repr(C, align(64))]
@@ -151,7 +152,7 @@ impl Hardware {
         cfg.rows[..8].fill(ROWS as u8);
         #[cfg(target_arch = "x86_64")]
         std::arch::asm!("ldtilecfg [{}]", in(reg) &cfg as *const Config, options(nostack, readonly));
-        Hardware(())
+        Hardware(std::marker::PhantomData)
     }
 }
 

@@ -26,9 +26,9 @@ pub fn capture(threads: usize) -> Environment {
 }
 
 /// The widest vector instructions memscope's kernels use on this CPU: `avx512 + avx512_bf16`,
-/// `avx512`, `avx2`, `sse2` on x86-64, `+ amx_bf16` where bf16 products run on AMX tiles
-/// (or why they do not: `MEMSCOPE_AMX=0`, Linux's refusal) (gemm and `kernels::simd` choose theirs at run time), the
-/// architecture's name elsewhere. Figures from an AVX2-only and an AVX-512 machine differ. A
+/// `avx512`, `avx2`, `sse2` on x86-64 (gemm and `kernels::simd` choose theirs at run time), with
+/// `+ amx_bf16` where bf16 products run on AMX tiles (or why they do not: `MEMSCOPE_AMX=0`,
+/// Linux's refusal); the architecture's name elsewhere. Figures from an AVX2-only and an AVX-512 machine differ. A
 /// build without the `avx512` feature says `avx2 (AVX-512 CPU, build without avx512)` there.
 pub fn isa() -> String {
     #[cfg(target_arch = "x86_64")]

@@ -232,18 +232,7 @@ mod tests {
 
     /// Every layout, odd sizes (partial panels, strips, pairs and tile depths; two inner
     /// blocks; two row blocks), accumulated and scaled, against the exact sum.
-    fn check(
-        run: unsafe fn(
-            (usize, usize, usize),
-            *mut f32,
-            usize,
-            bool,
-            Strided<bf16>,
-            Strided<bf16>,
-            f32,
-        ),
-        what: &str,
-    ) {
+    fn check(run: super::super::dot_bf16::Bf16Product, what: &str) {
         let (m, n, k) = (MC + 29, B * 3 + 5, KC + 37);
         for (lhs_cm, rhs_cm) in [(false, false), (false, true), (true, false), (true, true)] {
             let (a, b) = (values(m * k, 1), values(k * n, 5));

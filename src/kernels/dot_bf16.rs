@@ -75,6 +75,11 @@ pub fn scratch_bytes((m, n, k): (usize, usize, usize)) -> u64 {
     (kp * (cols + rows) * 4) as u64
 }
 
+/// The signature of the bf16 products (`product`, `product_vector`, `amx_bf16::product`):
+/// (m, n, k), dst, dst's row stride, acc, lhs, rhs, beta.
+pub type Bf16Product =
+    unsafe fn((usize, usize, usize), *mut f32, usize, bool, Strided<bf16>, Strided<bf16>, f32);
+
 /// dst (m, n) with row stride `dst_rs` = beta · lhs (m, k) · rhs (k, n), plus dst when `acc`,
 /// both operands bf16, in f32: on AMX tiles where the CPU has them, else on this kernel.
 ///
@@ -260,16 +265,8 @@ mod tests {
         // Odd sizes: partial panels, strips and pair, two inner blocks, two row blocks. This
         // kernel, and what the linear layers call (AMX tiles where the CPU has them).
         let (m, n, k) = (MC + 29, NR * 3 + 5, KC + 37);
-        type Product = unsafe fn(
-            (usize, usize, usize),
-            *mut f32,
-            usize,
-            bool,
-            Strided<bf16>,
-            Strided<bf16>,
-            f32,
-        );
-        let runs: [(&str, Product); 2] = [("avx512_bf16", product_vector), ("dispatched", product)];
+        let runs: [(&str, Bf16Product); 2] =
+            [("avx512_bf16", product_vector), ("dispatched", product)];
         for ((lhs_cm, rhs_cm), (what, product)) in
             [(false, false), (false, true), (true, false), (true, true)]
                 .into_iter()

@@ -117,6 +117,21 @@ pub unsafe fn row_major<const R: usize>(
 ) {
     let kp = kc.div_ceil(2);
     let base = (x.ptr as *const u16).add(r0 * x.rs + pc * x.cs);
+    if x.rs == 1 && x.cs != 1 {
+        // The rows are adjacent (a transposed operand, dyᵀ of a weight gradient): read each
+        // inner element's `valid` rows as one run, scatter the pairs into the rows.
+        out[..R * pairs].fill(0);
+        for p in 0..kp {
+            let lo = std::slice::from_raw_parts(base.add(2 * p * x.cs), valid);
+            let hi = (2 * p + 1 < kc)
+                .then(|| std::slice::from_raw_parts(base.add((2 * p + 1) * x.cs), valid));
+            for (rr, &l) in lo.iter().enumerate() {
+                let h = hi.map_or(0, |h| h[rr] as u32);
+                *out.get_unchecked_mut(rr * pairs + p) = l as u32 | h << 16;
+            }
+        }
+        return;
+    }
     for (rr, o) in out.chunks_exact_mut(pairs).take(R).enumerate() {
         if rr >= valid {
             o.fill(0);

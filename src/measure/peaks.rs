@@ -122,20 +122,10 @@ fn dot_rate(name: &str, m: usize, k: usize, n: usize) -> anyhow::Result<ShapeRat
     dot_rate_on(dot_bf16::product, name, (m, k, n))
 }
 
-type Bf16Product = unsafe fn(
-    (usize, usize, usize),
-    *mut f32,
-    usize,
-    bool,
-    Strided<half::bf16>,
-    Strided<half::bf16>,
-    f32,
-);
-
 /// [`dot_rate`] through `product` (`dot_bf16::product`, AMX where the CPU has it, or
 /// `dot_bf16::product_vector`).
 fn dot_rate_on(
-    product: Bf16Product,
+    product: dot_bf16::Bf16Product,
     name: &str,
     (m, k, n): (usize, usize, usize),
 ) -> anyhow::Result<ShapeRate> {

@@ -66,7 +66,7 @@ CASES = {
         "title": "tinyllama-1.1b infer (forward), batch 1 × seq 256",
         "args": ["--model", "tinyllama-1.1b", "--mode", "infer", "--batch", "1", "--seq", "256"],
     },
-    # Always bf16, whatever --dtype says: the case bf16 products (AMX tiles, AVX-512 BF16) run.
+    # Always bf16, whatever --dtype says: the case where bf16 products (AMX tiles, AVX-512 BF16) run.
     "f": {
         "title": "gpt2-small train, batch 2 × seq 128, everything in bf16",
         "args": ["--model", "gpt2-small", "--mode", "train", "--batch", "2", "--seq", "128"],
@@ -466,7 +466,8 @@ def run_cases(a, threads: int) -> tuple[dict, bool]:
             dtype = ["--dtype", case_dtype(key, a)]
             if dtype[1] == "bf16" and "train" in case["args"]:
                 # torch's reference trains everything in bf16 (weights, gradients, AdamW state):
-                # memscope's pure precision, not its default mixed one.
+                # memscope's pure precision (bf16 weights and gradients; its AdamW moments stay
+                # f32), not its default mixed one (f32 master weights).
                 dtype += ["--precision", "pure"]
             rounds = []
             for i in range(1, a.rounds + 1):

@@ -521,7 +521,8 @@ def scaling(results: dict, a) -> str:
     """Each engine's speed-up from the first thread count to each other one (median step of the
     first over the median step at that count), side by side."""
     ts = a.thread_list
-    lines = [f"## thread scaling · ISA {isa_label(a)} · speed-up over {ts[0]} threads (median steps)",
+    lines = [f"## thread scaling · ISA {isa_label(a)} · speed-up over {ts[0]} threads (median steps; "
+             "their spread over rounds is in each count's tables above)",
              "",
              "| case | " + " | ".join(f"{t} threads: memscope / torch ms (memscope ×, torch ×)"
                                      for t in ts[1:]) + " |",

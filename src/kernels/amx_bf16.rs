@@ -10,7 +10,7 @@
 //! B tiles and runs four `tdpbf16ps`. Tasks are (strip, group of panels), enough of them to
 //! keep every thread busy; each configures its thread's tiles and releases them at the end.
 
-use super::amx_tiles::{Hardware, Model, Tiles, COLS, ROWS};
+use super::amx_tiles::{Hardware, Tiles, COLS, ROWS};
 use super::pairs::{pair_major, row_major, Shared};
 use super::product::Strided;
 use half::bf16;
@@ -66,23 +66,6 @@ pub unsafe fn product(
         "AMX products need the tile unit"
     );
     product_on(|| Hardware::start(), mnk, dst, dst_rs, acc, lhs, rhs, beta)
-}
-
-/// [`product`] on the software tile model (tests, on any machine).
-///
-/// # Safety
-/// The operands as [`product`].
-#[allow(clippy::too_many_arguments)]
-pub unsafe fn product_on_model(
-    mnk: (usize, usize, usize),
-    dst: *mut f32,
-    dst_rs: usize,
-    acc: bool,
-    lhs: Strided<bf16>,
-    rhs: Strided<bf16>,
-    beta: f32,
-) {
-    product_on(Model::new, mnk, dst, dst_rs, acc, lhs, rhs, beta)
 }
 
 /// The product on the tile unit `unit()` makes on each task's thread.
@@ -207,71 +190,23 @@ unsafe fn micro<T: Tiles>(
 
 #[cfg(test)]
 mod tests {
+    use super::super::amx_tiles::Model;
+    use super::super::check;
+    use super::super::product::Bf16Product;
     use super::*;
-
-    fn values(len: usize, seed: usize) -> Vec<bf16> {
-        (0..len)
-            .map(|i| bf16::from_f32((((i * 7 + seed) % 23) as f32 - 11.0) / 8.0))
-            .collect()
-    }
-
-    /// (r, c) row-major or column-major over `v`.
-    fn view(v: &[bf16], (r, c): (usize, usize), column_major: bool) -> Strided<bf16> {
-        let (rs, cs) = if column_major { (1, r) } else { (c, 1) };
-        Strided {
-            ptr: v.as_ptr(),
-            rs,
-            cs,
-        }
-    }
-
-    fn at(v: &[bf16], s: Strided<bf16>, r: usize, c: usize) -> f64 {
-        let off = (s.ptr as usize - v.as_ptr() as usize) / 2;
-        v[off + r * s.rs + c * s.cs].to_f64()
-    }
-
-    /// Every layout, odd sizes (partial panels, strips, pairs and tile depths; two inner
-    /// blocks; two row blocks), accumulated and scaled, against the exact sum.
-    fn check(run: super::super::dot_bf16::Bf16Product, what: &str) {
-        let (m, n, k) = (MC + 29, B * 3 + 5, KC + 37);
-        for (lhs_cm, rhs_cm) in [(false, false), (false, true), (true, false), (true, true)] {
-            let (a, b) = (values(m * k, 1), values(k * n, 5));
-            let (l, r) = (view(&a, (m, k), lhs_cm), view(&b, (k, n), rhs_cm));
-            let mut dst = vec![0.5f32; m * (n + 3)]; // row stride n + 3
-                                                     // SAFETY: the views cover their buffers; dst has m rows of n + 3.
-            unsafe { run((m, n, k), dst.as_mut_ptr(), n + 3, true, l, r, 2.0) };
-            for i in 0..m {
-                for j in 0..n + 3 {
-                    let want = if j < n {
-                        0.5 + 2.0
-                            * (0..k)
-                                .map(|d| at(&a, l, i, d) * at(&b, r, d, j))
-                                .sum::<f64>()
-                    } else {
-                        0.5
-                    };
-                    let got = dst[i * (n + 3) + j] as f64;
-                    assert!(
-                        (got - want).abs() <= 1e-5 * k as f64,
-                        "{what}: layout {lhs_cm}/{rhs_cm} ({i}, {j}): {got} vs {want}"
-                    );
-                }
-            }
-        }
-        // Without acc the destination is overwritten.
-        let (a, b) = (values(3 * 5, 2), values(5 * 2, 3));
-        let mut dst = vec![f32::NAN; 6];
-        let (l, r) = (view(&a, (3, 5), false), view(&b, (5, 2), false));
-        // SAFETY: as above.
-        unsafe { run((3, 2, 5), dst.as_mut_ptr(), 2, false, l, r, 1.0) };
-        assert!(dst.iter().all(|v| v.is_finite()), "{what}: {dst:?}");
-    }
 
     #[test]
     fn products_equal_the_exact_sum_on_the_tile_model_and_on_amx_where_the_cpu_has_it() {
-        check(product_on_model, "software tile model");
+        // Odd sizes: partial panels, strips, pairs and tile depths; two inner blocks; two row
+        // blocks.
+        let mnk = (MC + 29, B * 3 + 5, KC + 37);
+        // SAFETY (of the closure's body): the checker passes operands as `product` needs them.
+        let on_model: Bf16Product = |mnk, dst, dst_rs, acc, lhs, rhs, beta| unsafe {
+            product_on(Model::new, mnk, dst, dst_rs, acc, lhs, rhs, beta)
+        };
+        check::bf16_product(on_model, "software tile model", mnk);
         if super::super::amx_tiles::available() {
-            check(product, "AMX");
+            check::bf16_product(product, "AMX", mnk);
             println!("AMX: the tile path checked on this CPU's tile unit and on the model");
         } else {
             println!(

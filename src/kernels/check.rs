@@ -1,6 +1,8 @@
 //! Test helpers: element-wise closeness and finite-difference gradient checks.
 
+use super::product::{Bf16Product, Strided};
 use candle_core::{Device, Result, Tensor, Var};
+use half::bf16;
 
 /// Asserts |a − b| ≤ rtol·max(|b|, 0.1·max|b|) element-wise, after widening both to f32: relative
 /// to each element, with a floor for elements that are small after cancellation (GELU's
@@ -106,4 +108,60 @@ pub fn against_reference(
             (x, y) => assert_eq!(x.is_some(), y.is_some(), "input {i}: gradient presence"),
         }
     }
+}
+
+/// Asserts that the bf16 product `run` (`what` names it) equals the exact sum of products in
+/// every operand layout (row- and column-major on each side) at (m, n, k), accumulated into a
+/// destination with a wider row stride and scaled, and that without `acc` it overwrites.
+pub fn bf16_product(run: Bf16Product, what: &str, (m, n, k): (usize, usize, usize)) {
+    let values = |len: usize, seed: usize| -> Vec<bf16> {
+        (0..len)
+            .map(|i| bf16::from_f32((((i * 7 + seed) % 23) as f32 - 11.0) / 8.0))
+            .collect()
+    };
+    // (r, c) row-major or column-major over `v`.
+    let view = |v: &[bf16], (r, c): (usize, usize), column_major: bool| {
+        let (rs, cs) = if column_major { (1, r) } else { (c, 1) };
+        Strided {
+            ptr: v.as_ptr(),
+            rs,
+            cs,
+        }
+    };
+    let at = |v: &[bf16], s: Strided<bf16>, r: usize, c: usize| -> f64 {
+        let off = (s.ptr as usize - v.as_ptr() as usize) / 2;
+        v[off + r * s.rs + c * s.cs].to_f64()
+    };
+    for (lhs_cm, rhs_cm) in [(false, false), (false, true), (true, false), (true, true)] {
+        let (a, b) = (values(m * k, 1), values(k * n, 5));
+        let (l, r) = (view(&a, (m, k), lhs_cm), view(&b, (k, n), rhs_cm));
+        let mut dst = vec![0.5f32; m * (n + 3)]; // row stride n + 3
+                                                 // SAFETY: the views cover their buffers; dst has m rows of n + 3.
+        unsafe { run((m, n, k), dst.as_mut_ptr(), n + 3, true, l, r, 2.0) };
+        for i in 0..m {
+            for j in 0..n + 3 {
+                let want = if j < n {
+                    0.5 + 2.0
+                        * (0..k)
+                            .map(|d| at(&a, l, i, d) * at(&b, r, d, j))
+                            .sum::<f64>()
+                } else {
+                    0.5
+                };
+                let got = dst[i * (n + 3) + j] as f64;
+                // Exact products of bf16 values, summed in f32.
+                assert!(
+                    (got - want).abs() <= 1e-5 * k as f64,
+                    "{what}: layout {lhs_cm}/{rhs_cm} ({i}, {j}): {got} vs {want}"
+                );
+            }
+        }
+    }
+    // Without acc the destination is overwritten.
+    let (a, b) = (values(3 * 5, 2), values(5 * 2, 3));
+    let mut dst = vec![f32::NAN; 6];
+    let (l, r) = (view(&a, (3, 5), false), view(&b, (5, 2), false));
+    // SAFETY: as above.
+    unsafe { run((3, 2, 5), dst.as_mut_ptr(), 2, false, l, r, 1.0) };
+    assert!(dst.iter().all(|v| v.is_finite()), "{what}: {dst:?}");
 }

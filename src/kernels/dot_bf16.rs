@@ -75,11 +75,6 @@ pub fn scratch_bytes((m, n, k): (usize, usize, usize)) -> u64 {
     (kp * (cols + rows) * 4) as u64
 }
 
-/// The signature of the bf16 products (`product`, `product_vector`, `amx_bf16::product`):
-/// (m, n, k), dst, dst's row stride, acc, lhs, rhs, beta.
-pub type Bf16Product =
-    unsafe fn((usize, usize, usize), *mut f32, usize, bool, Strided<bf16>, Strided<bf16>, f32);
-
 /// dst (m, n) with row stride `dst_rs` = beta · lhs (m, k) · rhs (k, n), plus dst when `acc`,
 /// both operands bf16, in f32: on AMX tiles where the CPU has them, else on this kernel.
 ///
@@ -223,28 +218,8 @@ unsafe fn micro(_: usize, _: *const u32, _: *const u32, _: &mut [f32; MR * NR]) 
 
 #[cfg(test)]
 mod tests {
+    use super::super::check;
     use super::*;
-
-    fn values(len: usize, seed: usize) -> Vec<bf16> {
-        (0..len)
-            .map(|i| bf16::from_f32((((i * 7 + seed) % 23) as f32 - 11.0) / 8.0))
-            .collect()
-    }
-
-    /// (m, k) row-major or column-major over `v`.
-    fn view(v: &[bf16], (r, c): (usize, usize), column_major: bool) -> Strided<bf16> {
-        let (rs, cs) = if column_major { (1, r) } else { (c, 1) };
-        Strided {
-            ptr: v.as_ptr(),
-            rs,
-            cs,
-        }
-    }
-
-    fn at(v: &[bf16], s: Strided<bf16>, r: usize, c: usize) -> f64 {
-        let off = (s.ptr as usize - v.as_ptr() as usize) / 2;
-        v[off + r * s.rs + c * s.cs].to_f64()
-    }
 
     #[test]
     fn products_equal_the_exact_sum_in_every_layout_or_the_cpu_lacks_the_instruction() {
@@ -264,45 +239,9 @@ mod tests {
         }
         // Odd sizes: partial panels, strips and pair, two inner blocks, two row blocks. This
         // kernel, and what the linear layers call (AMX tiles where the CPU has them).
-        let (m, n, k) = (MC + 29, NR * 3 + 5, KC + 37);
-        let runs: [(&str, Bf16Product); 2] =
-            [("avx512_bf16", product_vector), ("dispatched", product)];
-        for ((lhs_cm, rhs_cm), (what, product)) in
-            [(false, false), (false, true), (true, false), (true, true)]
-                .into_iter()
-                .flat_map(|l| runs.map(|r| (l, r)))
-        {
-            let (a, b) = (values(m * k, 1), values(k * n, 5));
-            let (l, r) = (view(&a, (m, k), lhs_cm), view(&b, (k, n), rhs_cm));
-            let mut dst = vec![0.5f32; m * (n + 3)]; // row stride n + 3
-                                                     // SAFETY: the views cover their buffers; dst has m rows of n + 3.
-            unsafe { product((m, n, k), dst.as_mut_ptr(), n + 3, true, l, r, 2.0) };
-            for i in 0..m {
-                for j in 0..n + 3 {
-                    let want = if j < n {
-                        0.5 + 2.0
-                            * (0..k)
-                                .map(|d| at(&a, l, i, d) * at(&b, r, d, j))
-                                .sum::<f64>()
-                    } else {
-                        0.5
-                    };
-                    let got = dst[i * (n + 3) + j] as f64;
-                    // Exact products of bf16 values, summed in f32.
-                    assert!(
-                        (got - want).abs() <= 1e-5 * k as f64,
-                        "{what}: layout {lhs_cm}/{rhs_cm} ({i}, {j}): {got} vs {want}"
-                    );
-                }
-            }
-        }
-        // Without acc the destination is overwritten.
-        let (a, b) = (values(3 * 5, 2), values(5 * 2, 3));
-        let mut dst = vec![f32::NAN; 6];
-        let (l, r) = (view(&a, (3, 5), false), view(&b, (5, 2), false));
-        // SAFETY: as above.
-        unsafe { product((3, 2, 5), dst.as_mut_ptr(), 2, false, l, r, 1.0) };
-        assert!(dst.iter().all(|v| v.is_finite()), "{dst:?}");
+        let mnk = (MC + 29, NR * 3 + 5, KC + 37);
+        check::bf16_product(product_vector, "avx512_bf16", mnk);
+        check::bf16_product(product, "dispatched", mnk);
     }
 
     #[test]

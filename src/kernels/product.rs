@@ -156,6 +156,12 @@ impl<T> Strided<T> {
     }
 }
 
+/// The signature of the bf16 × bf16 → f32 products (`dot_bf16::product`,
+/// `dot_bf16::product_vector`, `amx_bf16::product`): (m, n, k), dst, dst's row stride, acc, lhs,
+/// rhs, beta.
+pub type Bf16Product =
+    unsafe fn((usize, usize, usize), *mut f32, usize, bool, Strided<bf16>, Strided<bf16>, f32);
+
 /// dst (m, n) = beta · lhs (m, k) · rhs (k, n) [+ dst when `acc`] with a bf16 or f16 right
 /// operand: widened to f32 tile by tile as it is copied ([`TILE_K`] × [`TILE_N`], the same
 /// buffer a column-major f32 operand goes through), so the weight is never widened whole.

@@ -125,7 +125,7 @@ fn dot_rate(name: &str, m: usize, k: usize, n: usize) -> anyhow::Result<ShapeRat
 /// [`dot_rate`] through `product` (`dot_bf16::product`, AMX where the CPU has it, or
 /// `dot_bf16::product_vector`).
 fn dot_rate_on(
-    product: dot_bf16::Bf16Product,
+    product: crate::kernels::product::Bf16Product,
     name: &str,
     (m, k, n): (usize, usize, usize),
 ) -> anyhow::Result<ShapeRate> {

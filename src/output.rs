@@ -346,8 +346,7 @@ pub fn write_atomic(path: &Path, text: &str) -> anyhow::Result<()> {
             Ok(())
         }
         _ => {
-            let name = target.file_name().unwrap_or_default().to_string_lossy();
-            let tmp = target.with_file_name(format!("{name}.memscope-tmp"));
+            let tmp = temporary_beside(&target);
             let result = fs::write(&tmp, text).and_then(|()| fs::rename(&tmp, &target));
             if result.is_err() {
                 let _ = fs::remove_file(&tmp);
@@ -355,6 +354,16 @@ pub fn write_atomic(path: &Path, text: &str) -> anyhow::Result<()> {
             result.map_err(anyhow::Error::from)
         }
     }
+}
+
+/// A temporary file name beside `target` that no other writer uses: the process id and a count
+/// within the process, so two processes (ranks, concurrent sessions) or two threads writing the
+/// same output never write into one temporary file.
+fn temporary_beside(target: &Path) -> PathBuf {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    let name = target.file_name().unwrap_or_default().to_string_lossy();
+    target.with_file_name(format!(".{name}.{}.{n}.memscope-tmp", std::process::id()))
 }
 
 /// Standard output was closed when the process started (noted before Rust's runtime reopened
@@ -435,4 +444,31 @@ macro_rules! outln {
     ($($t:tt)*) => {
         $crate::output::print(&(format!($($t)*) + "\n"))
     };
+}
+
+#[cfg(test)]
+mod tests {
+    /// Concurrent writers of one output (threads here; ranks are processes, whose ids differ)
+    /// never share a temporary file, and each write leaves a whole file.
+    #[test]
+    fn concurrent_writers_use_their_own_temporary_files() {
+        let dir = std::env::temp_dir().join(format!("memscope-tmp-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let target = dir.join("run.json");
+        let a = super::temporary_beside(&target);
+        let b = super::temporary_beside(&target);
+        assert_ne!(a, b);
+        let texts: Vec<String> = (0..8).map(|i| format!("{}\n", i.to_string().repeat(100_000))).collect();
+        std::thread::scope(|s| {
+            for t in &texts {
+                let target = &target;
+                s.spawn(move || super::write_atomic(target, t).unwrap());
+            }
+        });
+        let got = std::fs::read_to_string(&target).unwrap();
+        assert!(texts.contains(&got), "a write was interleaved with another");
+        let left: Vec<_> = std::fs::read_dir(&dir).unwrap().collect();
+        assert_eq!(left.len(), 1, "temporary files left behind");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }

@@ -47,6 +47,7 @@ pub fn run_with(
         .collect::<Vec<_>>();
     warnings.extend(timing_warnings);
     warnings.extend(m.warnings);
+    warnings.extend(crate::record::nonfinite::warning(&m.loss));
     let decoded = if spec.mode == Mode::Generate {
         spec.new_tokens as u64
     } else {
@@ -79,7 +80,7 @@ fn run_torch(
     progress: &AtomicUsize,
     on_step: &mut dyn FnMut(&StepMemory),
 ) -> anyhow::Result<Record> {
-    let mut r = crate::torch::run(spec, progress, on_step)?;
+    let mut r = crate::torch::run(spec, progress, on_step, crate::measure::stop::requested)?;
     let engine = r.spec.engine.take();
     r.spec = spec.clone();
     r.spec.engine = engine;

@@ -208,6 +208,10 @@ pub enum SpecError {
     DeviceNeedsTorch(String),
     #[error("--fusion compile is torch.compile: it needs --engine torch (memscope's own engine has --fusion full or none)")]
     CompileNeedsTorch,
+    #[error("--weights {0}: the torch engine builds transformers' model with seeded random weights and does not load memscope's weight files; drop --weights, or run memscope's own engine (--engine candle) on them")]
+    WeightsOnTorch(String),
+    #[error("--fusion none is memscope's op-by-op candle path; the torch engine runs PyTorch eager (--fusion full, the default) or torch.compile (--fusion compile)")]
+    FusionNoneOnTorch,
     #[error("--lr must be a finite positive number (got {0})")]
     BadLr(f64),
     #[error("{flag} {value} is more than memscope runs ({max} at most); a leak verdict needs a few hundred steps, timing statistics a few dozen")]
@@ -351,6 +355,12 @@ impl Spec {
         match &self.torch {
             Some(t) => {
                 parse_device(&t.device)?;
+                if let Some(w) = &self.weights {
+                    return Err(SpecError::WeightsOnTorch(w.display().to_string()));
+                }
+                if self.variant.fusion == crate::model::variant::Fusion::None {
+                    return Err(SpecError::FusionNoneOnTorch);
+                }
             }
             None if self.variant.fusion == crate::model::variant::Fusion::Compile => {
                 return Err(SpecError::CompileNeedsTorch)

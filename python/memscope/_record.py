@@ -67,9 +67,48 @@ def series_entry(x):
     return e
 
 
-def build_record(s, failed):
+def step_from_line(line):
+    """A JSONL series line (``Session._jsonl_line``) back as the session's step dict."""
+    reserved = line.get("reserved")
+    loss = line.get("loss")
+    return {
+        "step": line["step"], "warmup": line["warmup"], "live": line["heap_live_bytes"],
+        "peak": line["heap_peak_bytes"],
+        "reserved": reserved["bytes"] if reserved else None,
+        "rss": (line.get("process") or {}).get("resident_bytes"),
+        "blocks": line.get("blocks", 0),
+        "alloc_retries": reserved["alloc_retries"] if reserved else 0,
+        "ooms": reserved["ooms"] if reserved else 0,
+        "times_ms": line["times_ms"],
+        "marks": [{"phase": p["phase"], "ms": p["ms"], "peak": p["peak_bytes"],
+                   "live": p["live_bytes"], "categories": p["by_category"]}
+                  for p in line["phases"]],
+        "loss": float(loss) if loss is not None else None,
+    }
+
+
+def micro_steps(steps):
+    """Each micro-batch's figures in steps with gradient accumulation (two or more backward
+    phases): the heap live as its backward ended, and the peak since the previous one."""
+    out = []
+    for step in steps:
+        if sum(1 for m in step["marks"] if m["phase"] == "backward") < 2:
+            continue
+        k, peak = 0, 0
+        for m in step["marks"]:
+            peak = max(peak, m["peak"])
+            if m["phase"] == "backward":
+                out.append({"step": step["step"], "micro_step": k,
+                            "heap_live_bytes": m["live"], "heap_peak_bytes": peak})
+                k, peak = k + 1, 0
+    return out
+
+
+def build_record(s, ending):
+    """The Record of a closed session; ``ending``: why the loop ended early, or None."""
+    from .session import json_loss
     torch = s.torch
-    steps = s.steps
+    steps = s.steps()
     measured = [x for x in steps if not x["warmup"]]
     last = steps[-1]
     micro = sum(1 for m in last["marks"] if m["phase"] == "forward") or 1
@@ -116,7 +155,7 @@ def build_record(s, failed):
         "rss_peak_bytes": _vm_hwm() if s.reader.memory != "rss" else max(
             (x["rss"] or 0) for x in steps),
         "rss_end_bytes": rss_bytes(), "kv_cache_bytes": None,
-        "phases": phases, "series": series, "micro_steps": s.micro_steps,
+        "phases": phases, "series": series, "micro_steps": micro_steps(steps),
         "peak_moments": [_moment(p, v["mark"]) for p, v in sorted(s.peak_moments.items())],
     }
     warnings = [f"memory figures (heap_*) are {_meaning(s.reader.memory)}, recorded by memscope's "
@@ -130,10 +169,16 @@ def build_record(s, failed):
     if not measured:
         warnings.append(f"all {len(steps)} steps were warm-up (warmup={s.warmup}): no timing "
                         "statistics; record more steps")
-    if failed:
-        warnings.append("the training loop raised an exception: the Record holds the steps "
+    if ending is not None:
+        warnings.append(f"{ending}: the Record holds the {len(steps)} steps that finished "
                         "before it")
-    losses = [x["loss"] for x in steps if x.get("loss") is not None]
+    warnings.extend(s.notes)
+    for old, new in s.moved:
+        warnings.append(f"the previous run's {old} was moved to {new} before this run wrote "
+                        "its own")
+    if s._shadowed:
+        warnings.append(s._shadowed)
+    losses = [json_loss(x["loss"]) for x in steps if x.get("loss") is not None]
     env = json.loads(_native.environment(threads))
     env["allocator"] = s.reader.allocator
     env["candle_version"] = "not used (PyTorch run)"

@@ -101,6 +101,7 @@ class Engine:
         self.mixed = v.get("precision") == "mixed"
         self.mode = spec["mode"]
         self.session = None
+        self.stop = _Stop()  # main() installs its handlers for the whole run
         self.phase = None  # name -> context manager marking that phase
         self.expected = request["expected_params"]
 
@@ -228,24 +229,36 @@ class Engine:
         self.phase = s.phase
         step_fn = {"train": self.train_step, "infer": self.infer_step,
                    "generate": self.generate_step}[self.mode]
-        stopped = False
         fixed = self.ids(batches) if not spec.get("data") else None
         draw = (lambda: fixed) if fixed is not None else (lambda: self.ids(batches))
+        stop = self.stop
+        # The handlers (installed in main(), before the model is built) stay until the Record
+        # is out: a second signal never costs it.
+        dropped = False
         with s:
             for i in range(warmup + steps):
                 try:
-                    losses = step_fn(draw)
+                    with stop.step():
+                        losses = step_fn(draw)
                 except KeyboardInterrupt:
-                    stopped = True
+                    # The step under way is not a measured step.
+                    s.discard_step()
+                    stop.asked = stop.asked or "SIGINT"
+                    dropped = True
                     break
                 s.step(sum(float(x) for x in losses) if losses else None)
-                self.out.write(json.dumps(series_entry(s.steps[-1])) + "\n")
+                self.out.write(json.dumps(series_entry(s.last_step)) + "\n")
                 self.out.flush()
+                if stop.asked:
+                    break
         record = s.record
         if record is None:
-            raise Refused("no step finished")
-        if stopped:
-            record["warnings"].append("stopped by SIGINT")
+            raise Refused(f"stopped by {stop.asked} before any step finished" if stop.asked
+                          else "no step finished")
+        if stop.asked:
+            record["warnings"].append(
+                f"stopped by {stop.asked} after {s.steps_closed} of {warmup + steps} steps "
+                "(warm-up included)" + ("; the step under way was left out" if dropped else ""))
         if counting:
             record["warnings"].append(
                 "heap figures count from just before the model was built: the "
@@ -329,6 +342,50 @@ class Engine:
         return facts
 
 
+class _Stop:
+    """SIGINT and SIGTERM while the engine runs (memscope passes `leak`'s stop on as SIGINT; a
+    terminal's Ctrl-C reaches both): the first one ends the step under way at once
+    (KeyboardInterrupt) or, between steps, the loop after the step; later ones are ignored, so
+    the Record is always written."""
+
+    def __init__(self):
+        self.asked = None
+        self.in_step = False
+        self.previous = {}
+
+    def __enter__(self):
+        import signal
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            self.previous[sig] = signal.signal(sig, self._on_signal)
+        return self
+
+    def __exit__(self, *exc):
+        import signal
+        for sig, h in self.previous.items():
+            signal.signal(sig, h)
+        return False
+
+    def _on_signal(self, signum, frame):
+        import signal
+        if self.asked is not None:
+            return
+        self.asked = signal.Signals(signum).name
+        if self.in_step:
+            raise KeyboardInterrupt
+
+    def step(self):
+        import contextlib
+
+        @contextlib.contextmanager
+        def inside():
+            self.in_step = True
+            try:
+                yield
+            finally:
+                self.in_step = False
+        return inside()
+
+
 def _cache_of(out):
     """A model output's KV cache (`cache`, or `past_key_values` in older transformers)."""
     c = getattr(out, "cache", None)
@@ -385,12 +442,17 @@ def open_protocol(what):
         print(f"error: {what} reads a request (JSON) on stdin: {e}", file=sys.stderr)
         return None
     try:
-        import torch  # noqa: F401
-        import transformers  # noqa: F401
+        import torch
+        import transformers
     except ImportError as e:
         print(f"error: {what} needs PyTorch and transformers ({e}): "
               f"{sys.executable} -m pip install torch transformers", file=sys.stderr)
         return None
+    # The first protocol line: memscope's bound on the start ends here.
+    out.write(json.dumps({"started": {"python": sys.version.split()[0],
+                                      "torch": torch.__version__,
+                                      "transformers": transformers.__version__}}) + "\n")
+    out.flush()
     return out, request
 
 
@@ -402,8 +464,10 @@ def main():
     import torch
     engine = None
     try:
-        engine = Engine(request, out)
-        engine.run()
+        with _Stop() as stop:
+            engine = Engine(request, out)
+            engine.stop = stop
+            engine.run()
     except Refused as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -4,7 +4,11 @@ The Trainer's own hooks cannot split forward from backward: the session's forwar
 model starts ``forward`` and the first saved tensor autograd unpacks starts ``backward``;
 ``on_pre_optimizer_step`` / ``on_optimizer_step`` bracket ``optimizer`` (gradient clipping
 included) and ``on_step_end`` closes the step. Gradient accumulation's micro-steps
-(``on_substep_end``) are the forward/backward pairs the hooks see."""
+(``on_substep_end``) are the forward/backward pairs the hooks see.
+
+The Trainer calls no callback when ``train()`` raises: a session left open is closed when
+``train()`` is called again on this callback, by ``close()``, or at the interpreter's exit (an
+exception nobody caught, Ctrl-C), with the Record saying what ended the run."""
 
 from transformers import TrainerCallback
 
@@ -25,6 +29,7 @@ class MemscopeCallback(TrainerCallback):
         self.session = None
 
     def on_train_begin(self, args, state, control, model=None, optimizer=None, **kwargs):
+        self.close("train() was called again while the previous run's session was open")
         self.session = Session(model, _innermost(optimizer), record=self.record, **self.kwargs)
         self.session.start()
 
@@ -43,3 +48,10 @@ class MemscopeCallback(TrainerCallback):
     def on_train_end(self, args, state, control, **kwargs):
         if self.session is not None:
             self.session.close()
+
+    def close(self, ending="the run was stopped before the Trainer's on_train_end"):
+        """Closes a session the Trainer left open (``train()`` raised and the process goes on:
+        a notebook): writes its Record, marked with ``ending``, and removes every hook."""
+        if self.session is not None and not self.session._closed:
+            self.session.close(ending=ending)
+        return self.session.record if self.session is not None else None

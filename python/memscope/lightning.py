@@ -5,11 +5,12 @@ step hooks would bracket all three; this callback drives the phases from Lightni
 instead: ``on_train_batch_start`` → forward, ``on_before_backward`` → backward,
 ``on_after_backward`` ends it, ``on_before_optimizer_step`` → optimizer, and the batch whose
 optimizer stepped closes the step at ``on_train_batch_end`` (with ``accumulate_grad_batches``
-the micro-batches before it are its forward/backward pairs)."""
+the micro-batches before it are its forward/backward pairs). An exception or Ctrl-C in ``fit``
+(``on_exception``) closes the session: its Record says what ended the run."""
 
 import lightning.pytorch as pl
 
-from .session import Session
+from .session import Session, _ending
 
 
 def _loss(outputs):
@@ -39,7 +40,10 @@ class MemscopeCallback(pl.Callback):
                 first = next(iter(first.values())) if isinstance(first, dict) else first[0]
             if hasattr(first, "shape") and len(first.shape) >= 1:
                 s.batch = int(first.shape[0])
-                s.seq = int(first.shape[1]) if len(first.shape) >= 2 else 1
+                # A sequence length only for token ids ((batch, seq) integers).
+                floating = getattr(getattr(first, "dtype", None), "is_floating_point", True)
+                ids = len(first.shape) == 2 and floating is False
+                s.seq = int(first.shape[1]) if ids else 0
         s.begin_phase("forward")
 
     def on_before_backward(self, trainer, pl_module, loss):
@@ -61,3 +65,9 @@ class MemscopeCallback(pl.Callback):
     def on_train_end(self, trainer, pl_module):
         if self.session is not None:
             self.session.close()
+
+    def on_exception(self, trainer, pl_module, exception):
+        """An exception or KeyboardInterrupt in fit: the Record of the steps that finished is
+        written, marked with what ended the run, and every hook is removed."""
+        if self.session is not None:
+            self.session.close(ending=_ending(type(exception), exception))

@@ -11,15 +11,36 @@ and the categories from the tensors themselves (``_categories.py``). It never ch
 never keeps one alive (weak references only) and never allocates on the device.
 """
 
+import atexit
 import json
+import math
 import os
+import sys
 import time
+import weakref
 from contextlib import contextmanager
 
 from . import _native
 from ._categories import SavedTensors, optimizer_tensors, unique_bytes
 from ._memory import reader_for, rss_bytes
-from ._record import build_record
+from ._outputs import check_paths, move_previous
+from ._record import _dtype, build_record, step_from_line
+
+# Sessions started and not yet closed: closed at the interpreter's exit (an exception nobody
+# caught, a KeyboardInterrupt, sys.exit inside a trainer), so their Record is written.
+_OPEN = weakref.WeakSet()
+
+
+@atexit.register
+def _close_open_sessions():
+    kind = getattr(sys, "last_type", None)
+    for s in list(_OPEN):
+        try:
+            s.close(ending=_ending(kind) if kind is not None else
+                    "the process exited while the session was open")
+        except Exception as e:  # noqa: BLE001 - one session's failure must not cost the others'
+            print(f"memscope: could not write the Record of a session left open: {e}",
+                  file=sys.stderr)
 
 
 def _rank(torch):
@@ -49,6 +70,27 @@ def _number(loss):
     if hasattr(loss, "detach"):
         loss = loss.detach()
     return float(loss)
+
+
+def json_loss(x):
+    """A loss as every memscope file writes it: a number, or "NaN" / "Infinity" / "-Infinity"
+    (JSON has no such numbers; ``src/record/nonfinite.rs`` reads them back)."""
+    if x is None or math.isfinite(x):
+        return x
+    return "NaN" if math.isnan(x) else ("Infinity" if x > 0 else "-Infinity")
+
+
+def _ending(exc_type, exc=None):
+    """How a ``with`` block ended, for the Record: None for a clean end (no exception,
+    ``sys.exit(0)``, a generator closed early), else a sentence."""
+    if exc_type is None or issubclass(exc_type, GeneratorExit):
+        return None
+    if issubclass(exc_type, SystemExit):
+        code = getattr(exc, "code", None) if exc is not None else None
+        return None if code in (None, 0) else f"the script exited with sys.exit({code!r})"
+    if issubclass(exc_type, KeyboardInterrupt):
+        return "stopped by KeyboardInterrupt (Ctrl-C or SIGINT)"
+    return f"the training loop raised {exc_type.__name__}"
 
 
 class Session:
@@ -85,14 +127,18 @@ class Session:
         self.device = device
         self.reader = reader_for(torch, device)
         self.rank = _rank(torch)
-        self.record_path = _per_rank(os.fspath(record), self.rank) if record is not None else None
+        # Absolute now: an os.chdir in the loop changes nothing.
+        self.record_path = os.path.abspath(_per_rank(os.fspath(record), self.rank)) \
+            if record is not None else None
         if jsonl is not None:
-            self.jsonl_path = _per_rank(os.fspath(jsonl), self.rank)
+            self.jsonl_path = os.path.abspath(_per_rank(os.fspath(jsonl), self.rank))
         elif self.record_path is not None:
             stem = self.record_path[:-5] if self.record_path.endswith(".json") else self.record_path
             self.jsonl_path = stem + ".steps.jsonl"
         else:
             self.jsonl_path = None
+        # Refused here, before the loop runs, rather than at close() after it ran.
+        check_paths(self.record_path, self.jsonl_path)
         self.batch, self.seq = batch, seq
         self.auto = auto_phases
         self.by_module = by_module
@@ -106,6 +152,7 @@ class Session:
         self.param_bytes, self._param_ptrs = unique_bytes(params, device)
         self.n_params = sum(p.numel() for p in params)
         self.param_dtype = params[0].dtype if params else torch.float32
+        _dtype(self.param_dtype)
         self.saved = SavedTensors(device)
         self.saved.exclude = self._param_ptrs
         self._cuda = device.type == "cuda"
@@ -120,11 +167,18 @@ class Session:
         self._counts_own = self.reader.memory == "malloc usable"
         # Phases timed per call (the mean of a step's calls), not summed: generate's decode.
         self.mean_phases = set()
-        self.steps = []          # closed steps: dicts (see _close_step)
-        self.micro_steps = []
+        # Closed steps live in the JSONL file (read back at close), so the process holds O(1)
+        # per step; in memory only when there is no file (record=None).
+        self._steps_mem = [] if self.jsonl_path is None else None
+        self.steps_closed = 0
+        self.last_step = None
         self.phase_memory = {}   # phase -> first/last retained, peak, allocations
         self.peak_moments = {}   # phase -> moment (the last warm-up step, else the latest)
         self.record = None       # the Record (dict) once closed
+        self.notes = []          # what the Record's warnings add (steps left out, hooks hidden)
+        self._user_steps = 0     # step() calls by the user
+        self._shadowed = None    # another saved_tensors_hooks over the recorder's, if seen
+        self.moved = []          # a previous run's files moved aside at start
         # Per step.
         self._phase = None
         self._explicit = 0
@@ -139,14 +193,21 @@ class Session:
         return self
 
     def __exit__(self, exc_type, exc, tb):
-        self.close(failed=exc_type is not None)
+        self.close(ending=_ending(exc_type, exc))
         return False
 
     def start(self):
+        if self._closed:
+            raise RuntimeError(
+                "this Session was closed and its Record written: a second `with` on it would "
+                "record nothing; make a new memscope.Session for another run")
         if self._started:
             return self
         self._started = True
         torch = self.torch
+        # A previous run's Record and series are moved aside, never replaced by this run's nor
+        # left beside its series as if they were this run's.
+        self.moved = move_previous(self.record_path, self.jsonl_path)
         if self.jsonl_path is not None:
             self._jsonl = open(self.jsonl_path, "w", buffering=1)
         self._started_at = int(time.time())
@@ -158,6 +219,9 @@ class Session:
             for name, sub in m.named_modules():
                 if sub is m:
                     continue
+                if name.rpartition(".")[2].isdigit():
+                    # An index (a Sequential's `0`) says little alone: its class beside it.
+                    name = f"{name} ({type(sub).__name__})"
                 self._handles.append(sub.register_forward_pre_hook(self._module_enter(name)))
                 self._handles.append(sub.register_forward_hook(self._module_exit))
         if self.optimizer is not None and hasattr(self.optimizer, "register_step_pre_hook"):
@@ -165,26 +229,94 @@ class Session:
             self._handles.append(self.optimizer.register_step_post_hook(self._on_opt_post))
         self._sth = torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack)
         self._sth.__enter__()
+        _OPEN.add(self)
         return self
 
-    def close(self, failed=False):
-        """Ends the open step (if any phase ran in it), removes every hook and writes the Record."""
+    def close(self, failed=False, ending=None):
+        """Ends the session: removes every hook and writes the Record. ``ending``: how the loop
+        ended when it did not end cleanly (``failed=True``: an exception); the Record says so.
+        Phases after the last ``step()`` form a step only when the loop ended cleanly and they
+        hold every phase a step had (a validation forward after the last step is not one);
+        without any ``step()`` call, a step ends at each optimizer step."""
         if self._closed or not self._started:
             return self.record
         self._closed = True
-        if self._phase is not None or self._marks:
-            self.step()
-        if self._sth is not None:
-            self._sth.__exit__(None, None, None)
-        for h in self._handles:
-            h.remove()
-        self._handles.clear()
-        if self._jsonl is not None:
-            self._jsonl.close()
-        if not self.steps:
+        _OPEN.discard(self)
+        if failed and ending is None:
+            ending = "the training loop raised an exception"
+        try:
+            self.end_phase()
+            if ending is not None:
+                self.discard_step(f"the step under way was left out ({ending})")
+            elif self._user_steps == 0 and self._marks:
+                self._close_unmarked_steps()
+            elif self._marks:
+                self._close_trailing_phases()
+        finally:
+            if self._sth is not None:
+                self._sth.__exit__(None, None, None)
+            for h in self._handles:
+                h.remove()
+            self._handles.clear()
+            if self._jsonl is not None:
+                self._jsonl.close()
+        if not self.steps_closed:
             return None
-        self.record = build_record(self, failed)
+        self.record = build_record(self, ending)
+        self._report()
         return self.record
+
+    def discard_step(self, why="the step under way was left out"):
+        """Drops the phases since the last ``step()``: a step interrupted by an exception or a
+        signal is not a measured step."""
+        self._phase = None
+        self._explicit = 0
+        self._module_stack.clear()
+        self._step_t0 = None
+        if self._marks:
+            phases = ", ".join(m["phase"] for m in self._marks)
+            self.notes.append(f"{why} ({phases})")
+            self._marks = []
+
+    def _close_trailing_phases(self):
+        last = self.last_step
+        need = {m["phase"] for m in last["marks"]} if last else set()
+        have = {m["phase"] for m in self._marks}
+        if need <= have:
+            self._close_step(None)
+        else:
+            self.discard_step(
+                "phases after the last ms.step() were left out, as they lack "
+                + ", ".join(sorted(need - have)) + " a step had (a validation or evaluation "
+                "pass, not a training step)")
+
+    def _close_unmarked_steps(self):
+        """No ``step()`` was called: a step ends after each optimizer phase (else each backward,
+        else each forward)."""
+        marks, self._marks = self._marks, []
+        names = [m["phase"] for m in marks]
+        end = next((n for n in ("optimizer", "backward", "forward") if n in names), None)
+        chunk = []
+        for m in marks:
+            chunk.append(m)
+            if m["phase"] == end:
+                self._marks = chunk
+                self._close_step(None)
+                chunk = []
+        if chunk:
+            self._marks = chunk
+            self.discard_step("phases after the last optimizer step were left out")
+        self.notes.append(
+            f"ms.step() was never called: the session ended a step at each {end} phase "
+            f"({self.steps_closed} steps); call ms.step(loss) after each optimizer step to "
+            "record the loss and the series as the loop runs")
+
+    def _report(self):
+        """One line on stderr: where the Record went and what to run next."""
+        if self.record_path is None or os.environ.get("MEMSCOPE_QUIET"):
+            return
+        print(f"memscope: {self.steps_closed} steps recorded → {self.record_path}; next: "
+              f"memscope report {self.record_path} -o report.html", file=sys.stderr)
 
     # -- phases ---------------------------------------------------------------------------
 
@@ -249,17 +381,42 @@ class Session:
         return self.auto and self._explicit == 0
 
     def _on_root_forward(self, module, args, kwargs):
+        if self._shadowed is None and self.torch.is_grad_enabled():
+            self._check_hooks()
         if self.batch is None:
             self._infer_shape(args, kwargs)
         if self._auto() and module.training and self.torch.is_grad_enabled():
             self.begin_phase("forward")
 
     def _infer_shape(self, args, kwargs):
+        """Batch from the first tensor input; a sequence length only where the input is token
+        ids ((batch, seq) integers): a (64, 512) float input is 64 samples, not 512 tokens."""
         for t in list(args) + list(kwargs.values()):
             if isinstance(t, self.torch.Tensor) and t.dim() >= 1:
                 self.batch = int(t.shape[0])
-                self.seq = int(t.shape[1]) if t.dim() >= 2 else 1
+                ids = t.dim() == 2 and not t.dtype.is_floating_point and not t.dtype.is_complex
+                self.seq = int(t.shape[1]) if ids else 0
                 return
+
+    def _check_hooks(self):
+        """PyTorch calls only the innermost saved_tensors_hooks: another one opened over the
+        recorder's (torch.autograd.graph.save_on_cpu, a second Session) hides the saved tensors
+        and backward's start from it. Said in the Record, once."""
+        top = getattr(self.torch._C._autograd, "_top_saved_tensors_default_hooks", None)
+        if top is None:
+            return
+        hooks = top(False)
+        if hooks is None or hooks[0] == self._pack:
+            return
+        pack = hooks[0]
+        owner = getattr(pack, "__self__", None)
+        name = "another memscope Session" if isinstance(owner, Session) else \
+            getattr(pack, "__qualname__", repr(pack)).replace(".<locals>", "")
+        self._shadowed = (
+            f"activations and the backward phase could not be seen: another saved_tensors_hooks "
+            f"({name}) was open over the recorder's, and PyTorch calls only the innermost; "
+            "activations read 0 and backward's time is counted in the phase before it. Open "
+            "the Session inside it, or record one Session at a time")
 
     def _module_enter(self, name):
         def enter(module, args):
@@ -312,7 +469,12 @@ class Session:
 
     def step(self, loss=None):
         """Closes a training step (after the optimizer's step): one line in the JSONL series.
-        ``loss`` (a number or a scalar tensor) goes into the Record's loss list."""
+        ``loss`` (a number or a scalar tensor) goes into the Record's loss list; a NaN or an
+        infinity is kept (as "NaN" / "Infinity") and counted in the Record's warnings."""
+        self._user_steps += 1
+        self._close_step(loss)
+
+    def _close_step(self, loss):
         self.end_phase()
         if not self._marks:
             return
@@ -321,7 +483,7 @@ class Session:
             marks[-1]["t"][1].synchronize()
         r = self._read()
         own_before = r["live"]
-        index = len(self.steps)
+        index = self.steps_closed
         warm = index < self.warmup
         times = {}
         calls = {}
@@ -346,13 +508,31 @@ class Session:
             "times_ms": times,
             "marks": marks,
             "loss": _number(loss),
+            "elapsed_s": time.perf_counter() - self._wall0,
         }
-        self.steps.append(step)
+        self.steps_closed += 1
         self._phase_memory(step)
-        self._micro_steps(step)
+        for m in marks:
+            # What the Record's peak moments keep of a mark; the rest goes with the line.
+            m.pop("t", None)
+            if self.peak_moments.get(m["phase"], {}).get("mark") is not m:
+                m.pop("by_module", None)
         if self._jsonl is not None:
             self._jsonl.write(json.dumps(self._jsonl_line(step)) + "\n")
+        else:
+            self._steps_mem.append(step)
+        self.last_step = step
         self._keep_own(own_before)
+
+    def steps(self):
+        """The closed steps, as dicts: read back from the JSONL series (or kept in memory when
+        the session writes no file)."""
+        if self._steps_mem is not None:
+            return list(self._steps_mem)
+        if self._jsonl is not None and not self._jsonl.closed:
+            self._jsonl.flush()
+        with open(self.jsonl_path) as f:
+            return [step_from_line(json.loads(line)) for line in f if line.strip()]
 
     def _keep_own(self, before):
         """What the bookkeeping since ``before`` (a live reading) kept — a phase's mark, a step's
@@ -391,22 +571,11 @@ class Session:
         return {"forward": c["activations"], "backward": c["gradients"],
                 "optimizer": c["optimizer_state"]}.get(m["phase"], 0)
 
-    def _micro_steps(self, step):
-        backs = [m for m in step["marks"] if m["phase"] == "backward"]
-        if len(backs) < 2:
-            return
-        k, peak = 0, 0
-        for m in step["marks"]:
-            peak = max(peak, m["peak"])
-            if m["phase"] == "backward":
-                self.micro_steps.append({"step": step["step"], "micro_step": k,
-                                         "heap_live_bytes": m["live"], "heap_peak_bytes": peak})
-                k, peak = k + 1, 0
-
     def _jsonl_line(self, s):
         line = {
             "step": s["step"],
             "warmup": s["warmup"],
+            "elapsed_s": round(s["elapsed_s"], 6),
             "heap_live_bytes": s["live"],
             "heap_peak_bytes": s["peak"],
             "measures": self.reader.memory,
@@ -417,7 +586,7 @@ class Session:
             "times_ms": {k: round(v, 6) for k, v in s["times_ms"].items()},
         }
         if s["loss"] is not None:
-            line["loss"] = s["loss"]
+            line["loss"] = json_loss(s["loss"])
         if s["reserved"] is not None:
             line["reserved"] = {"bytes": s["reserved"], "alloc_retries": s["alloc_retries"],
                                 "ooms": s["ooms"]}
@@ -429,7 +598,7 @@ class Session:
     def leak_verdict(self, what="heap"):
         """memscope's leak verdict (Rust's) on this run's per-step series, as a dict."""
         key = {"heap": "live", "rss": "rss", "reserved": "reserved"}[what]
-        pts = [(s["step"], s[key]) for s in self.steps if s[key] is not None]
+        pts = [(s["step"], s[key]) for s in self.steps() if s[key] is not None]
         label = {"heap": self.reader.memory, "rss": "RSS", "reserved": "reserved"}[what]
         return json.loads(_native.leak_verdict([p[0] for p in pts], [float(p[1]) for p in pts],
                                                label))

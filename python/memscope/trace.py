@@ -17,6 +17,8 @@ import weakref
 
 from .engine import Refused, open_protocol
 
+REPLAYED_MICRO_BATCHES = 3
+
 
 class Tracer:
     """Allocations and frees of storages, by the phase that allocated them."""
@@ -103,6 +105,12 @@ def trace(request):
 
     from .engine import Engine
     spec = request["spec"]
+    # Micro-batches after the second leave the trace exactly as they found it (gradients
+    # accumulate in place), so at most three are traced, as memscope's own estimate replays
+    # them: an estimate's cost does not grow with --grad-accum.
+    if spec.get("grad_accum", 1) > REPLAYED_MICRO_BATCHES:
+        spec = dict(spec, grad_accum=REPLAYED_MICRO_BATCHES)
+        request = dict(request, spec=spec)
     device = spec["torch"]["device"]
     traced_on = device
     if device.startswith("cuda") and not torch.cuda.is_available():

@@ -71,8 +71,14 @@ fn finish_record(
         .map_err(|e| PyValueError::new_err(format!("the Record does not fit its schema: {e}")))?;
     let (t, w) = timing::phase_timings(&samples);
     r.throughput = timing::throughput(&t, tokens_per_step, sequences_per_step, 0);
+    if tokens_per_step == 0 {
+        // Not token ids: no tokens/s to give (samples/s stands).
+        r.throughput.tokens_per_s = None;
+    }
     r.timing = t;
-    r.warnings.extend(w);
+    r.warnings.extend(w.into_iter().map(python_advice));
+    r.warnings
+        .extend(memscope::record::nonfinite::warning(&r.loss));
     r.memory.breakdown = breakdown::breakdown(&r.memory, r.spec.mode);
     let text = serde_json::to_string_pretty(&r).map_err(val)? + "\n";
     if let Some(p) = path {
@@ -80,6 +86,33 @@ fn finish_record(
             .map_err(|e| PyOSError::new_err(format!("{e:#}")))?;
     }
     Ok(text)
+}
+
+/// memscope's rules for output paths (`output::check_outputs`, the CLI's): each `(name, path)`
+/// output checked (a directory, a missing or unwritable directory), against the others and
+/// against the `(name, path)` inputs (by device and inode). ValueError names the output.
+#[pyfunction]
+fn check_outputs(outputs: Vec<(String, String)>, inputs: Vec<(String, String)>) -> PyResult<()> {
+    let outs: Vec<(&str, Option<&Path>)> = outputs
+        .iter()
+        .map(|(n, p)| (n.as_str(), Some(Path::new(p))))
+        .collect();
+    let ins: Vec<(&str, &Path)> = inputs
+        .iter()
+        .map(|(n, p)| (n.as_str(), Path::new(p)))
+        .collect();
+    memscope::output::check_outputs(&outs, &ins)
+        .map_err(|e| PyValueError::new_err(format!("{e:#}")))
+}
+
+/// A timing warning's advice in the recorder's terms (the CLI's flags mean nothing in a user's
+/// script).
+fn python_advice(w: String) -> String {
+    w.replace(
+        "use more --steps or fewer --threads",
+        "record more steps, or run fewer threads (torch.set_num_threads)",
+    )
+    .replace("add --warmup", "raise Session(warmup=…)")
 }
 
 /// This machine as a Record's `environment` (JSON), for a run on `threads` threads.
@@ -104,6 +137,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
         wrap_pyfunction!(leak_verdict, m)?,
         wrap_pyfunction!(finish_record, m)?,
         wrap_pyfunction!(environment, m)?,
+        wrap_pyfunction!(check_outputs, m)?,
     ] {
         m.add_function(f)?;
     }

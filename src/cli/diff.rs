@@ -37,8 +37,14 @@ pub fn run(a: DiffArgs) -> anyhow::Result<ExitCode> {
             n.input.kind()
         );
     };
-    if !x.memory.counting || !y.memory.counting {
-        bail!("diff needs heap figures: counting was off (MEMSCOPE_NO_COUNT=1) in one of the runs");
+    for (r, named) in [(x, &b), (y, &n)] {
+        if !r.memory.counting {
+            bail!(
+                "diff needs counted heap figures, and {} has none: {}",
+                named.name,
+                r.why_not_counted()
+            );
+        }
     }
     let md = to_markdown(&b.name, &n.name, &diff(x, y));
     if let Some(p) = &a.markdown {

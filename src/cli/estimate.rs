@@ -175,6 +175,17 @@ fn torch_estimate(
     budget: Option<u64>,
 ) -> anyhow::Result<ExitCode> {
     use crate::record::torch_estimate::TorchEstimateFile;
+    // Flags the trace cannot honour are refused, never ignored.
+    if a.optimizer != Optimizer::Adamw {
+        bail!("--optimizer {}: the torch engine trains with PyTorch's fused AdamW, so its estimate traces AdamW; drop --optimizer, or estimate memscope's own engine (--engine candle) with it",
+            a.optimizer.to_possible_value().map_or("?".into(), |v| v.get_name().to_string()));
+    }
+    if let Some(t) = a.threads {
+        bail!("--threads {t}: the torch estimate traces allocations, which do not depend on threads (PyTorch keeps no per-thread buffers memscope's engine keeps); drop --threads");
+    }
+    if a.top != 10 {
+        bail!("--top {}: the torch estimate prints categories, not hotspot tables; drop --top", a.top);
+    }
     let mut by_dtype = std::collections::BTreeMap::new();
     let mut spec = None;
     for &dtype in dts {

@@ -288,6 +288,9 @@ pub fn analyze(a: AnalyzeArgs) -> anyhow::Result<ExitCode> {
         ..Default::default()
     };
     let targets = a.targets.targets()?;
+    if !stdin && is_record(&a.file) {
+        return analyze_record(&a, &name, &targets);
+    }
     let parsed = if stdin {
         parse_reader(&mut std::io::stdin().lock(), &opts)
     } else {
@@ -313,6 +316,41 @@ pub fn analyze(a: AnalyzeArgs) -> anyhow::Result<ExitCode> {
         .cloned()
         .fold(None, |m: Option<f64>, v| Some(m.map_or(v, |m| m.max(v))));
     let rows = evaluate(&targets, &report, None, peak);
+    a.files.write(&report, &rows)?;
+    out!("{}", render::to_text(&report, &rows))?;
+    Ok(exit_for(&rows))
+}
+
+/// A memscope Record (`bench --json`, `leak --record`, the Python recorder's `run.json`): one
+/// JSON document whose first key is `schema_version`, as memscope writes it.
+fn is_record(path: &std::path::Path) -> bool {
+    use std::io::Read;
+    let mut head = [0u8; 256];
+    let n = std::fs::File::open(path)
+        .and_then(|mut f| f.read(&mut head))
+        .unwrap_or(0);
+    let head = String::from_utf8_lossy(&head[..n]);
+    head.trim_start().starts_with('{') && head.contains("\"schema_version\"")
+}
+
+/// `analyze` on a Record: the verdict on its per-step heap live series, its steps per hour from
+/// its own timing, as `leak` gives it.
+fn analyze_record(a: &AnalyzeArgs, name: &str, targets: &[crate::analysis::targets::Target]) -> anyhow::Result<ExitCode> {
+    let crate::record::detect::Input::Record(record) = crate::record::detect::load(&a.file)?.input
+    else {
+        anyhow::bail!("{name}: not a memscope Record");
+    };
+    eprintln!("note: {name} is a memscope Record: judging its per-step heap live series ({} steps)", record.memory.series.len());
+    let report = verdict(
+        &series(&record, "heap live", |s| Some(s.heap_live_bytes)),
+        &a.targets.params(steps_per_hour(&record))?,
+    );
+    let rows = evaluate(
+        targets,
+        &report,
+        Some(record.memory.load_bytes as f64),
+        Some(record.memory.heap_peak_bytes as f64),
+    );
     a.files.write(&report, &rows)?;
     out!("{}", render::to_text(&report, &rows))?;
     Ok(exit_for(&rows))

@@ -15,7 +15,7 @@ use crate::units::Unit;
 use std::io::BufRead;
 
 /// The default log pattern.
-pub const DEFAULT_PATTERN: &str = r"(?i)^(?:\[?(?P<time>\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(?:[.,]\d+)?(?:Z|[+-]\d{2}:?\d{2})?)\]?)?.*?\b(?:global[_ ]?step|step|iteration|iter|it)\b\s*[:=#]?\s*(?P<step>\d+(?:,\d{3})*)\b.*?(?P<value>-?\d+(?:,\d{3})*(?:\.\d+)?)\s*(?P<unit>[KMGT]i?B|bytes)\b";
+pub const DEFAULT_PATTERN: &str = r"(?i)^(?:\[?(?P<time>\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(?:[.,]\d+)?(?:Z|[+-]\d{2}:?\d{2})?)\]?)?.*?\b(?:global[_ ]?step|step|iteration|iter|it)\b\s*[:=#]?\s*(?P<step>\d+(?:,\d{3})*)\b.*?(?P<value>-?\d+(?:,\d{3})*(?:\.\d+)?(?:[eE][+-]?\d+)?)\s*(?P<unit>[KMGT]i?B|bytes)\b";
 
 pub(crate) fn parse(
     r: &mut dyn BufRead,

@@ -304,6 +304,14 @@ fn log_with_user_pattern_and_thousands_separators() {
 }
 
 #[test]
+fn log_values_in_scientific_notation_are_read_as_written() {
+    let text = "step 1 mem 1.5000e+03 MB\nstep 2 mem 1.5E3 MB\nstep 3 mem 2e-3 GB\n";
+    let (s, _) = ok(text);
+    assert_eq!(s.steps, vec![1, 2, 3]);
+    assert_eq!(s.values, vec![1500e6, 1500e6, 2e6]);
+}
+
+#[test]
 fn log_default_pattern_catches_common_lines() {
     let text = "\
 2024-05-01 12:00:00 INFO step 100 | loss 2.31 | mem 1,234.5 MB

@@ -80,6 +80,11 @@ pub fn parse(name: &str, text: &str) -> anyhow::Result<Input> {
         }
         let v: Value = serde_json::from_str(line)
             .map_err(|e| anyhow::anyhow!("{name}: line {}: not JSON ({e}); {WHAT}", i + 1))?;
+        if v.get("heap_live_bytes").is_some() && v.get("step").is_some() {
+            bail!(
+                "{name}: a per-step memory series (a .steps.jsonl the recorder writes beside its Record), not a Record or a sweep: `memscope analyze {name}` judges it (leaking or warming up?); report, compare and diff read the Record beside it"
+            );
+        }
         if v.get("status").is_none() || v.get("spec").is_none() {
             bail!(
                 "{name}: line {}: a JSON line without `status` and `spec` is not a sweep row; {WHAT}",

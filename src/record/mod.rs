@@ -14,6 +14,7 @@
 pub mod detect;
 pub mod estimate;
 pub mod leak;
+pub mod nonfinite;
 pub mod optimize;
 pub mod roofline;
 mod run;

@@ -20,7 +20,9 @@ pub struct Record {
     pub compute: Compute,
     pub memory: MemoryRecord,
     /// Train: loss of each step (warm-up included); infer: mean loss of each batch, no update
-    /// (warm-up included; the first entry is the first batch).
+    /// (warm-up included; the first entry is the first batch). Not-finite values are the strings
+    /// "NaN", "Infinity", "-Infinity" (`nonfinite.rs`).
+    #[serde(with = "super::nonfinite::vec")]
     pub loss: Vec<f64>,
     /// The `--data` token file, when the run read one (random ids otherwise).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -30,6 +32,41 @@ pub struct Record {
     /// Unix time the run started, seconds.
     pub started_at: u64,
     pub wall_seconds: f64,
+}
+
+impl Record {
+    /// The model as a reader knows it: `gpt2-small (gpt2, 12 layers, d_model 768)`; a user's own
+    /// PyTorch model whose layers memscope could not read shows its class only.
+    pub fn model_label(&self) -> String {
+        let m = &self.model;
+        if m.n_layers == 0 || m.d_model == 0 {
+            let class = self.spec.engine.as_ref().map_or(m.family.as_str(), |e| e.model_class.as_str());
+            return format!("{} ({class}, {})", m.name, m.family);
+        }
+        format!("{} ({}, {} layers, d_model {})", m.name, m.family, m.n_layers, m.d_model)
+    }
+
+    /// `batch 8 × seq 512`; `batch 64` where the sequence length is not known (a user's model
+    /// whose input is not token ids).
+    pub fn shape_label(&self) -> String {
+        let s = &self.spec;
+        if s.seq == 0 {
+            format!("batch {}", s.batch)
+        } else {
+            format!("batch {} × seq {}", s.batch, s.seq)
+        }
+    }
+
+    /// Why this Record has no counted heap figures (`memory.counting` false): the Python
+    /// recorder ran without the counting allocator (its figures are RSS), or memscope ran with
+    /// MEMSCOPE_NO_COUNT set.
+    pub fn why_not_counted(&self) -> String {
+        match &self.spec.engine {
+            Some(e) if e.memory == "rss" => "recorded by the Python recorder without the counting allocator: its memory figures are RSS (run the script under `python -m memscope run` to count allocations)".into(),
+            Some(e) => format!("its memory figures are {}", e.memory),
+            None => "memscope ran with MEMSCOPE_NO_COUNT set: heap figures were not measured".into(),
+        }
+    }
 }
 
 /// The token file a run read (`--data`).

@@ -18,11 +18,8 @@ pub fn headline(r: &Record) -> String {
             "batch {} · prompt {} + {} new tokens",
             s.batch, s.prompt_len, s.new_tokens
         ),
-        _ if s.grad_accum > 1 => format!(
-            "batch {} × seq {} × {} micro-batches",
-            s.batch, s.seq, s.grad_accum
-        ),
-        _ => format!("batch {} × seq {}", s.batch, s.seq),
+        _ if s.grad_accum > 1 => format!("{} × {} micro-batches", r.shape_label(), s.grad_accum),
+        _ => r.shape_label(),
     };
     format!(
         "{} ({}, {} params) · {} · {} · {} · {} thread{}{} · {} warm-up + {} measured steps",
@@ -107,7 +104,8 @@ pub fn throughput_line(r: &Record) -> Option<String> {
         parts.push(format!("{} tokens/s", rate(v)));
     }
     if let Some(v) = t.samples_per_s {
-        parts.push(format!("{} sequences/s", rate(v)));
+        let what = if r.spec.seq == 0 { "samples" } else { "sequences" };
+        parts.push(format!("{} {what}/s", rate(v)));
     }
     if let Some(v) = t.decode_tokens_per_s {
         parts.push(format!("{} decoded tokens/s", rate(v)));
@@ -195,7 +193,7 @@ pub fn memory_table(r: &Record) -> Table {
         rows.push(vec![
             "(counting off)".into(),
             "".into(),
-            "heap figures not measured: MEMSCOPE_NO_COUNT was set".into(),
+            r.why_not_counted(),
         ]);
     }
     Table {

@@ -3,7 +3,9 @@
 //! or a CUDA GPU. Its Record has exactly the shape of memscope's own: `runner` adds the estimate
 //! and the compute figures as it does for candle.
 //!
-//! - `python.rs`: starting the Python package with a request on stdin; why it failed.
+//! - `python.rs`: starting the Python package with a request on stdin (it dies with memscope);
+//!   why it failed.
+//! - `watchdog.rs`: the bound on its start, and `leak`'s stop passed on to it.
 //! - `process.rs`: starts the engine, streams its per-step memory entries, reads its Record.
 //! - `estimate.rs`: `estimate --engine torch`, the workload traced under FakeTensorMode and
 //!   replayed: the allocated peak by category, and on CUDA the reserved peak through
@@ -15,5 +17,6 @@ pub mod caching_allocator;
 pub mod estimate;
 pub mod process;
 pub mod python;
+pub mod watchdog;
 
 pub use process::run;

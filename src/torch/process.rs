@@ -5,11 +5,13 @@
 //! is passed on line by line and its last lines kept for the error. `MEMSCOPE_PYTHON` names the
 //! interpreter.
 
-use super::python::{failure, spawn, Request};
+use super::python::{failure, python, spawn, Request};
+use super::watchdog::{start_limit, Watchdog};
 use crate::record::{Record, StepMemory};
 use crate::spec::{Spec, TorchRun};
 use anyhow::{bail, Context};
 use std::io::{BufRead, BufReader};
+use std::os::unix::process::ExitStatusExt;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// One line of the engine's stdout.
@@ -17,6 +19,11 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 #[serde(untagged)]
 enum Line {
     Record { record: Box<Record> },
+    /// Its first line, once torch and transformers are imported (the start bound's end).
+    Started {
+        #[allow(dead_code)]
+        started: serde_json::Value,
+    },
     Step(StepMemory),
 }
 
@@ -31,34 +38,47 @@ fn engine_args(target: &TorchRun) -> Vec<&'static str> {
 }
 
 /// Runs `spec` (which has `torch`) to its Record, handing each step's memory entry to `on_step`
-/// and counting steps in `progress`.
+/// and counting steps in `progress`. When `stop()` turns true (`leak`'s signals) the engine is
+/// sent SIGINT: it drops the step under way and writes the Record of the steps it finished.
 pub fn run(
     spec: &Spec,
     progress: &AtomicUsize,
     on_step: &mut dyn FnMut(&StepMemory),
+    stop: fn() -> bool,
 ) -> anyhow::Result<Record> {
     let Some(target) = &spec.torch else {
         bail!("internal: torch::run needs a Spec with --engine torch");
     };
     let request = Request::new(spec)?;
+    let limit = start_limit()?;
     let (mut child, stderr) = spawn(&engine_args(target), &request)?;
+    let dog = Watchdog::start(child.id(), limit, stop);
     let stdout = child.stdout.take().expect("piped");
     let mut record = None;
     for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+        dog.heard();
         match serde_json::from_str::<Line>(&line) {
             Ok(Line::Step(m)) => {
                 on_step(&m);
                 progress.fetch_add(1, Ordering::Relaxed);
             }
             Ok(Line::Record { record: r }) => record = Some(*r),
+            Ok(Line::Started { .. }) => {}
             // Anything else a library printed on stdout is passed on.
             Err(_) => eprintln!("{line}"),
         }
     }
+    let timed_out = dog.finish("the torch engine", &python());
     let status = child.wait().context("waiting for the torch engine")?;
     let last = stderr.join().unwrap_or_default();
+    if let Some(e) = timed_out {
+        bail!("{e}");
+    }
     if !status.success() {
-        bail!("{}", failure("the torch engine", status.code(), &last));
+        bail!(
+            "{}",
+            failure("the torch engine", status.code(), status.signal(), &last)
+        );
     }
     record.context("the torch engine exited 0 without writing its Record")
 }

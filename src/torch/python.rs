@@ -40,14 +40,32 @@ impl<'a> Request<'a> {
 const KEEP: usize = 20;
 
 /// Starts `python ARGS` with `request` on its stdin and its stdout piped; the returned thread
-/// passes its stderr on and ends with the last lines.
+/// passes its stderr on and ends with the last lines. The process dies with memscope, however
+/// memscope ends (SIGKILL included): Linux's parent-death signal, set between fork and exec,
+/// kills it when the thread that started it is gone.
 pub fn spawn(args: &[&str], request: &str) -> anyhow::Result<(Child, JoinHandle<Vec<String>>)> {
+    use std::os::unix::process::CommandExt;
     let py = python();
-    let mut child = Command::new(&py)
-        .args(args)
+    let parent = std::process::id();
+    let mut cmd = Command::new(&py);
+    cmd.args(args)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
+        .stderr(Stdio::piped());
+    // SAFETY: prctl and getppid are async-signal-safe, as code between fork and exec must be.
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            // memscope died between fork and prctl: nobody is left to send the signal.
+            if libc::getppid() as u32 != parent {
+                libc::_exit(1);
+            }
+            Ok(())
+        });
+    }
+    let mut child = cmd
         .spawn()
         .map_err(|e| {
             anyhow::anyhow!(
@@ -79,8 +97,8 @@ pub fn spawn(args: &[&str], request: &str) -> anyhow::Result<(Child, JoinHandle<
 }
 
 /// One sentence for an engine that did not finish: out of memory, the package or its libraries
-/// missing, or its own last line.
-pub fn failure(what: &str, code: Option<i32>, last: &[String]) -> String {
+/// missing, or its own last line; `signal` is the one that ended it, if one did.
+pub fn failure(what: &str, code: Option<i32>, signal: Option<i32>, last: &[String]) -> String {
     let py = python();
     if let Some(f) = crate::record::torch_oom::OomFacts::find(last) {
         return f.describe();
@@ -102,9 +120,41 @@ pub fn failure(what: &str, code: Option<i32>, last: &[String]) -> String {
         .find(|l| !l.trim().is_empty())
         .map(|l| l.trim().trim_start_matches("error: ").to_string())
         .unwrap_or_default();
+    let said = if line.is_empty() {
+        " (it printed nothing on stderr)".to_string()
+    } else {
+        format!(": {line}")
+    };
     match code {
-        Some(2) => line,
-        Some(c) => format!("{what} exited with code {c}: {line}"),
-        None => format!("{what} was killed by a signal: {line}"),
+        Some(2) if !line.is_empty() => line,
+        Some(c) => format!("{what} exited with code {c}{said}"),
+        None => format!("{what} was killed by {}{said}", signal_name(signal)),
     }
+}
+
+/// `SIGKILL (signal 9)` and the like; the kernel's out-of-memory killer sends SIGKILL.
+pub fn signal_name(signal: Option<i32>) -> String {
+    let Some(sig) = signal else {
+        return "a signal".into();
+    };
+    let name = match sig {
+        libc::SIGHUP => "SIGHUP",
+        libc::SIGINT => "SIGINT",
+        libc::SIGQUIT => "SIGQUIT",
+        libc::SIGILL => "SIGILL",
+        libc::SIGABRT => "SIGABRT",
+        libc::SIGBUS => "SIGBUS",
+        libc::SIGFPE => "SIGFPE",
+        libc::SIGKILL => "SIGKILL",
+        libc::SIGSEGV => "SIGSEGV",
+        libc::SIGPIPE => "SIGPIPE",
+        libc::SIGTERM => "SIGTERM",
+        _ => return format!("signal {sig}"),
+    };
+    let why = if sig == libc::SIGKILL {
+        ", as the kernel's out-of-memory killer or a timeout sends"
+    } else {
+        ""
+    };
+    format!("{name} (signal {sig}{why})")
 }

@@ -77,20 +77,16 @@ pub fn records_table(records: &[(usize, String, &Record)]) -> String {
             .or_else(|| r.timing.get("forward"))
             .or_else(|| r.timing.values().next());
         let vals = [
-            format!(
-                "{} ({}, {} layers, d_model {})",
-                r.model.name, r.model.family, r.model.n_layers, r.model.d_model
-            ),
+            r.model_label(),
             format!(
                 "{} ({})",
                 thousands(r.model.params),
                 fmt_bytes(r.model.param_bytes as f64)
             ),
             format!(
-                "{} batch {} × seq {} {} {} threads",
+                "{} {} {} {} threads",
                 s.mode.name(),
-                s.batch,
-                s.seq,
+                r.shape_label(),
                 s.dtype.name(),
                 s.threads
             ),

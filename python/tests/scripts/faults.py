@@ -1,0 +1,70 @@
+"""A small MLP recorded in one of several ways a real training script ends (argv[1]):
+- raise: the loop raises in step 3's backward; - interrupt: KeyboardInterrupt in step 3;
+- exit0: sys.exit(0) after 3 steps, inside the `with`; - self: record= names this script;
+- hf-raise: a Hugging Face Trainer whose model raises at step 3 (the Trainer calls no callback:
+  the Record is written at the interpreter's exit). Writes run.json and run.steps.jsonl."""
+
+import sys
+
+import torch
+import torch.nn as nn
+
+import memscope
+
+kind = sys.argv[1]
+torch.manual_seed(0)
+model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 4))
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+x = torch.randn(8, 16)
+
+
+class Boom(Exception):
+    pass
+
+
+if kind == "self":
+    memscope.Session(model, opt, record=__file__)
+
+if kind in ("raise", "interrupt", "exit0"):
+    with memscope.Session(model, opt, record="run.json", warmup=0) as ms:
+        for step in range(6):
+            loss = model(x).square().mean()
+            if step == 3 and kind == "raise":
+                raise Boom("diverged")
+            if step == 3 and kind == "interrupt":
+                raise KeyboardInterrupt
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+            ms.step(loss)
+            if step == 2 and kind == "exit0":
+                sys.exit(0)
+
+if kind == "hf-raise":
+    from transformers import Trainer, TrainingArguments
+    from memscope.hf import MemscopeCallback
+
+    class Data(torch.utils.data.Dataset):
+        def __len__(self):
+            return 64
+
+        def __getitem__(self, i):
+            return {"x": torch.randn(16), "labels": torch.randn(4)}
+
+    class Model(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.net = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 4))
+            self.calls = 0
+
+        def forward(self, x, labels):
+            self.calls += 1
+            if self.calls == 4:
+                raise Boom("diverged")
+            return {"loss": (self.net(x) - labels).square().mean()}
+
+    args = TrainingArguments("out", per_device_train_batch_size=4, max_steps=8, report_to=[],
+                             use_cpu=True, logging_strategy="no", save_strategy="no")
+    m = Model()
+    cb = MemscopeCallback("run.json", warmup=0)
+    Trainer(model=m, args=args, train_dataset=Data(), callbacks=[cb]).train()

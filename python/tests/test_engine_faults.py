@@ -1,0 +1,138 @@
+"""`--engine torch` under faults, through the memscope binary: a diverging run keeps its Record,
+an interpreter that never answers is bounded, `leak` stops on SIGTERM within seconds keeping
+what it measured, the engine dies with memscope (SIGKILL included), the estimate's cost does not
+grow with --grad-accum, and flags the engine cannot honour are refused by name."""
+
+import json
+import os
+import signal
+import subprocess
+import time
+
+from conftest import load
+
+
+def run(memscope_bin, *args, env=None, timeout=600, cwd=None):
+    e = dict(os.environ, **(env or {}))
+    return subprocess.run([memscope_bin] + [str(a) for a in args], capture_output=True,
+                          text=True, timeout=timeout, env=e, cwd=cwd)
+
+
+def children(pid):
+    """Live processes whose parent is ``pid``."""
+    out = []
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                with open(f"/proc/{d}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[1]) == pid and fields[0] != "Z":
+                out.append(int(d))
+    return out
+
+
+def alive(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def test_a_diverging_run_keeps_its_record(memscope_bin, tmp_path):
+    rec = tmp_path / "r.json"
+    p = run(memscope_bin, "bench", "--engine", "torch", "--model", "tiny-gpt2", "--batch", "2",
+            "--seq", "16", "--lr", "1e30", "--warmup", "1", "--steps", "3", "--json", rec, "-q")
+    assert p.returncode == 0, p.stderr
+    r = load(rec)
+    assert any(x in ("NaN", "Infinity", "-Infinity") for x in r["loss"]), r["loss"]
+    assert any("not finite numbers" in w for w in r["warnings"])
+
+
+def test_an_interpreter_that_never_answers_is_bounded(memscope_bin, tmp_path):
+    fake = tmp_path / "python3"
+    fake.write_text("#!/bin/sh\nexec sleep 600\n")
+    fake.chmod(0o755)
+    env = {"MEMSCOPE_PYTHON": str(fake), "MEMSCOPE_ENGINE_START_TIMEOUT": "2"}
+    for args in (["bench", "--steps", "1", "--warmup", "0"], ["estimate"]):
+        t0 = time.monotonic()
+        p = run(memscope_bin, *args, "--engine", "torch", "--model", "tiny-gpt2", env=env,
+                timeout=60)
+        assert p.returncode != 0
+        assert "did not start within 2 s" in p.stderr, p.stderr
+        assert "MEMSCOPE_ENGINE_START_TIMEOUT" in p.stderr
+        assert time.monotonic() - t0 < 30
+    bad = run(memscope_bin, "estimate", "--engine", "torch", "--model", "tiny-gpt2",
+              env={"MEMSCOPE_ENGINE_START_TIMEOUT": "soon"})
+    assert "MEMSCOPE_ENGINE_START_TIMEOUT=soon" in bad.stderr, bad.stderr
+
+
+def start_leak(memscope_bin, tmp_path):
+    """`leak --engine torch` on gpt2-small (a step takes a fraction of a second on 2 cores, so
+    400 steps take minutes), once its engine has finished a few steps."""
+    rec = tmp_path / "leak.json"
+    proc = subprocess.Popen(
+        [memscope_bin, "leak", "--engine", "torch", "--model", "gpt2-small", "--batch", "1",
+         "--seq", "32", "--steps", "400", "--threads", "2", "--record", str(rec)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 240
+    while not children(proc.pid) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    engine = children(proc.pid)
+    assert engine, "the torch engine did not start"
+    # Model built, primed and a few steps measured.
+    time.sleep(25)
+    assert proc.poll() is None, proc.communicate()
+    return proc, rec, engine[0]
+
+
+def test_leak_stops_on_sigterm_within_seconds_and_keeps_what_it_measured(memscope_bin,
+                                                                          tmp_path):
+    proc, rec, _ = start_leak(memscope_bin, tmp_path)
+    t0 = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=120)
+    took = time.monotonic() - t0
+    assert took < 30, f"took {took:.1f} s to stop"
+    assert "stopped by a signal" in err, err
+    r = load(rec)
+    assert 1 <= r["spec"]["steps"] < 400
+    assert any(w.startswith("stopped by SIGINT after") for w in r["warnings"]), r["warnings"]
+
+
+def test_the_engine_dies_with_memscope_even_by_sigkill(memscope_bin, tmp_path):
+    proc, _, engine = start_leak(memscope_bin, tmp_path)
+    proc.kill()
+    proc.wait(timeout=30)
+    deadline = time.monotonic() + 5
+    while alive(engine) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not alive(engine), "the torch engine outlived memscope"
+
+
+def test_the_estimate_does_not_grow_with_grad_accum(memscope_bin, tmp_path):
+    peaks = {}
+    for n in (3, 2000):
+        out = tmp_path / f"e{n}.json"
+        p = run(memscope_bin, "estimate", "--engine", "torch", "--model", "tiny-gpt2",
+                "--batch", "2", "--seq", "16", "--grad-accum", n, "--json", out, timeout=300)
+        assert p.returncode == 0, p.stderr
+        peaks[n] = json.loads(out.read_text())["by_dtype"]["f32"]["peak_bytes"]
+    assert peaks[3] == peaks[2000]
+
+
+def test_flags_the_torch_engine_cannot_honour_are_refused_by_name(memscope_bin, tmp_path):
+    w = tmp_path / "w.safetensors"
+    w.write_bytes(b"")
+    cases = [
+        (["bench", "--weights", w], "--weights"),
+        (["bench", "--fusion", "none"], "--fusion none"),
+        (["estimate", "--optimizer", "sgd"], "--optimizer sgd"),
+        (["estimate", "--threads", "4"], "--threads 4"),
+    ]
+    for args, flag in cases:
+        p = run(memscope_bin, *args, "--engine", "torch", "--model", "tiny-gpt2", timeout=120)
+        assert p.returncode == 2, (args, p.stderr)
+        assert flag in p.stderr, (args, p.stderr)

@@ -1,0 +1,106 @@
+//! Bounds on every wait for the Python engine or trace: the process must say it started (its
+//! first protocol line, printed once torch and transformers are imported) within
+//! `MEMSCOPE_ENGINE_START_TIMEOUT` seconds (default 300), else it is killed and the error says
+//! so; and a stop asked of memscope (`leak`'s SIGINT/SIGTERM) is passed on to it as SIGINT, so
+//! the engine ends the step under way and writes what it measured.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// The variable that sets the start bound, in seconds.
+pub const START_VAR: &str = "MEMSCOPE_ENGINE_START_TIMEOUT";
+const DEFAULT_START: Duration = Duration::from_secs(300);
+
+/// The start bound: `MEMSCOPE_ENGINE_START_TIMEOUT` (seconds, > 0), else 300 s.
+pub fn start_limit() -> anyhow::Result<Duration> {
+    match std::env::var(START_VAR) {
+        Ok(v) if !v.trim().is_empty() => match v.trim().parse::<f64>() {
+            Ok(s) if s.is_finite() && s > 0.0 && s < 1e9 => Ok(Duration::from_secs_f64(s)),
+            _ => anyhow::bail!(
+                "{START_VAR}={v}: give the seconds the torch engine may take to start (a positive number; default 300)"
+            ),
+        },
+        _ => Ok(DEFAULT_START),
+    }
+}
+
+/// Watches one child process until [`Watchdog::finish`].
+pub struct Watchdog {
+    heard: Arc<AtomicBool>,
+    done: Arc<AtomicBool>,
+    timed_out: Arc<AtomicBool>,
+    limit: Duration,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Watchdog {
+    /// Watches `pid`: killed (SIGKILL) when nothing was [`heard`](Self::heard) within `limit`;
+    /// sent SIGINT once when `stop()` turns true.
+    pub fn start(pid: u32, limit: Duration, stop: fn() -> bool) -> Watchdog {
+        let heard = Arc::new(AtomicBool::new(false));
+        let done = Arc::new(AtomicBool::new(false));
+        let timed_out = Arc::new(AtomicBool::new(false));
+        let (h, d, t) = (heard.clone(), done.clone(), timed_out.clone());
+        let thread = std::thread::spawn(move || {
+            let t0 = Instant::now();
+            let mut forwarded = false;
+            while !d.load(Ordering::SeqCst) {
+                std::thread::sleep(Duration::from_millis(20));
+                if d.load(Ordering::SeqCst) {
+                    return;
+                }
+                if !h.load(Ordering::SeqCst) && t0.elapsed() > limit {
+                    t.store(true, Ordering::SeqCst);
+                    // SAFETY: kill(2) on the child's pid; the child is not reaped before
+                    // `finish` has joined this thread, so the pid is still the child's.
+                    unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) };
+                    return;
+                }
+                if !forwarded && stop() {
+                    forwarded = true;
+                    // SAFETY: as above.
+                    unsafe { libc::kill(pid as libc::pid_t, libc::SIGINT) };
+                }
+            }
+        });
+        Watchdog {
+            heard,
+            done,
+            timed_out,
+            limit,
+            thread: Some(thread),
+        }
+    }
+
+    /// The process spoke: the start bound no longer applies.
+    pub fn heard(&self) {
+        self.heard.store(true, Ordering::SeqCst);
+    }
+
+    /// Stops watching (call before reaping the child); the error when the start bound killed it.
+    pub fn finish(mut self, what: &str, python: &str) -> Option<String> {
+        self.done.store(true, Ordering::SeqCst);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+        self.timed_out.load(Ordering::SeqCst).then(|| {
+            format!(
+                "{what} (`{python}`) did not start within {:.0} s (no line once torch and transformers should have been imported), so it was killed: check that `{python}` is a Python with memscope's package (`pip install ./python`), or give it longer with {START_VAR}=SECONDS",
+                self.limit.as_secs_f64()
+            )
+        })
+    }
+}
+
+impl Drop for Watchdog {
+    fn drop(&mut self) {
+        self.done.store(true, Ordering::SeqCst);
+    }
+}
+
+/// No stop is ever asked (the estimate's trace).
+pub fn never() -> bool {
+    false
+}

@@ -458,7 +458,9 @@ mod tests {
         let a = super::temporary_beside(&target);
         let b = super::temporary_beside(&target);
         assert_ne!(a, b);
-        let texts: Vec<String> = (0..8).map(|i| format!("{}\n", i.to_string().repeat(100_000))).collect();
+        let texts: Vec<String> = (0..8)
+            .map(|i| format!("{}\n", i.to_string().repeat(100_000)))
+            .collect();
         std::thread::scope(|s| {
             for t in &texts {
                 let target = &target;

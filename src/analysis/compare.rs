@@ -302,7 +302,9 @@ pub fn records(base: &Record, new: &Record, threshold: f64, p: &BootstrapParams)
             .find(|r| !r.memory.counting)
             .map(|r| r.why_not_counted())
             .unwrap_or_default();
-        unmatched.push(format!("heap figures: one run has no counted heap figures ({why})"));
+        unmatched.push(format!(
+            "heap figures: one run has no counted heap figures ({why})"
+        ));
     }
     if let (Some(b), Some(n)) = (base.memory.rss_peak_bytes, new.memory.rss_peak_bytes) {
         // One reading each: judged against its noise (3 × the runs' combined relative RSS

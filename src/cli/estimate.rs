@@ -184,7 +184,10 @@ fn torch_estimate(
         bail!("--threads {t}: the torch estimate traces allocations, which do not depend on threads (PyTorch keeps no per-thread buffers memscope's engine keeps); drop --threads");
     }
     if a.top != 10 {
-        bail!("--top {}: the torch estimate prints categories, not hotspot tables; drop --top", a.top);
+        bail!(
+            "--top {}: the torch estimate prints categories, not hotspot tables; drop --top",
+            a.top
+        );
     }
     let mut by_dtype = std::collections::BTreeMap::new();
     let mut spec = None;

@@ -335,12 +335,19 @@ fn is_record(path: &std::path::Path) -> bool {
 
 /// `analyze` on a Record: the verdict on its per-step heap live series, its steps per hour from
 /// its own timing, as `leak` gives it.
-fn analyze_record(a: &AnalyzeArgs, name: &str, targets: &[crate::analysis::targets::Target]) -> anyhow::Result<ExitCode> {
+fn analyze_record(
+    a: &AnalyzeArgs,
+    name: &str,
+    targets: &[crate::analysis::targets::Target],
+) -> anyhow::Result<ExitCode> {
     let crate::record::detect::Input::Record(record) = crate::record::detect::load(&a.file)?.input
     else {
         anyhow::bail!("{name}: not a memscope Record");
     };
-    eprintln!("note: {name} is a memscope Record: judging its per-step heap live series ({} steps)", record.memory.series.len());
+    eprintln!(
+        "note: {name} is a memscope Record: judging its per-step heap live series ({} steps)",
+        record.memory.series.len()
+    );
     let report = verdict(
         &series(&record, "heap live", |s| Some(s.heap_live_bytes)),
         &a.targets.params(steps_per_hour(&record))?,

@@ -69,7 +69,9 @@ pub mod vec {
         type Value = Vec<f64>;
 
         fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-            f.write_str("an array of numbers (\"NaN\", \"Infinity\" or \"-Infinity\" where not finite)")
+            f.write_str(
+                "an array of numbers (\"NaN\", \"Infinity\" or \"-Infinity\" where not finite)",
+            )
         }
 
         fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Vec<f64>, A::Error> {
@@ -141,7 +143,9 @@ mod tests {
         assert_eq!(back.loss[3], f64::NEG_INFINITY);
         let old: L = serde_json::from_str(r#"{"loss":[null, 3]}"#).unwrap();
         assert!(old.loss[0].is_nan() && old.loss[1] == 3.0);
-        let bad = serde_json::from_str::<L>(r#"{"loss":["big"]}"#).err().unwrap();
+        let bad = serde_json::from_str::<L>(r#"{"loss":["big"]}"#)
+            .err()
+            .unwrap();
         assert!(bad.to_string().contains("\"big\""), "{bad}");
     }
 
@@ -149,6 +153,9 @@ mod tests {
     fn the_warning_counts_and_names_the_first() {
         assert_eq!(super::warning(&[1.0, 2.0]), None);
         let w = super::warning(&[1.0, f64::INFINITY, f64::NAN]).unwrap();
-        assert!(w.starts_with("2 of 3 losses") && w.contains("entry 1, is Infinity"), "{w}");
+        assert!(
+            w.starts_with("2 of 3 losses") && w.contains("entry 1, is Infinity"),
+            "{w}"
+        );
     }
 }

@@ -40,10 +40,17 @@ impl Record {
     pub fn model_label(&self) -> String {
         let m = &self.model;
         if m.n_layers == 0 || m.d_model == 0 {
-            let class = self.spec.engine.as_ref().map_or(m.family.as_str(), |e| e.model_class.as_str());
+            let class = self
+                .spec
+                .engine
+                .as_ref()
+                .map_or(m.family.as_str(), |e| e.model_class.as_str());
             return format!("{} ({class}, {})", m.name, m.family);
         }
-        format!("{} ({}, {} layers, d_model {})", m.name, m.family, m.n_layers, m.d_model)
+        format!(
+            "{} ({}, {} layers, d_model {})",
+            m.name, m.family, m.n_layers, m.d_model
+        )
     }
 
     /// `batch 8 × seq 512`; `batch 64` where the sequence length is not known (a user's model

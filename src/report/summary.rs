@@ -104,7 +104,11 @@ pub fn throughput_line(r: &Record) -> Option<String> {
         parts.push(format!("{} tokens/s", rate(v)));
     }
     if let Some(v) = t.samples_per_s {
-        let what = if r.spec.seq == 0 { "samples" } else { "sequences" };
+        let what = if r.spec.seq == 0 {
+            "samples"
+        } else {
+            "sequences"
+        };
         parts.push(format!("{} {what}/s", rate(v)));
     }
     if let Some(v) = t.decode_tokens_per_s {

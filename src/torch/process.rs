@@ -18,7 +18,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 #[derive(serde::Deserialize)]
 #[serde(untagged)]
 enum Line {
-    Record { record: Box<Record> },
+    Record {
+        record: Box<Record>,
+    },
     /// Its first line, once torch and transformers are imported (the start bound's end).
     Started {
         #[allow(dead_code)]

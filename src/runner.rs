@@ -113,7 +113,15 @@ fn run_torch(
         r.compute.matmul_peak_gflops = None;
         r.compute.fraction_of_peak = None;
     }
-    r.memory.estimate = estimated(spec);
+    // Stopped by a signal (`leak`): the user asked to stop, so the estimate's trace (a second
+    // Python process, seconds) is not started; what was measured is kept.
+    if crate::measure::stop::requested() {
+        r.warnings.push(
+            "no estimate beside the measured figures: the torch estimator's trace was not started after the stop".into(),
+        );
+    } else {
+        r.memory.estimate = estimated(spec);
+    }
     r.memory.breakdown = crate::analysis::breakdown::breakdown(&r.memory, spec.mode);
     Ok(r)
 }

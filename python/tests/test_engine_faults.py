@@ -95,7 +95,8 @@ def test_leak_stops_on_sigterm_within_seconds_and_keeps_what_it_measured(memscop
     proc.send_signal(signal.SIGTERM)
     out, err = proc.communicate(timeout=120)
     took = time.monotonic() - t0
-    assert took < 30, f"took {took:.1f} s to stop"
+    # A step (a second or two here) and the Record; the estimate's trace is not started.
+    assert took < 10, f"took {took:.1f} s to stop"
     assert "stopped by a signal" in err, err
     r = load(rec)
     assert 1 <= r["spec"]["steps"] < 400

@@ -385,12 +385,36 @@ fn without_an_nvidia_driver_the_gpu_columns_say_unavailable_and_why() {
     let c = std::fs::read_to_string(&csv).unwrap();
     let total = c.lines().find(|l| l.contains(",total,")).unwrap();
     assert!(total.ends_with(",unavailable,unavailable"), "{total}");
-    let o = watch(&["--judge", "gpu", "--", "python3", "-c", "pass"]);
+    // Judging GPU memory that cannot be read is refused before the command runs.
+    let marker = dir.path().join("ran");
+    let touch = format!("open({:?}, 'w')", marker.to_str().unwrap());
+    let o = watch(&["--judge", "gpu", "--", "python3", "-c", &touch]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
     assert!(
-        text(&o).contains("No verdict: --judge gpu: GPU memory is unavailable"),
+        text(&o).contains("--judge gpu: GPU memory is unavailable"),
         "{}",
         text(&o)
     );
+    assert!(!marker.exists(), "the command must not run");
+}
+
+#[test]
+fn a_judged_series_that_never_appears_fails_the_run() {
+    // The pattern defines `alloc`, the command never prints it: no verdict is exit code 1,
+    // never a silent pass.
+    let o = watch(&[
+        "--quiet",
+        "--value-pattern",
+        r"alloc (?P<alloc>\d+) MB",
+        "--judge",
+        "alloc",
+        "--",
+        "python3",
+        "-c",
+        "print('reserved 3 MB')",
+    ]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(text(&o).contains("nothing was judged"), "{}", text(&o));
 }
 
 #[test]

@@ -415,6 +415,28 @@ class _Since:
         return r
 
 
+COMPILE_FAILURES = ("BackendCompilerFailed", "InductorError", "InvalidCxxCompiler",
+                    "CppCompileError", "CalledProcessError")
+
+
+def _compile_failure(e):
+    """torch.compile's failure (``--fusion compile``) in one sentence with its cause, instead of
+    Inductor's traceback of a hundred lines; None for any other exception."""
+    chain, seen = [], set()
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        chain.append(e)
+        e = e.__cause__ or e.__context__
+    if not any(type(x).__name__ in COMPILE_FAILURES[:4] for x in chain):
+        return None
+    cause = chain[-1]
+    lines = [l.strip() for l in str(cause).splitlines() if l.strip()]
+    why = next((l for l in lines if "compiler" in l.lower()), lines[0] if lines else "")
+    return (f"--fusion compile: torch.compile failed ({type(cause).__name__}: {why[:300]}); "
+            "on the CPU its Inductor backend needs a working C++ compiler (install g++, or point "
+            "CXX at one), or run without --fusion compile")
+
+
 def _is_oom(torch, e):
     if isinstance(e, getattr(torch, "OutOfMemoryError", ())) or \
             isinstance(e, torch.cuda.OutOfMemoryError):
@@ -445,8 +467,13 @@ def open_protocol(what):
         import torch
         import transformers
     except ImportError as e:
-        print(f"error: {what} needs PyTorch and transformers ({e}): "
-              f"{sys.executable} -m pip install torch transformers", file=sys.stderr)
+        if any(m in str(e) for m in ("failed to map segment", "cannot allocate memory")):
+            # Installed, but not loadable in the memory this process may use.
+            print(f"error: {what} could not load PyTorch's libraries: out of memory ({e})",
+                  file=sys.stderr)
+        else:
+            print(f"error: {what} needs PyTorch and transformers ({e}): "
+                  f"{sys.executable} -m pip install torch transformers", file=sys.stderr)
         return None
     # The first protocol line: memscope's bound on the start ends here.
     out.write(json.dumps({"started": {"python": sys.version.split()[0],
@@ -472,6 +499,10 @@ def main():
         print(f"error: {e}", file=sys.stderr)
         return 2
     except BaseException as e:  # noqa: BLE001 - out of memory is an outcome, the rest re-raised
+        failed = _compile_failure(e)
+        if failed is not None:
+            print(f"error: {failed}", file=sys.stderr)
+            return 2
         if not _is_oom(torch, e):
             raise
         facts = engine.oom_facts(e) if engine is not None else {"device": "unknown"}

@@ -137,3 +137,24 @@ def test_flags_the_torch_engine_cannot_honour_are_refused_by_name(memscope_bin, 
         p = run(memscope_bin, *args, "--engine", "torch", "--model", "tiny-gpt2", timeout=120)
         assert p.returncode == 2, (args, p.stderr)
         assert flag in p.stderr, (args, p.stderr)
+
+
+def test_a_memory_limit_below_the_interpreters_needs_is_an_oom_row(memscope_bin, tmp_path):
+    rows_file = tmp_path / "rows.jsonl"
+    run(memscope_bin, "sweep", "--engine", "torch", "--model", "tiny-gpt2", "--batch", "1,2",
+        "--seq", "16", "--steps", "1", "--warmup", "0", "--memory-limit", "64MiB", "--jsonl",
+        rows_file, "-q", timeout=300)
+    rows = [json.loads(line) for line in rows_file.read_text().splitlines()]
+    assert [r["status"] for r in rows] == ["oom", "skipped"], rows
+    assert rows[0]["reason"].startswith("out of memory under --memory-limit 64"), rows[0]
+    assert "pip install" not in rows[0]["reason"]
+
+
+def test_torch_compile_without_a_compiler_says_why_in_one_line(memscope_bin, tmp_path):
+    p = run(memscope_bin, "bench", "--engine", "torch", "--model", "tiny-gpt2", "--fusion",
+            "compile", "--batch", "1", "--seq", "8", "--warmup", "0", "--steps", "1",
+            env={"CXX": str(tmp_path / "no-such-g++"), "TORCHINDUCTOR_CACHE_DIR":
+                 str(tmp_path / "cache")}, timeout=600)
+    assert p.returncode == 2, p.stderr[-3000:]
+    assert "--fusion compile: torch.compile failed" in p.stderr, p.stderr[-3000:]
+    assert "Traceback" not in p.stderr, p.stderr[-3000:]

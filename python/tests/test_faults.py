@@ -200,4 +200,33 @@ def test_a_users_own_mlp_is_described_as_what_it_is(tmp_path, memscope_bin):
     text = cli(memscope_bin, "report", rec, "-o", tmp_path / "mlp.html")
     html = (tmp_path / "mlp.html").read_text()
     assert "Sequential (Sequential, pytorch)" in html
-    assert "× seq 0" not in html and "0 layers" not in html
+    assert "× seq 0" not in html and "0 layers" not in html and " s0 " not in html
+    assert "samples/s" in html
+
+
+def test_lightning_closes_the_session_on_an_exception_and_keeps_nan_losses(tmp_path):
+    p = run_faults(tmp_path, "pl-raise", ok=False)
+    assert "Boom" in p.stderr
+    r = load(tmp_path / "run.json")
+    assert r["spec"]["steps"] == 3, r["warnings"]
+    assert any(w.startswith("the training loop raised Boom") for w in r["warnings"])
+    run_faults(tmp_path, "pl-nan")
+    r = load(tmp_path / "run.json")
+    assert r["loss"][2:] == ["NaN"] * 4, r["loss"]
+    assert any("4 of 6 losses are not finite" in w for w in r["warnings"]), r["warnings"]
+
+
+@pytest.mark.parametrize("preload", [False, True], ids=["rss", "counted"])
+def test_the_recorders_own_memory_stays_out_of_the_verdict(tmp_path, preload, memscope_bin):
+    # A fixed loop is not a leak, in RSS mode (plain `python train.py`) and counted; a loop that
+    # keeps every step's graph is one. The recorder holds no per-step state in the process.
+    cmd = [sys.executable] + (["-m", "memscope", "run"] if preload else [])
+    p = subprocess.run(cmd + [str(SCRIPTS / "faults.py"), "fixed", "400"], cwd=tmp_path,
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.split()[-1] == "plateau", p.stdout
+    if preload:
+        p = subprocess.run(cmd + [str(SCRIPTS / "faults.py"), "keep", "150"], cwd=tmp_path,
+                           capture_output=True, text=True, timeout=300)
+        assert p.returncode == 0, p.stderr
+        assert p.stdout.split()[-1] == "leak", p.stdout

@@ -125,6 +125,8 @@ pub fn workloads_differ(b: &crate::spec::Spec, n: &crate::spec::Spec) -> Vec<Str
             out.push(format!("{what}: base {bv}, new {nv}"));
         }
     };
+    diff("engine", engine_of(b), engine_of(n));
+    diff("memory figures", memory_of(b), memory_of(n));
     diff("model", b.model.clone(), n.model.clone());
     diff(
         "model architecture",
@@ -168,6 +170,23 @@ pub fn workloads_differ(b: &crate::spec::Spec, n: &crate::spec::Spec) -> Vec<Str
         format!("{:?}", n.variant),
     );
     out
+}
+
+/// The engine and device a Record's run had (not its version: a PyTorch upgrade is a change to
+/// compare).
+fn engine_of(s: &crate::spec::Spec) -> String {
+    match &s.engine {
+        Some(e) => format!("{} on {}", e.name, e.device),
+        None => "memscope's own (candle) on cpu".into(),
+    }
+}
+
+/// What a Record's heap figures measure.
+fn memory_of(s: &crate::spec::Spec) -> String {
+    match &s.engine {
+        Some(e) => e.memory.clone(),
+        None => "heap (memscope's counting allocator)".into(),
+    }
 }
 
 fn relative(base: f64, diff: f64) -> f64 {

@@ -46,7 +46,22 @@ pub fn run(a: DiffArgs) -> anyhow::Result<ExitCode> {
             );
         }
     }
-    let md = to_markdown(&b.name, &n.name, &diff(x, y));
+    let mut md = to_markdown(&b.name, &n.name, &diff(x, y));
+    let unlike = crate::analysis::compare::workloads_differ(&x.spec, &y.spec);
+    if !unlike.is_empty() {
+        // Said before any figure: rows of unlike runs differ by the runs, not by a change.
+        let note = format!(
+            "**Unlike runs** ({}): the differences below are the workloads' and engines', not a change's.\n\n",
+            unlike.join("; ")
+        );
+        eprintln!(
+            "warning: {} and {} are unlike runs: {}",
+            b.name,
+            n.name,
+            unlike.join("; ")
+        );
+        md.insert_str(0, &note);
+    }
     if let Some(p) = &a.markdown {
         write_atomic(p, &md).with_context(|| format!("--markdown {}", p.display()))?;
     }

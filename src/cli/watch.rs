@@ -92,6 +92,15 @@ pub fn run(a: WatchArgs) -> anyhow::Result<ExitCode> {
             }
         );
     }
+    // GPU memory that cannot be read can never be judged: refused before the command starts.
+    if judge == Judge::Gpu {
+        if let (status, None) = crate::watch::gpu::probe() {
+            anyhow::bail!(
+                "--judge gpu: GPU memory is {} on this machine; judge rss, pss or uss",
+                status.describe()
+            );
+        }
+    }
     let targets = a.targets.targets()?;
     let params = a.targets.params(None)?;
     check_outputs(
@@ -175,6 +184,12 @@ pub fn run(a: WatchArgs) -> anyhow::Result<ExitCode> {
         );
     }
     if !all_pass(&rows) {
+        return Ok(ExitCode::from(1));
+    }
+    // A series that could not be judged (it never appeared) fails the run, so CI sees it: the
+    // command's own failure still passes through below.
+    if report.is_none() && r.exit.as_ref().is_none_or(|e| e.exit_code() == 0) {
+        eprintln!("memscope watch: nothing was judged: {note}");
         return Ok(ExitCode::from(1));
     }
     Ok(match (&target, &r.exit) {

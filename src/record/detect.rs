@@ -165,12 +165,17 @@ pub fn load(path: &std::path::Path) -> anyhow::Result<Named> {
 
 /// A short label for a Record: model, mode, batch × seq, dtype.
 pub fn record_label(r: &Record) -> String {
+    // A sequence length only where one is known (not for a user's model fed floats).
+    let seq = if r.spec.seq == 0 {
+        String::new()
+    } else {
+        format!(" s{}", r.spec.seq)
+    };
     format!(
-        "{} {} b{} s{} {}",
+        "{} {} b{}{seq} {}",
         r.spec.model,
         r.spec.mode.name(),
         r.spec.batch,
-        r.spec.seq,
         r.spec.dtype.name()
     )
 }

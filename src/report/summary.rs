@@ -21,8 +21,12 @@ pub fn headline(r: &Record) -> String {
         _ if s.grad_accum > 1 => format!("{} × {} micro-batches", r.shape_label(), s.grad_accum),
         _ => r.shape_label(),
     };
+    let engine = match &s.engine {
+        Some(e) => format!(" · engine {} {} on {}", e.name, e.version, e.device),
+        None => String::new(),
+    };
     format!(
-        "{} ({}, {} params) · {} · {} · {} · {} thread{}{} · {} warm-up + {} measured steps",
+        "{} ({}, {} params){engine} · {} · {} · {} · {} thread{}{} · {} warm-up + {} measured steps",
         r.model.name,
         r.model.family,
         thousands(r.model.params),

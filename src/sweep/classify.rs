@@ -82,6 +82,33 @@ pub fn classify(o: &WorkerExit) -> (Status, Option<String>) {
     if let Some(f) = crate::record::torch_oom::OomFacts::find(o.stderr) {
         return (Status::Oom, Some(f.describe()));
     }
+    // Under a --memory-limit below what the interpreter and PyTorch's libraries need, the
+    // engine dies loading them: a shared object that cannot be mapped, C++'s bad_alloc, the
+    // loader's thread-local block, Python's MemoryError. That is the limit, not a missing
+    // package: an oom row, so larger configurations are skipped.
+    if let Some(lim) = o.memory_limit {
+        const EVIDENCE: [&str; 5] = [
+            "failed to map segment",
+            "std::bad_alloc",
+            "MemoryError",
+            "cannot allocate memory",
+            "thread-local data",
+        ];
+        if let Some(line) = o
+            .stderr
+            .iter()
+            .find(|l| EVIDENCE.iter().any(|e| l.contains(e)))
+        {
+            return (
+                Status::Oom,
+                Some(format!(
+                    "out of memory under --memory-limit {}: {}",
+                    bytes(lim),
+                    line.trim().trim_start_matches("error: ")
+                )),
+            );
+        }
+    }
     let aborted = o.signal == Some(libc::SIGABRT);
     if let (true, Some(line)) = (aborted, find("memory allocation of")) {
         return (Status::Oom, Some(line.trim().to_string()));
@@ -185,6 +212,25 @@ mod tests {
             reason.as_deref(),
             Some("PyTorch ran out of memory on cpu in forward: tried to allocate 16.0 MiB with 224.1 MiB heap live")
         );
+    }
+
+    #[test]
+    fn an_interpreter_that_cannot_load_under_the_limit_is_an_oom_row() {
+        // What python3 printed under --memory-limit 64 MiB, 300 MiB and 700 MiB (RLIMIT_DATA).
+        for (code, sig, line) in [
+            (Some(2), None, "error: the torch engine needs PyTorch and transformers (/x/torch/_C.so: failed to map segment from shared object): pip install torch"),
+            (None, Some(libc::SIGABRT), "what():  std::bad_alloc"),
+            (Some(1), None, "ImportError: libgomp.so.1: cannot allocate memory in static TLS block"),
+        ] {
+            let e = lines(&[line]);
+            let mut w = outcome(code, sig, &e);
+            w.memory_limit = Some(64 << 20);
+            let (s, r) = classify(&w);
+            assert_eq!(s, Status::Oom, "{line}");
+            assert!(r.unwrap().starts_with("out of memory under --memory-limit 64"), "{line}");
+            // Without a limit the same line is what it says.
+            assert_ne!(classify(&outcome(code, sig, &e)).0, Status::Oom, "{line}");
+        }
     }
 
     #[test]

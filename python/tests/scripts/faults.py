@@ -2,7 +2,11 @@
 - raise: the loop raises in step 3's backward; - interrupt: KeyboardInterrupt in step 3;
 - exit0: sys.exit(0) after 3 steps, inside the `with`; - self: record= names this script;
 - hf-raise: a Hugging Face Trainer whose model raises at step 3 (the Trainer calls no callback:
-  the Record is written at the interpreter's exit). Writes run.json and run.steps.jsonl."""
+  the Record is written at the interpreter's exit); - pl-raise, pl-nan: a Lightning module that
+  raises at step 3 / whose loss is NaN from step 2 (Lightning's on_exception closes the
+  session); - fixed N / keep N: N steps of one fixed loop / one that keeps every step's loss
+  with its graph (`total = total + loss`), for the series' verdict.
+Writes run.json and run.steps.jsonl."""
 
 import sys
 
@@ -39,6 +43,43 @@ if kind in ("raise", "interrupt", "exit0"):
             ms.step(loss)
             if step == 2 and kind == "exit0":
                 sys.exit(0)
+
+if kind in ("fixed", "keep"):
+    steps = int(sys.argv[2])
+    total = 0
+    with memscope.Session(model, opt, record="run.json", warmup=2) as ms:
+        for step in range(steps):
+            loss = model(x).square().mean()
+            loss.backward()
+            opt.step()
+            opt.zero_grad(set_to_none=False)
+            if kind == "keep":
+                total = total + loss
+            ms.step(loss)
+    print(ms.leak_verdict("heap")["verdict"])
+
+if kind in ("pl-raise", "pl-nan"):
+    import lightning.pytorch as pl
+    from memscope.lightning import MemscopeCallback
+
+    class Module(pl.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.net = model
+
+        def training_step(self, batch, batch_idx):
+            if kind == "pl-raise" and batch_idx == 3:
+                raise Boom("diverged")
+            loss = self.net(batch).square().mean()
+            return loss * float("nan") if kind == "pl-nan" and batch_idx >= 2 else loss
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    loader = torch.utils.data.DataLoader(torch.randn(48, 16), batch_size=8)
+    pl.Trainer(max_steps=6, accelerator="cpu", devices=1, logger=False,
+               enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
+               callbacks=[MemscopeCallback("run.json", warmup=0)]).fit(Module(), loader)
 
 if kind == "hf-raise":
     from transformers import Trainer, TrainingArguments

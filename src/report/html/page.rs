@@ -101,13 +101,15 @@ pub fn records_table(records: &[(usize, String, &Record)]) -> String {
                     t.n
                 )
             }),
-            r.throughput
-                .tokens_per_s
-                .map_or("—".into(), |t| format!("{t:.0} tokens/s")),
+            match (r.throughput.tokens_per_s, r.throughput.samples_per_s) {
+                (Some(t), _) => format!("{t:.0} tokens/s"),
+                (None, Some(s)) => format!("{s:.0} samples/s"),
+                _ => "—".into(),
+            },
             if r.memory.counting {
                 fmt_bytes(r.memory.heap_peak_bytes as f64)
             } else {
-                "not measured (counting off)".into()
+                "not counted: ".to_string() + &r.why_not_counted()
             },
             fmt_bytes(r.memory.load_bytes as f64),
             r.memory

@@ -1,6 +1,7 @@
 //! The counting allocator on known allocations. Its own test binary, so the allocator is the
-//! global one here. The counters are process-wide, so the checks run one after another in a
-//! single test: parallel test threads would allocate in the middle of an exact comparison.
+//! global one here. The counters are process-wide, so the checks run one after another on the
+//! one thread of a binary without libtest's harness: its waiting thread, or parallel test
+//! threads, would allocate in the middle of an exact comparison.
 
 use memscope::instrument::alloc::{self, CountingAlloc, Phase};
 use memscope::measure::phases::PhaseTracker;
@@ -121,7 +122,13 @@ fn phase_tracker_reports_peak_and_retained_bytes() {
     drop(kept);
 }
 
-#[test]
+/// No libtest harness (`harness = false` in Cargo.toml): the checks run here, on the process's
+/// only thread, so nothing else allocates in the middle of an exact comparison.
+fn main() {
+    counting_allocator();
+    println!("test counting_allocator ... ok");
+}
+
 fn counting_allocator() {
     counts_a_known_allocation_exactly();
     peak_is_exact_and_resettable();

@@ -176,6 +176,13 @@ def build_record(s, ending):
     for old, new in s.moved:
         warnings.append(f"the previous run's {old} was moved to {new} before this run wrote "
                         "its own")
+    if s.baseline:
+        warnings.append(
+            f"heap figures count from when the session started: the "
+            f"{s.baseline / 2**20:.1f} MiB ({s.baseline} B) the interpreter, PyTorch's libraries "
+            "and the script's data held then (beyond the model's parameters, gradients and "
+            "optimizer state) are left out, as memscope's torch engine leaves out what was live "
+            "before its model was built")
     if s._shadowed:
         warnings.append(s._shadowed)
     losses = [json_loss(x["loss"]) for x in steps if x.get("loss") is not None]

@@ -220,7 +220,7 @@ class Engine:
                     batch=spec["batch"], seq=seq, auto_phases=False,
                     by_module=spec["variant"].get("fusion") != "compile"
                     if spec.get("variant") else True,
-                    name=spec["model"], record_fields=fields)
+                    name=spec["model"], record_fields=fields, exclude_baseline=False)
         if self.mode == "generate":
             s.mean_phases.add("decode")
         if counting:

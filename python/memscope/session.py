@@ -105,11 +105,13 @@ class Session:
     those sections of the Record over what the session found (a caller that knows more — a
     preset's ``config``, the seed, the data — says so; the schema is checked after).
     ``record=None`` writes no file: ``close()`` returns the Record as a dict.
+    ``exclude_baseline`` (CPU): leave what the process held at the start, beyond the model's
+    parameters, gradients and optimizer state, out of the heap figures (the Record says how much).
     """
 
     def __init__(self, model, optimizer=None, *, record="memscope-record.json", jsonl=None,
                  warmup=2, device=None, batch=None, seq=None, auto_phases=True, by_module=True,
-                 name=None, record_fields=None):
+                 name=None, record_fields=None, exclude_baseline=True):
         import torch
 
         self.torch = torch
@@ -164,6 +166,12 @@ class Session:
         # Per run.
         # The recorder's own retained bytes (counted heap only; see step()).
         self._own = 0
+        # On the CPU, what the process held when the session started beyond the model's
+        # parameters, gradients and optimizer state (the interpreter, PyTorch's libraries, the
+        # script's data) is left out of every heap figure, as the torch engine leaves out what
+        # was live before its model was built; the Record says how much.
+        self._exclude_baseline = exclude_baseline and device.type == "cpu"
+        self.baseline = 0
         self._counts_own = self.reader.memory == "malloc usable"
         # Phases timed per call (the mean of a step's calls), not summed: generate's decode.
         self.mean_phases = set()
@@ -212,7 +220,11 @@ class Session:
             self._jsonl = open(self.jsonl_path, "w", buffering=1)
         self._started_at = int(time.time())
         self._wall0 = time.perf_counter()
-        self._start_reading = self.reader.read()
+        if self._exclude_baseline:
+            cats, _ = self._categories(0)
+            held = cats["parameters"] + cats["gradients"] + cats["optimizer_state"]
+            self.baseline = max(self.reader.read()["live"] - held, 0)
+        self._start_reading = self._read()
         m = self.model
         self._handles.append(m.register_forward_pre_hook(self._on_root_forward, with_kwargs=True))
         if self.by_module:
@@ -544,10 +556,11 @@ class Session:
     def _read(self):
         """The reader's figures less the recorder's own retained bookkeeping (counted heap)."""
         r = self.reader.read()
-        if self._own:
+        less = self._own + self.baseline
+        if less:
             r = dict(r)
-            r["live"] = max(r["live"] - self._own, 0)
-            r["peak"] = max(r["peak"] - self._own, 0)
+            r["live"] = max(r["live"] - less, 0)
+            r["peak"] = max(r["peak"] - less, 0)
         return r
 
     def _phase_memory(self, step):

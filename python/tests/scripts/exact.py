@@ -29,5 +29,7 @@ truth = {
     "n_param_tensors": len(params),
     "counting": memscope.counting_active(),
     "temp_live": _Temp.seen,
+    # What the session left out of its heap figures (the process before it started).
+    "baseline": ms.baseline,
 }
 json.dump(truth, open("truth.json", "w"))

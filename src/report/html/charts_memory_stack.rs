@@ -277,6 +277,18 @@ pub fn section(records: &[(usize, String, &Record)]) -> anyhow::Result<String> {
          holding the highest peak; ⋯ N ⋯ marks N steps left out (the Record holds them all).<br>"
     );
     for ((i, label, r), l) in with.iter().zip(&layouts) {
+        if let Some((rss, heap)) = rss_flattens(l) {
+            caption += &format!(
+                "#{} {}: RSS (up to {}) is not drawn: it is {:.0}× the heap's highest figure \
+                 ({}), mostly the interpreter and its libraries, and would flatten the heap to \
+                 the axis.<br>",
+                i + 1,
+                esc(label),
+                fmt_bytes(rss as f64),
+                rss as f64 / heap.max(1) as f64,
+                fmt_bytes(heap as f64),
+            );
+        }
         let shown = l.steps.len();
         caption += &format!(
             "#{} {}: {} of {} steps drawn; heap peak {} (whole run, load included), heap live \
@@ -350,6 +362,17 @@ fn peak_lines(top: &(f64, u64, String, u64), moments: &[PeakMoment]) -> Vec<Stri
     lines
 }
 
+/// (RSS's highest, the heap's highest) when RSS is more than 3× the heap: drawn on one axis, the
+/// heap would be a sliver (a PyTorch Record: the interpreter and its libraries are in RSS).
+fn rss_flattens(l: &Layout) -> Option<(u64, u64)> {
+    let cols = || l.groups.iter().flatten();
+    let heap = cols()
+        .map(|c| c.live.iter().sum::<u64>().max(c.peak))
+        .max()?;
+    let rss = cols().filter_map(|c| c.rss).max()?;
+    (rss > 3 * heap).then_some((rss, heap))
+}
+
 fn panel(
     area: &DrawingArea<SVGBackend, plotters::coord::Shift>,
     title: &str,
@@ -357,10 +380,12 @@ fn panel(
     l: &Layout,
 ) -> DrawResult {
     let cols = || l.groups.iter().flatten();
+    let draw_rss = rss_flattens(l).is_none();
     let hi = cols()
         .map(|c| {
             let stack: u64 = c.live.iter().sum();
-            stack.max(c.peak).max(c.rss.unwrap_or(0))
+            let rss = if draw_rss { c.rss.unwrap_or(0) } else { 0 };
+            stack.max(c.peak).max(rss)
         })
         .max()
         .unwrap_or(1)
@@ -430,8 +455,8 @@ fn panel(
             BLACK.stroke_width(2),
         )
     }))?;
-    // RSS after each step, a line per group.
-    for g in &l.groups {
+    // RSS after each step, a line per group (unless it would flatten the heap: see the caption).
+    for g in l.groups.iter().filter(|_| draw_rss) {
         let rss: Vec<(f64, f64)> = g
             .iter()
             .filter_map(|c| Some((c.x, c.rss? as f64 / MIB)))

@@ -417,7 +417,8 @@ fn finish(
         .iter()
         .filter_map(|r| r.summary.as_ref())
         .map(|s| s.step_samples_ms.iter().sum::<f64>() / 1e3)
-        .sum();
+        // fold from +0: an empty f64 sum is -0.0, printed "-0.0 s" when no row was measured.
+        .fold(0.0, |a, b| a + b);
     outln!(
         "\nSweep wall time {wall:.1} s; measured steps {measured:.1} s ({:.0}% of the wall time; the rest is process start, model build, warm-up and analysis).",
         if wall > 0.0 { 100.0 * measured / wall } else { 0.0 }

@@ -158,3 +158,19 @@ def test_torch_compile_without_a_compiler_says_why_in_one_line(memscope_bin, tmp
     assert p.returncode == 2, p.stderr[-3000:]
     assert "--fusion compile: torch.compile failed" in p.stderr, p.stderr[-3000:]
     assert "Traceback" not in p.stderr, p.stderr[-3000:]
+
+
+def test_compare_and_diff_notice_unlike_records_before_any_verdict(memscope_bin, tmp_path):
+    recs = {}
+    for engine in ("candle", "torch"):
+        recs[engine] = tmp_path / f"{engine}.json"
+        p = run(memscope_bin, "bench", "--engine", engine, "--model", "tiny-gpt2", "--batch", "1",
+                "--seq", "16", "--warmup", "1", "--steps", "2", "--json", recs[engine], "-q")
+        assert p.returncode == 0, p.stderr
+    c = run(memscope_bin, "compare", recs["candle"], recs["torch"])
+    assert c.returncode == 2, c.stdout
+    assert "engine: base memscope's own (candle) on cpu, new pytorch on cpu" in c.stderr, c.stderr
+    assert "memory figures" in c.stderr and "regressed" not in c.stdout
+    d = run(memscope_bin, "diff", recs["candle"], recs["torch"])
+    assert d.returncode == 0, d.stderr
+    assert d.stdout.startswith("**Unlike runs** (engine: base memscope's own"), d.stdout[:300]

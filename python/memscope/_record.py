@@ -87,6 +87,14 @@ def step_from_line(line):
     }
 
 
+def _kv_cache(steps):
+    """The most a KV cache held at a phase's end, when a caller measured one (the engine's
+    generate), else None."""
+    seen = [m["categories"]["kv_cache"] for x in steps for m in x["marks"]
+            if "kv_cache" in m["categories"]]
+    return max(seen) if seen else None
+
+
 def micro_steps(steps):
     """Each micro-batch's figures in steps with gradient accumulation (two or more backward
     phases): the heap live as its backward ended, and the peak since the previous one."""
@@ -154,7 +162,7 @@ def build_record(s, ending):
         "heap_live_end_bytes": last["live"],
         "rss_peak_bytes": _vm_hwm() if s.reader.memory != "rss" else max(
             (x["rss"] or 0) for x in steps),
-        "rss_end_bytes": rss_bytes(), "kv_cache_bytes": None,
+        "rss_end_bytes": rss_bytes(), "kv_cache_bytes": _kv_cache(steps),
         "phases": phases, "series": series, "micro_steps": micro_steps(steps),
         "peak_moments": [_moment(p, v["mark"]) for p, v in sorted(s.peak_moments.items())],
     }

@@ -102,6 +102,7 @@ class Engine:
         self.mode = spec["mode"]
         self.session = None
         self.stop = _Stop()  # main() installs its handlers for the whole run
+        self._past = None  # the KV cache while a generation runs
         self.phase = None  # name -> context manager marking that phase
         self.expected = request["expected_params"]
 
@@ -141,15 +142,17 @@ class Engine:
         if v.get("fusion") == "compile":
             self.forward = torch.compile(model)
 
-    def traced_steps(self, ids, set_phase):
+    def traced_steps(self, ids, set_phase, end_phase):
         """The estimator's workload on fixed ``ids``: two optimizer steps (the second has the
-        optimizer's state), one forward, or one prefill and its decodes."""
+        optimizer's state), one forward, or one prefill and its decodes. Each phase's end is
+        noted as its block exits, where the recorder marks it."""
         import contextlib
 
         @contextlib.contextmanager
         def mark(name):
             set_phase(name)
             yield
+            end_phase()
         self.phase = mark
         step_fn = {"train": self.train_step, "infer": self.infer_step,
                    "generate": self.generate_step}[self.mode]
@@ -223,6 +226,11 @@ class Engine:
                     name=spec["model"], record_fields=fields, exclude_baseline=False)
         if self.mode == "generate":
             s.mean_phases.add("decode")
+            # The KV cache is its own category: the unique storages of the cache's keys and
+            # values at every phase end.
+            from ._categories import unique_bytes
+            s.extra_categories = lambda: {
+                "kv_cache": unique_bytes(_cache_tensors(self._past, torch), self.device)[0]}
         if counting:
             s.reader = _Since(s.reader, base)
         self.session = s
@@ -305,17 +313,18 @@ class Engine:
         with torch.no_grad(), self.autocast():
             with s.phase("prefill"):
                 out = self.forward(input_ids=ids, use_cache=True)
-                past = _cache_of(out)
+                past = self._past = _cache_of(out)
                 nxt = out.logits[:, -1:].argmax(-1)
             del out
             for _ in range(self.spec["new_tokens"]):
                 with s.phase("decode"):
                     out = self.forward(input_ids=nxt, use_cache=True,
                                        **{self.cache_kw: past})
-                    past = _cache_of(out)
+                    past = self._past = _cache_of(out)
                     nxt = out.logits[:, -1:].argmax(-1)
                 del out
         del past
+        self._past = None
         return []
 
     def oom_facts(self, e):
@@ -384,6 +393,27 @@ class _Stop:
             finally:
                 self.in_step = False
         return inside()
+
+
+def _cache_tensors(cache, torch):
+    """The key and value tensors a transformers cache holds: its layers' ``keys``/``values``
+    (a DynamicCache), the older ``key_cache``/``value_cache`` lists, or legacy tuples."""
+    if cache is None:
+        return
+    if isinstance(cache, torch.Tensor):
+        yield cache
+        return
+    if isinstance(cache, (list, tuple)):
+        for x in cache:
+            yield from _cache_tensors(x, torch)
+        return
+    for layer in getattr(cache, "layers", None) or ():
+        for name in ("keys", "values"):
+            t = getattr(layer, name, None)
+            if isinstance(t, torch.Tensor):
+                yield t
+    for name in ("key_cache", "value_cache"):
+        yield from _cache_tensors(getattr(cache, name, None), torch)
 
 
 def _cache_of(out):

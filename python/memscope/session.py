@@ -187,6 +187,8 @@ class Session:
         self._user_steps = 0     # step() calls by the user
         self._shadowed = None    # another saved_tensors_hooks over the recorder's, if seen
         self.moved = []          # a previous run's files moved aside at start
+        # A callable -> {category: bytes} read at every phase end beside the session's own.
+        self.extra_categories = None
         # Per step.
         self._phase = None
         self._explicit = 0
@@ -474,6 +476,9 @@ class Session:
         act, by_module = self.saved.alive()
         c = {"parameters": self.param_bytes, "gradients": grads, "optimizer_state": opt,
              "activations": act}
+        if self.extra_categories is not None:
+            # A caller's own categories (the torch engine's KV cache), exact bytes too.
+            c.update(self.extra_categories())
         c["unattributed"] = max(live - sum(c.values()), 0)
         return c, by_module
 

@@ -15,7 +15,7 @@ import json
 import sys
 import weakref
 
-from .engine import Refused, open_protocol
+from .engine import Refused, _cache_tensors, open_protocol
 
 REPLAYED_MICRO_BATCHES = 3
 
@@ -39,15 +39,23 @@ class Tracer:
         self.on_peak = None   # callable -> dict of extra figures at a new peak
         self.held = set()     # storages allocated before the trace (parameters, buffers)
         self.ends = []        # each phase run's end: its live bytes, by phase, gradients
+        self.ended = True     # the open phase's end is noted (none is open before the first)
 
     def set_phase(self, name):
-        self.end_phase()
+        if not self.ended:
+            self.end_phase()
+        self.ended = False
         if name not in self.phases:
             self.phases.append(name)
         self.phase = self.phases.index(name)
 
     def end_phase(self):
-        """Notes the live bytes as the open phase ends (the Record's retained figures)."""
+        """Notes the live bytes as the open phase ends (the Record's retained figures): when its
+        block exits, as the recorder marks a phase's end, before what runs after it (a
+        generation's last `del` of its cache) frees anything."""
+        if self.ended:
+            return
+        self.ended = True
         self.ends.append({"phase": self.phases[self.phase], "live": self.cur,
                           "by_phase": {self.phases[k]: v for k, v in self.by_phase.items()
                                        if v > 0},
@@ -128,19 +136,24 @@ def trace(request):
     params = list(eng.model.parameters())
     tr.held = {t.untyped_storage()._cdata for t in params + list(eng.model.buffers())}
 
+    def unique(tensors):
+        seen = {}
+        for t in tensors:
+            st = t.untyped_storage()
+            seen[st._cdata] = st.nbytes()
+        return sum(seen.values())
+
     def figures():
-        grads = {}
-        for p in params:
-            if p.grad is not None:
-                st = p.grad.untyped_storage()
-                grads[st._cdata] = st.nbytes()
-        return {"gradients": sum(grads.values())}
+        # Gradients, and the KV cache's keys and values: the storages the recorder counts in a
+        # run (engine.py's _cache_tensors), so the two are counted alike.
+        return {"gradients": unique(p.grad for p in params if p.grad is not None),
+                "kv_cache": unique(_cache_tensors(eng._past, torch))}
     tr.on_peak = figures
     ids = torch.randint(0, spec["config"]["vocab_size"], (spec["batch"], spec["seq"]))
     with fake:
         ids = fake.from_tensor(ids).to(eng.device)
     with fake, _mode(torch, tr):
-        eng.traced_steps(ids, tr.set_phase)
+        eng.traced_steps(ids, tr.set_phase, tr.end_phase)
         tr.end_phase()
     def sizes(tensors):
         seen, out = set(), []

@@ -74,6 +74,19 @@ pub fn render(f: &TorchEstimateFile) -> String {
     let _ = writeln!(out, "{t}");
     let _ = writeln!(
         out,
+        "The categories are each one's size as a run's Record measures it (gradients as the last backward ends, the optimizer's state after its step, activations as the last forward ends, the KV cache at its largest): they are not all live at once, so they can sum to more than the peak. The peak holds the parameters, runtime buffers, temporaries and what its phase keeps live ({}).",
+        f.by_dtype
+            .values()
+            .next()
+            .map_or("", |e| match e.peak_phase.as_str() {
+                "optimizer" => "the optimizer's state and the gradients",
+                "prefill" | "decode" => "the KV cache",
+                "backward" => "the optimizer's state and the activations not yet freed",
+                _ => "the optimizer's state and the activations",
+            })
+    );
+    let _ = writeln!(
+        out,
         "How: the workload's first steps traced under PyTorch's FakeTensorMode (every op dispatched as on {}, the same kernels and saved tensors; nothing allocated or computed), {} storages allocated and freed, replayed{}.",
         first.device,
         thousands(first.events as u64),

@@ -46,6 +46,9 @@ struct TracePeak {
     /// Of those, the parameters' gradients.
     #[serde(default)]
     gradients: u64,
+    /// The KV cache's keys and values (a generation's), as the recorder counts them in a run.
+    #[serde(default)]
+    kv_cache: u64,
 }
 
 /// Traces `spec` (which has `torch`) and replays it.
@@ -144,21 +147,12 @@ fn replay(t: &Trace, device: &str, limit: Option<u64>) -> TorchEstimate {
         .ends
         .last()
         .map_or(0, |e| e.by_phase.get("optimizer").copied().unwrap_or(0));
-    // The most the cache held: what prefill and decode allocated still live as a decode ends.
-    let kv_cache = t
-        .ends
-        .iter()
-        .filter(|e| e.phase == "decode")
-        .map(|e| {
-            e.by_phase.get("prefill").copied().unwrap_or(0)
-                + e.by_phase.get("decode").copied().unwrap_or(0)
-        })
-        .max()
-        .unwrap_or(0);
+    // The most the cache held as a phase ended: its keys' and values' storages.
+    let kv_cache = t.ends.iter().map(|e| e.kv_cache).max().unwrap_or(0);
     let state_at_peak = p.by_phase.get("optimizer").copied().unwrap_or(0);
     let named = match p.phase.as_str() {
         "optimizer" => state_at_peak + gradients,
-        "prefill" | "decode" => 0,
+        "prefill" | "decode" => p.kv_cache,
         _ => state_at_peak + activations,
     };
     let categories = BTreeMap::from([

@@ -17,6 +17,15 @@ const ORDER: [(&str, &str); 7] = [
     ("unattributed", "unattributed (library buffers)"),
 ];
 
+/// The label every table and chart gives a category key (`optimizer_state` → "optimizer
+/// state"); an unknown key as it is.
+pub fn category_label(key: &str) -> &str {
+    ORDER
+        .iter()
+        .find(|(k, _)| *k == key)
+        .map_or(key, |(_, label)| label)
+}
+
 /// Category | measured | estimated | difference.
 pub fn breakdown_table(r: &Record) -> Table {
     let b = &r.memory.breakdown;

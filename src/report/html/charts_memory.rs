@@ -189,13 +189,17 @@ pub fn breakdown(groups: &[Bars]) -> anyhow::Result<String> {
     let nc = cats.len();
     let ng = groups.len();
     let height = (80 + nc * (14 * ng + 16)).max(260) as u32;
-    let names = cats.clone();
+    // The names the tables give them.
+    let names: Vec<String> = cats
+        .iter()
+        .map(|c| crate::report::breakdown::category_label(c).to_string())
+        .collect();
     let svg = draw_svg(1100, height, |root| -> DrawResult {
         let mut chart = ChartBuilder::on(root)
             .caption("Memory by category", ("sans-serif", 18))
             .margin(12)
             .x_label_area_size(40)
-            .y_label_area_size(130)
+            .y_label_area_size(210)
             .build_cartesian_2d(0.0..padded(0.0, hi).1, -0.5f64..(nc as f64 - 0.5))?;
         chart
             .configure_mesh()
@@ -244,9 +248,17 @@ pub fn breakdown(groups: &[Bars]) -> anyhow::Result<String> {
         "Measured: heap bytes by category as the counting allocator attributes them \
          (docs/record.md). Estimated: memscope estimate's prediction for the same run.<br>",
     );
+    caption += "Each category is its own size at its own moment (activations as a forward \
+                ends, gradients as a backward ends, the optimizer's state after its step, \
+                temporaries at the peak): they are not all live at once, so their sum is not \
+                the heap peak.<br>";
     for g in &groups {
-        let total: u64 = g.categories.values().sum();
-        caption += &format!("{}: total {}<br>", esc(&g.label), fmt_bytes(total as f64));
+        let sum: u64 = g.categories.values().sum();
+        caption += &format!(
+            "{}: the categories sum to {}<br>",
+            esc(&g.label),
+            fmt_bytes(sum as f64)
+        );
     }
     Ok(figure(
         "memory-breakdown",

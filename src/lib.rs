@@ -17,6 +17,7 @@ pub mod quantile;
 pub mod record;
 pub mod report;
 pub mod runner;
+pub mod signals;
 pub mod spec;
 pub mod sweep;
 pub mod torch;

@@ -136,26 +136,8 @@ def trace(request):
     params = list(eng.model.parameters())
     tr.held = {t.untyped_storage()._cdata for t in params + list(eng.model.buffers())}
 
-    def unique(tensors):
-        seen = {}
-        for t in tensors:
-            st = t.untyped_storage()
-            seen[st._cdata] = st.nbytes()
-        return sum(seen.values())
-
-    def figures():
-        # Gradients, and the KV cache's keys and values: the storages the recorder counts in a
-        # run (engine.py's _cache_tensors), so the two are counted alike.
-        return {"gradients": unique(p.grad for p in params if p.grad is not None),
-                "kv_cache": unique(_cache_tensors(eng._past, torch))}
-    tr.on_peak = figures
-    ids = torch.randint(0, spec["config"]["vocab_size"], (spec["batch"], spec["seq"]))
-    with fake:
-        ids = fake.from_tensor(ids).to(eng.device)
-    with fake, _mode(torch, tr):
-        eng.traced_steps(ids, tr.set_phase, tr.end_phase)
-        tr.end_phase()
     def sizes(tensors):
+        """Bytes of each unique storage (by its C handle: fake storages have no address)."""
         seen, out = set(), []
         for t in tensors:
             st = t.untyped_storage()
@@ -163,6 +145,19 @@ def trace(request):
                 seen.add(st._cdata)
                 out.append(st.nbytes())
         return out
+
+    def figures():
+        # Gradients, and the KV cache's keys and values: the storages the recorder counts in a
+        # run (engine.py's _cache_tensors), so the two are counted alike.
+        return {"gradients": sum(sizes(p.grad for p in params if p.grad is not None)),
+                "kv_cache": sum(sizes(_cache_tensors(eng._past, torch)))}
+    tr.on_peak = figures
+    ids = torch.randint(0, spec["config"]["vocab_size"], (spec["batch"], spec["seq"]))
+    with fake:
+        ids = fake.from_tensor(ids).to(eng.device)
+    with fake, _mode(torch, tr):
+        eng.traced_steps(ids, tr.set_phase, tr.end_phase)
+        tr.end_phase()
     # What the model held before the first step, in the order it was built.
     return {"traced_on": traced_on,
             "params": sum(p.numel() for p in params), "param_sizes": sizes(params),

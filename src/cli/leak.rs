@@ -229,17 +229,8 @@ pub fn leak(mut a: LeakArgs) -> anyhow::Result<ExitCode> {
         write_atomic(p, &text).with_context(|| format!("--trace {}", p.display()))?;
     }
     let params = a.targets.params(steps_per_hour(&record))?;
-    let heap = verdict(
-        &series(&record, "heap live", |s| Some(s.heap_live_bytes)),
-        &params,
-    );
+    let (heap, rows) = judge_heap(&record, &params, &targets);
     let rss = verdict(&series(&record, "RSS", |s| s.rss_bytes), &params);
-    let rows = evaluate(
-        &targets,
-        &heap,
-        Some(record.memory.load_bytes as f64),
-        Some(record.memory.heap_peak_bytes as f64),
-    );
     a.files.write(&heap, &rows)?;
     out!("{}", render::to_text(&heap, &rows))?;
     outln!("\nRSS (what the OS sees): {}", rss.sentence)?;
@@ -321,6 +312,26 @@ pub fn analyze(a: AnalyzeArgs) -> anyhow::Result<ExitCode> {
     Ok(exit_for(&rows))
 }
 
+/// The verdict on a Record's per-step heap live series and its CI targets (`leak` on the Record
+/// it measured, `analyze` on one read from a file).
+fn judge_heap(
+    record: &crate::record::Record,
+    params: &LeakParams,
+    targets: &[crate::analysis::targets::Target],
+) -> (LeakReport, Vec<TargetRow>) {
+    let heap = verdict(
+        &series(record, "heap live", |s| Some(s.heap_live_bytes)),
+        params,
+    );
+    let rows = evaluate(
+        targets,
+        &heap,
+        Some(record.memory.load_bytes as f64),
+        Some(record.memory.heap_peak_bytes as f64),
+    );
+    (heap, rows)
+}
+
 /// A memscope Record (`bench --json`, `leak --record`, the Python recorder's `run.json`): one
 /// JSON document whose first key is `schema_version`, as memscope writes it.
 fn is_record(path: &std::path::Path) -> bool {
@@ -348,15 +359,10 @@ fn analyze_record(
         "note: {name} is a memscope Record: judging its per-step heap live series ({} steps)",
         record.memory.series.len()
     );
-    let report = verdict(
-        &series(&record, "heap live", |s| Some(s.heap_live_bytes)),
+    let (report, rows) = judge_heap(
+        &record,
         &a.targets.params(steps_per_hour(&record))?,
-    );
-    let rows = evaluate(
         targets,
-        &report,
-        Some(record.memory.load_bytes as f64),
-        Some(record.memory.heap_peak_bytes as f64),
     );
     a.files.write(&report, &rows)?;
     out!("{}", render::to_text(&report, &rows))?;

@@ -7,19 +7,7 @@ use crate::sweep::limits::GRACE;
 use crate::units::human_duration;
 use std::time::Duration;
 
-pub fn signal_name(sig: i32) -> String {
-    match sig {
-        libc::SIGABRT => "SIGABRT".into(),
-        libc::SIGSEGV => "SIGSEGV".into(),
-        libc::SIGKILL => "SIGKILL".into(),
-        libc::SIGTERM => "SIGTERM".into(),
-        libc::SIGBUS => "SIGBUS".into(),
-        libc::SIGILL => "SIGILL".into(),
-        libc::SIGFPE => "SIGFPE".into(),
-        libc::SIGINT => "SIGINT".into(),
-        other => format!("signal {other}"),
-    }
-}
+pub use crate::signals::name as signal_name;
 
 /// Everything [`classify`] looks at.
 #[derive(Debug, Clone)]

@@ -128,33 +128,23 @@ pub fn failure(what: &str, code: Option<i32>, signal: Option<i32>, last: &[Strin
     match code {
         Some(2) if !line.is_empty() => line,
         Some(c) => format!("{what} exited with code {c}{said}"),
-        None => format!("{what} was killed by {}{said}", signal_name(signal)),
+        None => format!("{what} was killed by {}{said}", killed_by(signal)),
     }
 }
 
-/// `SIGKILL (signal 9)` and the like; the kernel's out-of-memory killer sends SIGKILL.
-pub fn signal_name(signal: Option<i32>) -> String {
+/// `SIGKILL (signal 9, …)` and the like; the kernel's out-of-memory killer sends SIGKILL.
+fn killed_by(signal: Option<i32>) -> String {
     let Some(sig) = signal else {
         return "a signal".into();
     };
-    let name = match sig {
-        libc::SIGHUP => "SIGHUP",
-        libc::SIGINT => "SIGINT",
-        libc::SIGQUIT => "SIGQUIT",
-        libc::SIGILL => "SIGILL",
-        libc::SIGABRT => "SIGABRT",
-        libc::SIGBUS => "SIGBUS",
-        libc::SIGFPE => "SIGFPE",
-        libc::SIGKILL => "SIGKILL",
-        libc::SIGSEGV => "SIGSEGV",
-        libc::SIGPIPE => "SIGPIPE",
-        libc::SIGTERM => "SIGTERM",
-        _ => return format!("signal {sig}"),
-    };
+    let name = crate::signals::name(sig);
     let why = if sig == libc::SIGKILL {
         ", as the kernel's out-of-memory killer or a timeout sends"
     } else {
         ""
     };
+    if name.starts_with("signal ") {
+        return name;
+    }
     format!("{name} (signal {sig}{why})")
 }

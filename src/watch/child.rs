@@ -108,23 +108,7 @@ impl ChildExit {
     }
 }
 
-pub fn signal_name(sig: i32) -> String {
-    let n = match sig {
-        libc::SIGHUP => "SIGHUP",
-        libc::SIGINT => "SIGINT",
-        libc::SIGQUIT => "SIGQUIT",
-        libc::SIGILL => "SIGILL",
-        libc::SIGABRT => "SIGABRT",
-        libc::SIGBUS => "SIGBUS",
-        libc::SIGFPE => "SIGFPE",
-        libc::SIGKILL => "SIGKILL",
-        libc::SIGSEGV => "SIGSEGV",
-        libc::SIGPIPE => "SIGPIPE",
-        libc::SIGTERM => "SIGTERM",
-        _ => return format!("signal {sig}"),
-    };
-    n.to_string()
-}
+pub use crate::signals::name as signal_name;
 
 /// The kernel's OOM-kill counters: `/proc/vmstat` and this cgroup's (v2 `memory.events`, v1
 /// `memory.oom_control`). Read only; None where unreadable.

@@ -25,7 +25,9 @@ class Tracer:
 
     def __init__(self, torch):
         self.torch = torch
-        self.live = {}        # storage key -> [block id, bytes, tensor refs, phase]
+        # storage key -> [its block, live tensors on it]; a block is [id, bytes, phase, storages
+        # on it]: one storage's, or, after a gradient sum made in place, two storages'.
+        self.live = {}
         self.events = []      # bytes: an allocation (the next block id); -(id+1): a free
         # Phase names in order of first use; what runs before the first phase (a prompt cut
         # from the batch) is `setup`'s.
@@ -61,50 +63,98 @@ class Tracer:
                                        if v > 0},
                           **(self.on_peak() if self.on_peak else {})})
 
-    def note(self, t):
+    def note(self, t, block=None):
+        """A tensor an op returned: its storage's block is allocated when first seen (or is
+        ``block``), and freed once no tensor on any of the block's storages is left."""
         st = t.untyped_storage()
         key = st._cdata
         if key in self.held:
             return  # a view of a parameter or buffer: no new bytes
         e = self.live.get(key)
         if e is None:
-            n = st.nbytes()
-            e = self.live[key] = [self.next_id, n, 0, self.phase]
-            self.next_id += 1
-            self.events.append(n)
-            self.cur += n
-            self.by_phase[self.phase] = self.by_phase.get(self.phase, 0) + n
-            if self.cur > self.peak:
-                self.peak = self.cur
-                self.at_peak = {"phase": self.phases[self.phase], "live": self.cur,
-                                "by_phase": {self.phases[k]: v for k, v in self.by_phase.items()
-                                             if v > 0},
-                                **(self.on_peak() if self.on_peak else {})}
-        e[2] += 1
+            if block is None:
+                block = self._allocate(st.nbytes())
+            block[3] += 1
+            e = self.live[key] = [block, 0]
+        e[1] += 1
         weakref.finalize(t, self._release, key)
+
+    def _allocate(self, n):
+        """n bytes allocated as the next block."""
+        b = [self.next_id, n, self.phase, 0]
+        self.next_id += 1
+        self.events.append(n)
+        self.cur += n
+        self.by_phase[self.phase] = self.by_phase.get(self.phase, 0) + n
+        if self.cur > self.peak:
+            self.peak = self.cur
+            self.at_peak = {"phase": self.phases[self.phase], "live": self.cur,
+                            "by_phase": {self.phases[k]: v for k, v in self.by_phase.items()
+                                         if v > 0},
+                            **(self.on_peak() if self.on_peak else {})}
+        return b
+
+    def sum_in_place(self, out, old):
+        """``old + var`` in backward, as autograd's engine sums two gradients meant for one
+        input (``InputBuffer::accumulate``): on the device it adds ``var`` into ``old`` in
+        place when ``old`` is dense and alone on its storage, but never into a fake tensor (a
+        tensor subclass), so the trace sees a new storage. Here that storage shares ``old``'s
+        block: no third buffer, as on the device. True when the sum was in place."""
+        e = self.live.get(old.untyped_storage()._cdata)
+        if e is None or e[1] != 1 or e[0][3] != 1 or not _dense(old):
+            return False
+        self.note(out, block=e[0])
+        return True
+
+    def in_backward(self):
+        return self.phases[self.phase] == "backward"
 
     def _release(self, key):
         e = self.live.get(key)
         if e is None:
             return
-        e[2] -= 1
-        if e[2] == 0:
-            del self.live[key]
-            self.cur -= e[1]
-            self.by_phase[e[3]] -= e[1]
-            self.events.append(-(e[0] + 1))
+        e[1] -= 1
+        if e[1] > 0:
+            return
+        del self.live[key]
+        b = e[0]
+        b[3] -= 1
+        if b[3] == 0:
+            self.cur -= b[1]
+            self.by_phase[b[2]] -= b[1]
+            self.events.append(-(b[0] + 1))
 
 
 def _mode(torch, tracer):
     from torch.utils._python_dispatch import TorchDispatchMode
     from torch.utils._pytree import tree_map_only
 
+    add = torch.ops.aten.add.Tensor
+
     class Trace(TorchDispatchMode):
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             out = func(*args, **(kwargs or {}))
-            tree_map_only(torch.Tensor, tracer.note, out)
+            # Under grad mode (a checkpointed block's recomputation) the engine sums out of
+            # place, and a model's own adds are never in place.
+            if not (func is add and tracer.in_backward() and not torch.is_grad_enabled()
+                    and _like(out, args)
+                    and tracer.sum_in_place(out, args[0])):
+                tree_map_only(torch.Tensor, tracer.note, out)
             return out
     return Trace()
+
+
+def _like(out, args):
+    """``a + b`` of two tensors of the sum's shape and dtype (a gradient sum)."""
+    import torch
+    return (len(args) == 2 and all(isinstance(a, torch.Tensor) and a.shape == out.shape
+                                   and a.dtype == out.dtype for a in args))
+
+
+def _dense(t):
+    """Its elements fill its storage without overlap, in some order of dimensions."""
+    from torch._prims_common import is_non_overlapping_and_dense_or_false
+    return is_non_overlapping_and_dense_or_false(t)
 
 
 def trace(request):

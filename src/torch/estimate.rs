@@ -152,7 +152,9 @@ fn replay(t: &Trace, device: &str, limit: Option<u64>) -> TorchEstimate {
     let state_at_peak = p.by_phase.get("optimizer").copied().unwrap_or(0);
     let named = match p.phase.as_str() {
         "optimizer" => state_at_peak + gradients,
-        "prefill" | "decode" => p.kv_cache,
+        // As a run's breakdown splits it: the cache at its largest (the peak of a prefill
+        // comes inside its forward, before the model hands its new cache back).
+        "prefill" | "decode" => kv_cache,
         _ => state_at_peak + activations,
     };
     let categories = BTreeMap::from([

@@ -160,26 +160,28 @@ class Engine:
             step_fn(lambda: ids)
 
     def prime(self):
-        """One step of a one-layer miniature of the model (same family, heads, dtype, variant),
-        then everything it made dropped."""
-        cfg = dict(self.cfg)
-        cfg.update(n_layers=1, d_model=8 * cfg["n_heads"], d_ff=16, vocab_size=128,
-                   max_seq_len=16, name="prime")
+        """One step of a one-layer copy of the model (the same widths, vocabulary, batch,
+        sequence, dtype and variant), then everything it made dropped: what PyTorch and its
+        libraries set up on first use (modules loaded lazily, kernels' one-time set-up, the
+        workspace BLAS keeps after its first products of these shapes) is in place before the
+        run's baseline is read, so it is not counted as the run's."""
+        cfg = dict(self.cfg, n_layers=1, name="prime")
         full = (self.cfg, self.expected, self.spec, self.variant)
-        spec = dict(self.spec, batch=1, seq=8, prompt_len=4, new_tokens=2, grad_accum=1)
+        spec = dict(self.spec, grad_accum=1, new_tokens=min(2, self.spec.get("new_tokens") or 0))
         spec["variant"] = dict(spec.get("variant") or {}, fusion="full")
         self.cfg, self.spec, self.variant = cfg, spec, spec["variant"]
         try:
             torch = self.torch
             torch.manual_seed(0)
             attention = "eager" if self.variant.get("attention") == "naive" else "sdpa"
-            with torch.device(self.device):
+            with torch.device("meta"):
                 model = self.hf.build(torch, self.transformers, cfg, attention)
             self.expected = sum(p.numel() for p in model.parameters())
             del model
             self.build()
             self.phase = _no_phase
-            ids = torch.randint(0, 128, (1, 8), device=self.device)
+            ids = torch.randint(0, cfg["vocab_size"], (spec["batch"], spec["seq"]),
+                                device=self.device)
             {"train": self.train_step, "infer": self.infer_step,
              "generate": self.generate_step}[self.mode](lambda: ids)
         finally:
@@ -198,9 +200,10 @@ class Engine:
         torch, spec = self.torch, self.spec
         from . import _native
         counting = self.device.type == "cpu" and _native.counter_active()
-        # What transformers and PyTorch load lazily on a first step (modules, the kernels'
-        # one-time set-up) is loaded first, on a one-layer miniature of the model, so the
-        # interpreter's bytes for it are not counted as the run's.
+        # What transformers, PyTorch and BLAS set up on a first step (modules, the kernels'
+        # one-time set-up, BLAS's workspace) is set up first, by one step of a one-layer copy
+        # of the model, so those bytes are not counted as the run's; the Record says how many.
+        before = _native.counter_read()[0] if counting else 0
         if counting:
             try:
                 self.prime()
@@ -272,7 +275,10 @@ class Engine:
                 "heap figures count from just before the model was built: the "
                 f"{base / 2**20:.1f} MiB ({base} B) the "
                 "interpreter and PyTorch's libraries held before are left out, as CUDA's "
-                "allocated bytes leave out the CUDA context")
+                "allocated bytes leave out the CUDA context; of them, "
+                f"{(base - before) / 2**20:.1f} MiB stayed after a one-layer warm-up step of "
+                "this model's widths and shapes (libraries' first-use set-up, such as the "
+                "workspace BLAS keeps for its products)")
         if self.optimizer is not None:
             record["warnings"].append(f"torch engine: AdamW {self.optimizer_impl}")
         self.out.write(json.dumps({"record": record}) + "\n")

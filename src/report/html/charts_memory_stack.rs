@@ -325,7 +325,8 @@ fn alloc_phase(p: &str) -> &str {
     match p {
         "idle" => "outside phases",
         "other" => "other (KV cache)",
-        _ => p,
+        // A PyTorch Record's peak moments split by category: the tables' names.
+        _ => crate::report::breakdown::category_label(p),
     }
 }
 

@@ -165,6 +165,23 @@ fn commands() -> Vec<Command> {
                 ),
             ],
         },
+        Command {
+            name: "peaks",
+            honoured: &[
+                "--threads",
+                "--refresh",
+                "--json",
+                "--model",
+                "--config",
+                "--batch",
+                "--seq",
+            ],
+            refused: &[(
+                "--weights",
+                &["--weights", "WEIGHTS"],
+                "--weights: peaks times the model's shapes, not its weights",
+            )],
+        },
         // roofline and profile refuse --engine torch as a whole: every flag is refused with it.
         Command {
             name: "roofline",

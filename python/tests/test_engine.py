@@ -2,6 +2,7 @@
 (torch, transformers), with the memscope binary (MEMSCOPE_BIN)."""
 
 import json
+import os
 import subprocess
 
 import pytest
@@ -84,6 +85,36 @@ def test_optimize_on_torch_measures_every_pytorch_variant(memscope_bin, tmp_path
         assert v["status"] == "ok", v
         assert v["heap_peak_bytes"] > 0
     assert "Engine: Hugging Face transformers on PyTorch, cpu" in p.stdout
+
+
+def test_peaks_on_torch_measures_the_roofs_and_caches_them(memscope_bin, tmp_path):
+    env = dict(os.environ, MEMSCOPE_CACHE_DIR=str(tmp_path / "cache"))
+    args = ["peaks", "--engine", "torch", "--model", "tiny-gpt2", "--batch", "1", "--seq",
+            "64", "--threads", "2"]
+    out = tmp_path / "peaks.json"
+    p = subprocess.run([memscope_bin, *args, "--json", str(out)], capture_output=True,
+                       text=True, env=env, timeout=300)
+    assert p.returncode == 0, p.stderr
+    assert "measured now, cached in" in p.stdout and "Fixed cost of one small op" in p.stdout
+    r = json.loads(out.read_text())
+    assert r["device"] == "cpu" and r["threads"] == 2 and r["torch"]
+    dtypes = {m["name"] for m in r["matmul"]}
+    assert dtypes == {"f32", "bf16"}, dtypes
+    for m in r["matmul"] + r["model_shapes"]:
+        assert 0 < m["gflops"]["median"] <= m["gflops"]["best"] < 1e5, m
+    assert [s["name"] for s in r["model_shapes"]][-1] == "lm head"
+    assert all(s["m"] == 64 for s in r["model_shapes"])
+    assert 0 < r["triad_gbs"]["median"] <= r["triad_gbs"]["best"] < 1e4
+    # One small op costs between 50 ns and 1 ms of dispatch.
+    assert 1e3 < r["small_ops_per_s"]["best"] < 2e7, r["small_ops_per_s"]
+    # The second call reads the cache: the same figures, no Python started.
+    again = subprocess.run([memscope_bin, *args, "--json", str(tmp_path / "again.json")],
+                           capture_output=True, text=True, env=env, timeout=60)
+    assert again.returncode == 0 and "cached in" in again.stdout, again.stderr
+    assert json.loads((tmp_path / "again.json").read_text()) == r
+    p = subprocess.run([memscope_bin, "peaks", "--engine", "torch", "--device", "cuda"],
+                       capture_output=True, text=True, env=env, timeout=120)
+    assert p.returncode == 2 and "--device cuda" in p.stderr and "no CUDA GPU" in p.stderr
 
 
 def test_device_flags_are_checked(memscope_bin, tmp_path):

@@ -1,9 +1,10 @@
-//! `memscope peaks`: this machine's ceilings (matmul GFLOP/s per dtype, memory bandwidth), cached.
+//! `memscope peaks`: this machine's ceilings (matmul GFLOP/s per dtype, memory bandwidth), cached;
+//! with `--engine torch`, the device's as PyTorch reaches them (and one small op's fixed cost).
 
-use super::args::{resolve_model, ModelArgs};
+use super::args::{resolve_model, EngineArgs, ModelArgs};
 use crate::measure::threads::{all_cores, set_threads};
 use crate::out;
-use crate::output::{check_outputs, write_atomic};
+use crate::output::{check_outputs, save_peaks, write_atomic};
 use anyhow::{bail, Context};
 use clap::Args;
 use std::path::PathBuf;
@@ -28,6 +29,8 @@ pub struct PeaksArgs {
     pub seq: usize,
     #[arg(long, short, help = super::args::HELP_QUIET)]
     pub quiet: bool,
+    #[command(flatten)]
+    pub engine: EngineArgs,
 }
 
 pub fn run(a: PeaksArgs) -> anyhow::Result<ExitCode> {
@@ -41,6 +44,9 @@ pub fn run(a: PeaksArgs) -> anyhow::Result<ExitCode> {
     let (_, cfg) = resolve_model(&a.model)?;
     let shapes = peaks::linear_shapes(&cfg);
     let rows = a.batch * a.seq;
+    if let Some(torch) = a.engine.torch_run()? {
+        return torch_peaks(&a, &torch.device, threads, rows, &shapes);
+    }
     set_threads(threads);
     let path = peaks::cache_path(&peaks::fingerprint(threads));
     // The cache holds this machine's ceilings and the shapes last timed: other shapes are timed now.
@@ -59,14 +65,7 @@ pub fn run(a: PeaksArgs) -> anyhow::Result<ExitCode> {
         ),
         None => {
             let p = peaks::measure(threads, rows, &shapes)?;
-            let text = serde_json::to_string_pretty(&p)?;
-            let saved = std::fs::create_dir_all(peaks::cache_dir())
-                .map_err(anyhow::Error::from)
-                .and_then(|()| write_atomic(&path, &text));
-            let source = match saved {
-                Ok(()) => format!("measured now, cached in {}", path.display()),
-                Err(e) => format!("measured now; not cached ({e:#}; set MEMSCOPE_CACHE_DIR)"),
-            };
+            let source = save_peaks(&p.fingerprint, &serde_json::to_string_pretty(&p)?);
             (p, source)
         }
     };
@@ -75,5 +74,52 @@ pub fn run(a: PeaksArgs) -> anyhow::Result<ExitCode> {
             .with_context(|| format!("--json {}", j.display()))?;
     }
     out!("{}", crate::report::peaks::render(&p, &source))?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `peaks --engine torch [--device D]`: PyTorch's roofs on the device, cached per device.
+fn torch_peaks(
+    a: &PeaksArgs,
+    device: &str,
+    threads: usize,
+    rows: usize,
+    shapes: &[(String, usize, usize)],
+) -> anyhow::Result<ExitCode> {
+    use crate::torch::peaks;
+    if a.model.weights.is_some() {
+        bail!("--weights: peaks times the model's shapes, not its weights; leave --weights out");
+    }
+    let shapes: Vec<(String, usize, usize, usize)> = shapes
+        .iter()
+        .map(|(n, k, o)| (n.clone(), rows, *k, *o))
+        .collect();
+    let same_shapes = |p: &peaks::TorchPeaks| {
+        p.model_shapes.len() == shapes.len()
+            && p.model_shapes
+                .iter()
+                .zip(&shapes)
+                .all(|(s, (n, m, k, o))| &s.name == n && s.m == *m && s.k == *k && s.n == *o)
+    };
+    let cached = peaks::cached(device, threads).filter(|p| !a.refresh && same_shapes(p));
+    let (p, source) = match cached {
+        Some(p) => {
+            let path = crate::output::cache_path(&p.fingerprint);
+            let source = format!(
+                "cached in {} (--refresh to measure again, as after changing PyTorch)",
+                path.display()
+            );
+            (p, source)
+        }
+        None => {
+            let p = peaks::measure(device, threads, &shapes)?;
+            let source = save_peaks(&p.fingerprint, &serde_json::to_string_pretty(&p)?);
+            (p, source)
+        }
+    };
+    if let Some(j) = &a.json {
+        write_atomic(j, &serde_json::to_string_pretty(&p)?)
+            .with_context(|| format!("--json {}", j.display()))?;
+    }
+    out!("{}", crate::report::peaks::render_torch(&p, &source))?;
     Ok(ExitCode::SUCCESS)
 }

@@ -12,7 +12,6 @@ use candle_core::{DType, Device, Tensor};
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 use std::time::Instant;
 
 /// The `matmul` entry of the f32 product through weights kept in panels, where inference
@@ -23,23 +22,7 @@ pub const PANELS: &str = "f32 panels";
 /// `bf16` entry then is the tile unit's ceiling).
 pub const BF16_VECTOR: &str = "bf16 avx512_bf16";
 
-/// A rate measured over several repetitions: the best (the ceiling) and the median.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct Rate {
-    pub best: f64,
-    pub median: f64,
-    pub reps: usize,
-}
-
-/// One matmul shape (m, k) @ (k, n) and its rate.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct ShapeRate {
-    pub name: String,
-    pub m: usize,
-    pub k: usize,
-    pub n: usize,
-    pub gflops: Rate,
-}
+pub use crate::record::rates::{Rate, ShapeRate};
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Peaks {
@@ -74,18 +57,6 @@ fn timed(reps: usize, mut f: impl FnMut()) -> Vec<f64> {
         .collect()
 }
 
-/// `work` units per run over the measured seconds → best and median rate (the upper middle: a
-/// rate one run reached).
-fn rate(work: f64, secs: &[f64]) -> Rate {
-    let mut r: Vec<f64> = secs.iter().map(|s| work / s.max(1e-12)).collect();
-    r.sort_by(f64::total_cmp);
-    Rate {
-        best: *r.last().unwrap_or(&0.0),
-        median: crate::quantile::upper_median_sorted(&r),
-        reps: r.len(),
-    }
-}
-
 fn matmul_rate(name: &str, m: usize, k: usize, n: usize, dt: DType) -> anyhow::Result<ShapeRate> {
     if dt == DType::BF16 && dot_bf16::available() {
         return dot_rate(name, m, k, n);
@@ -104,7 +75,7 @@ fn matmul_rate(name: &str, m: usize, k: usize, n: usize, dt: DType) -> anyhow::R
     if let Some(e) = err {
         return Err(e.into());
     }
-    let mut gflops = rate(flops, &secs);
+    let mut gflops = Rate::from_secs(flops, &secs);
     gflops.best /= 1e9;
     gflops.median /= 1e9;
     Ok(ShapeRate {
@@ -153,7 +124,7 @@ fn dot_rate_on(
     run(); // first call: the thread pool starts
     let secs = timed(5, &mut run);
     std::hint::black_box(&c);
-    let mut gflops = rate(2.0 * m as f64 * k as f64 * n as f64, &secs);
+    let mut gflops = Rate::from_secs(2.0 * m as f64 * k as f64 * n as f64, &secs);
     gflops.best /= 1e9;
     gflops.median /= 1e9;
     Ok(ShapeRate {
@@ -190,7 +161,7 @@ fn panels_rate(name: &str, (m, k, n): (usize, usize, usize), width: usize) -> Sh
     run(); // first call: the thread pool starts
     let secs = timed(5, &mut run);
     std::hint::black_box(&y);
-    let mut gflops = rate(2.0 * m as f64 * k as f64 * n as f64, &secs);
+    let mut gflops = Rate::from_secs(2.0 * m as f64 * k as f64 * n as f64, &secs);
     gflops.best /= 1e9;
     gflops.median /= 1e9;
     ShapeRate {
@@ -230,7 +201,7 @@ fn bandwidth(n: usize) -> (Rate, Rate) {
         median: r.median / 1e9,
         reps: r.reps,
     };
-    (gb(rate(2.0 * bytes, &copy)), gb(rate(3.0 * bytes, &triad)))
+    (gb(Rate::from_secs(2.0 * bytes, &copy)), gb(Rate::from_secs(3.0 * bytes, &triad)))
 }
 
 /// Measures everything (a few seconds). `rows`: N for the model shapes; `shapes`: (name, k, n)
@@ -342,25 +313,7 @@ pub fn fingerprint(threads: usize) -> String {
     )
 }
 
-/// `$XDG_CACHE_HOME/memscope` or `~/.cache/memscope`; `MEMSCOPE_CACHE_DIR` overrides both.
-pub fn cache_dir() -> PathBuf {
-    if let Some(d) = std::env::var_os("MEMSCOPE_CACHE_DIR") {
-        return PathBuf::from(d);
-    }
-    if let Some(d) = std::env::var_os("XDG_CACHE_HOME") {
-        return PathBuf::from(d).join("memscope");
-    }
-    let home = std::env::var_os("HOME").map_or_else(|| PathBuf::from("/tmp"), PathBuf::from);
-    home.join(".cache").join("memscope")
-}
-
-/// The cache file for a fingerprint (FNV-1a of it, so the name is short and stable).
-pub fn cache_path(fingerprint: &str) -> PathBuf {
-    let h = fingerprint.bytes().fold(0xcbf29ce484222325u64, |h, b| {
-        (h ^ b as u64).wrapping_mul(0x100000001b3)
-    });
-    cache_dir().join(format!("peaks-{h:016x}.json"))
-}
+pub use crate::output::{cache_dir, cache_path};
 
 /// This machine's cached peaks for `threads`, if measured before, readable and plausible: a
 /// cache whose rates are not finite and positive (a corrupt or hand-edited file) is ignored, as
@@ -377,13 +330,12 @@ impl Peaks {
     /// Every rate finite and positive.
     pub fn plausible(&self) -> bool {
         let ok = |x: f64| x.is_finite() && x > 0.0;
-        let rate = |r: &Rate| ok(r.best) && r.median.is_finite() && r.median >= 0.0;
         self.matmul_gflops.values().all(|&g| ok(g))
-            && self.matmul.values().all(|s| rate(&s.gflops))
-            && self.model_shapes.iter().all(|s| rate(&s.gflops))
+            && self.matmul.values().all(|s| s.gflops.plausible())
+            && self.model_shapes.iter().all(|s| s.gflops.plausible())
             && ok(self.bandwidth_gbs)
-            && rate(&self.copy_gbs)
-            && rate(&self.triad_gbs)
+            && self.copy_gbs.plausible()
+            && self.triad_gbs.plausible()
     }
 }
 

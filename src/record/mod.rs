@@ -16,6 +16,7 @@ pub mod estimate;
 pub mod leak;
 pub mod nonfinite;
 pub mod optimize;
+pub mod rates;
 pub mod roofline;
 mod run;
 pub mod sweep_row;

@@ -1,6 +1,7 @@
 //! `memscope peaks`: this machine's matmul and bandwidth ceilings as tables.
 
-use crate::measure::peaks::{Peaks, ShapeRate, BF16_VECTOR, PANELS};
+use crate::measure::peaks::{Peaks, Rate, ShapeRate, BF16_VECTOR, PANELS};
+use crate::torch::peaks::TorchPeaks;
 use crate::report::table::Table;
 use crate::report::terminal::render_table;
 use std::fmt::Write;
@@ -47,14 +48,6 @@ fn matmul_title(p: &Peaks) -> String {
 pub fn render(p: &Peaks, source: &str) -> String {
     let mut out = String::new();
     let _ = writeln!(out, "memscope peaks · {} · {source}\n", p.fingerprint);
-    let header = |first: &str| {
-        vec![
-            first.to_string(),
-            "product".into(),
-            "GFLOP/s best".into(),
-            "median".into(),
-        ]
-    };
     let mut rows = Vec::new();
     for (dt, r) in &p.matmul {
         let mut row = shape_rows(&[r]).remove(0);
@@ -75,24 +68,85 @@ pub fn render(p: &Peaks, source: &str) -> String {
         });
         out.push('\n');
     }
-    out += &render_table(&Table {
+    out += &render_table(&bandwidth(p.array_bytes, &p.copy_gbs, &p.triad_gbs));
+    out
+}
+
+fn header(first: &str) -> Vec<String> {
+    vec![
+        first.to_string(),
+        "product".into(),
+        "GFLOP/s best".into(),
+        "median".into(),
+    ]
+}
+
+/// Copy and triad, GB/s.
+fn bandwidth(array_bytes: u64, copy: &Rate, triad: &Rate) -> Table {
+    let row = |name: &str, r: &Rate| {
+        vec![
+            name.to_string(),
+            format!("{:.1}", r.best),
+            format!("{:.1}", r.median),
+        ]
+    };
+    Table {
         title: format!(
             "Memory bandwidth, GB/s of bytes read + written ({:.0} MiB per array)",
-            p.array_bytes as f64 / (1u64 << 20) as f64
+            array_bytes as f64 / (1u64 << 20) as f64
         ),
         header: vec!["kernel".into(), "GB/s best".into(), "median".into()],
-        rows: vec![
-            vec![
-                "copy  a = b".into(),
-                format!("{:.1}", p.copy_gbs.best),
-                format!("{:.1}", p.copy_gbs.median),
-            ],
-            vec![
-                "triad a = b + s·c".into(),
-                format!("{:.1}", p.triad_gbs.best),
-                format!("{:.1}", p.triad_gbs.median),
-            ],
-        ],
+        rows: vec![row("copy  a = b", copy), row("triad a = b + s·c", triad)],
+    }
+}
+
+/// `peaks --engine torch`: the same tables, PyTorch's products, and one small op's fixed cost.
+pub fn render_torch(p: &TorchPeaks, source: &str) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "memscope peaks --engine torch · {} ({}) · PyTorch {} · {} threads · {source}\n",
+        p.device, p.device_name, p.torch, p.threads
+    );
+    let mut rows = shape_rows(&p.matmul.iter().collect::<Vec<_>>());
+    for (row, r) in rows.iter_mut().zip(&p.matmul) {
+        row[0] = r.name.clone();
+    }
+    out += &render_table(&Table {
+        title: format!(
+            "Matmul through torch.mm, square sizes doubling while a run would take under 1 s \
+             (best is the ceiling{})",
+            if p.matmul.iter().any(|r| r.name == "tf32") {
+                "; tf32: f32 with TensorFloat-32 allowed"
+            } else {
+                ""
+            }
+        ),
+        header: header("dtype"),
+        rows,
     });
+    out.push('\n');
+    if !p.model_shapes.is_empty() {
+        out += &render_table(&Table {
+            title: "The model's own linear shapes through F.linear, f32".into(),
+            header: header("layer"),
+            rows: shape_rows(&p.model_shapes.iter().collect::<Vec<_>>()),
+        });
+        out.push('\n');
+    }
+    out += &render_table(&bandwidth(p.array_bytes, &p.copy_gbs, &p.triad_gbs));
+    out.push('\n');
+    let (best, median) = p.small_op_us();
+    let what = if p.device.starts_with("cuda") {
+        "launch and dispatch, synchronised after a loop of calls"
+    } else {
+        "dispatch"
+    };
+    let _ = writeln!(
+        out,
+        "Fixed cost of one small op (x.add_(1) on one element; {what}): {best:.2} µs best, \
+         {median:.2} µs median over {} loops",
+        p.small_ops_per_s.reps
+    );
     out
 }

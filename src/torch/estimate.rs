@@ -5,15 +5,13 @@
 //! rules (`caching_allocator.rs`).
 
 use super::caching_allocator::{round_size, CachingAllocator};
-use super::python::{failure, python, spawn, Request};
-use super::watchdog::{never, start_limit, Watchdog};
+use super::oneshot::answer;
+use super::python::Request;
 use crate::record::torch_estimate::TorchEstimate;
 use crate::spec::Spec;
 use anyhow::{bail, Context};
 use serde::Deserialize;
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader, Read};
-use std::os::unix::process::ExitStatusExt;
 
 /// What the trace prints.
 #[derive(Debug, Deserialize)]
@@ -57,35 +55,7 @@ pub fn estimate(spec: &Spec) -> anyhow::Result<TorchEstimate> {
         bail!("internal: torch::estimate needs a Spec with --engine torch");
     };
     let request = Request::new(spec)?;
-    let limit = start_limit()?;
-    let (mut child, stderr) = spawn(&["-m", "memscope.trace"], &request)?;
-    let dog = Watchdog::start(child.id(), limit, never);
-    // Its first line says it started; the trace follows.
-    let mut out = BufReader::new(child.stdout.take().expect("piped"));
-    let mut first = String::new();
-    let mut text = String::new();
-    let read = out.read_line(&mut first).and_then(|_| {
-        dog.heard();
-        out.read_to_string(&mut text)
-    });
-    let timed_out = dog.finish("the torch estimator's trace", &python());
-    let status = child.wait().context("waiting for the torch trace")?;
-    let last = stderr.join().unwrap_or_default();
-    if let Some(e) = timed_out {
-        bail!("{e}");
-    }
-    if !status.success() {
-        bail!(
-            "{}",
-            failure(
-                "the torch estimator's trace",
-                status.code(),
-                status.signal(),
-                &last
-            )
-        );
-    }
-    read.context("reading the torch trace")?;
+    let text = answer("memscope.trace", &request, "the torch estimator's trace")?;
     let t: Trace = serde_json::from_str(text.trim()).context("the torch trace's output")?;
     Ok(replay(&t, &target.device, target.gpu_memory_limit_bytes))
 }

@@ -10,11 +10,16 @@
 //! - `estimate.rs`: `estimate --engine torch`, the workload traced under FakeTensorMode and
 //!   replayed: the allocated peak by category, and on CUDA the reserved peak through
 //!   `caching_allocator.rs`, PyTorch's CUDA caching allocator's rules.
+//! - `peaks.rs`: `peaks --engine torch`, the device's roofs as PyTorch reaches them, cached.
+//! - `oneshot.rs`: a module of the package run once (the trace, the peaks): request in, one
+//!   JSON answer out.
 //!
 //! The line the engine prints when PyTorch runs out of memory is `record::torch_oom`.
 
 pub mod caching_allocator;
 pub mod estimate;
+pub mod oneshot;
+pub mod peaks;
 pub mod process;
 pub mod python;
 pub mod watchdog;

@@ -1,0 +1,144 @@
+"""``memscope peaks --engine torch``: the device's roofs as PyTorch reaches them — matmul per dtype
+over a range of square sizes and on the model's own linear shapes (``F.linear``, as transformers
+runs them), memory bandwidth (copy and triad over arrays far larger than the caches, bytes read
+plus written), and the fixed cost of one small op (dispatch on the CPU; launch and dispatch on
+CUDA). Only seconds are measured here: memscope turns them into rates (``src/torch/peaks.rs``).
+
+Protocol: the request ``{"device": d, "threads": n, "shapes": [[name, m, k, n], …]}`` on stdin;
+a ``started`` line, then one JSON object: ``{"device", "device_name", "torch", "threads",
+"matmul": [{"dtype", "m", "k", "n", "secs": […]}], "shapes": [{"name", "m", "k", "n", "secs"}],
+"array_bytes", "copy_secs", "triad_secs", "small_op_calls", "small_op_secs"}``.
+"""
+
+import json
+import sys
+import time
+
+from .engine import Refused, open_protocol
+
+# Sizes double; the next is left out when its run would take longer than this (8× the last).
+SLOW_RUN_S = 1.0
+# Repetitions: as many as fit in this much time, at least MIN_REPS.
+BUDGET_S = 0.4
+MIN_REPS, MAX_REPS = 3, 50
+SMALL_OP_CALLS = 2000
+
+
+def _timer(torch, device):
+    cuda = device.type == "cuda"
+
+    def timed(fn):
+        """Seconds of each repetition of fn() after one warm-up call (synchronised on CUDA)."""
+        fn()
+        if cuda:
+            torch.cuda.synchronize(device)
+        t = time.perf_counter()
+        fn()
+        if cuda:
+            torch.cuda.synchronize(device)
+        first = time.perf_counter() - t
+        reps = max(MIN_REPS, min(MAX_REPS, int(BUDGET_S / max(first, 1e-9))))
+        out = []
+        for _ in range(reps):
+            t = time.perf_counter()
+            fn()
+            if cuda:
+                torch.cuda.synchronize(device)
+            out.append(time.perf_counter() - t)
+        return out
+    return timed
+
+
+def measure(request):
+    import torch
+    device = torch.device(request["device"])
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise Refused(f"--device {request['device']}: this PyTorch ({torch.__version__}) sees "
+                          "no CUDA GPU; use --device cpu")
+        if device.index is None:
+            device = torch.device("cuda", torch.cuda.current_device())
+        torch.cuda.set_device(device)
+        name = torch.cuda.get_device_name(device)
+        sizes = [1024, 2048, 4096, 8192]
+        dtypes = [("f32", torch.float32, False), ("tf32", torch.float32, True),
+                  ("bf16", torch.bfloat16, False), ("f16", torch.float16, False)]
+        array_bytes = 1 << 30
+    elif device.type == "cpu":
+        torch.set_num_threads(request["threads"])
+        name = _cpu_name()
+        sizes = [256, 512, 1024, 2048]
+        dtypes = [("f32", torch.float32, False), ("bf16", torch.bfloat16, False)]
+        array_bytes = 128 << 20
+    else:
+        raise Refused(f"--device {request['device']}: use cpu, cuda or cuda:N")
+    timed = _timer(torch, device)
+    matmul = []
+    for label, dt, tf32 in dtypes:
+        previous = torch.backends.cuda.matmul.allow_tf32
+        torch.backends.cuda.matmul.allow_tf32 = tf32
+        try:
+            for n in sizes:
+                a = torch.randn(n, n, device=device).to(dt)  # (n, n)
+                b = torch.randn(n, n, device=device).to(dt)  # (n, n)
+                secs = timed(lambda: torch.mm(a, b))
+                matmul.append({"dtype": label, "m": n, "k": n, "n": n, "secs": secs})
+                del a, b
+                if 8 * min(secs) > SLOW_RUN_S:
+                    break
+        finally:
+            torch.backends.cuda.matmul.allow_tf32 = previous
+    shapes = []
+    for name_, m, k, n in request.get("shapes") or []:
+        x = torch.randn(m, k, device=device)  # (m, k): batch × seq rows
+        w = torch.randn(n, k, device=device)  # (n, k): nn.Linear's weight
+        shapes.append({"name": name_, "m": m, "k": k, "n": n,
+                       "secs": timed(lambda: torch.nn.functional.linear(x, w))})
+        del x, w
+    elems = array_bytes // 4
+    a = torch.empty(elems, device=device)
+    b = torch.rand(elems, device=device)
+    c = torch.rand(elems, device=device)
+    copy_secs = timed(lambda: a.copy_(b))                                 # a = b
+    triad_secs = timed(lambda: torch.add(b, c, alpha=3.0, out=a))        # a = b + s·c
+    del a, b, c
+    x = torch.zeros(1, device=device)
+
+    def small_ops():
+        for _ in range(SMALL_OP_CALLS):
+            x.add_(1.0)
+    small_secs = timed(small_ops)
+    return {"device": str(device), "device_name": name, "torch": torch.__version__,
+            "threads": torch.get_num_threads(), "matmul": matmul, "shapes": shapes,
+            "array_bytes": elems * 4, "copy_secs": copy_secs, "triad_secs": triad_secs,
+            "small_op_calls": SMALL_OP_CALLS, "small_op_secs": small_secs}
+
+
+def _cpu_name():
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return "cpu"
+
+
+def main():
+    opened = open_protocol("the torch engine's peaks")
+    if opened is None:
+        return 2
+    out, request = opened
+    try:
+        result = measure(request)
+    except Refused as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    out.write(json.dumps(result, separators=(",", ":")) + "\n")
+    out.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

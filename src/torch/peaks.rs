@@ -1,0 +1,158 @@
+//! `peaks --engine torch`: the device's roofs as PyTorch reaches them — matmul per dtype over a
+//! range of sizes and on the model's linear shapes, memory bandwidth, and the fixed cost of one
+//! small op — timed by the Python package (`python/memscope/peaks.py`, seconds only) and turned
+//! into rates here with the one convention `memscope peaks` uses (best, upper-middle median).
+//! Cached per machine, device and thread count, as the candle engine's peaks are.
+
+use super::oneshot::answer;
+use crate::output::cache_path;
+use crate::record::rates::{Rate, ShapeRate};
+use anyhow::Context;
+use serde::{Deserialize, Serialize};
+
+/// What `peaks --engine torch` measured, as cached and as `--json` writes it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TorchPeaks {
+    /// The machine, device and thread count the figures hold for: the cache key.
+    pub fingerprint: String,
+    /// `cpu` or `cuda:N`.
+    pub device: String,
+    /// The CPU's or the GPU's model name.
+    pub device_name: String,
+    /// PyTorch's version.
+    pub torch: String,
+    pub threads: usize,
+    /// Square products per dtype (`name` is the dtype: f32, and on CUDA tf32, bf16, f16).
+    pub matmul: Vec<ShapeRate>,
+    /// The model's own linear shapes through `F.linear`, f32.
+    pub model_shapes: Vec<ShapeRate>,
+    /// GB/s of bytes read plus written: `a = b` and `a = b + s·c`.
+    pub copy_gbs: Rate,
+    pub triad_gbs: Rate,
+    /// Bytes per array in the bandwidth kernels.
+    pub array_bytes: u64,
+    /// One small op (`x.add_(1)` on one element): calls per second (its cost is 1/rate).
+    pub small_ops_per_s: Rate,
+    /// Unix time of the measurement, seconds.
+    pub measured_at: u64,
+}
+
+impl TorchPeaks {
+    /// The best f32-family matmul rate (the compute roof without reduced precision), GFLOP/s.
+    pub fn matmul_best(&self, dtype: &str) -> Option<f64> {
+        self.matmul
+            .iter()
+            .filter(|r| r.name == dtype)
+            .map(|r| r.gflops.best)
+            .max_by(f64::total_cmp)
+    }
+
+    /// The fixed cost of one small op, µs: (best, median).
+    pub fn small_op_us(&self) -> (f64, f64) {
+        let us = |r: f64| 1e6 / r.max(1e-12);
+        (us(self.small_ops_per_s.best), us(self.small_ops_per_s.median))
+    }
+
+    fn plausible(&self) -> bool {
+        self.matmul.iter().all(|s| s.gflops.plausible())
+            && !self.matmul.is_empty()
+            && self.model_shapes.iter().all(|s| s.gflops.plausible())
+            && self.copy_gbs.plausible()
+            && self.triad_gbs.plausible()
+            && self.small_ops_per_s.plausible()
+    }
+}
+
+/// What the Python side prints: seconds per run.
+#[derive(Deserialize)]
+struct Timed {
+    #[serde(default)]
+    dtype: String,
+    #[serde(default)]
+    name: String,
+    m: usize,
+    k: usize,
+    n: usize,
+    secs: Vec<f64>,
+}
+
+#[derive(Deserialize)]
+struct Measured {
+    device: String,
+    device_name: String,
+    torch: String,
+    threads: usize,
+    matmul: Vec<Timed>,
+    shapes: Vec<Timed>,
+    array_bytes: u64,
+    copy_secs: Vec<f64>,
+    triad_secs: Vec<f64>,
+    small_op_calls: u64,
+    small_op_secs: Vec<f64>,
+}
+
+/// The cache key: this CPU, its cores, the device asked for (and which GPUs the process sees),
+/// the thread count and memscope's version. PyTorch's version is in the file, not the key:
+/// `--refresh` after upgrading it.
+pub fn fingerprint(device: &str, threads: usize) -> String {
+    let env = crate::environment::capture(threads);
+    let visible = std::env::var("CUDA_VISIBLE_DEVICES").unwrap_or_default();
+    format!(
+        "torch | {} | {} logical cores | {device} (CUDA_VISIBLE_DEVICES={visible}) | {threads} threads | memscope {}",
+        env.cpu_model, env.cores, env.memscope_version
+    )
+}
+
+/// The cached peaks for `device` and `threads`, if measured before and plausible.
+pub fn cached(device: &str, threads: usize) -> Option<TorchPeaks> {
+    let fp = fingerprint(device, threads);
+    let text =
+        crate::capped::read_capped_string(&cache_path(&fp), 16 << 20, "peaks cache").ok()?;
+    let p: TorchPeaks = serde_json::from_str(&text).ok()?;
+    (p.fingerprint == fp && p.plausible()).then_some(p)
+}
+
+/// Measures the roofs on `device` (`cpu`, `cuda`, `cuda:N`) with `threads` CPU threads, timing
+/// `shapes` ((name, rows, in, out)) too.
+pub fn measure(
+    device: &str,
+    threads: usize,
+    shapes: &[(String, usize, usize, usize)],
+) -> anyhow::Result<TorchPeaks> {
+    let request = serde_json::json!({
+        "device": device,
+        "threads": threads,
+        "shapes": shapes.iter().map(|(n, m, k, o)| serde_json::json!([n, m, k, o])).collect::<Vec<_>>(),
+    })
+    .to_string();
+    let text = answer("memscope.peaks", &request, "the torch engine's peaks")?;
+    let m: Measured =
+        serde_json::from_str(text.trim()).context("the torch engine's peaks output")?;
+    let rates = |v: &[Timed], by_dtype: bool| -> Vec<ShapeRate> {
+        v.iter()
+            .map(|t| {
+                let name = if by_dtype { &t.dtype } else { &t.name };
+                ShapeRate::from_secs(name, t.m, t.k, t.n, &t.secs)
+            })
+            .collect()
+    };
+    let gb = |work: f64, secs: &[f64]| Rate::from_secs(work / 1e9, secs);
+    let bytes = m.array_bytes as f64;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    Ok(TorchPeaks {
+        fingerprint: fingerprint(device, threads),
+        device: m.device,
+        device_name: m.device_name,
+        torch: m.torch,
+        threads: m.threads,
+        matmul: rates(&m.matmul, true),
+        model_shapes: rates(&m.shapes, false),
+        copy_gbs: gb(2.0 * bytes, &m.copy_secs),
+        triad_gbs: gb(3.0 * bytes, &m.triad_secs),
+        array_bytes: m.array_bytes,
+        small_ops_per_s: Rate::from_secs(m.small_op_calls as f64, &m.small_op_secs),
+        measured_at: now,
+    })
+}

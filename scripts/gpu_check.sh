@@ -1,0 +1,118 @@
+#!/usr/bin/env bash
+# Every GPU check the project has, in one run on an NVIDIA GPU machine without a Rust toolchain
+# (docs/torch-engine.md, "On a GPU"), each step bounded (45 + 100 + 120 + 5 × 25 + 60 s: under
+# 8 minutes together), then
+# one summary table of measured vs expected with PASS / FAIL per line (exit 1 on any FAIL).
+#
+# Needs: a release binary built elsewhere (MEMSCOPE_BIN, default target/release/memscope) and
+# memscope's Python package in python3 (a wheel built with
+# `maturin build --release -m python/Cargo.toml`, installed with
+# `pip install --no-deps target/wheels/memscope_torch-*.whl`), torch with CUDA, transformers.
+# Writes everything under OUT (default ./gpu-check).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+BIN=${MEMSCOPE_BIN:-target/release/memscope}
+OUT=${OUT:-gpu-check}
+mkdir -p "$OUT"
+command -v nvidia-smi >/dev/null || { echo "gpu_check.sh needs an NVIDIA GPU (nvidia-smi not found)" >&2; exit 2; }
+[ -x "$BIN" ] || { echo "no memscope binary at $BIN: build one with cargo build --release, or set MEMSCOPE_BIN" >&2; exit 2; }
+python3 -c "import torch, transformers, memscope; assert torch.cuda.is_available(), 'torch sees no CUDA GPU'" ||
+  { echo "python3 needs torch with CUDA, transformers and memscope's package (see this script's header)" >&2; exit 2; }
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv | tee "$OUT/gpu.txt"
+python3 -c "import torch, transformers, memscope; print(torch.__version__, transformers.__version__, memscope.__version__)" | tee -a "$OUT/gpu.txt"
+
+echo "== 1. the recorder's per-phase peaks vs torch.cuda.max_memory_allocated"
+timeout 45 python3 scripts/gpu_check_recorder.py --device cuda > "$OUT/recorder.txt" 2>&1
+echo $? > "$OUT/recorder.rc"
+tail -5 "$OUT/recorder.txt"
+
+echo "== 2. the torch estimate's allocated and reserved peaks vs measured"
+MEMSCOPE_BIN=$BIN timeout 100 python3 scripts/check_torch_estimate.py --device cuda \
+  --models gpt2-small,cs336-small,tiny-llama --batch 4 --seq 256 --steps 5 \
+  | tee "$OUT/estimate.md"
+
+echo "== 3. the seeds' table: CS336 sizes, context 512, batch 4, a 16 GiB card simulated"
+MODELS=cs336-small,cs336-medium,cs336-large,cs336-xl,cs336-2.7b
+timeout 120 "$BIN" sweep --engine torch --device cuda --model $MODELS --batch 4 --seq 512 \
+  --warmup 2 --steps 5 --memory-limit 16GiB --timeout 40s --jsonl "$OUT/seeds.jsonl" -q \
+  | tee "$OUT/seeds.md"
+for m in ${MODELS//,/ }; do
+  timeout 25 "$BIN" estimate --engine torch --device cuda --model "$m" --batch 4 --seq 512 \
+    --fits 16GiB --json "$OUT/estimate-$m.json" > "$OUT/estimate-$m.txt" 2>&1
+  echo $? > "$OUT/estimate-$m.rc"  # 0 fits, 1 does not, else an error
+done
+
+echo "== 4. the device's roofs as PyTorch reaches them"
+MEMSCOPE_CACHE_DIR="$OUT/peaks-cache" timeout 60 "$BIN" peaks --engine torch --device cuda \
+  --model gpt2-small --batch 4 --seq 256 --json "$OUT/peaks.json" | tee "$OUT/peaks.txt"
+
+echo "== summary"
+OUT="$OUT" MODELS="$MODELS" python3 - <<'PY'
+import json, os, re
+out = os.environ["OUT"]
+rows = []  # (check, measured, expected, verdict)
+
+def add(check, measured, expected, ok):
+    rows.append((check, measured, expected, "PASS" if ok else "FAIL"))
+
+def read(name):
+    try:
+        with open(os.path.join(out, name)) as f:
+            return f.read()
+    except OSError:
+        return ""
+
+rc = read("recorder.rc").strip()
+tail = [l for l in read("recorder.txt").splitlines() if "PASS" in l or "FAIL" in l]
+add("recorder: per-phase peaks = max_memory_allocated", f"exit {rc or '?'}, "
+    f"{sum('FAIL' in l for l in tail)} FAIL lines", "every phase to the byte", rc == "0")
+
+est = [l for l in read("estimate.md").splitlines() if l.startswith("| ") and "%" in l]
+if not est:
+    add("torch estimate vs measured", "no rows", "allocated 2%, reserved 5%", False)
+for line in est:
+    cells = [c.strip() for c in line.strip("|").split("|")]
+    pct = lambda c: abs(float(c.rstrip("%").replace("−", "-"))) if c.endswith("%") else None
+    alloc, reserved = pct(cells[3]), pct(cells[6])
+    add(f"estimate allocated: {cells[0]}", cells[3], "within 2%", alloc is not None and alloc <= 2)
+    add(f"estimate reserved: {cells[0]}", cells[6], "within 5%",
+        reserved is not None and reserved <= 5)
+
+status = {}
+for line in read("seeds.jsonl").splitlines():
+    try:
+        r = json.loads(line)
+    except ValueError:
+        continue
+    status[r.get("spec", {}).get("model", "?")] = r.get("status")
+for m in os.environ["MODELS"].split(","):
+    rc = read(f"estimate-{m}.rc").strip()
+    ran = status.get(m)
+    predicted = {"0": "ok", "1": "oom"}.get(rc, "?")
+    add(f"seeds 16 GiB: {m}", f"ran: {ran}", f"estimate --fits: {predicted}",
+        ran is not None and (ran == "ok") == (predicted == "ok") and predicted != "?")
+
+SPEC_BF16 = [("H100 PCIe", 756e3), ("H100", 989e3), ("H200", 989e3), ("A100", 312e3)]
+try:
+    p = json.loads(read("peaks.json"))
+    bf16 = max(r["gflops"]["best"] for r in p["matmul"] if r["name"] == "bf16")
+    spec = next((s for n, s in SPEC_BF16 if n in p["device_name"]), None)
+    add(f"peaks bf16 matmul, {p['device_name']}", f"{bf16:,.0f} GFLOP/s",
+        f"> 50% of {spec:,.0f}" if spec else "a spec for this card", bool(spec) and bf16 > 0.5 * spec)
+except (ValueError, KeyError, StopIteration):
+    add("peaks --engine torch --device cuda", "no figures", "roofs measured", False)
+
+for what in ("CUDA roofline: kernel times' sum vs the step time (5%)",
+             "predicted vs measured step time"):
+    rows.append((what, "not built yet", "(issue 45)", "TODO"))
+
+w = [max(len(str(r[i])) for r in rows + [("check", "measured", "expected", "")]) for i in range(4)]
+line = lambda r: "| " + " | ".join(str(c).ljust(w[i]) for i, c in enumerate(r)) + " |"
+print(line(("check", "measured", "expected", "")))
+print("|" + "|".join("-" * (x + 2) for x in w) + "|")
+for r in rows:
+    print(line(r))
+with open(os.path.join(out, "summary.md"), "w") as f:
+    f.write("\n".join(line(r) for r in rows) + "\n")
+raise SystemExit(1 if any(r[3] == "FAIL" for r in rows) else 0)
+PY

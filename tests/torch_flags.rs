@@ -140,6 +140,7 @@ fn commands() -> Vec<Command> {
         },
         Command {
             name: "estimate",
+            // --threads picks the roofs the predicted step time reads.
             honoured: with(&["--fits", "--json"]),
             refused: &[
                 FUSION_NONE,
@@ -152,11 +153,6 @@ fn commands() -> Vec<Command> {
                     "--optimizer",
                     &["--optimizer", "sgd"],
                     "--optimizer sgd: the torch engine trains with PyTorch's fused AdamW",
-                ),
-                (
-                    "--threads",
-                    &["--threads", "4"],
-                    "--threads 4: the torch estimate traces allocations",
                 ),
                 (
                     "--top",

@@ -1,13 +1,14 @@
 """``memscope peaks --engine torch``: the device's roofs as PyTorch reaches them — matmul per dtype
 over a range of square sizes and on the model's own linear shapes (``F.linear``, as transformers
 runs them), memory bandwidth (copy and triad over arrays far larger than the caches, bytes read
-plus written), and the fixed cost of one small op (dispatch on the CPU; launch and dispatch on
-CUDA). Only seconds are measured here: memscope turns them into rates (``src/torch/peaks.rs``).
+plus written; and a matrix-vector product's, reading a 64 MiB weight), and the fixed cost of one small op (dispatch on the CPU; launch and dispatch on
+CUDA) and of one view (dispatch only, nothing launched). Only seconds are measured here: memscope turns them into rates (``src/torch/peaks.rs``).
 
 Protocol: the request ``{"device": d, "threads": n, "shapes": [[name, m, k, n], …]}`` on stdin;
 a ``started`` line, then one JSON object: ``{"device", "device_name", "torch", "threads",
 "matmul": [{"dtype", "m", "k", "n", "secs": […]}], "shapes": [{"name", "m", "k", "n", "secs"}],
-"array_bytes", "copy_secs", "triad_secs", "small_op_calls", "small_op_secs"}``.
+"array_bytes", "copy_secs", "triad_secs", "small_op_calls", "small_op_secs", "view_op_secs",
+"gemv_bytes", "gemv_secs"}``.
 """
 
 import json
@@ -22,6 +23,7 @@ SLOW_RUN_S = 1.0
 BUDGET_S = 0.4
 MIN_REPS, MAX_REPS = 3, 50
 SMALL_OP_CALLS = 2000
+GEMV_N = 4096
 
 
 def _timer(torch, device):
@@ -90,11 +92,25 @@ def measure(request):
             torch.backends.cuda.matmul.allow_tf32 = previous
     shapes = []
     for name_, m, k, n in request.get("shapes") or []:
-        x = torch.randn(m, k, device=device)  # (m, k): batch × seq rows
-        w = torch.randn(n, k, device=device)  # (n, k): nn.Linear's weight
-        shapes.append({"name": name_, "m": m, "k": k, "n": n,
-                       "secs": timed(lambda: torch.nn.functional.linear(x, w))})
-        del x, w
+        x = torch.randn(m, k, device=device)   # (m, k): batch × seq rows
+        w = torch.randn(n, k, device=device)   # (n, k): nn.Linear's weight
+        dy = torch.randn(m, n, device=device)  # (m, n): the output's gradient
+        # The forward, and the two products its backward runs as autograd lays them out:
+        # dx = dy · W (m, n)·(n, k); dW = dyᵀ · x (n, m)·(m, k), or xᵀ · dy (k, m)·(m, n) for
+        # GPT-2's Conv1D, whose weight is stored (k, n).
+        for label, (mm, kk, nn), fn in (
+                (name_, (m, k, n), lambda: torch.nn.functional.linear(x, w)),
+                (f"{name_} dx", (m, n, k), lambda: torch.mm(dy, w)),
+                (f"{name_} dW", (n, m, k), lambda: torch.mm(dy.t(), x)),
+                (f"{name_} dW (Conv1D)", (k, m, n), lambda: torch.mm(x.t(), dy))):
+            shapes.append({"name": label, "m": mm, "k": kk, "n": nn, "secs": timed(fn)})
+        del x, w, dy
+    # A matrix-vector product over a weight far larger than the caches (a decode step's
+    # products): the bandwidth a product with one row reaches, reading its weight once.
+    wv = torch.randn(GEMV_N, GEMV_N, device=device)  # (n, k): 64 MiB of f32
+    xv = torch.randn(1, GEMV_N, device=device)       # (1, k)
+    gemv_secs = timed(lambda: torch.nn.functional.linear(xv, wv))
+    del wv, xv
     elems = array_bytes // 4
     a = torch.empty(elems, device=device)
     b = torch.rand(elems, device=device)
@@ -108,10 +124,18 @@ def measure(request):
         for _ in range(SMALL_OP_CALLS):
             x.add_(1.0)
     small_secs = timed(small_ops)
+    y = torch.zeros(4, 4, device=device)
+
+    def view_ops():
+        for _ in range(SMALL_OP_CALLS):
+            y.view(-1)
+    view_secs = timed(view_ops)
     return {"device": str(device), "device_name": name, "torch": torch.__version__,
             "threads": torch.get_num_threads(), "matmul": matmul, "shapes": shapes,
             "array_bytes": elems * 4, "copy_secs": copy_secs, "triad_secs": triad_secs,
-            "small_op_calls": SMALL_OP_CALLS, "small_op_secs": small_secs}
+            "small_op_calls": SMALL_OP_CALLS, "small_op_secs": small_secs,
+            "view_op_secs": view_secs, "gemv_bytes": GEMV_N * GEMV_N * 4,
+            "gemv_secs": gemv_secs}
 
 
 def _cpu_name():

@@ -7,8 +7,11 @@ reserved bytes replayed through the caching allocator's rules.
 
 Protocol: the request ``{"spec": …, "expected_params": N}`` on stdin; one JSON object on stdout:
 ``{"traced_on": d, "params": n, "param_sizes": […], "buffer_sizes": […], "events": […],
-"peak": {…}, "ends": […]}`` (storages' bytes: parameters and buffers as built, then the steps)
-where an event ``n ≥ 0`` allocates n bytes as the next block id and ``-(id+1)`` frees block ``id``.
+"peak": {…}, "ends": […], "steps": s, "ops": […]}`` (storages' bytes: parameters and buffers as
+built, then the steps) where an event ``n ≥ 0`` allocates n bytes as the next block id and
+``-(id+1)`` frees block ``id``; ``ops`` the dispatched ops of the last ``s`` steps (the one with
+the optimizer's state, not the first that makes it) by signature:
+``[phase, op, [[shape, dtype] read…], [[shape, dtype] written…], [bool args…], calls]``.
 """
 
 import json
@@ -42,10 +45,13 @@ class Tracer:
         self.held = set()     # storages allocated before the trace (parameters, buffers)
         self.ends = []        # each phase run's end: its live bytes, by phase, gradients
         self.ended = True     # the open phase's end is noted (none is open before the first)
+        self.ops = {}         # (phase, op, inputs, outputs, flags) -> calls: the last step's
 
     def set_phase(self, name):
         if not self.ended:
             self.end_phase()
+        if name == "forward" and self.phases[self.phase] == "optimizer":
+            self.ops.clear()  # a new step: the ops counted are the last step's
         self.ended = False
         if name not in self.phases:
             self.phases.append(name)
@@ -106,6 +112,25 @@ class Tracer:
         self.note(out, block=e[0])
         return True
 
+    def count_op(self, func, args, out):
+        """One dispatched op by its signature: the tensors it read and wrote (shape, dtype) and
+        its bool arguments (SDPA's is_causal), for the step time memscope predicts."""
+        import torch
+        ins, flags = [], []
+        for a in args:
+            if isinstance(a, torch.Tensor):
+                ins.append((tuple(a.shape), _DT.get(a.dtype, str(a.dtype))))
+            elif isinstance(a, (list, tuple)):
+                ins.extend((tuple(t.shape), _DT.get(t.dtype, str(t.dtype))) for t in a
+                           if isinstance(t, torch.Tensor))
+            elif isinstance(a, bool):
+                flags.append(a)
+        outs = [(tuple(t.shape), _DT.get(t.dtype, str(t.dtype)))
+                for t in (out if isinstance(out, (list, tuple)) else [out])
+                if isinstance(t, torch.Tensor)]
+        key = (self.phases[self.phase], str(func), tuple(ins), tuple(outs), tuple(flags))
+        self.ops[key] = self.ops.get(key, 0) + 1
+
     def in_backward(self):
         return self.phases[self.phase] == "backward"
 
@@ -134,6 +159,8 @@ def _mode(torch, tracer):
     class Trace(TorchDispatchMode):
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             out = func(*args, **(kwargs or {}))
+            if func.namespace == "aten":  # not prim's metadata queries, not the profiler's
+                tracer.count_op(func, args, out)
             # Under grad mode (a checkpointed block's recomputation) the engine sums out of
             # place, and a model's own adds are never in place.
             if not (func is add and tracer.in_backward() and not torch.is_grad_enabled()
@@ -142,6 +169,15 @@ def _mode(torch, tracer):
                 tree_map_only(torch.Tensor, tracer.note, out)
             return out
     return Trace()
+
+
+_DT = {}
+
+
+def _dtype_names(torch):
+    _DT.update({torch.float32: "f32", torch.bfloat16: "bf16", torch.float16: "f16",
+                torch.int64: "i64", torch.int32: "i32", torch.bool: "bool",
+                torch.float64: "f64", torch.uint8: "u8"})
 
 
 def _like(out, args):
@@ -183,6 +219,7 @@ def trace(request):
     with fake:
         eng.build()
     tr = Tracer(torch)
+    _dtype_names(torch)
     params = list(eng.model.parameters())
     tr.held = {t.untyped_storage()._cdata for t in params + list(eng.model.buffers())}
 
@@ -212,7 +249,10 @@ def trace(request):
     return {"traced_on": traced_on,
             "params": sum(p.numel() for p in params), "param_sizes": sizes(params),
             "buffer_sizes": sizes(eng.model.buffers()),
-            "events": tr.events, "peak": tr.at_peak or {}, "ends": tr.ends}
+            "events": tr.events, "peak": tr.at_peak or {}, "ends": tr.ends,
+            "steps": 1,
+            "ops": [[ph, op, [list(i) for i in ins], [list(o) for o in outs], list(fl), n]
+                    for (ph, op, ins, outs, fl), n in tr.ops.items()]}
 
 
 def main():

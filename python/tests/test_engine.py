@@ -37,6 +37,20 @@ def test_transformers_parameter_counts_equal_memscopes(memscope_bin, tmp_path, m
     assert est["by_dtype"]["f32"]["params"] == presets(memscope_bin)[model]["params"]
 
 
+@pytest.mark.parametrize("model", ["gpt2-small", "cs336-small"])
+def test_the_traced_flops_equal_memscopes_analytic_count(memscope_bin, tmp_path, model):
+    # The same model: the FLOPs of transformers' dispatched ops (the torch estimate's trace)
+    # against memscope's own analytic count (its estimate), forward and backward, within 2%.
+    shape = ["--model", model, "--batch", "2", "--seq", "128"]
+    ok(run(memscope_bin, "estimate", *shape, "--json", tmp_path / "ours.json"))
+    ok(run(memscope_bin, "estimate", "--engine", "torch", *shape, "--json",
+           tmp_path / "torch.json"))
+    ours = json.loads((tmp_path / "ours.json").read_text())["flops"]
+    traced = json.loads((tmp_path / "torch.json").read_text())["by_dtype"]["f32"]["flops"]
+    for phase in ("forward", "backward"):
+        assert abs(traced[phase] - ours[phase]) <= 0.02 * ours[phase], (phase, traced, ours)
+
+
 def test_bench_on_torch_writes_a_record_and_its_estimate_is_within_two_percent(memscope_bin,
                                                                                 tmp_path):
     rec = tmp_path / "run.json"
@@ -87,7 +101,7 @@ def test_optimize_on_torch_measures_every_pytorch_variant(memscope_bin, tmp_path
     assert "Engine: Hugging Face transformers on PyTorch, cpu" in p.stdout
 
 
-def test_peaks_on_torch_measures_the_roofs_and_caches_them(memscope_bin, tmp_path):
+def test_peaks_on_torch_measures_the_roofs_and_the_estimate_predicts_time_from_them(memscope_bin, tmp_path):
     env = dict(os.environ, MEMSCOPE_CACHE_DIR=str(tmp_path / "cache"))
     args = ["peaks", "--engine", "torch", "--model", "tiny-gpt2", "--batch", "1", "--seq",
             "64", "--threads", "2"]
@@ -102,16 +116,37 @@ def test_peaks_on_torch_measures_the_roofs_and_caches_them(memscope_bin, tmp_pat
     assert dtypes == {"f32", "bf16"}, dtypes
     for m in r["matmul"] + r["model_shapes"]:
         assert 0 < m["gflops"]["median"] <= m["gflops"]["best"] < 1e5, m
-    assert [s["name"] for s in r["model_shapes"]][-1] == "lm head"
-    assert all(s["m"] == 64 for s in r["model_shapes"])
+    # Each linear shape forward (64 rows), and the two products of its backward.
+    names = [s["name"] for s in r["model_shapes"]]
+    assert names[-4:] == ["lm head", "lm head dx", "lm head dW", "lm head dW (Conv1D)"], names
+    head = r["model_shapes"][-4]
+    assert (head["m"], head["k"]) == (64, 128), head
+    assert (r["model_shapes"][-2]["k"], r["model_shapes"][-2]["n"]) == (64, 128)
     assert 0 < r["triad_gbs"]["median"] <= r["triad_gbs"]["best"] < 1e4
     # One small op costs between 50 ns and 1 ms of dispatch.
     assert 1e3 < r["small_ops_per_s"]["best"] < 2e7, r["small_ops_per_s"]
     # The second call reads the cache: the same figures, no Python started.
     again = subprocess.run([memscope_bin, *args, "--json", str(tmp_path / "again.json")],
                            capture_output=True, text=True, env=env, timeout=60)
-    assert again.returncode == 0 and "cached in" in again.stdout, again.stderr
+    assert again.returncode == 0, again.stderr
+    assert "cached in" in again.stdout and "measured now" not in again.stdout, again.stdout
     assert json.loads((tmp_path / "again.json").read_text()) == r
+    # The estimate predicts the step's time from its traced ops at these roofs.
+    est = tmp_path / "est.json"
+    p = subprocess.run([memscope_bin, "estimate", "--engine", "torch", "--model", "tiny-gpt2",
+                        "--batch", "1", "--seq", "64", "--threads", "2", "--json", str(est)],
+                       capture_output=True, text=True, env=env, timeout=300)
+    assert p.returncode == 0, p.stderr
+    assert "Predicted step time, f32" in p.stdout and "matmul" in p.stdout, p.stdout
+    predicted = json.loads(est.read_text())["by_dtype"]["f32"]["predicted_ms"]
+    assert set(predicted) == {"forward", "backward", "optimizer", "step"}, predicted
+    assert 0 < predicted["forward"] < predicted["step"] < 60_000, predicted
+    assert abs(sum(v for k, v in predicted.items() if k != "step") - predicted["step"]) < 1e-6
+    # Without roofs for that thread count it says how to measure them.
+    p = subprocess.run([memscope_bin, "estimate", "--engine", "torch", "--model", "tiny-gpt2",
+                        "--batch", "1", "--seq", "64", "--threads", "1"],
+                       capture_output=True, text=True, env=env, timeout=300)
+    assert "memscope peaks --engine torch --device cpu --threads 1" in p.stdout, p.stdout
     p = subprocess.run([memscope_bin, "peaks", "--engine", "torch", "--device", "cuda"],
                        capture_output=True, text=True, env=env, timeout=120)
     assert p.returncode == 2 and "--device cuda" in p.stderr and "no CUDA GPU" in p.stderr

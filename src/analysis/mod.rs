@@ -2,6 +2,7 @@
 
 pub mod aggregate;
 pub mod approach;
+pub mod aten_cost;
 pub mod bootstrap;
 pub mod breakdown;
 pub mod compare;
@@ -18,5 +19,6 @@ pub mod scaling;
 pub mod stats;
 pub mod targets;
 pub mod timing;
+pub mod torch_time;
 pub mod trend;
 pub mod warmup;

@@ -36,7 +36,7 @@ pub struct EstimateArgs {
     pub new_tokens: usize,
     #[command(flatten)]
     pub variant: super::args::VariantArgs,
-    /// CPU threads the run would use (gemm keeps a buffer per thread; default: all cores)
+    /// CPU threads the run would use (gemm keeps a buffer per thread; with --engine torch, the count whose `peaks --engine torch` the predicted step time reads; default: all cores)
     #[arg(long)]
     pub threads: Option<usize>,
     /// A memory budget (16GiB, 512MB, …): does the peak fit, and which single change makes it fit
@@ -180,9 +180,6 @@ fn torch_estimate(
         bail!("--optimizer {}: the torch engine trains with PyTorch's fused AdamW, so its estimate traces AdamW; drop --optimizer, or estimate memscope's own engine (--engine candle) with it",
             a.optimizer.to_possible_value().map_or("?".into(), |v| v.get_name().to_string()));
     }
-    if let Some(t) = a.threads {
-        bail!("--threads {t}: the torch estimate traces allocations, which do not depend on threads (PyTorch keeps no per-thread buffers memscope's engine keeps); drop --threads");
-    }
     if a.top != 10 {
         bail!(
             "--top {}: the torch estimate prints categories, not hotspot tables; drop --top",
@@ -191,6 +188,7 @@ fn torch_estimate(
     }
     let mut by_dtype = std::collections::BTreeMap::new();
     let mut spec = None;
+    let mut times = Vec::new();
     for &dtype in dts {
         let mut s = Workload {
             dtype,
@@ -202,10 +200,10 @@ fn torch_estimate(
                 t.gpu_memory_limit_bytes = Some(b);
             }
         }
-        by_dtype.insert(
-            dtype.name().to_string(),
-            crate::torch::estimate::estimate(&s)?,
-        );
+        let (mut e, ops) = crate::torch::estimate::estimate_with_ops(&s)?;
+        e.flops = crate::analysis::aten_cost::flops_by_phase(&ops);
+        times.push(predicted_time(&mut e, &ops, a.threads, dtype.name()));
+        by_dtype.insert(dtype.name().to_string(), e);
         spec.get_or_insert(s);
     }
     let spec = spec.expect("at least one dtype (`dtypes` never returns an empty list)");
@@ -219,6 +217,9 @@ fn torch_estimate(
         budget_bytes: budget,
     };
     out!("{}", report::torch_estimate::render(&file))?;
+    for t in times {
+        out!("\n{t}")?;
+    }
     if let Some(path) = &a.json {
         write_atomic(path, &file.to_json()?)
             .with_context(|| format!("--json {}", path.display()))?;
@@ -228,4 +229,30 @@ fn torch_estimate(
     } else {
         ExitCode::from(1)
     })
+}
+
+/// The step time predicted from the traced ops and the roofs `peaks --engine torch` cached for
+/// this device and thread count (`--threads`, default all cores): the report's text, and the
+/// phases' ms in the estimate; without cached roofs, the command that measures them.
+fn predicted_time(
+    e: &mut crate::record::torch_estimate::TorchEstimate,
+    ops: &[crate::torch::estimate::TracedOp],
+    threads: Option<usize>,
+    dtype: &str,
+) -> String {
+    let threads = threads.unwrap_or_else(crate::measure::threads::all_cores);
+    let Some(peaks) = crate::torch::peaks::cached(&e.device, threads) else {
+        return format!(
+            "No predicted step time: no roofs measured for {} at {threads} threads; `memscope peaks --engine torch --device {} --threads {threads}` measures them once (seconds), then this estimate predicts the step's time.",
+            e.device, e.device
+        );
+    };
+    let p = crate::analysis::torch_time::predict(ops, &peaks);
+    e.predicted_ms = p
+        .by_phase
+        .iter()
+        .map(|(k, v)| (k.clone(), v * 1e3))
+        .chain([("step".to_string(), p.step_s * 1e3)])
+        .collect();
+    report::torch_time::render(&p, &peaks, dtype)
 }

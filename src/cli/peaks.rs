@@ -93,12 +93,13 @@ fn torch_peaks(
         .iter()
         .map(|(n, k, o)| (n.clone(), rows, *k, *o))
         .collect();
+    // Each shape's forward entry (its backward's products follow it in the file).
     let same_shapes = |p: &peaks::TorchPeaks| {
-        p.model_shapes.len() == shapes.len()
-            && p.model_shapes
+        shapes.iter().all(|(n, m, k, o)| {
+            p.model_shapes
                 .iter()
-                .zip(&shapes)
-                .all(|(s, (n, m, k, o))| &s.name == n && s.m == *m && s.k == *k && s.n == *o)
+                .any(|s| &s.name == n && (s.m, s.k, s.n) == (*m, *k, *o))
+        })
     };
     let cached = peaks::cached(device, threads).filter(|p| !a.refresh && same_shapes(p));
     let (p, source) = match cached {

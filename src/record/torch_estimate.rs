@@ -55,4 +55,12 @@ pub struct TorchEstimate {
     /// Whose kernels the trace dispatched to: the device, or `cpu` for a CUDA estimate made
     /// without a GPU (the same modules and saved tensors, CPU's SDPA and autocast op lists).
     pub traced_on: String,
+    /// The predicted time of one step by phase, and `step`, in ms (`analysis::torch_time`, from
+    /// the traced ops and `peaks --engine torch`'s roofs); empty when no roofs were measured.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub predicted_ms: BTreeMap<String, f64>,
+    /// FLOPs of one step by phase and `total` (`analysis::aten_cost`, from the traced ops; the
+    /// optimizer's included, which memscope's own estimate leaves out).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub flops: BTreeMap<String, u64>,
 }

@@ -21,6 +21,7 @@ pub mod summary;
 pub mod table;
 pub mod terminal;
 pub mod torch_estimate;
+pub mod torch_time;
 pub mod trace;
 
 use crate::record::Record;

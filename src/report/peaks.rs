@@ -134,9 +134,25 @@ pub fn render_torch(p: &TorchPeaks, source: &str) -> String {
         });
         out.push('\n');
     }
-    out += &render_table(&bandwidth(p.array_bytes, &p.copy_gbs, &p.triad_gbs));
+    let mut bw = bandwidth(p.array_bytes, &p.copy_gbs, &p.triad_gbs);
+    if let Some(g) = &p.gemv_gbs {
+        bw.rows.push(vec![
+            "matrix-vector (1 row, 64 MiB weight read)".into(),
+            format!("{:.1}", g.best),
+            format!("{:.1}", g.median),
+        ]);
+    }
+    out += &render_table(&bw);
     out.push('\n');
     let (best, median) = p.small_op_us();
+    if let Some(v) = &p.view_ops_per_s {
+        let _ = writeln!(
+            out,
+            "Fixed cost of one view (y.view(-1); dispatch only): {:.2} µs best, {:.2} µs median",
+            1e6 / v.best.max(1e-12),
+            1e6 / v.median.max(1e-12)
+        );
+    }
     let what = if p.device.starts_with("cuda") {
         "launch and dispatch, synchronised after a loop of calls"
     } else {

@@ -96,6 +96,20 @@ pub fn render(f: &TorchEstimateFile) -> String {
             "; a run's measured heap adds the Python objects and library scratch of the step (a few MiB)"
         }
     );
+    if let Some(total) = first.flops.get("total") {
+        let phases: Vec<String> = first
+            .flops
+            .iter()
+            .filter(|(k, _)| k.as_str() != "total")
+            .map(|(k, v)| format!("{k} {:.2}", *v as f64 / 1e9))
+            .collect();
+        let _ = writeln!(
+            out,
+            "FLOPs of one step, from the traced ops: {:.2} GFLOP ({} GFLOP).",
+            *total as f64 / 1e9,
+            phases.join(", ")
+        );
+    }
     if first.traced_on != first.device {
         let _ = writeln!(
             out,

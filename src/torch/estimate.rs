@@ -28,6 +28,33 @@ struct Trace {
     /// Each phase run's end, in order.
     #[serde(default)]
     ends: Vec<TracePeak>,
+    /// The steps the ops were counted over.
+    #[serde(default = "one")]
+    steps: u64,
+    #[serde(default)]
+    ops: Vec<(String, String, Vec<Tensor>, Vec<Tensor>, Vec<bool>, u64)>,
+}
+
+fn one() -> u64 {
+    1
+}
+
+/// A tensor an op read or wrote: (shape, dtype).
+type Tensor = (Vec<u64>, String);
+
+/// One dispatched op of the traced steps, by signature, with its calls per step.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TracedOp {
+    pub phase: String,
+    /// ATen's name with its overload (`mm.default`, `_fused_adamw_.default`).
+    pub op: String,
+    /// (shape, dtype: f32, bf16, f16, i64, …) of each tensor it read (tensor lists flattened).
+    pub inputs: Vec<Tensor>,
+    pub outputs: Vec<Tensor>,
+    /// Its bool arguments in order (SDPA's `is_causal`).
+    pub flags: Vec<bool>,
+    /// Calls in one step (the traced calls over the traced steps).
+    pub calls: f64,
 }
 
 /// The live bytes when the traced peak was reached, or when a phase run ended.
@@ -51,13 +78,31 @@ struct TracePeak {
 
 /// Traces `spec` (which has `torch`) and replays it.
 pub fn estimate(spec: &Spec) -> anyhow::Result<TorchEstimate> {
+    Ok(estimate_with_ops(spec)?.0)
+}
+
+/// The same, with the ops a step dispatched (for the predicted step time).
+pub fn estimate_with_ops(spec: &Spec) -> anyhow::Result<(TorchEstimate, Vec<TracedOp>)> {
     let Some(target) = &spec.torch else {
         bail!("internal: torch::estimate needs a Spec with --engine torch");
     };
     let request = Request::new(spec)?;
     let text = answer("memscope.trace", &request, "the torch estimator's trace")?;
     let t: Trace = serde_json::from_str(text.trim()).context("the torch trace's output")?;
-    Ok(replay(&t, &target.device, target.gpu_memory_limit_bytes))
+    let steps = t.steps.max(1) as f64;
+    let ops = t
+        .ops
+        .iter()
+        .map(|(phase, op, inputs, outputs, flags, n)| TracedOp {
+            phase: phase.clone(),
+            op: op.clone(),
+            inputs: inputs.clone(),
+            outputs: outputs.clone(),
+            flags: flags.clone(),
+            calls: *n as f64 / steps,
+        })
+        .collect();
+    Ok((replay(&t, &target.device, target.gpu_memory_limit_bytes), ops))
 }
 
 fn replay(t: &Trace, device: &str, limit: Option<u64>) -> TorchEstimate {
@@ -146,5 +191,7 @@ fn replay(t: &Trace, device: &str, limit: Option<u64>) -> TorchEstimate {
         out_of_memory: oom,
         events: t.events.len(),
         traced_on: t.traced_on.clone(),
+        predicted_ms: BTreeMap::new(),
+        flops: BTreeMap::new(),
     }
 }

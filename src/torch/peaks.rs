@@ -33,6 +33,13 @@ pub struct TorchPeaks {
     pub array_bytes: u64,
     /// One small op (`x.add_(1)` on one element): calls per second (its cost is 1/rate).
     pub small_ops_per_s: Rate,
+    /// One view (`y.view(-1)`): dispatch only. Absent in files written before it was measured.
+    #[serde(default)]
+    pub view_ops_per_s: Option<Rate>,
+    /// A matrix-vector product (one row through a 64 MiB f32 weight), GB/s of the weight read:
+    /// the bandwidth a decode step's products reach. Absent in files written before.
+    #[serde(default)]
+    pub gemv_gbs: Option<Rate>,
     /// Unix time of the measurement, seconds.
     pub measured_at: u64,
 }
@@ -60,6 +67,8 @@ impl TorchPeaks {
             && self.copy_gbs.plausible()
             && self.triad_gbs.plausible()
             && self.small_ops_per_s.plausible()
+            && self.view_ops_per_s.as_ref().is_some_and(Rate::plausible)
+            && self.gemv_gbs.as_ref().is_some_and(Rate::plausible)
     }
 }
 
@@ -89,6 +98,9 @@ struct Measured {
     triad_secs: Vec<f64>,
     small_op_calls: u64,
     small_op_secs: Vec<f64>,
+    view_op_secs: Vec<f64>,
+    gemv_bytes: u64,
+    gemv_secs: Vec<f64>,
 }
 
 /// The cache key: this CPU, its cores, the device asked for (and which GPUs the process sees),
@@ -153,6 +165,8 @@ pub fn measure(
         triad_gbs: gb(3.0 * bytes, &m.triad_secs),
         array_bytes: m.array_bytes,
         small_ops_per_s: Rate::from_secs(m.small_op_calls as f64, &m.small_op_secs),
+        view_ops_per_s: Some(Rate::from_secs(m.small_op_calls as f64, &m.view_op_secs)),
+        gemv_gbs: Some(gb(m.gemv_bytes as f64, &m.gemv_secs)),
         measured_at: now,
     })
 }

@@ -1,0 +1,216 @@
+//! FLOPs and minimum bytes of one ATen op from the shapes it read and wrote (the torch trace's
+//! op signatures), with `op_cost.rs`'s conventions and formulas: a matmul is 2·m·n·k, attention
+//! 4·D FLOPs per query–key pair forward and 10·D backward (causal pairs counted as computed),
+//! elementwise ops one FLOP per output element, minimum bytes each tensor read once and written
+//! once (an in-place op reads and writes its tensors). Views move no bytes.
+
+use super::op_cost::{attention_pairs, matmul_flops};
+use crate::torch::estimate::TracedOp;
+
+/// What kind of work an op is: the rows of the predicted-time table.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Kind {
+    Matmul,
+    Attention,
+    Norm,
+    Activation,
+    Embedding,
+    Loss,
+    Optimizer,
+    Elementwise,
+    /// Views, detaches, metadata: dispatch only, no bytes.
+    View,
+}
+
+impl Kind {
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::Matmul => "matmul",
+            Kind::Attention => "attention (SDPA)",
+            Kind::Norm => "norm",
+            Kind::Activation => "activation",
+            Kind::Embedding => "embedding",
+            Kind::Loss => "loss",
+            Kind::Optimizer => "optimizer",
+            Kind::Elementwise => "elementwise",
+            Kind::View => "views and metadata",
+        }
+    }
+}
+
+/// One op call's cost.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Cost {
+    pub kind: Kind,
+    pub flops: f64,
+    pub bytes: f64,
+    /// The product's shape (m, k, n) for a matmul (batched: m counts every batch's rows).
+    pub mkn: Option<(f64, f64, f64)>,
+}
+
+pub fn elem_bytes(dtype: &str) -> f64 {
+    match dtype {
+        "f64" | "i64" => 8.0,
+        "f32" | "i32" => 4.0,
+        "bf16" | "f16" => 2.0,
+        _ => 1.0,
+    }
+}
+
+fn numel(shape: &[u64]) -> f64 {
+    shape.iter().map(|&d| d as f64).product()
+}
+
+fn bytes_of(ts: &[(Vec<u64>, String)]) -> f64 {
+    ts.iter().map(|(s, d)| numel(s) * elem_bytes(d)).sum()
+}
+
+const VIEWS: &[&str] = &[
+    "view", "_unsafe_view", "t", "transpose", "permute", "detach", "alias", "slice", "select",
+    "split", "split_with_sizes", "unsqueeze", "squeeze", "expand", "as_strided", "lift_fresh",
+    "unbind", "chunk", "narrow", "_reshape_alias", "diagonal", "unfold", "empty", "empty_like",
+    "empty_strided",
+];
+
+/// The cost of one call of `op`.
+pub fn cost(op: &TracedOp) -> Cost {
+    let name = op.op.trim_start_matches("aten.");
+    let base = name.split('.').next().unwrap_or(name);
+    let (ins, outs) = (&op.inputs, &op.outputs);
+    let io = bytes_of(ins) + bytes_of(outs);
+    let out_elems: f64 = outs.iter().map(|(s, _)| numel(s)).sum();
+    let plain = |kind, flops_per_elem: f64| Cost {
+        kind,
+        flops: flops_per_elem * out_elems,
+        bytes: io,
+        mkn: None,
+    };
+    let dims = |i: usize| ins.get(i).map(|(s, _)| s.clone()).unwrap_or_default();
+    match base {
+        b if VIEWS.contains(&b) => Cost {
+            kind: Kind::View,
+            flops: 0.0,
+            bytes: 0.0,
+            mkn: None,
+        },
+        "mm" | "addmm" | "bmm" | "baddbmm" => {
+            // mm (m,k)(k,n); addmm (bias, (m,k), (k,n)); bmm (b,m,k)(b,k,n).
+            let (a, b) = if base.starts_with("add") || base == "baddbmm" {
+                (dims(1), dims(2))
+            } else {
+                (dims(0), dims(1))
+            };
+            let batch: f64 = a.iter().rev().skip(2).map(|&d| d as f64).product();
+            let (m, k) = match a.as_slice() {
+                [.., m, k] => (*m as f64, *k as f64),
+                _ => (0.0, 0.0),
+            };
+            let n = b.last().copied().unwrap_or(0) as f64;
+            Cost {
+                kind: Kind::Matmul,
+                flops: batch * matmul_flops(m, n, k),
+                bytes: io,
+                mkn: Some((batch * m, k, n)),
+            }
+        }
+        b if b.starts_with("_scaled_dot_product") || b.starts_with("_flash_attention") => {
+            // q (B, H, T, D), k (B, Hk, S, D); causal as its first bool argument.
+            let (q, k) = (dims(0), dims(1));
+            let (bh, t, d) = match q.as_slice() {
+                [bb, h, t, d] => (*bb as f64 * *h as f64, *t as f64, *d as f64),
+                _ => (0.0, 0.0, 0.0),
+            };
+            let s = k.get(2).copied().unwrap_or(0) as f64;
+            let causal = op.flags.first().copied().unwrap_or(false);
+            let pairs = bh * attention_pairs(t, (s - t).max(0.0), causal);
+            let per_pair = if b.ends_with("_backward") { 10.0 } else { 4.0 };
+            Cost {
+                kind: Kind::Attention,
+                flops: per_pair * d * pairs,
+                bytes: io,
+                mkn: None,
+            }
+        }
+        b if b.contains("layer_norm") || b.contains("rms_norm") || b.contains("batch_norm") => {
+            plain(Kind::Norm, 8.0)
+        }
+        b if ["gelu", "tanh", "silu", "relu", "sigmoid", "softplus", "erf"]
+            .iter()
+            .any(|a| b.starts_with(a)) =>
+        {
+            plain(Kind::Activation, 8.0)
+        }
+        b if b.starts_with("embedding") => plain(Kind::Embedding, 0.0),
+        b if b.contains("log_softmax") || b.starts_with("nll_loss") || b.contains("cross_entropy") => {
+            plain(Kind::Loss, 4.0)
+        }
+        b if b.starts_with("_fused_adam") => Cost {
+            // In place over four equal lists (parameters, gradients, both moments): each read,
+            // all but the gradients written: 7 of the 8 list-bytes a read-and-write would be.
+            kind: Kind::Optimizer,
+            flops: 16.0 * ins.iter().map(|(s, _)| numel(s)).sum::<f64>() / 4.0,
+            bytes: 1.75 * bytes_of(ins),
+            mkn: None,
+        },
+        b if b.starts_with("_foreach") => Cost {
+            kind: Kind::Optimizer,
+            flops: ins.iter().map(|(s, _)| numel(s)).sum::<f64>(),
+            bytes: 2.0 * bytes_of(ins),
+            mkn: None,
+        },
+        b if b.ends_with('_') => Cost {
+            // Other in-place ops: read and write their tensors.
+            kind: Kind::Elementwise,
+            flops: numel(&dims(0)),
+            bytes: 2.0 * bytes_of(ins),
+            mkn: None,
+        },
+        _ => plain(Kind::Elementwise, 1.0),
+    }
+}
+
+/// FLOPs of one step by phase (and `total`), from its traced ops.
+pub fn flops_by_phase(ops: &[TracedOp]) -> std::collections::BTreeMap<String, u64> {
+    let mut m = std::collections::BTreeMap::new();
+    for op in ops {
+        let f = cost(op).flops * op.calls;
+        *m.entry(op.phase.clone()).or_insert(0.0) += f;
+        *m.entry("total".to_string()).or_insert(0.0) += f;
+    }
+    m.into_iter().map(|(k, v)| (k, v.round() as u64)).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn op(name: &str, ins: &[&[u64]], outs: &[&[u64]], flags: &[bool]) -> TracedOp {
+        let t = |v: &[&[u64]]| v.iter().map(|s| (s.to_vec(), "f32".to_string())).collect();
+        TracedOp {
+            phase: "forward".into(),
+            op: name.into(),
+            inputs: t(ins),
+            outputs: t(outs),
+            flags: flags.to_vec(),
+            calls: 1.0,
+        }
+    }
+
+    #[test]
+    fn products_attention_and_views() {
+        let c = cost(&op("aten.addmm.default", &[&[8], &[4, 16], &[16, 8]], &[&[4, 8]], &[]));
+        assert_eq!((c.kind, c.flops), (Kind::Matmul, 2.0 * 4.0 * 16.0 * 8.0));
+        assert_eq!(c.mkn, Some((4.0, 16.0, 8.0)));
+        let b = cost(&op("aten.bmm.default", &[&[3, 4, 16], &[3, 16, 8]], &[&[3, 4, 8]], &[]));
+        assert_eq!(b.flops, 3.0 * 2.0 * 4.0 * 16.0 * 8.0);
+        // Causal attention over 2 heads of 4 queries (10 pairs each), D = 8.
+        let q: &[u64] = &[1, 2, 4, 8];
+        let a = cost(&op("aten._scaled_dot_product_flash_attention_for_cpu.default",
+                         &[q, q, q], &[q, &[1, 2, 4]], &[true]));
+        assert_eq!((a.kind, a.flops), (Kind::Attention, 4.0 * 8.0 * 2.0 * 10.0));
+        let v = cost(&op("aten.transpose.int", &[&[4, 8]], &[&[8, 4]], &[]));
+        assert_eq!((v.kind, v.bytes), (Kind::View, 0.0));
+        let e = cost(&op("aten.add.Tensor", &[&[4, 8], &[4, 8]], &[&[4, 8]], &[]));
+        assert_eq!((e.kind, e.flops, e.bytes), (Kind::Elementwise, 32.0, 3.0 * 32.0 * 4.0));
+    }
+}

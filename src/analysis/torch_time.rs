@@ -1,0 +1,208 @@
+//! A PyTorch step's time predicted before it runs: every op the torch trace dispatched, costed
+//! by `aten_cost`, timed against the device's roofs as `peaks --engine torch` measured them —
+//! max(FLOPs / the matmul rate for its shape and dtype, bytes / triad bandwidth, or a
+//! matrix-vector product's for a product of a few rows) plus the fixed cost of one op (a view's
+//! for views) — and summed by phase and by kind. Nothing is fitted
+//! per model or per workload: the roofs are the only measured inputs.
+
+use super::aten_cost::{cost, Kind};
+use crate::record::rates::ShapeRate;
+use crate::torch::estimate::TracedOp;
+use crate::torch::peaks::TorchPeaks;
+use std::collections::BTreeMap;
+
+/// Products with at most this many rows are bound by reading their weight (matrix-vector).
+const FEW_ROWS: f64 = 16.0;
+
+/// One kind's share of a step.
+#[derive(Clone, Debug, PartialEq)]
+pub struct KindTime {
+    pub kind: Kind,
+    pub calls: f64,
+    pub flops: f64,
+    pub bytes: f64,
+    /// Seconds of the three terms summed over its calls: compute, memory, fixed.
+    pub compute_s: f64,
+    pub memory_s: f64,
+    pub fixed_s: f64,
+    pub predicted_s: f64,
+}
+
+impl KindTime {
+    /// Which term dominates: compute, memory or overhead (the per-op fixed cost).
+    pub fn bound(&self) -> &'static str {
+        let m = self.compute_s.max(self.memory_s).max(self.fixed_s);
+        if m == self.fixed_s {
+            "overhead"
+        } else if m == self.compute_s {
+            "compute"
+        } else {
+            "memory"
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Prediction {
+    /// Phase → predicted seconds per step (forward, backward, optimizer; prefill, decode).
+    pub by_phase: BTreeMap<String, f64>,
+    pub by_kind: Vec<KindTime>,
+    pub step_s: f64,
+}
+
+/// The best rate among `rows` of `dtype` (else f32) at the size nearest (m·k·n)^(1/3), or the
+/// model's own shape where `peaks` timed it; GFLOP/s.
+fn matmul_rate(p: &TorchPeaks, dtype: &str, mkn: (f64, f64, f64)) -> f64 {
+    let (m, k, n) = mkn;
+    if dtype == "f32" {
+        // The model's own products (forward and backward) where peaks timed this shape.
+        if let Some(s) = p
+            .model_shapes
+            .iter()
+            .find(|s| (s.m as f64, s.k as f64, s.n as f64) == (m, k, n))
+        {
+            return s.gflops.best;
+        }
+    }
+    let size = (m * k * n).max(1.0).cbrt();
+    let rows: Vec<&ShapeRate> = {
+        let want: Vec<&ShapeRate> = p.matmul.iter().filter(|r| r.name == dtype).collect();
+        if want.is_empty() {
+            p.matmul.iter().filter(|r| r.name == "f32").collect()
+        } else {
+            want
+        }
+    };
+    rows.iter()
+        .min_by(|a, b| {
+            let d = |r: &ShapeRate| (r.m as f64 / size).ln().abs();
+            d(a).total_cmp(&d(b))
+        })
+        .map_or(1.0, |r| r.gflops.best)
+}
+
+/// Predicts a step of `ops` on the device `peaks` measured.
+pub fn predict(ops: &[TracedOp], peaks: &TorchPeaks) -> Prediction {
+    let bw = peaks.triad_gbs.best * 1e9;
+    // Products of a few rows (a decode step's) read their weight at matrix-vector speed.
+    let gemv_bw = peaks.gemv_gbs.as_ref().map_or(bw, |g| g.best * 1e9);
+    let fixed = 1.0 / peaks.small_ops_per_s.best.max(1e-12);
+    let view = peaks
+        .view_ops_per_s
+        .as_ref()
+        .map_or(fixed, |r| 1.0 / r.best.max(1e-12));
+    let mut by_phase: BTreeMap<String, f64> = BTreeMap::new();
+    let mut kinds: BTreeMap<Kind, KindTime> = BTreeMap::new();
+    for op in ops {
+        let c = cost(op);
+        let dtype = op.inputs.last().map_or("f32", |(_, d)| d.as_str());
+        let rate = match (c.kind, c.mkn) {
+            (Kind::Matmul, Some(mkn)) => matmul_rate(peaks, dtype, mkn),
+            // SDPA's products: the rate of square products of its head size's order.
+            (Kind::Attention, _) => matmul_rate(peaks, dtype, (256.0, 256.0, 256.0)),
+            _ => f64::INFINITY,
+        } * 1e9;
+        let compute = c.flops / rate;
+        let memory = c.bytes
+            / match c.mkn {
+                Some((m, _, _)) if m <= FEW_ROWS => gemv_bw,
+                _ => bw,
+            };
+        let fixed = if c.kind == Kind::View { view } else { fixed };
+        let t = compute.max(memory) + fixed;
+        *by_phase.entry(op.phase.clone()).or_default() += t * op.calls;
+        let k = kinds.entry(c.kind).or_insert(KindTime {
+            kind: c.kind,
+            calls: 0.0,
+            flops: 0.0,
+            bytes: 0.0,
+            compute_s: 0.0,
+            memory_s: 0.0,
+            fixed_s: 0.0,
+            predicted_s: 0.0,
+        });
+        k.calls += op.calls;
+        k.flops += c.flops * op.calls;
+        k.bytes += c.bytes * op.calls;
+        k.compute_s += compute * op.calls;
+        k.memory_s += memory * op.calls;
+        k.fixed_s += fixed * op.calls;
+        k.predicted_s += t * op.calls;
+    }
+    let mut by_kind: Vec<KindTime> = kinds.into_values().collect();
+    by_kind.sort_by(|a, b| b.predicted_s.total_cmp(&a.predicted_s));
+    Prediction {
+        step_s: by_phase.values().sum(),
+        by_phase,
+        by_kind,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::record::rates::Rate;
+
+    fn rate(best: f64) -> Rate {
+        Rate {
+            best,
+            median: best,
+            reps: 3,
+        }
+    }
+
+    fn op(phase: &str, name: &str, ins: &[&[u64]], outs: &[&[u64]], calls: f64) -> TracedOp {
+        let t = |v: &[&[u64]]| v.iter().map(|s| (s.to_vec(), "f32".to_string())).collect();
+        TracedOp {
+            phase: phase.into(),
+            op: name.into(),
+            inputs: t(ins),
+            outputs: t(outs),
+            flags: vec![],
+            calls,
+        }
+    }
+
+    #[test]
+    fn each_op_is_its_slower_roof_plus_the_fixed_cost() {
+        let peaks = TorchPeaks {
+            fingerprint: String::new(),
+            device: "cpu".into(),
+            device_name: "test".into(),
+            torch: "x".into(),
+            threads: 1,
+            matmul: vec![ShapeRate {
+                name: "f32".into(),
+                m: 1000,
+                k: 1000,
+                n: 1000,
+                gflops: rate(100.0),
+            }],
+            model_shapes: vec![],
+            copy_gbs: rate(10.0),
+            triad_gbs: rate(10.0),
+            array_bytes: 1,
+            small_ops_per_s: rate(1e6),      // 1 µs
+            view_ops_per_s: Some(rate(1e7)), // 0.1 µs
+            gemv_gbs: None,
+            measured_at: 0,
+        };
+        let ops = [
+            // 2·1000³ FLOPs at 100 GFLOP/s: 20 ms (its 12 MB at 10 GB/s would be 1.2 ms).
+            op("forward", "aten.mm.default", &[&[1000, 1000], &[1000, 1000]], &[&[1000, 1000]], 1.0),
+            // 3 × 4 MB at 10 GB/s: 1.2 ms, twice.
+            op("backward", "aten.add.Tensor", &[&[1 << 20], &[1 << 20]], &[&[1 << 20]], 2.0),
+            op("backward", "aten.view.default", &[&[4]], &[&[4]], 10.0),
+        ];
+        let p = predict(&ops, &peaks);
+        let close = |a: f64, b: f64| (a - b).abs() < 1e-9;
+        assert!(close(p.by_phase["forward"], 0.02 + 1e-6), "{p:?}");
+        let add = 3.0 * 4.0 * (1 << 20) as f64 / 10e9 + 1e-6;
+        assert!(close(p.by_phase["backward"], 2.0 * add + 10.0 * 1e-7), "{p:?}");
+        assert!(close(p.step_s, p.by_phase.values().sum()));
+        assert_eq!(p.by_kind[0].kind, Kind::Matmul);
+        assert_eq!(p.by_kind[0].bound(), "compute");
+        let view = p.by_kind.iter().find(|k| k.kind == Kind::View).unwrap();
+        assert_eq!((view.bound(), view.calls), ("overhead", 10.0));
+    }
+}

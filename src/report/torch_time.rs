@@ -30,14 +30,13 @@ pub fn render(p: &Prediction, peaks: &TorchPeaks, dtype: &str) -> String {
     let (op_us, _) = peaks.small_op_us();
     let mut out = render_table(&Table {
         title: format!(
-            "Predicted step time, {dtype}: {} ms ({}); every traced op at max(FLOPs / matmul rate, bytes / {:.1} GB/s) + {op_us:.2} µs, from `peaks --engine torch` on {} ({}, {} threads, measured {})",
+            "Predicted step time, {dtype}: {} ms ({}); every traced op at max(FLOPs / matmul rate, bytes / {:.1} GB/s) + {op_us:.2} µs, from `peaks --engine torch` on {} ({}, {} threads)",
             ms(p.step_s),
             phases.join(", "),
             peaks.triad_gbs.best,
             peaks.device,
             peaks.device_name,
-            peaks.threads,
-            peaks.measured_at
+            peaks.threads
         ),
         header: vec![
             "op kind".into(),

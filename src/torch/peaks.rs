@@ -24,7 +24,8 @@ pub struct TorchPeaks {
     pub threads: usize,
     /// Square products per dtype (`name` is the dtype: f32, and on CUDA tf32, bf16, f16).
     pub matmul: Vec<ShapeRate>,
-    /// The model's own linear shapes through `F.linear`, f32.
+    /// The model's own linear shapes through `F.linear`, each followed by its backward's two
+    /// products (`NAME dx`, `NAME dW`, and `NAME dW (Conv1D)` for a weight stored (in, out)), f32.
     pub model_shapes: Vec<ShapeRate>,
     /// GB/s of bytes read plus written: `a = b` and `a = b + s·c`.
     pub copy_gbs: Rate,
@@ -45,15 +46,6 @@ pub struct TorchPeaks {
 }
 
 impl TorchPeaks {
-    /// The best f32-family matmul rate (the compute roof without reduced precision), GFLOP/s.
-    pub fn matmul_best(&self, dtype: &str) -> Option<f64> {
-        self.matmul
-            .iter()
-            .filter(|r| r.name == dtype)
-            .map(|r| r.gflops.best)
-            .max_by(f64::total_cmp)
-    }
-
     /// The fixed cost of one small op, µs: (best, median).
     pub fn small_op_us(&self) -> (f64, f64) {
         let us = |r: f64| 1e6 / r.max(1e-12);

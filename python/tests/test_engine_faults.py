@@ -131,7 +131,6 @@ def test_flags_the_torch_engine_cannot_honour_are_refused_by_name(memscope_bin, 
         (["bench", "--weights", w], "--weights"),
         (["bench", "--fusion", "none"], "--fusion none"),
         (["estimate", "--optimizer", "sgd"], "--optimizer sgd"),
-        (["estimate", "--threads", "4"], "--threads 4"),
     ]
     for args, flag in cases:
         p = run(memscope_bin, *args, "--engine", "torch", "--model", "tiny-gpt2", timeout=120)

@@ -1,8 +1,10 @@
 """``memscope peaks --engine torch``: the device's roofs as PyTorch reaches them — matmul per dtype
 over a range of square sizes and on the model's own linear shapes (``F.linear``, as transformers
-runs them), memory bandwidth (copy and triad over arrays far larger than the caches, bytes read
-plus written; and a matrix-vector product's, reading a 64 MiB weight), and the fixed cost of one small op (dispatch on the CPU; launch and dispatch on
-CUDA) and of one view (dispatch only, nothing launched). Only seconds are measured here: memscope turns them into rates (``src/torch/peaks.rs``).
+runs them, and the two products of its backward), memory bandwidth (copy and triad over arrays
+far larger than the caches, bytes read plus written; a matrix-vector product's, reading a 64 MiB
+weight), and the fixed cost of one small op (dispatch on the CPU; launch and dispatch on CUDA)
+and of one view (dispatch only). Only seconds are measured here: memscope turns them into rates
+(``src/torch/peaks.rs``).
 
 Protocol: the request ``{"device": d, "threads": n, "shapes": [[name, m, k, n], …]}`` on stdin;
 a ``started`` line, then one JSON object: ``{"device", "device_name", "torch", "threads",

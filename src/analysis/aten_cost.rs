@@ -66,9 +66,30 @@ fn bytes_of(ts: &[(Vec<u64>, String)]) -> f64 {
 }
 
 const VIEWS: &[&str] = &[
-    "view", "_unsafe_view", "t", "transpose", "permute", "detach", "alias", "slice", "select",
-    "split", "split_with_sizes", "unsqueeze", "squeeze", "expand", "as_strided", "lift_fresh",
-    "unbind", "chunk", "narrow", "_reshape_alias", "diagonal", "unfold", "empty", "empty_like",
+    "view",
+    "_unsafe_view",
+    "t",
+    "transpose",
+    "permute",
+    "detach",
+    "alias",
+    "slice",
+    "select",
+    "split",
+    "split_with_sizes",
+    "unsqueeze",
+    "squeeze",
+    "expand",
+    "as_strided",
+    "lift_fresh",
+    "unbind",
+    "chunk",
+    "narrow",
+    "_reshape_alias",
+    "diagonal",
+    "unfold",
+    "empty",
+    "empty_like",
     "empty_strided",
 ];
 
@@ -141,7 +162,10 @@ pub fn cost(op: &TracedOp) -> Cost {
             plain(Kind::Activation, 8.0)
         }
         b if b.starts_with("embedding") => plain(Kind::Embedding, 0.0),
-        b if b.contains("log_softmax") || b.starts_with("nll_loss") || b.contains("cross_entropy") => {
+        b if b.contains("log_softmax")
+            || b.starts_with("nll_loss")
+            || b.contains("cross_entropy") =>
+        {
             plain(Kind::Loss, 4.0)
         }
         b if b.starts_with("_fused_adam") => Cost {
@@ -198,19 +222,36 @@ mod tests {
 
     #[test]
     fn products_attention_and_views() {
-        let c = cost(&op("aten.addmm.default", &[&[8], &[4, 16], &[16, 8]], &[&[4, 8]], &[]));
+        let c = cost(&op(
+            "aten.addmm.default",
+            &[&[8], &[4, 16], &[16, 8]],
+            &[&[4, 8]],
+            &[],
+        ));
         assert_eq!((c.kind, c.flops), (Kind::Matmul, 2.0 * 4.0 * 16.0 * 8.0));
         assert_eq!(c.mkn, Some((4.0, 16.0, 8.0)));
-        let b = cost(&op("aten.bmm.default", &[&[3, 4, 16], &[3, 16, 8]], &[&[3, 4, 8]], &[]));
+        let b = cost(&op(
+            "aten.bmm.default",
+            &[&[3, 4, 16], &[3, 16, 8]],
+            &[&[3, 4, 8]],
+            &[],
+        ));
         assert_eq!(b.flops, 3.0 * 2.0 * 4.0 * 16.0 * 8.0);
         // Causal attention over 2 heads of 4 queries (10 pairs each), D = 8.
         let q: &[u64] = &[1, 2, 4, 8];
-        let a = cost(&op("aten._scaled_dot_product_flash_attention_for_cpu.default",
-                         &[q, q, q], &[q, &[1, 2, 4]], &[true]));
+        let a = cost(&op(
+            "aten._scaled_dot_product_flash_attention_for_cpu.default",
+            &[q, q, q],
+            &[q, &[1, 2, 4]],
+            &[true],
+        ));
         assert_eq!((a.kind, a.flops), (Kind::Attention, 4.0 * 8.0 * 2.0 * 10.0));
         let v = cost(&op("aten.transpose.int", &[&[4, 8]], &[&[8, 4]], &[]));
         assert_eq!((v.kind, v.bytes), (Kind::View, 0.0));
         let e = cost(&op("aten.add.Tensor", &[&[4, 8], &[4, 8]], &[&[4, 8]], &[]));
-        assert_eq!((e.kind, e.flops, e.bytes), (Kind::Elementwise, 32.0, 3.0 * 32.0 * 4.0));
+        assert_eq!(
+            (e.kind, e.flops, e.bytes),
+            (Kind::Elementwise, 32.0, 3.0 * 32.0 * 4.0)
+        );
     }
 }

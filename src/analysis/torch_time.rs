@@ -189,16 +189,31 @@ mod tests {
         };
         let ops = [
             // 2·1000³ FLOPs at 100 GFLOP/s: 20 ms (its 12 MB at 10 GB/s would be 1.2 ms).
-            op("forward", "aten.mm.default", &[&[1000, 1000], &[1000, 1000]], &[&[1000, 1000]], 1.0),
+            op(
+                "forward",
+                "aten.mm.default",
+                &[&[1000, 1000], &[1000, 1000]],
+                &[&[1000, 1000]],
+                1.0,
+            ),
             // 3 × 4 MB at 10 GB/s: 1.2 ms, twice.
-            op("backward", "aten.add.Tensor", &[&[1 << 20], &[1 << 20]], &[&[1 << 20]], 2.0),
+            op(
+                "backward",
+                "aten.add.Tensor",
+                &[&[1 << 20], &[1 << 20]],
+                &[&[1 << 20]],
+                2.0,
+            ),
             op("backward", "aten.view.default", &[&[4]], &[&[4]], 10.0),
         ];
         let p = predict(&ops, &peaks);
         let close = |a: f64, b: f64| (a - b).abs() < 1e-9;
         assert!(close(p.by_phase["forward"], 0.02 + 1e-6), "{p:?}");
         let add = 3.0 * 4.0 * (1 << 20) as f64 / 10e9 + 1e-6;
-        assert!(close(p.by_phase["backward"], 2.0 * add + 10.0 * 1e-7), "{p:?}");
+        assert!(
+            close(p.by_phase["backward"], 2.0 * add + 10.0 * 1e-7),
+            "{p:?}"
+        );
         assert!(close(p.step_s, p.by_phase.values().sum()));
         assert_eq!(p.by_kind[0].kind, Kind::Matmul);
         assert_eq!(p.by_kind[0].bound(), "compute");

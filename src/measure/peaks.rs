@@ -201,7 +201,10 @@ fn bandwidth(n: usize) -> (Rate, Rate) {
         median: r.median / 1e9,
         reps: r.reps,
     };
-    (gb(Rate::from_secs(2.0 * bytes, &copy)), gb(Rate::from_secs(3.0 * bytes, &triad)))
+    (
+        gb(Rate::from_secs(2.0 * bytes, &copy)),
+        gb(Rate::from_secs(3.0 * bytes, &triad)),
+    )
 }
 
 /// Measures everything (a few seconds). `rows`: N for the model shapes; `shapes`: (name, k, n)

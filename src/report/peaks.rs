@@ -1,9 +1,9 @@
 //! `memscope peaks`: this machine's matmul and bandwidth ceilings as tables.
 
 use crate::measure::peaks::{Peaks, Rate, ShapeRate, BF16_VECTOR, PANELS};
-use crate::torch::peaks::TorchPeaks;
 use crate::report::table::Table;
 use crate::report::terminal::render_table;
+use crate::torch::peaks::TorchPeaks;
 use std::fmt::Write;
 
 fn shape_rows(rates: &[&ShapeRate]) -> Vec<Vec<String>> {

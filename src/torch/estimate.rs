@@ -102,7 +102,10 @@ pub fn estimate_with_ops(spec: &Spec) -> anyhow::Result<(TorchEstimate, Vec<Trac
             calls: *n as f64 / steps,
         })
         .collect();
-    Ok((replay(&t, &target.device, target.gpu_memory_limit_bytes), ops))
+    Ok((
+        replay(&t, &target.device, target.gpu_memory_limit_bytes),
+        ops,
+    ))
 }
 
 fn replay(t: &Trace, device: &str, limit: Option<u64>) -> TorchEstimate {

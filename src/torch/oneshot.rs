@@ -21,7 +21,9 @@ pub fn answer(module: &str, request: &str, what: &str) -> anyhow::Result<String>
         out.read_to_string(&mut text)
     });
     let timed_out = dog.finish(what, &python());
-    let status = child.wait().with_context(|| format!("waiting for {what}"))?;
+    let status = child
+        .wait()
+        .with_context(|| format!("waiting for {what}"))?;
     let last = stderr.join().unwrap_or_default();
     if let Some(e) = timed_out {
         bail!("{e}");

@@ -49,7 +49,10 @@ impl TorchPeaks {
     /// The fixed cost of one small op, µs: (best, median).
     pub fn small_op_us(&self) -> (f64, f64) {
         let us = |r: f64| 1e6 / r.max(1e-12);
-        (us(self.small_ops_per_s.best), us(self.small_ops_per_s.median))
+        (
+            us(self.small_ops_per_s.best),
+            us(self.small_ops_per_s.median),
+        )
     }
 
     fn plausible(&self) -> bool {
@@ -110,8 +113,7 @@ pub fn fingerprint(device: &str, threads: usize) -> String {
 /// The cached peaks for `device` and `threads`, if measured before and plausible.
 pub fn cached(device: &str, threads: usize) -> Option<TorchPeaks> {
     let fp = fingerprint(device, threads);
-    let text =
-        crate::capped::read_capped_string(&cache_path(&fp), 16 << 20, "peaks cache").ok()?;
+    let text = crate::capped::read_capped_string(&cache_path(&fp), 16 << 20, "peaks cache").ok()?;
     let p: TorchPeaks = serde_json::from_str(&text).ok()?;
     (p.fingerprint == fp && p.plausible()).then_some(p)
 }

@@ -519,6 +519,23 @@ def open_protocol(what):
     return out, request
 
 
+def answer_once(what, fn):
+    """The main of a module run once (the trace, the peaks): the request in, ``fn(request)``'s
+    answer out as one JSON line; a refusal said on stderr (exit code 2)."""
+    opened = open_protocol(what)
+    if opened is None:
+        return 2
+    out, request = opened
+    try:
+        result = fn(request)
+    except Refused as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    out.write(json.dumps(result, separators=(",", ":")) + "\n")
+    out.flush()
+    return 0
+
+
 def main():
     opened = open_protocol("the torch engine")
     if opened is None:

@@ -13,11 +13,10 @@ a ``started`` line, then one JSON object: ``{"device", "device_name", "torch", "
 "gemv_bytes", "gemv_secs"}``.
 """
 
-import json
 import sys
 import time
 
-from .engine import Refused, open_protocol
+from .engine import Refused, answer_once
 
 # Sizes double; the next is left out when its run would take longer than this (8× the last).
 SLOW_RUN_S = 1.0
@@ -70,7 +69,7 @@ def measure(request):
         array_bytes = 1 << 30
     elif device.type == "cpu":
         torch.set_num_threads(request["threads"])
-        name = _cpu_name()
+        name = ""  # memscope names the CPU (src/environment.rs)
         sizes = [256, 512, 1024, 2048]
         dtypes = [("f32", torch.float32, False), ("bf16", torch.bfloat16, False)]
         array_bytes = 128 << 20
@@ -140,30 +139,8 @@ def measure(request):
             "gemv_secs": gemv_secs}
 
 
-def _cpu_name():
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return "cpu"
-
-
 def main():
-    opened = open_protocol("the torch engine's peaks")
-    if opened is None:
-        return 2
-    out, request = opened
-    try:
-        result = measure(request)
-    except Refused as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    out.write(json.dumps(result, separators=(",", ":")) + "\n")
-    out.flush()
-    return 0
+    return answer_once("the torch engine's peaks", measure)
 
 
 if __name__ == "__main__":

@@ -14,11 +14,10 @@ the optimizer's state, not the first that makes it) by signature:
 ``[phase, op, [[shape, dtype] read…], [[shape, dtype] written…], [bool args…], calls]``.
 """
 
-import json
 import sys
 import weakref
 
-from .engine import Refused, _cache_tensors, open_protocol
+from .engine import _cache_tensors, answer_once
 
 REPLAYED_MICRO_BATCHES = 3
 
@@ -256,18 +255,7 @@ def trace(request):
 
 
 def main():
-    opened = open_protocol("the torch estimator's trace")
-    if opened is None:
-        return 2
-    out, request = opened
-    try:
-        result = trace(request)
-    except Refused as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    out.write(json.dumps(result, separators=(",", ":")) + "\n")
-    out.flush()
-    return 0
+    return answer_once("the torch estimator's trace", trace)
 
 
 if __name__ == "__main__":

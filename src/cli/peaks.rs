@@ -69,12 +69,7 @@ pub fn run(a: PeaksArgs) -> anyhow::Result<ExitCode> {
             (p, source)
         }
     };
-    if let Some(j) = &a.json {
-        write_atomic(j, &serde_json::to_string_pretty(&p)?)
-            .with_context(|| format!("--json {}", j.display()))?;
-    }
-    out!("{}", crate::report::peaks::render(&p, &source))?;
-    Ok(ExitCode::SUCCESS)
+    finish(&a, &p, crate::report::peaks::render(&p, &source))
 }
 
 /// `peaks --engine torch [--device D]`: PyTorch's roofs on the device, cached per device.
@@ -117,10 +112,15 @@ fn torch_peaks(
             (p, source)
         }
     };
+    finish(a, &p, crate::report::peaks::render_torch(&p, &source))
+}
+
+/// Either engine's peaks: `--json`, then the tables.
+fn finish(a: &PeaksArgs, p: &impl serde::Serialize, text: String) -> anyhow::Result<ExitCode> {
     if let Some(j) = &a.json {
-        write_atomic(j, &serde_json::to_string_pretty(&p)?)
+        write_atomic(j, &serde_json::to_string_pretty(p)?)
             .with_context(|| format!("--json {}", j.display()))?;
     }
-    out!("{}", crate::report::peaks::render_torch(&p, &source))?;
+    out!("{text}")?;
     Ok(ExitCode::SUCCESS)
 }

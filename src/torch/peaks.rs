@@ -150,7 +150,12 @@ pub fn measure(
     Ok(TorchPeaks {
         fingerprint: fingerprint(device, threads),
         device: m.device,
-        device_name: m.device_name,
+        // The GPU's name from PyTorch; the CPU's as every Record names it.
+        device_name: if m.device_name.is_empty() {
+            crate::environment::capture(threads).cpu_model
+        } else {
+            m.device_name
+        },
         torch: m.torch,
         threads: m.threads,
         matmul: rates(&m.matmul, true),

@@ -112,22 +112,8 @@ class Tracer:
         return True
 
     def count_op(self, func, args, out):
-        """One dispatched op by its signature: the tensors it read and wrote (shape, dtype) and
-        its bool arguments (SDPA's is_causal), for the step time memscope predicts."""
-        import torch
-        ins, flags = [], []
-        for a in args:
-            if isinstance(a, torch.Tensor):
-                ins.append((tuple(a.shape), _DT.get(a.dtype, str(a.dtype))))
-            elif isinstance(a, (list, tuple)):
-                ins.extend((tuple(t.shape), _DT.get(t.dtype, str(t.dtype))) for t in a
-                           if isinstance(t, torch.Tensor))
-            elif isinstance(a, bool):
-                flags.append(a)
-        outs = [(tuple(t.shape), _DT.get(t.dtype, str(t.dtype)))
-                for t in (out if isinstance(out, (list, tuple)) else [out])
-                if isinstance(t, torch.Tensor)]
-        key = (self.phases[self.phase], str(func), tuple(ins), tuple(outs), tuple(flags))
+        """One dispatched op by its signature, for the step time memscope predicts."""
+        key = (self.phases[self.phase],) + signature(func, args, out)
         self.ops[key] = self.ops.get(key, 0) + 1
 
     def in_backward(self):
@@ -171,6 +157,26 @@ def _mode(torch, tracer):
 
 
 _DT = {}
+
+
+def signature(func, args, out):
+    """An op call's signature: ATen's name with its overload, the (shape, dtype) of each tensor
+    it read and wrote (tensor lists flattened) and its bool arguments (SDPA's is_causal) — what
+    ``src/analysis/aten_cost.rs`` costs."""
+    import torch
+    ins, flags = [], []
+    for a in args:
+        if isinstance(a, torch.Tensor):
+            ins.append((tuple(a.shape), _DT.get(a.dtype, str(a.dtype))))
+        elif isinstance(a, (list, tuple)):
+            ins.extend((tuple(t.shape), _DT.get(t.dtype, str(t.dtype))) for t in a
+                       if isinstance(t, torch.Tensor))
+        elif isinstance(a, bool):
+            flags.append(a)
+    outs = [(tuple(t.shape), _DT.get(t.dtype, str(t.dtype)))
+            for t in (out if isinstance(out, (list, tuple)) else [out])
+            if isinstance(t, torch.Tensor)]
+    return (str(func), tuple(ins), tuple(outs), tuple(flags))
 
 
 def _dtype_names(torch):

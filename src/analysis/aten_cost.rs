@@ -161,6 +161,14 @@ pub fn cost(op: &TracedOp) -> Cost {
         {
             plain(Kind::Activation, 8.0)
         }
+        "embedding" => Cost {
+            // A gather: the ids read, the rows it picks read once and written once (not the
+            // whole table).
+            kind: Kind::Embedding,
+            flops: 0.0,
+            bytes: bytes_of(ins.get(1..).unwrap_or(&[])) + 2.0 * bytes_of(outs),
+            mkn: None,
+        },
         b if b.starts_with("embedding") => plain(Kind::Embedding, 0.0),
         b if b.contains("log_softmax")
             || b.starts_with("nll_loss")
@@ -248,6 +256,10 @@ mod tests {
         assert_eq!((a.kind, a.flops), (Kind::Attention, 4.0 * 8.0 * 2.0 * 10.0));
         let v = cost(&op("aten.transpose.int", &[&[4, 8]], &[&[8, 4]], &[]));
         assert_eq!((v.kind, v.bytes), (Kind::View, 0.0));
+        // A gather of 6 rows of 8 from a table of 100: ids, then the rows read and written.
+        let mut g = op("aten.embedding.default", &[&[100, 8], &[6]], &[&[6, 8]], &[]);
+        g.inputs[1].1 = "i64".into();
+        assert_eq!(cost(&g).bytes, 6.0 * 8.0 + 2.0 * 6.0 * 8.0 * 4.0);
         let e = cost(&op("aten.add.Tensor", &[&[4, 8], &[4, 8]], &[&[4, 8]], &[]));
         assert_eq!(
             (e.kind, e.flops, e.bytes),

@@ -19,6 +19,7 @@ pub mod scaling;
 pub mod stats;
 pub mod targets;
 pub mod timing;
+pub mod torch_roofline;
 pub mod torch_time;
 pub mod trend;
 pub mod warmup;

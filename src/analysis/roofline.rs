@@ -63,19 +63,21 @@ pub struct MeasuredOp {
     pub ms: f64,
 }
 
-/// The kind users read: which projection a linear layer is, by the module it ran in.
+/// The kind users read: which projection a linear layer (or, on the torch engine, a matrix
+/// product) is, by the module it ran in.
 pub fn display_kind(module: &str, kind: &str) -> String {
     let part = module.rsplit(' ').next().unwrap_or("");
     match (kind, part) {
-        ("linear", "attention") => "attention projections".into(),
-        ("linear", "mlp") => "MLP projections".into(),
+        ("linear" | "matmul", "attention") => "attention projections".into(),
+        ("linear" | "matmul", "mlp") => "MLP projections".into(),
         ("linear", _) => "LM head".into(),
-        ("layer norm" | "rms norm", _) => "norms".into(),
+        ("matmul", _) if module == super::op_cost::HEAD => "LM head".into(),
+        ("layer norm" | "rms norm" | "norm", _) => "norms".into(),
         ("gelu" | "swiglu", _) => "activation".into(),
         ("residual add", _) => "residual adds".into(),
         ("embedding" | "position add", _) => "embedding".into(),
         ("cross-entropy", _) => "loss".into(),
-        ("adamw", _) => "optimizer update".into(),
+        ("adamw" | "optimizer", _) => "optimizer update".into(),
         ("rope", _) => "RoPE".into(),
         (k, _) => k.into(),
     }

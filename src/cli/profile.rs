@@ -3,7 +3,7 @@
 //! FLOP/s, and the profiling overhead (profiled vs plain step time, same process).
 
 use super::args::{ModelArgs, WorkloadArgs};
-use super::roofline::{run_profiled, sections};
+use super::roofline::measure;
 use crate::analysis::profile_tree;
 use crate::model::cost::{module_params, ModuleParams};
 use crate::out;
@@ -64,27 +64,38 @@ pub fn run(a: ProfileArgs) -> anyhow::Result<ExitCode> {
             a.workload.data.data.as_deref(),
         ),
     )?;
-    let p = run_profiled(&a.model, &a.workload, &a.roofs)?;
+    let p = measure(&a.model, &a.workload, &a.roofs)?;
     let counts = module_params(p.spec.arch())
         .map_err(|e| anyhow::anyhow!("--model: the parameter count {e}"))?;
     let params = |m: &str| params_of(&counts, m);
-    let trees: Vec<rep::Tree> = sections(&p)
+    let trees: Vec<rep::Tree> = p
+        .sections
         .iter()
         .map(|s| rep::Tree {
             name: s.name.to_string(),
             time_ms: s.time_ms,
             plain_ms: s.plain_ms,
             nodes: profile_tree::tree(&s.costs, &s.measured, &params, a.depth),
+            unattributed: if p.engine == "torch" {
+                rep::TORCH_REST
+            } else {
+                rep::CANDLE_REST
+            },
         })
         .collect();
     let title = format!(
-        "profile: {} {} batch {} seq {} ({} measured steps, {} threads)",
+        "profile: {} {} batch {} seq {} ({} measured steps, {} threads{})",
         p.spec.model,
         p.spec.mode.name(),
         p.spec.batch,
         p.spec.seq,
         p.spec.steps,
-        p.spec.threads
+        p.spec.threads,
+        if p.engine == "torch" {
+            format!(", {}", p.isa)
+        } else {
+            String::new()
+        }
     );
     for (flag, path, text) in [
         ("--json", &a.json, rep::json(&trees)?),

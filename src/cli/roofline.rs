@@ -62,28 +62,7 @@ const ROOF_MAX: f64 = 1e9;
 /// Parses --roofs or reads the peaks cache.
 fn roofs(flag: &Option<String>, threads: usize, dtype: &str) -> anyhow::Result<Roofs> {
     if let Some(s) = flag {
-        let parse = |x: &str| x.trim().parse::<f64>().ok().filter(|v| *v > 0.0);
-        let mut it = s.split(':');
-        let (Some(p), Some(w), None) = (
-            it.next().and_then(parse),
-            it.next().and_then(parse),
-            it.next(),
-        ) else {
-            bail!("--roofs {s}: expected MATMUL_GFLOPS:BANDWIDTH_GBS, two positive numbers");
-        };
-        // Finite ranges: FLOP/s, bytes/s, the ridge and the chart's axes all stay finite (1e308
-        // GFLOP/s is infinite FLOP/s, and the chart's axis search never ended).
-        let range = ROOF_MIN..=ROOF_MAX;
-        if !range.contains(&p) || !range.contains(&w) {
-            bail!(
-                "--roofs {s}: each number must lie between {ROOF_MIN} and {ROOF_MAX:e} (GFLOP/s, GB/s); a real machine is within"
-            );
-        }
-        return Ok(Roofs {
-            matmul_gflops: p,
-            bandwidth_gbs: w,
-            copy_gbs: w,
-        });
+        return parse_roofs(s);
     }
     let Some(p) = crate::measure::peaks::cached(threads) else {
         // Peaks are cached per bf16 path too: with the dot products turned off, the peaks
@@ -103,6 +82,32 @@ fn roofs(flag: &Option<String>, threads: usize, dtype: &str) -> anyhow::Result<R
         matmul_gflops: p.matmul_gflops.get(dtype).copied().unwrap_or(0.0),
         bandwidth_gbs: p.bandwidth_gbs.max(p.copy_gbs.best),
         copy_gbs: p.copy_gbs.best,
+    })
+}
+
+/// `--roofs MATMUL_GFLOPS:BANDWIDTH_GBS`.
+fn parse_roofs(s: &str) -> anyhow::Result<Roofs> {
+    let parse = |x: &str| x.trim().parse::<f64>().ok().filter(|v| *v > 0.0);
+    let mut it = s.split(':');
+    let (Some(p), Some(w), None) = (
+        it.next().and_then(parse),
+        it.next().and_then(parse),
+        it.next(),
+    ) else {
+        bail!("--roofs {s}: expected MATMUL_GFLOPS:BANDWIDTH_GBS, two positive numbers");
+    };
+    // Finite ranges: FLOP/s, bytes/s, the ridge and the chart's axes all stay finite (1e308
+    // GFLOP/s is infinite FLOP/s, and the chart's axis search never ended).
+    let range = ROOF_MIN..=ROOF_MAX;
+    if !range.contains(&p) || !range.contains(&w) {
+        bail!(
+            "--roofs {s}: each number must lie between {ROOF_MIN} and {ROOF_MAX:e} (GFLOP/s, GB/s); a real machine is within"
+        );
+    }
+    Ok(Roofs {
+        matmul_gflops: p,
+        bandwidth_gbs: w,
+        copy_gbs: w,
     })
 }
 
@@ -127,6 +132,118 @@ pub fn arch(spec: &Spec, params: u64) -> anyhow::Result<Arch> {
     })
 }
 
+/// What roofline and profile report, measured on either engine.
+pub struct Measured {
+    pub spec: Spec,
+    pub roofs: Roofs,
+    pub sections: Vec<Section>,
+    pub weights_bytes: u64,
+    /// The CPU's vector instructions, or for the torch engine PyTorch's version and the device.
+    pub isa: String,
+    /// `torch`, or empty for memscope's engine.
+    pub engine: String,
+}
+
+/// The workload measured plain and profiled: by memscope's op timer in this process, or with
+/// `--engine torch` by the Python package's (every ATen op timed, `torch::optime`).
+pub fn measure(
+    m: &ModelArgs,
+    w: &WorkloadArgs,
+    roofs_flag: &Option<String>,
+) -> anyhow::Result<Measured> {
+    if w.variant.engine.engine == crate::spec::Engine::Torch {
+        return measure_torch(m, w, roofs_flag);
+    }
+    let p = run_profiled(m, w, roofs_flag)?;
+    let sections = sections(&p);
+    Ok(Measured {
+        sections,
+        roofs: p.roofs,
+        weights_bytes: p.profiled.model.param_bytes,
+        isa: crate::environment::isa(),
+        engine: String::new(),
+        spec: p.spec,
+    })
+}
+
+/// Mean and standard deviation of a phase's runs, ms.
+fn mean_std(runs: Option<&Vec<f64>>) -> (f64, f64) {
+    let v = runs.map(Vec::as_slice).unwrap_or(&[]);
+    let m = crate::analysis::stats::mean(v).unwrap_or(0.0);
+    (m, crate::analysis::stats::sample_std(v).unwrap_or(0.0))
+}
+
+fn measure_torch(
+    m: &ModelArgs,
+    w: &WorkloadArgs,
+    roofs_flag: &Option<String>,
+) -> anyhow::Result<Measured> {
+    use crate::analysis::torch_roofline::{roofs as torch_roofs, section};
+    let mut w = w.clone();
+    // PyTorch's first steps after the first are still slower (its allocator and the system's
+    // pages warming up): two warm-up steps by default.
+    w.warmup = Some(w.warmup.unwrap_or(2));
+    w.steps = Some(w.steps.unwrap_or(3));
+    let spec = build_spec(m, &w)?;
+    let device = spec
+        .torch
+        .as_ref()
+        .map_or("cpu".to_string(), |t| t.device.clone());
+    let roofs = match roofs_flag {
+        Some(s) => parse_roofs(s)?,
+        None => {
+            let Some(p) = crate::torch::peaks::cached(&device, spec.threads) else {
+                bail!(
+                    "no roofs measured for --device {device} at {t} threads: run `memscope peaks --engine torch --device {device} --threads {t}` first (seconds), or pass --roofs GFLOPS:GBS",
+                    t = spec.threads
+                );
+            };
+            torch_roofs(&p, spec.dtype.name())
+        }
+    };
+    let p = crate::torch::optime::profile(&spec)?;
+    let sec = |name, phases: &[&str], key: &str, runs: f64| {
+        let (costs, measured) = section(&p.ops, phases, runs);
+        Section {
+            name,
+            costs,
+            measured,
+            time_ms: mean_std(p.profiled.get(key)),
+            plain_ms: mean_std(p.plain.get(key)),
+        }
+    };
+    let sections = match spec.mode {
+        Mode::Train => vec![sec("step", &["forward", "backward", "optimizer"], "step", 1.0)],
+        Mode::Infer => vec![sec("forward", &["forward"], "forward", 1.0)],
+        Mode::Generate => vec![
+            sec("prefill", &["prefill"], "prefill", 1.0),
+            sec(
+                "decode step",
+                &["decode"],
+                "decode",
+                spec.new_tokens.max(1) as f64,
+            ),
+        ],
+    };
+    Ok(Measured {
+        isa: format!(
+            "PyTorch {} on {}{}",
+            p.torch,
+            p.device,
+            if p.device_name.is_empty() {
+                String::new()
+            } else {
+                format!(" ({})", p.device_name)
+            }
+        ),
+        engine: "torch".into(),
+        weights_bytes: p.param_bytes,
+        roofs,
+        sections,
+        spec,
+    })
+}
+
 /// Runs the spec plain, then profiled, in this process.
 pub fn run_profiled(
     m: &ModelArgs,
@@ -136,11 +253,6 @@ pub fn run_profiled(
     let mut w = w.clone();
     w.warmup = Some(w.warmup.unwrap_or(1));
     w.steps = Some(w.steps.unwrap_or(3));
-    if w.variant.engine.engine == crate::spec::Engine::Torch {
-        anyhow::bail!(
-            "--engine torch: roofline and profile time memscope's own ops one by one, which PyTorch's kernels do not report; run them on memscope's engine, or time the torch engine's phases with `bench --engine torch`"
-        );
-    }
     let spec = build_spec(m, &w)?;
     if !w.force {
         crate::runner::check_machine_memory(&spec)?;
@@ -282,8 +394,8 @@ pub fn run(a: RooflineArgs) -> anyhow::Result<ExitCode> {
             a.workload.data.data.as_deref(),
         ),
     )?;
-    let p = run_profiled(&a.model, &a.workload, &a.roofs)?;
-    let secs = sections(&p);
+    let p = measure(&a.model, &a.workload, &a.roofs)?;
+    let secs = &p.sections;
     let report: Vec<SectionReport> = secs
         .iter()
         .map(|s| {
@@ -305,9 +417,10 @@ pub fn run(a: RooflineArgs) -> anyhow::Result<ExitCode> {
         new_tokens: p.spec.new_tokens,
         steps: p.spec.steps,
         threads: p.spec.threads,
-        isa: crate::environment::isa(),
+        isa: p.isa.clone(),
         roofs: p.roofs,
-        weights_bytes: p.profiled.model.param_bytes,
+        weights_bytes: p.weights_bytes,
+        engine: p.engine.clone(),
     };
     for (flag, path, text) in [
         ("--json", &a.json, rep::json(&head, &report)?),

@@ -69,6 +69,12 @@ pub fn scratch_bytes((m, n, k): (usize, usize, usize)) -> u64 {
     if amx_tiles::available() {
         return amx_bf16::scratch_bytes((m, n, k));
     }
+    scratch_bytes_vector((m, n, k))
+}
+
+/// Bytes of the packing buffers [`product_vector`] allocates (what [`scratch_bytes`] is on a
+/// CPU without AMX tiles).
+fn scratch_bytes_vector((m, n, k): (usize, usize, usize)) -> u64 {
     let kp = KC.min(k).div_ceil(2);
     let cols = NC.min(n).div_ceil(NR) * NR;
     let rows = MC.min(m).div_ceil(MR) * MR;
@@ -247,9 +253,17 @@ mod tests {
     #[test]
     fn scratch_is_two_packed_blocks() {
         assert_eq!(
-            scratch_bytes((256, 768, 768)),
+            scratch_bytes_vector((256, 768, 768)),
             (128 * (768 + 264) * 4) as u64
         );
-        assert_eq!(scratch_bytes((1, 1, 1)), (32 + 12) * 4);
+        assert_eq!(scratch_bytes_vector((1, 1, 1)), (32 + 12) * 4);
+        // What the linear layers allocate follows the kernel they run (on an AMX CPU, the tiles').
+        let mnk = (256, 768, 768);
+        let dispatched = if amx_tiles::available() {
+            amx_bf16::scratch_bytes(mnk)
+        } else {
+            scratch_bytes_vector(mnk)
+        };
+        assert_eq!(scratch_bytes(mnk), dispatched);
     }
 }

@@ -68,6 +68,10 @@ pub struct Head {
     pub isa: String,
     pub roofs: Roofs,
     pub weights_bytes: u64,
+    /// `torch` when PyTorch ran the workload (`--engine torch`); empty for memscope's engine
+    /// and in files written before the field.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub engine: String,
 }
 
 /// One section (train step, forward, prefill, one decode step) analysed.

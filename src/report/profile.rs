@@ -13,7 +13,14 @@ pub struct Tree {
     pub time_ms: (f64, f64),
     pub plain_ms: (f64, f64),
     pub nodes: Vec<Node>,
+    /// What the time outside the timed ops is, for the engine that ran.
+    #[serde(skip)]
+    pub unattributed: &'static str,
 }
+
+/// The unattributed remainder on memscope's engine, and on the torch engine.
+pub const CANDLE_REST: &str = "candle's autograd, copies, the loop";
+pub const TORCH_REST: &str = "PyTorch's autograd engine, Python between the ops, the timing hook";
 
 fn attributed(t: &Tree) -> f64 {
     t.nodes
@@ -29,7 +36,7 @@ pub fn overhead(t: &Tree) -> String {
     let a = attributed(t);
     format!(
         "{}: profiled {} ± {} ms, plain {} ± {} ms (same process): profiling overhead {:+.1}%; \
-         ops sum to {} ms, unattributed remainder {} ms ({:.1}%: candle's autograd, copies, the loop)",
+         ops sum to {} ms, unattributed remainder {} ms ({:.1}%: {})",
         t.name,
         units::ms(p),
         units::ms(ps),
@@ -38,7 +45,8 @@ pub fn overhead(t: &Tree) -> String {
         100.0 * (p / q.max(1e-12) - 1.0),
         units::ms(a),
         units::ms((p - a).max(0.0)),
-        100.0 * (p - a).max(0.0) / p.max(1e-12)
+        100.0 * (p - a).max(0.0) / p.max(1e-12),
+        t.unattributed
     )
 }
 

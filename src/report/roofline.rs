@@ -155,6 +155,22 @@ const MODEL_NOTE: &str = "Bytes are the minimum: each input read once, each outp
 Roofs: matmul peak and best bandwidth from `memscope peaks`; overhead-bound = below 10% of the roof \
 at the op's intensity. Ops outside the timed kernels (candle's autograd, copies, the loop) are unattributed.";
 
+const TORCH_NOTE: &str = "Bytes are the minimum: each input read once, each output written once. \
+Roofs: the best square product of the dtype and the best bandwidth from `memscope peaks --engine torch`; \
+overhead-bound = below 10% of the roof at the op's intensity. Every ATen op PyTorch dispatched is timed \
+(CPU: the wall clock around the call; CUDA: a pair of events on the stream) and costed from its shapes; \
+in backward it is charged to the module whose forward made the autograd node. Unattributed: PyTorch's \
+autograd engine and Python between the ops, and the timing hook itself.";
+
+/// The note on how the figures were made, for the engine that made them.
+fn note(h: &Head) -> &'static str {
+    if h.engine == "torch" {
+        TORCH_NOTE
+    } else {
+        MODEL_NOTE
+    }
+}
+
 /// ", avx2" after the thread count, nothing when the file predates the field.
 fn isa_suffix(isa: &str) -> String {
     if isa.is_empty() {
@@ -167,7 +183,7 @@ fn isa_suffix(isa: &str) -> String {
 pub fn terminal(h: &Head, secs: &[SectionReport]) -> String {
     let mut o = format!(
         "roofline: {} {} batch {} seq {} ({} measured steps, {} threads{}); roofs {:.1} GFLOP/s, {:.1} GB/s, ridge {:.1} FLOP/B\n{}\n",
-        h.model, h.mode, h.batch, h.seq, h.steps, h.threads, isa_suffix(&h.isa), h.roofs.matmul_gflops, h.roofs.bandwidth_gbs, h.roofs.ridge(), MODEL_NOTE
+        h.model, h.mode, h.batch, h.seq, h.steps, h.threads, isa_suffix(&h.isa), h.roofs.matmul_gflops, h.roofs.bandwidth_gbs, h.roofs.ridge(), note(h)
     );
     for s in secs {
         let _ = write!(
@@ -183,7 +199,7 @@ pub fn terminal(h: &Head, secs: &[SectionReport]) -> String {
 }
 
 pub fn markdown(h: &Head, secs: &[SectionReport]) -> String {
-    let mut o = format!("# roofline: {} {}\n\n{}\n", h.model, h.mode, MODEL_NOTE);
+    let mut o = format!("# roofline: {} {}\n\n{}\n", h.model, h.mode, note(h));
     for s in secs {
         let _ = write!(
             o,

@@ -40,7 +40,7 @@ fn one() -> u64 {
 }
 
 /// A tensor an op read or wrote: (shape, dtype).
-type Tensor = (Vec<u64>, String);
+pub type Tensor = (Vec<u64>, String);
 
 /// One dispatched op of the traced steps, by signature, with its calls per step.
 #[derive(Clone, Debug, PartialEq)]

@@ -1,0 +1,178 @@
+"""``memscope roofline --engine torch`` and ``profile --engine torch``: a Spec's workload run for
+real through transformers' own classes, its measured steps plain alternating with as many with
+every dispatched ATen op timed one by one (on the CPU by the wall clock around the call; on CUDA
+by a pair of CUDA events around it on the stream, read after the step synchronises), each op
+charged to the module that ran it. In backward an op is charged to the module whose forward made
+the autograd node running it (matched by the node's sequence number), so a layer's backward is
+the layer's. memscope costs each op (``src/analysis/aten_cost.rs``: FLOPs and minimum bytes from
+its signature) and sets the times against the roofs ``peaks --engine torch`` measured.
+
+Protocol: the request ``{"spec": …, "expected_params": N}`` on stdin; one JSON object on stdout:
+``{"device", "device_name", "torch", "param_bytes", "steps", "plain": {phase: [ms of each run…]},
+"profiled": {…}, "ops": [[phase, module, op, [[shape, dtype] read…], [[shape, dtype] written…],
+[bool args…], calls, seconds]…]}``: ``plain`` and ``profiled`` hold every run of each phase and
+of the whole ``step``; ``ops`` sum the profiled steps (module ``"(model)"``: the model's own
+forward, such as its loss; ``""``: outside every module, or in backward a node no module's
+forward made, such as the gradients' accumulation).
+"""
+
+import contextlib
+import sys
+import time
+
+from .engine import Engine, answer_once
+from .trace import _dtype_names, signature
+
+
+class OpTimer:
+    """Every op's time while ``on``, keyed by (phase, module, signature)."""
+
+    def __init__(self, torch, device, model):
+        self.torch = torch
+        self.names = {id(m): n or "(model)" for n, m in model.named_modules()}
+        self.stack = []       # modules whose forward is running, innermost last
+        self.owner = {}       # an autograd node's sequence number -> the module that made it
+        self.phase = None
+        self.on = False
+        self.cuda = device.type == "cuda"
+        self.ops = {}         # key -> [calls, seconds]
+        self.pending = []     # CUDA: (key, start event, end event), read after a sync
+
+    def module(self):
+        if self.phase == "backward":
+            node = self.torch._C._current_autograd_node()
+            return self.owner.get(node._sequence_nr(), "") if node is not None else ""
+        return self.stack[-1] if self.stack else ""
+
+    def time(self, func, args, kwargs):
+        torch = self.torch
+        module = self.module()
+        if self.cuda:
+            start = torch.cuda.Event(enable_timing=True)
+            end = torch.cuda.Event(enable_timing=True)
+            start.record()
+            out = func(*args, **kwargs)
+            end.record()
+            secs = None
+        else:
+            t0 = time.perf_counter()
+            out = func(*args, **kwargs)
+            secs = time.perf_counter() - t0
+        if self.phase != "backward" and torch.is_grad_enabled():
+            # The node this op made (if any) has the sequence number just taken; an op that made
+            # none leaves the module of the op that did.
+            self.owner.setdefault(torch._C._autograd._get_sequence_nr() - 1, module)
+        key = (self.phase or "", module) + signature(func, args, out)
+        e = self.ops.setdefault(key, [0, 0.0])
+        e[0] += 1
+        if secs is None:
+            self.pending.append((e, start, end))
+        else:
+            e[1] += secs
+        return out
+
+    def settle(self):
+        """CUDA: the events' times added once the device has run them."""
+        if self.pending:
+            self.torch.cuda.synchronize()
+            for e, start, end in self.pending:
+                e[1] += start.elapsed_time(end) / 1e3
+            self.pending.clear()
+
+
+def _mode(timer):
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Timed(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if not timer.on or func.namespace != "aten":
+                return func(*args, **(kwargs or {}))
+            return timer.time(func, args, kwargs or {})
+    return Timed()
+
+
+def profile(request):
+    import torch
+    _dtype_names(torch)
+    eng = Engine(request, out=None)
+    eng.build()
+    spec = eng.spec
+    dev = eng.device
+    timer = OpTimer(torch, dev, eng.model)
+    sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
+    times = {}
+
+    @contextlib.contextmanager
+    def mark(name):
+        timer.phase = name
+        if name == "forward" or name == "prefill":
+            timer.owner.clear()  # a new step's graph
+        sync()
+        t0 = time.perf_counter()
+        yield
+        sync()
+        times.setdefault(name, []).append((time.perf_counter() - t0) * 1e3)
+        timer.phase = None
+
+    def pre(m, args):
+        timer.stack.append(timer.names.get(id(m), "?"))
+
+    def post(m, args, out):
+        if timer.stack:
+            timer.stack.pop()
+
+    from torch.nn.modules.module import (register_module_forward_hook,
+                                         register_module_forward_pre_hook)
+    hooks = [register_module_forward_pre_hook(pre), register_module_forward_hook(post,
+                                                                                 always_call=True)]
+    eng.phase = mark
+    step_fn = {"train": eng.train_step, "infer": eng.infer_step,
+               "generate": eng.generate_step}[eng.mode]
+    gen = torch.Generator().manual_seed(spec["seed"])
+    ids = torch.randint(0, eng.cfg["vocab_size"], (spec["batch"], spec["seq"]),
+                        generator=gen).to(dev)
+
+    def run(into, timed):
+        """One step, its phases' and its own times added to ``into``."""
+        times.clear()
+        mode = _mode(timer) if timed else contextlib.nullcontext()
+        with mode:
+            timer.on = timed
+            sync()
+            t0 = time.perf_counter()
+            step_fn(lambda: ids)
+            sync()
+            times.setdefault("step", []).append((time.perf_counter() - t0) * 1e3)
+            timer.on = False
+        timer.settle()
+        for k, v in times.items():
+            into.setdefault(k, []).extend(v)
+
+    plain, profiled = {}, {}
+    try:
+        for _ in range(spec["warmup"]):
+            run(plain, False)
+        plain.clear()
+        # Plain and profiled steps alternate, so a drift of the machine's speed (its allocator
+        # and pages still warming, another process) weighs on both alike.
+        for _ in range(spec["steps"]):
+            run(plain, False)
+            run(profiled, True)
+    finally:
+        for h in hooks:
+            h.remove()
+    return {"device": str(dev),
+            "device_name": torch.cuda.get_device_name(dev) if dev.type == "cuda" else "",
+            "torch": torch.__version__,
+            "param_bytes": sum(p.numel() * p.element_size() for p in eng.model.parameters()),
+            "steps": spec["steps"], "plain": plain, "profiled": profiled,
+            "ops": [[ph, mod, op, [list(i) for i in ins], [list(o) for o in outs], list(fl), n, s]
+                    for (ph, mod, op, ins, outs, fl), (n, s) in timer.ops.items()]}
+
+
+def main():
+    return answer_once("the torch engine's op timer", profile)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -20,7 +20,7 @@ import contextlib
 import sys
 import time
 
-from .engine import Engine, answer_once
+from .engine import Engine, _tokens, answer_once
 from .trace import _dtype_names, signature
 
 
@@ -128,9 +128,10 @@ def profile(request):
     eng.phase = mark
     step_fn = {"train": eng.train_step, "infer": eng.infer_step,
                "generate": eng.generate_step}[eng.mode]
-    gen = torch.Generator().manual_seed(spec["seed"])
-    ids = torch.randint(0, eng.cfg["vocab_size"], (spec["batch"], spec["seq"]),
-                        generator=gen).to(dev)
+    # The engine's batches: seeded random ids drawn once, or a window of --data each step.
+    batches = _tokens(eng.np, spec, eng.cfg["vocab_size"])
+    fixed = eng.ids(batches) if not spec.get("data") else None
+    draw = (lambda: fixed) if fixed is not None else (lambda: eng.ids(batches))
 
     def run(into, timed):
         """One step, its phases' and its own times added to ``into``."""
@@ -140,7 +141,7 @@ def profile(request):
             timer.on = timed
             sync()
             t0 = time.perf_counter()
-            step_fn(lambda: ids)
+            step_fn(draw)
             sync()
             times.setdefault("step", []).append((time.perf_counter() - t0) * 1e3)
             timer.on = False

@@ -6,7 +6,7 @@ sequence (``src/torch/estimate.rs``): live bytes by category at the peak, and on
 reserved bytes replayed through the caching allocator's rules.
 
 Protocol: the request ``{"spec": …, "expected_params": N}`` on stdin; one JSON object on stdout:
-``{"traced_on": d, "params": n, "param_sizes": […], "buffer_sizes": […], "events": […],
+``{"traced_on": d, "cuda_capability": [major, minor] or null, "params": n, "param_sizes": […], "buffer_sizes": […], "events": […],
 "peak": {…}, "ends": […], "steps": s, "ops": […]}`` (storages' bytes: parameters and buffers as
 built, then the steps) where an event ``n ≥ 0`` allocates n bytes as the next block id and
 ``-(id+1)`` frees block ``id``; ``ops`` the dispatched ops of the last ``s`` steps (the one with
@@ -251,7 +251,10 @@ def trace(request):
         eng.traced_steps(ids, tr.set_phase, tr.end_phase)
         tr.end_phase()
     # What the model held before the first step, in the order it was built.
-    return {"traced_on": traced_on,
+    cap = None
+    if device.startswith("cuda") and torch.cuda.is_available():
+        cap = list(torch.cuda.get_device_capability(torch.device(device)))
+    return {"traced_on": traced_on, "cuda_capability": cap,
             "params": sum(p.numel() for p in params), "param_sizes": sizes(params),
             "buffer_sizes": sizes(eng.model.buffers()),
             "events": tr.events, "peak": tr.at_peak or {}, "ends": tr.ends,

@@ -51,6 +51,52 @@ def test_the_traced_flops_equal_memscopes_analytic_count(memscope_bin, tmp_path,
         assert abs(traced[phase] - ours[phase]) <= 0.02 * ours[phase], (phase, traced, ours)
 
 
+@pytest.mark.parametrize("model", ["gpt2-small", "cs336-small"])
+def test_roofline_on_torch_times_every_op_kind_and_counts_memscopes_flops(memscope_bin, tmp_path,
+                                                                          model):
+    # Real steps with every ATen op timed: each op kind has a row, the remainder and the cost
+    # of profiling are stated, and the FLOPs of the timed ops (forward and backward) are
+    # memscope's analytic count within 2%: the same model.
+    shape = ["--model", model, "--batch", "1", "--seq", "64"]
+    ok(run(memscope_bin, "estimate", *shape, "--json", tmp_path / "ours.json"))
+    p = ok(run(memscope_bin, "roofline", "--engine", "torch", *shape, "--warmup", "0",
+               "--steps", "1", "--threads", "2", "--roofs", "100:10", "--json",
+               tmp_path / "torch.json", "--csv", tmp_path / "torch.csv"))
+    assert "unattributed" in p.stdout and "profiling overhead" in p.stdout
+    assert "PyTorch's autograd engine" in p.stdout
+    ours = json.loads((tmp_path / "ours.json").read_text())["flops"]
+    rl = json.loads((tmp_path / "torch.json").read_text())
+    assert rl["run"]["engine"] == "torch" and rl["run"]["isa"].startswith("PyTorch ")
+    rows = rl["sections"][0]["ops"]
+    kinds = {r["name"] for r in rows}
+    assert kinds >= {"attention projections", "MLP projections", "LM head", "attention (SDPA)",
+                     "norms", "activation", "embedding", "loss", "optimizer update",
+                     "elementwise"}, kinds
+    assert all(r["time_ms"] > 0 for r in rows if r["flops"] > 0)
+    for pass_ in ("forward", "backward"):
+        timed = sum(r["flops"] for r in rows if r["pass"] == pass_
+                    and r["name"] != "optimizer update")
+        assert abs(timed - ours[pass_]) <= 0.02 * ours[pass_], (pass_, timed, ours)
+    step = rl["sections"][0]["step"]
+    assert 0 < step["attributed_ms"] < step["time_ms"]
+
+
+def test_profile_on_torch_draws_the_module_tree_of_prefill_and_decode(memscope_bin, tmp_path):
+    p = ok(run(memscope_bin, "profile", "--engine", "torch", "--model", "tiny-llama", "--mode",
+               "generate", "--batch", "2", "--prompt-len", "16", "--new-tokens", "3",
+               "--warmup", "0", "--steps", "1", "--depth", "4", "--roofs", "100:10",
+               "--json", tmp_path / "p.json"))
+    trees = json.loads((tmp_path / "p.json").read_text())
+    assert [t["name"] for t in trees] == ["prefill", "decode step"]
+    for t in trees:
+        names = {n["name"] for n in t["nodes"]}
+        assert {"model", "embedding", "layer 0", "layer 0 attention", "layer 0 mlp",
+                "layer 0 norms", "lm head + loss"} <= names, names
+        assert all(n["bwd_ms"] == 0 for n in t["nodes"])
+        assert t["nodes"][0]["fwd_ms"] > 0
+    assert "unattributed remainder" in p.stdout and "PyTorch" in p.stdout
+
+
 def test_bench_on_torch_writes_a_record_and_its_estimate_is_within_two_percent(memscope_bin,
                                                                                 tmp_path):
     rec = tmp_path / "run.json"
@@ -159,9 +205,10 @@ def test_device_flags_are_checked(memscope_bin, tmp_path):
     p = run(memscope_bin, "bench", "--engine", "torch", "--device", "gpu0")
     assert p.returncode == 2
     assert "--device gpu0: use cpu, cuda or cuda:N" in p.stderr
-    p = run(memscope_bin, "roofline", "--engine", "torch", "--model", "tiny-gpt2")
+    p = run(memscope_bin, "roofline", "--engine", "torch", "--model", "tiny-gpt2", "--fusion",
+            "compile")
     assert p.returncode == 2
-    assert "roofline and profile time memscope's own ops" in p.stderr
+    assert "--fusion compile: roofline and profile time every ATen op" in p.stderr
     p = run(memscope_bin, "bench", "--fusion", "compile")
     assert p.returncode == 2
     assert "--fusion compile is torch.compile: it needs --engine torch" in p.stderr

@@ -257,7 +257,12 @@ mod tests {
         let v = cost(&op("aten.transpose.int", &[&[4, 8]], &[&[8, 4]], &[]));
         assert_eq!((v.kind, v.bytes), (Kind::View, 0.0));
         // A gather of 6 rows of 8 from a table of 100: ids, then the rows read and written.
-        let mut g = op("aten.embedding.default", &[&[100, 8], &[6]], &[&[6, 8]], &[]);
+        let mut g = op(
+            "aten.embedding.default",
+            &[&[100, 8], &[6]],
+            &[&[6, 8]],
+            &[],
+        );
         g.inputs[1].1 = "i64".into();
         assert_eq!(cost(&g).bytes, 6.0 * 8.0 + 2.0 * 6.0 * 8.0 * 4.0);
         let e = cost(&op("aten.add.Tensor", &[&[4, 8], &[4, 8]], &[&[4, 8]], &[]));

@@ -4,7 +4,7 @@
 //! attention`, `embedding`, `lm head + loss`), so the roofline and profile tables, files and
 //! charts are the candle engine's. Pure.
 
-use super::aten_cost::cost;
+use super::aten_cost::{cost, Kind};
 use super::op_cost::{OpCost, EMBEDDING, HEAD, OUTSIDE};
 use super::roofline::MeasuredOp;
 use crate::record::roofline::Roofs;
@@ -24,9 +24,9 @@ pub fn module_name(path: &str, phase: &str) -> String {
         return HEAD.into(); // the model's own forward: the loss
     }
     let parts: Vec<&str> = path.split('.').collect();
-    let block = parts.windows(2).position(|w| {
-        BLOCK_LISTS.contains(&w[0]) && w[1].bytes().all(|b| b.is_ascii_digit())
-    });
+    let block = parts
+        .windows(2)
+        .position(|w| BLOCK_LISTS.contains(&w[0]) && w[1].bytes().all(|b| b.is_ascii_digit()));
     if let Some(i) = block {
         let sub = parts.get(i + 2).map(|s| s.to_ascii_lowercase());
         let part = match sub.as_deref() {
@@ -60,6 +60,12 @@ pub fn module_name(path: &str, phase: &str) -> String {
     }
 }
 
+/// A norm layer's module: its own name says so (`ln_1`, `input_layernorm`, `norm`).
+fn is_norm_module(path: &str) -> bool {
+    let last = path.rsplit('.').next().unwrap_or("").to_ascii_lowercase();
+    last.contains("norm") || last.starts_with("ln")
+}
+
 /// The pass an op of `phase` belongs to in the tables.
 fn pass(phase: &str) -> &'static str {
     if phase == "backward" {
@@ -77,7 +83,13 @@ pub fn section(ops: &[TimedOp], phases: &[&str], runs: f64) -> (Vec<OpCost>, Vec
     for t in ops.iter().filter(|t| phases.contains(&t.op.phase.as_str())) {
         let c = cost(&t.op);
         let module = module_name(&t.module, &t.op.phase);
-        let (kind, pass) = (c.kind.name(), pass(&t.op.phase));
+        // A norm written as elementwise ops (transformers' RMSNorm: pow, mean, rsqrt, mul) is
+        // the norm's work.
+        let kind = match c.kind {
+            Kind::Elementwise if is_norm_module(&t.module) => Kind::Norm,
+            k => k,
+        };
+        let (kind, pass) = (kind.name(), pass(&t.op.phase));
         let k = t.op.calls / runs;
         match costs
             .iter_mut()
@@ -143,7 +155,10 @@ mod tests {
         assert_eq!(n("transformer.h.0.ln_2"), "layer 0 norms");
         assert_eq!(n("transformer.h.0"), "layer 0 block");
         assert_eq!(n("model.layers.2.self_attn.q_proj"), "layer 2 attention");
-        assert_eq!(n("model.layers.2.post_attention_layernorm"), "layer 2 norms");
+        assert_eq!(
+            n("model.layers.2.post_attention_layernorm"),
+            "layer 2 norms"
+        );
         assert_eq!(n("model.layers.2.mlp.down_proj"), "layer 2 mlp");
         assert_eq!(n("bert.encoder.layer.5.output.dense"), "layer 5 mlp");
         assert_eq!(n("bert.embeddings.LayerNorm"), EMBEDDING);
@@ -181,7 +196,18 @@ mod tests {
         assert_eq!(costs.len(), 1);
         // Two signatures × 4 calls a step over 2 decode runs: 4 products of 2·4·8·2 FLOPs.
         assert_eq!(costs[0].flops, 4.0 * 2.0 * 4.0 * 8.0 * 2.0);
-        assert_eq!((costs[0].module.as_str(), costs[0].kind), ("layer 0 mlp", "matmul"));
+        assert_eq!(
+            (costs[0].module.as_str(), costs[0].kind),
+            ("layer 0 mlp", "matmul")
+        );
         assert!((measured[0].ms - 3.0).abs() < 1e-9);
+        // RMSNorm's elementwise ops are the norm's.
+        let mut mul = t("decode", "model.layers.0.input_layernorm", 0.001);
+        mul.op.op = "aten.mul.Tensor".into();
+        let (costs, _) = section(&[mul], &["decode"], 1.0);
+        assert_eq!(
+            (costs[0].module.as_str(), costs[0].kind),
+            ("layer 0 norms", "norm")
+        );
     }
 }

@@ -185,6 +185,11 @@ fn measure_torch(
     w.warmup = Some(w.warmup.unwrap_or(2));
     w.steps = Some(w.steps.unwrap_or(3));
     let spec = build_spec(m, &w)?;
+    if spec.variant.fusion == crate::model::variant::Fusion::Compile {
+        bail!(
+            "--fusion compile: roofline and profile time every ATen op PyTorch dispatches, and torch.compile runs fused kernels in their place; drop --fusion compile (bench --engine torch --fusion compile times the compiled step)"
+        );
+    }
     let device = spec
         .torch
         .as_ref()
@@ -213,7 +218,12 @@ fn measure_torch(
         }
     };
     let sections = match spec.mode {
-        Mode::Train => vec![sec("step", &["forward", "backward", "optimizer"], "step", 1.0)],
+        Mode::Train => vec![sec(
+            "step",
+            &["forward", "backward", "optimizer"],
+            "step",
+            1.0,
+        )],
         Mode::Infer => vec![sec("forward", &["forward"], "forward", 1.0)],
         Mode::Generate => vec![
             sec("prefill", &["prefill"], "prefill", 1.0),

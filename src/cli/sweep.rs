@@ -293,6 +293,18 @@ pub fn run(a: SweepArgs) -> anyhow::Result<ExitCode> {
     }
     let jsonl = a.jsonl.as_deref().map(JsonlStream::appending).transpose()?;
     let enforcement = Enforcement::detect(memory_limit);
+    let on_gpu = planned
+        .iter()
+        .any(|(_, s)| s.torch.as_ref().is_some_and(|t| t.is_cuda()));
+    let limits = match memory_limit {
+        // A CUDA worker's cap is on PyTorch's caching allocator, not on the host's memory.
+        Some(b) if on_gpu => format!(
+            "memory limit {} per worker: on CUDA, PyTorch's caching allocator capped at it (torch.cuda.set_per_process_memory_fraction, a smaller card simulated); on the CPU, {}",
+            crate::units::bytes(b as f64),
+            enforcement.describe(memory_limit)
+        ),
+        _ => enforcement.describe(memory_limit),
+    };
     let scratch = Scratch::new()?;
     let opts = RunOptions {
         memory_limit,
@@ -305,7 +317,7 @@ pub fn run(a: SweepArgs) -> anyhow::Result<ExitCode> {
         eprintln!(
             "memscope sweep: {} configurations; {}{}",
             planned.len(),
-            enforcement.describe(memory_limit),
+            limits,
             timeout.map_or(String::new(), |t| format!(
                 "; timeout {} per configuration",
                 human_duration(t)
@@ -324,7 +336,7 @@ pub fn run(a: SweepArgs) -> anyhow::Result<ExitCode> {
         &progress,
     )?;
     progress.done();
-    finish(&a, outcome, &enforcement.describe(memory_limit), started)
+    finish(&a, outcome, &limits, started)
 }
 
 /// What would fail every configuration, or crash a worker, is refused before any starts: sizes

@@ -53,7 +53,17 @@ fn summary(r: &Row) -> &RowSummary {
 }
 
 fn configurations(rows: &[Row]) -> String {
-    let mut out = String::from("## Configurations\n\n| # | Configuration | Status | Step ms (median) | CV % | tokens/s | samples/s | Peak MiB (heap) | VmHWM MiB | Reason |\n|---|---|---|---|---|---|---|---|---|---|\n");
+    // What the peak column measures: the heap on the CPU, PyTorch's allocated bytes on CUDA.
+    let cuda = rows
+        .iter()
+        .filter(|r| r.spec.torch.as_ref().is_some_and(|t| t.is_cuda()))
+        .count();
+    let (peak, hwm) = match cuda {
+        0 => ("Peak MiB (heap)", "VmHWM MiB"),
+        n if n == rows.len() => ("Peak MiB (CUDA allocated)", "host VmHWM MiB"),
+        _ => ("Peak MiB (heap; CUDA: allocated)", "host VmHWM MiB"),
+    };
+    let mut out = format!("## Configurations\n\n| # | Configuration | Status | Step ms (median) | CV % | tokens/s | samples/s | {peak} | {hwm} | Reason |\n|---|---|---|---|---|---|---|---|---|---|\n");
     for r in rows {
         let s = r.summary.as_ref();
         let _ = writeln!(

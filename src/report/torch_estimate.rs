@@ -91,7 +91,7 @@ pub fn render(f: &TorchEstimateFile) -> String {
         first.device,
         thousands(first.events as u64),
         if cuda {
-            " through the CUDA caching allocator's rules (512 B rounding, 2 MiB small and 20 MiB large segments, best fit, splitting). nvidia-smi shows the reserved bytes plus the CUDA context the driver takes per process (a few hundred MiB, outside PyTorch's figures)"
+            " through the CUDA caching allocator's rules (512 B rounding, 2 MiB small and 20 MiB large segments, best fit, splitting), with cuBLAS's workspace for each thread that runs products (the forward's, and in training autograd's: 32 MiB each from Hopper on and where no GPU was there to ask, 8.125 MiB before; CUBLAS_WORKSPACE_CONFIG sets it) counted as runtime buffers. nvidia-smi shows the reserved bytes plus the CUDA context the driver takes per process (a few hundred MiB, outside PyTorch's figures)"
         } else {
             "; a run's measured heap adds the Python objects and library scratch of the step (a few MiB)"
         }

@@ -19,6 +19,9 @@ struct Trace {
     /// The device whose kernels the trace dispatched to: the asked one, or `cpu` for a CUDA
     /// estimate on a machine without a GPU.
     traced_on: String,
+    /// The GPU's compute capability when one was there to ask (sets cuBLAS's workspace size).
+    #[serde(default)]
+    cuda_capability: Option<(u32, u32)>,
     params: u64,
     param_sizes: Vec<u64>,
     buffer_sizes: Vec<u64>,
@@ -102,13 +105,60 @@ pub fn estimate_with_ops(spec: &Spec) -> anyhow::Result<(TorchEstimate, Vec<Trac
             calls: *n as f64 / steps,
         })
         .collect();
+    let workspaces = if target.device.starts_with("cuda") {
+        // One per thread that runs products: the forward's, and in training autograd's.
+        let threads = if spec.mode == crate::spec::Mode::Train {
+            2
+        } else {
+            1
+        };
+        let config = std::env::var("CUBLAS_WORKSPACE_CONFIG").ok();
+        vec![cublas_workspace_bytes(config.as_deref(), t.cuda_capability); threads]
+    } else {
+        Vec::new()
+    };
     Ok((
-        replay(&t, &target.device, target.gpu_memory_limit_bytes),
+        replay(
+            &t,
+            &target.device,
+            target.gpu_memory_limit_bytes,
+            &workspaces,
+        ),
         ops,
     ))
 }
 
-fn replay(t: &Trace, device: &str, limit: Option<u64>) -> TorchEstimate {
+/// The workspace PyTorch gives each cuBLAS handle (one per thread and stream), allocated through
+/// the caching allocator at the thread's first product and kept: `CUBLAS_WORKSPACE_CONFIG`'s
+/// `:SIZE_KIB:COUNT` pairs summed, else 32 MiB on Hopper and later (compute capability 9 and up,
+/// and where no GPU was there to ask) and 8 MiB + 128 KiB before.
+pub fn cublas_workspace_bytes(config: Option<&str>, capability: Option<(u32, u32)>) -> u64 {
+    if let Some(c) = config {
+        let sum: u64 = c
+            .split(':')
+            .filter(|s| !s.is_empty())
+            .collect::<Vec<_>>()
+            .chunks(2)
+            .filter_map(|p| match p {
+                [size, count] => {
+                    Some(size.parse::<u64>().ok()? * 1024 * count.parse::<u64>().ok()?)
+                }
+                _ => None,
+            })
+            .sum();
+        if sum > 0 {
+            return sum;
+        }
+    }
+    match capability {
+        Some((major, _)) if major < 9 => 4096 * 1024 * 2 + 16 * 1024 * 8,
+        _ => 4096 * 8 * 1024,
+    }
+}
+
+/// `workspaces`: cuBLAS's workspaces on CUDA, allocated before the step's tensors and never
+/// freed (runtime buffers).
+fn replay(t: &Trace, device: &str, limit: Option<u64>, workspaces: &[u64]) -> TorchEstimate {
     let cuda = device.starts_with("cuda");
     let count = |n: u64| if cuda { round_size(n) } else { n };
     let param_bytes: u64 = t.param_sizes.iter().map(|&n| count(n)).sum();
@@ -135,6 +185,10 @@ fn replay(t: &Trace, device: &str, limit: Option<u64>) -> TorchEstimate {
     for &n in t.param_sizes.iter().chain(&t.buffer_sizes) {
         try_malloc(&mut alloc, n, &mut oom);
     }
+    for &n in workspaces {
+        try_malloc(&mut alloc, n, &mut oom);
+    }
+    let workspaces: u64 = workspaces.iter().map(|&n| round_size(n)).sum();
     let (mut live, mut peak) = (0u64, 0u64);
     let mut sizes = Vec::with_capacity(t.events.len());
     for &v in &t.events {
@@ -181,14 +235,14 @@ fn replay(t: &Trace, device: &str, limit: Option<u64>) -> TorchEstimate {
         ("optimizer_state".to_string(), optimizer),
         ("activations".to_string(), activations),
         ("kv_cache".to_string(), kv_cache),
-        ("runtime_buffers".to_string(), buffer_bytes),
+        ("runtime_buffers".to_string(), buffer_bytes + workspaces),
         ("temporaries".to_string(), p.live.saturating_sub(named)),
     ]);
     TorchEstimate {
         device: device.to_string(),
         params: t.params,
         categories,
-        peak_bytes: param_bytes + buffer_bytes + peak,
+        peak_bytes: param_bytes + buffer_bytes + workspaces + peak,
         peak_phase: p.phase.clone(),
         reserved_peak_bytes: cuda.then_some(alloc.peak_reserved),
         out_of_memory: oom,
@@ -196,5 +250,33 @@ fn replay(t: &Trace, device: &str, limit: Option<u64>) -> TorchEstimate {
         traced_on: t.traced_on.clone(),
         predicted_ms: BTreeMap::new(),
         flops: BTreeMap::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::cublas_workspace_bytes;
+
+    #[test]
+    fn cublas_workspaces_follow_the_config_then_the_gpu() {
+        assert_eq!(cublas_workspace_bytes(None, Some((9, 0))), 32 << 20);
+        assert_eq!(cublas_workspace_bytes(None, None), 32 << 20);
+        assert_eq!(
+            cublas_workspace_bytes(None, Some((8, 0))),
+            (8 << 20) + (128 << 10)
+        );
+        assert_eq!(
+            cublas_workspace_bytes(Some(":4096:8"), Some((8, 0))),
+            32 << 20
+        );
+        assert_eq!(
+            cublas_workspace_bytes(Some(":4096:2:16:8"), None),
+            (8 << 20) + (128 << 10)
+        );
+        // Not a config PyTorch would parse: the device's default.
+        assert_eq!(
+            cublas_workspace_bytes(Some("x"), Some((8, 6))),
+            (8 << 20) + (128 << 10)
+        );
     }
 }

@@ -115,7 +115,10 @@ mod tests {
         let p = parse(text).unwrap();
         assert_eq!(p.plain["step"], vec![3.0, 5.0]);
         let o = &p.ops[0];
-        assert_eq!((o.op.calls, o.seconds, o.module.as_str()), (2.0, 0.25, "h.0.mlp"));
+        assert_eq!(
+            (o.op.calls, o.seconds, o.module.as_str()),
+            (2.0, 0.25, "h.0.mlp")
+        );
         assert_eq!(o.op.inputs[1], (vec![3, 4], "f32".to_string()));
     }
 }

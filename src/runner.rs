@@ -173,13 +173,19 @@ fn compute(spec: &Spec, timing: &std::collections::BTreeMap<String, PhaseTiming>
 fn estimated(spec: &Spec) -> Option<EstimatedMemory> {
     if spec.torch.is_some() {
         // The torch estimator traces the same workload; a failure costs the run nothing.
-        let e = crate::torch::estimate::estimate(spec).ok()?;
+        let (e, ops) = crate::torch::estimate::estimate_with_ops(spec).ok()?;
+        // Beside the measured times, where the device's roofs are cached (never measured here:
+        // that would load the machine the run measures).
+        let predicted_ms = crate::torch::peaks::cached(&e.device, spec.threads)
+            .map(|p| crate::analysis::torch_time::predict(&ops, &p).ms_by_phase())
+            .unwrap_or_default();
         return Some(EstimatedMemory {
             categories: e.categories,
             peak_bytes: e.peak_bytes,
             peak_phase: e.peak_phase,
             single_micro_batch_peak_bytes: None,
             reserved_peak_bytes: e.reserved_peak_bytes,
+            predicted_ms,
         });
     }
     let req = crate::estimate::Request::for_spec(spec);
@@ -211,6 +217,7 @@ fn estimated(spec: &Spec) -> Option<EstimatedMemory> {
         peak_phase: e.peak_phase,
         single_micro_batch_peak_bytes: single,
         reserved_peak_bytes: None,
+        predicted_ms: Default::default(),
     })
 }
 

@@ -188,6 +188,17 @@ def test_peaks_on_torch_measures_the_roofs_and_the_estimate_predicts_time_from_t
     assert set(predicted) == {"forward", "backward", "optimizer", "step"}, predicted
     assert 0 < predicted["forward"] < predicted["step"] < 60_000, predicted
     assert abs(sum(v for k, v in predicted.items() if k != "step") - predicted["step"]) < 1e-6
+    # A run writes the prediction beside its measured times, and says both.
+    rec = tmp_path / "run.json"
+    p = subprocess.run([memscope_bin, "bench", "--engine", "torch", "--model", "tiny-gpt2",
+                        "--batch", "1", "--seq", "64", "--threads", "2", "--warmup", "0",
+                        "--steps", "2", "--json", str(rec)],
+                       capture_output=True, text=True, env=env, timeout=300)
+    assert p.returncode == 0, p.stderr
+    assert "Predicted before the run" in p.stdout and "ms measured" in p.stdout, p.stdout
+    r = json.loads(rec.read_text())
+    assert set(r["memory"]["estimate"]["predicted_ms"]) == set(predicted)
+    assert r["timing"]["step"]["median_ms"] > 0
     # Without roofs for that thread count it says how to measure them.
     p = subprocess.run([memscope_bin, "estimate", "--engine", "torch", "--model", "tiny-gpt2",
                         "--batch", "1", "--seq", "64", "--threads", "1"],

@@ -214,6 +214,7 @@ mod tests {
             peak_phase: "backward".into(),
             single_micro_batch_peak_bytes: None,
             reserved_peak_bytes: None,
+            predicted_ms: Default::default(),
         });
         let b = breakdown(&m, Mode::Train);
         assert_eq!(b["gradients"].measured_bytes, 100);

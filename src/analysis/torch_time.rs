@@ -50,6 +50,17 @@ pub struct Prediction {
     pub step_s: f64,
 }
 
+impl Prediction {
+    /// ms per phase and for the whole `step`.
+    pub fn ms_by_phase(&self) -> BTreeMap<String, f64> {
+        self.by_phase
+            .iter()
+            .map(|(k, v)| (k.clone(), v * 1e3))
+            .chain([("step".to_string(), self.step_s * 1e3)])
+            .collect()
+    }
+}
+
 /// The best rate among `rows` of `dtype` (else f32) at the size nearest (m·k·n)^(1/3), or the
 /// model's own shape where `peaks` timed it; GFLOP/s.
 fn matmul_rate(p: &TorchPeaks, dtype: &str, mkn: (f64, f64, f64)) -> f64 {

@@ -248,11 +248,6 @@ fn predicted_time(
         );
     };
     let p = crate::analysis::torch_time::predict(ops, &peaks);
-    e.predicted_ms = p
-        .by_phase
-        .iter()
-        .map(|(k, v)| (k.clone(), v * 1e3))
-        .chain([("step".to_string(), p.step_s * 1e3)])
-        .collect();
+    e.predicted_ms = p.ms_by_phase();
     report::torch_time::render(&p, &peaks, dtype)
 }

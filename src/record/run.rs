@@ -222,6 +222,11 @@ pub struct EstimatedMemory {
     /// are allocated bytes there).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reserved_peak_bytes: Option<u64>,
+    /// The torch engine, when `peaks --engine torch` had measured the device's roofs: the step
+    /// time predicted from the traced ops, ms per phase (one run of it: one decode step) and
+    /// `step`.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub predicted_ms: BTreeMap<String, f64>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]

@@ -41,6 +41,7 @@ impl Export for Markdown {
             for line in [
                 summary::throughput_line(r),
                 summary::compute_line(r),
+                summary::predicted_line(r),
                 summary::loss_line(r),
             ]
             .into_iter()

@@ -143,6 +143,39 @@ pub fn compute_line(r: &Record) -> Option<String> {
     ))
 }
 
+/// The torch engine: the step time predicted before the run (`estimate --engine torch` from
+/// `peaks --engine torch`'s roofs) beside the measured median, per phase.
+pub fn predicted_line(r: &Record) -> Option<String> {
+    let p = &r.memory.estimate.as_ref()?.predicted_ms;
+    let step = match r.spec.mode {
+        crate::spec::Mode::Train => "step",
+        crate::spec::Mode::Infer => "forward",
+        crate::spec::Mode::Generate => "prefill",
+    };
+    let parts: Vec<String> = std::iter::once(step)
+        .chain(
+            ["forward", "backward", "optimizer", "decode"]
+                .into_iter()
+                .filter(|k| *k != step),
+        )
+        .filter_map(|k| {
+            let (pred, m) = (p.get(k)?, r.timing.get(k)?.median_ms);
+            Some(format!(
+                "{k} {} ms predicted, {} ms measured ({:+.0}%)",
+                crate::units::ms(*pred),
+                crate::units::ms(m),
+                100.0 * (pred / m.max(1e-12) - 1.0)
+            ))
+        })
+        .collect();
+    (!parts.is_empty()).then(|| {
+        format!(
+            "Predicted before the run (the traced ops at `peaks --engine torch`'s roofs): {}",
+            parts.join("; ")
+        )
+    })
+}
+
 pub fn memory_table(r: &Record) -> Table {
     let m = &r.memory;
     let mut rows = vec![

@@ -33,6 +33,7 @@ pub fn render(r: &Record) -> String {
         summary::peak_line(r),
         summary::throughput_line(r),
         summary::compute_line(r),
+        summary::predicted_line(r),
         summary::loss_line(r),
     ]
     .into_iter()

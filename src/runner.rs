@@ -67,6 +67,7 @@ pub fn run_with(
         loss: m.loss,
         data: m.data,
         warnings,
+        profile: None,
         environment: crate::environment::capture(spec.threads),
         started_at,
         wall_seconds: wall.elapsed().as_secs_f64(),

@@ -203,6 +203,23 @@ def build_record(s, ending):
         "memory": memory, "loss": losses, "warnings": warnings, "environment": env,
         "started_at": s._started_at, "wall_seconds": time.perf_counter() - s._wall0,
     }
+    if s.profiler is not None:
+        profiled = {i for i, _ in s.profiler.done}
+        plain = [x["times_ms"]["step"] for x in measured
+                 if x["step"] not in profiled and "step" in x["times_ms"]]
+        p = s.profiler.result(plain)
+        if p is not None:
+            record["profile"] = p
+            timed = [x for x in measured if x["step"] not in profiled]
+            if timed:
+                # The hook slows the steps it times: the timing statistics are the others'.
+                warnings.append(f"steps {sorted(profiled)} were profiled (every op timed): "
+                                f"the timing statistics are the other {len(timed)} measured "
+                                "steps'")
+                measured = timed
+        else:
+            warnings.append(f"profile={s.profiler.asked}: no step of the window ran (the run "
+                            f"closed {len(steps)} steps)")
     for section, fields in s.record_fields.items():
         record[section].update(fields)
     names = []

@@ -107,11 +107,14 @@ class Session:
     ``record=None`` writes no file: ``close()`` returns the Record as a dict.
     ``exclude_baseline`` (CPU): leave what the process held at the start, beyond the model's
     parameters, gradients and optimizer state, out of the heap figures (the Record says how much).
+    ``profile``: steps (indices from 0, warm-up included, e.g. ``range(5, 8)``) in which every
+    ATen op is timed and charged to its module, for the Record's ``profile`` (op kinds, module
+    tree, bound against the roofs); the other steps run without the hook.
     """
 
     def __init__(self, model, optimizer=None, *, record="memscope-record.json", jsonl=None,
                  warmup=2, device=None, batch=None, seq=None, auto_phases=True, by_module=True,
-                 name=None, record_fields=None, exclude_baseline=True):
+                 name=None, record_fields=None, exclude_baseline=True, profile=None):
         import torch
 
         self.torch = torch
@@ -150,6 +153,9 @@ class Session:
         if unknown:
             raise ValueError(f"record_fields: {sorted(unknown)} cannot be set; give fields of "
                              "'spec', 'model' or 'environment'")
+        from ._profile import StepProfiler, window
+        asked = window(profile)
+        self.profiler = StepProfiler(torch, model, device, asked) if asked else None
         self._params = params
         self.param_bytes, self._param_ptrs = unique_bytes(params, device)
         self.n_params = sum(p.numel() for p in params)
@@ -243,6 +249,8 @@ class Session:
             self._handles.append(self.optimizer.register_step_post_hook(self._on_opt_post))
         self._sth = torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack)
         self._sth.__enter__()
+        if self.profiler is not None:
+            self.profiler.begin_step(0)
         _OPEN.add(self)
         return self
 
@@ -267,6 +275,8 @@ class Session:
             elif self._marks:
                 self._close_trailing_phases()
         finally:
+            if self.profiler is not None:
+                self.profiler.stop()
             if self._sth is not None:
                 self._sth.__exit__(None, None, None)
             for h in self._handles:
@@ -356,6 +366,8 @@ class Session:
         self.reader.reset_peak()
         r0 = self._read()
         self._phase = {"name": name, "t0": self._now(), "r0": r0}
+        if self.profiler is not None:
+            self.profiler.phase(name)
 
     def end_phase(self):
         p = self._phase
@@ -363,6 +375,8 @@ class Session:
             return
         self._phase = None
         t1 = self._now()
+        if self.profiler is not None:
+            self.profiler.phase(None)
         r = self._read()
         cats, by_module = self._categories(r["live"])
         self._marks.append({
@@ -539,6 +553,9 @@ class Session:
         else:
             self._steps_mem.append(step)
         self.last_step = step
+        if self.profiler is not None:
+            self.profiler.end_step(index, times["step"])
+            self.profiler.begin_step(self.steps_closed)
         self._keep_own(own_before)
 
     def steps(self):

@@ -12,6 +12,7 @@ pub mod leak_rules;
 pub mod leak_text;
 pub mod least_squares;
 pub mod op_cost;
+pub mod op_profile;
 pub mod profile_tree;
 pub mod record_series;
 pub mod roofline;

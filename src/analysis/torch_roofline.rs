@@ -31,6 +31,8 @@ pub fn module_name(path: &str, phase: &str) -> String {
         let sub = parts.get(i + 2).map(|s| s.to_ascii_lowercase());
         let part = match sub.as_deref() {
             None => "block".to_string(),
+            // Before attention: `post_attention_layernorm` is a norm.
+            Some(s) if s.contains("norm") || s.starts_with("ln") => "norms".into(),
             Some(s) if s.contains("attn") || s.contains("attention") => "attention".into(),
             Some(s)
                 if s.contains("mlp")
@@ -40,7 +42,6 @@ pub fn module_name(path: &str, phase: &str) -> String {
             {
                 "mlp".into()
             }
-            Some(s) if s.contains("ln") || s.contains("norm") => "norms".into(),
             Some(s) => s.to_string(),
         };
         return format!("layer {} {part}", parts[i + 1]);
@@ -76,13 +77,23 @@ fn pass(phase: &str) -> &'static str {
 }
 
 /// The costs and measured times of the ops of `phases`, per run of the section (`runs` runs of
-/// it in one step: a generation's decode steps).
+/// it in one step: a generation's decode steps), modules named as memscope's own.
 pub fn section(ops: &[TimedOp], phases: &[&str], runs: f64) -> (Vec<OpCost>, Vec<MeasuredOp>) {
+    section_named(ops, phases, runs, &module_name)
+}
+
+/// [`section`] with modules named by `name(path, phase)`.
+pub fn section_named(
+    ops: &[TimedOp],
+    phases: &[&str],
+    runs: f64,
+    name: &dyn Fn(&str, &str) -> String,
+) -> (Vec<OpCost>, Vec<MeasuredOp>) {
     let mut costs: Vec<OpCost> = Vec::new();
     let mut measured: Vec<MeasuredOp> = Vec::new();
     for t in ops.iter().filter(|t| phases.contains(&t.op.phase.as_str())) {
         let c = cost(&t.op);
-        let module = module_name(&t.module, &t.op.phase);
+        let module = name(&t.module, &t.op.phase);
         // A norm written as elementwise ops (transformers' RMSNorm: pow, mean, rsqrt, mul) is
         // the norm's work.
         let kind = match c.kind {

@@ -15,6 +15,7 @@ pub mod detect;
 pub mod estimate;
 pub mod leak;
 pub mod nonfinite;
+pub mod op_profile;
 pub mod optimize;
 pub mod rates;
 pub mod roofline;

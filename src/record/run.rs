@@ -28,6 +28,10 @@ pub struct Record {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub data: Option<DataInfo>,
     pub warnings: Vec<String>,
+    /// A recorder session's profiled steps (`Session(..., profile=…)`): every ATen op timed
+    /// and charged to its module. Absent otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub profile: Option<super::op_profile::OpProfile>,
     pub environment: Environment,
     /// Unix time the run started, seconds.
     pub started_at: u64,

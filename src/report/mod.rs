@@ -11,6 +11,7 @@ pub mod json;
 pub mod leak;
 pub mod markdown;
 pub mod models;
+pub mod op_profile;
 pub mod optimize;
 pub mod peaks;
 pub mod profile;

@@ -370,5 +370,6 @@ pub fn tables(r: &Record) -> Vec<Table> {
     }
     t.extend(micro_step_table(r));
     t.extend(crate::report::breakdown::hotspot_tables(r, 8));
+    t.extend(crate::report::op_profile::tables(r));
     t
 }

@@ -167,6 +167,20 @@ pub fn render(inputs: &[Named]) -> anyhow::Result<String> {
     if !watch.is_empty() {
         sections.push(("watch".into(), "Watched processes".into(), watch));
     }
+    // Records of a recorder session with profiled steps: op kinds, the module tree, hotspots.
+    let mut profiled = String::new();
+    for (i, label, r) in &records {
+        let tables = crate::report::op_profile::tables(r);
+        if !tables.is_empty() {
+            profiled += &format!("<h3>#{} {}</h3>\n", i + 1, svg::esc(label));
+            for t in &tables {
+                profiled += &page::table(t);
+            }
+        }
+    }
+    if !profiled.is_empty() {
+        sections.push(("profile".into(), "Profiled steps".into(), profiled));
+    }
     let roofline = charts_roofline::section(&rooflines)?;
     if !roofline.is_empty() {
         sections.push(("roofline".into(), "Roofline".into(), roofline));

@@ -39,6 +39,31 @@ pub fn document(title: &str, intro: &str, sections: &[(String, String, String)])
     )
 }
 
+/// A plain table (`report::table`) as HTML: its title as a caption line, numbers right-aligned.
+pub fn table(t: &crate::report::table::Table) -> String {
+    let mut h = format!("<p class=\"muted\">{}</p>\n<table><tr>", esc(&t.title));
+    for c in &t.header {
+        h += &format!("<th>{}</th>", esc(c));
+    }
+    h += "</tr>\n";
+    for row in &t.rows {
+        h += "<tr>";
+        for c in row {
+            let num = c.trim().parse::<f64>().is_ok() || c.ends_with(" ms") || c.ends_with("iB");
+            // Leading spaces (a tree's indent) kept as non-breaking ones.
+            let indent = c.len() - c.trim_start().len();
+            let text = format!("{}{}", "&nbsp;".repeat(indent), esc(c.trim_start()));
+            h += &if num {
+                format!("<td class=\"num\">{text}</td>")
+            } else {
+                format!("<td>{text}</td>")
+            };
+        }
+        h += "</tr>\n";
+    }
+    h + "</table>\n"
+}
+
 /// The inputs table: one row per file, its colour, what it is.
 pub fn inputs_table(rows: &[(usize, String, String)]) -> String {
     let mut h = String::from("<table><tr><th>#</th><th>file</th><th>what</th></tr>\n");

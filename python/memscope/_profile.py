@@ -1,0 +1,118 @@
+"""A session's profiling window (``Session(..., profile=range(5, 8))``): in those steps every ATen
+op PyTorch dispatches is timed and charged to its module (``optime.OpTimer``: on the CPU by the
+wall clock around the call, on CUDA by events on the stream; in backward to the module whose
+forward made the autograd node). Steps outside the window run without the hook and pay nothing.
+The Record's ``profile`` holds the ops per profiled step by signature; memscope costs them
+(FLOPs, minimum bytes), sets them against the roofs ``peaks --engine torch`` measured and draws
+the op kinds and the module tree (``memscope report``).
+"""
+
+import statistics
+
+
+def window(profile):
+    """The step indices (from 0, warm-up included) a ``profile=`` argument names, or a
+    ValueError saying what to give."""
+    if profile is None:
+        return None
+    try:
+        given = list(profile)
+        steps = sorted({int(i) for i in given})
+        exact = all(not isinstance(i, bool) and int(i) == i for i in given)
+    except (TypeError, ValueError):
+        steps, exact = [], False
+    if not steps or not exact or steps[0] < 0:
+        raise ValueError(f"profile={profile!r}: give the steps to profile as indices from 0 "
+                         "(warm-up included), e.g. range(5, 8)")
+    return steps
+
+
+class StepProfiler:
+    """Turns the op timer on for the window's steps and off after."""
+
+    def __init__(self, torch, model, device, steps):
+        self.torch, self.model, self.device = torch, model, device
+        self.window = set(steps)
+        self.asked = steps
+        self.timer = None
+        self.mode = None
+        self.hooks = []
+        self.done = []         # (step index, step ms) of each profiled step
+
+    @property
+    def active(self):
+        return self.mode is not None
+
+    def begin_step(self, index):
+        """Step ``index`` comes next: the hook goes on when it is in the window (before its
+        first phase, so the model's own forward is seen whole)."""
+        if index not in self.window or self.active:
+            return
+        from torch.nn.modules.module import (register_module_forward_hook,
+                                             register_module_forward_pre_hook)
+
+        from .optime import OpTimer, _mode
+        from .trace import _dtype_names
+        _dtype_names(self.torch)
+        if self.timer is None:
+            self.timer = OpTimer(self.torch, self.device, self.model)
+        t = self.timer
+
+        def pre(m, args):
+            t.stack.append(t.names.get(id(m), "?"))
+
+        def post(m, args, out):
+            if t.stack:
+                t.stack.pop()
+        self.hooks = [register_module_forward_pre_hook(pre),
+                      register_module_forward_hook(post, always_call=True)]
+        self.mode = _mode(t)
+        self.mode.__enter__()
+        t.on = True
+
+    def phase(self, name):
+        """A phase starts (``name``) or ends (None): ops between phases are not the step's."""
+        if self.active:
+            if name in ("forward", "prefill"):
+                self.timer.owner.clear()  # a new graph
+            self.timer.phase = name
+
+    def end_step(self, index, step_ms):
+        """A step closed: its time kept; the hook goes off unless the next step is profiled."""
+        if not self.active:
+            return
+        self.timer.settle()
+        self.done.append((index, step_ms))
+        if index + 1 not in self.window:
+            self.stop()
+
+    def stop(self):
+        if not self.active:
+            return
+        self.timer.on = False
+        self.timer.stack.clear()
+        try:
+            self.mode.__exit__(None, None, None)
+        finally:
+            self.mode = None
+            for h in self.hooks:
+                h.remove()
+            self.hooks = []
+        self.timer.settle()
+
+    def result(self, plain_ms):
+        """The Record's ``profile`` (None when no step of the window ran); ``plain_ms``: the
+        measured steps' times outside the window, for the cost of profiling."""
+        self.stop()
+        if not self.done:
+            return None
+        n = len(self.done)
+        ops = [{"phase": ph, "module": mod, "op": op, "inputs": [list(i) for i in ins],
+                "outputs": [list(o) for o in outs], "flags": list(fl), "calls": c / n,
+                "seconds": secs / n}
+               for (ph, mod, op, ins, outs, fl), (c, secs) in self.timer.ops.items() if ph]
+        return {"steps": [i for i, _ in self.done], "asked": self.asked,
+                "device": str(self.device), "torch": self.torch.__version__,
+                "profiled_step_ms": statistics.median(ms for _, ms in self.done),
+                "plain_step_ms": statistics.median(plain_ms) if plain_ms else None,
+                "ops": ops}

@@ -1,0 +1,74 @@
+"""The recorder's profiling window (``Session(..., profile=range(5, 8))``): the window's steps
+have every ATen op timed and charged to its module; the Record carries them, the timing
+statistics are the other steps', and ``memscope report`` draws the op kinds, the module tree
+and the hotspots (checked in headless Chromium)."""
+
+import json
+import shutil
+import subprocess
+
+import pytest
+import torch
+
+import memscope
+from conftest import cli, run_script
+
+
+@pytest.mark.parametrize("profile", [[], range(-1, 2), "abc", [1.5], 3])
+def test_a_bad_window_is_refused_when_the_session_is_made(profile, tmp_path):
+    model = torch.nn.Linear(4, 4)
+    with pytest.raises(ValueError, match="profile="):
+        memscope.Session(model, record=tmp_path / "r.json", profile=profile)
+    assert not (tmp_path / "r.json").exists()
+
+
+def test_a_window_the_run_never_reaches_is_said(tmp_path):
+    model = torch.nn.Linear(8, 8)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with memscope.Session(model, opt, record=tmp_path / "r.json", warmup=0,
+                          profile=range(10, 12)) as ms:
+        for _ in range(3):
+            model(torch.randn(2, 8)).sum().backward()
+            opt.step()
+            ms.step()
+    r = json.loads((tmp_path / "r.json").read_text())
+    assert "profile" not in r
+    assert any("profile=[10, 11]: no step of the window ran" in w for w in r["warnings"])
+
+
+def test_the_window_adds_ops_by_module_and_the_report_draws_them(memscope_bin, tmp_path):
+    run_script("profiled.py", tmp_path, tmp_path / "run.json")
+    r = json.loads((tmp_path / "run.json").read_text())
+    p = r["profile"]
+    assert p["steps"] == [3, 4] and p["asked"] == [3, 4] and p["device"] == "cpu"
+    assert p["profiled_step_ms"] > 0 and p["plain_step_ms"] > 0
+    # The timing statistics are the four measured steps outside the window.
+    assert r["timing"]["step"]["n"] == 4
+    assert any("steps [3, 4] were profiled" in w for w in r["warnings"])
+    by = {(o["phase"], o["module"]) for o in p["ops"]}
+    # Forward ops in the blocks' modules; backward ops charged to the module whose forward
+    # made them; the optimizer outside every module.
+    assert ("forward", "transformer.h.0.attn.c_attn") in by
+    assert ("backward", "transformer.h.1.mlp.c_fc") in by
+    assert ("optimizer", "") in by
+    ops = {o["op"] for o in p["ops"]}
+    assert {"aten.addmm.default", "aten._fused_adamw_.default"} <= ops, ops
+    assert all(o["seconds"] >= 0 and o["calls"] > 0 for o in p["ops"])
+    assert sum(o["seconds"] for o in p["ops"]) * 1e3 < p["profiled_step_ms"]
+
+    page = tmp_path / "report.html"
+    cli(memscope_bin, "report", tmp_path / "run.json", "-o", page)
+    chromium = shutil.which("chromium")
+    assert chromium, "chromium not found on PATH: install it (apt-get install chromium)"
+    out = subprocess.run(
+        ["timeout", "180", chromium, "--headless", "--no-sandbox", "--disable-gpu",
+         f"--user-data-dir={tmp_path / 'chrome'}", "--dump-dom", f"file://{page}"],
+        capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    dom = out.stdout
+    at = dom.find('id="profile"')
+    assert at > 0, "the profiled steps' section is missing from the rendered page"
+    section = dom[at:dom.find("</section>", at)]
+    for text in ("Profiled steps [3, 4]", "profiling cost", "time by op kind", "matmul",
+                 "optimizer update", "Module time tree", "transformer.h.1", "Hotspots by time"):
+        assert text in section, text

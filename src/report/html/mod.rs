@@ -167,17 +167,7 @@ pub fn render(inputs: &[Named]) -> anyhow::Result<String> {
     if !watch.is_empty() {
         sections.push(("watch".into(), "Watched processes".into(), watch));
     }
-    // Records of a recorder session with profiled steps: op kinds, the module tree, hotspots.
-    let mut profiled = String::new();
-    for (i, label, r) in &records {
-        let tables = crate::report::op_profile::tables(r);
-        if !tables.is_empty() {
-            profiled += &format!("<h3>#{} {}</h3>\n", i + 1, svg::esc(label));
-            for t in &tables {
-                profiled += &page::table(t);
-            }
-        }
-    }
+    let profiled = profiled_steps(&records);
     if !profiled.is_empty() {
         sections.push(("profile".into(), "Profiled steps".into(), profiled));
     }
@@ -194,6 +184,21 @@ pub fn render(inputs: &[Named]) -> anyhow::Result<String> {
         ),
         &sections,
     ))
+}
+
+/// Records of a recorder session with profiled steps: op kinds, the module tree, hotspots.
+fn profiled_steps(records: &[(usize, String, &Record)]) -> String {
+    let mut h = String::new();
+    for (i, label, r) in records {
+        let tables = crate::report::op_profile::tables(r);
+        if !tables.is_empty() {
+            h += &format!("<h3>#{} {}</h3>\n", i + 1, svg::esc(label));
+            for t in &tables {
+                h += &page::table(t);
+            }
+        }
+    }
+    h
 }
 
 fn summary(

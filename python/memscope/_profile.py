@@ -7,7 +7,10 @@ The Record's ``profile`` holds the ops per profiled step by signature; memscope 
 the op kinds and the module tree (``memscope report``).
 """
 
-import statistics
+def _median(xs):
+    xs = sorted(xs)
+    n = len(xs)
+    return xs[n // 2] if n % 2 else (xs[n // 2 - 1] + xs[n // 2]) / 2
 
 
 def window(profile):
@@ -113,6 +116,6 @@ class StepProfiler:
                for (ph, mod, op, ins, outs, fl), (c, secs) in self.timer.ops.items() if ph]
         return {"steps": [i for i, _ in self.done], "asked": self.asked,
                 "device": str(self.device), "torch": self.torch.__version__,
-                "profiled_step_ms": statistics.median(ms for _, ms in self.done),
-                "plain_step_ms": statistics.median(plain_ms) if plain_ms else None,
+                "profiled_step_ms": _median(ms for _, ms in self.done),
+                "plain_step_ms": _median(plain_ms) if plain_ms else None,
                 "ops": ops}

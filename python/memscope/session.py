@@ -153,9 +153,10 @@ class Session:
         if unknown:
             raise ValueError(f"record_fields: {sorted(unknown)} cannot be set; give fields of "
                              "'spec', 'model' or 'environment'")
-        from ._profile import StepProfiler, window
-        asked = window(profile)
-        self.profiler = StepProfiler(torch, model, device, asked) if asked else None
+        self.profiler = None
+        if profile is not None:
+            from ._profile import StepProfiler, window
+            self.profiler = StepProfiler(torch, model, device, window(profile))
         self._params = params
         self.param_bytes, self._param_ptrs = unique_bytes(params, device)
         self.n_params = sum(p.numel() for p in params)

@@ -2,14 +2,15 @@
 over a range of square sizes and on the model's own linear shapes (``F.linear``, as transformers
 runs them, and the two products of its backward), memory bandwidth (copy and triad over arrays
 far larger than the caches, bytes read plus written; a matrix-vector product's, reading a 64 MiB
-weight), and the fixed cost of one small op (dispatch on the CPU; launch and dispatch on CUDA)
+weight; writing an array already in memory and one just allocated, whose pages fault in on the
+CPU), and the fixed cost of one small op (dispatch on the CPU; launch and dispatch on CUDA)
 and of one view (dispatch only). Only seconds are measured here: memscope turns them into rates
 (``src/torch/peaks.rs``).
 
 Protocol: the request ``{"device": d, "threads": n, "shapes": [[name, m, k, n], …]}`` on stdin;
 a ``started`` line, then one JSON object: ``{"device", "device_name", "torch", "threads",
 "matmul": [{"dtype", "m", "k", "n", "secs": […]}], "shapes": [{"name", "m", "k", "n", "secs"}],
-"array_bytes", "copy_secs", "triad_secs", "small_op_calls", "small_op_secs", "view_op_secs",
+"array_bytes", "copy_secs", "triad_secs", "fill_secs", "fresh_fill_secs", "small_op_calls", "small_op_secs", "view_op_secs",
 "gemv_bytes", "gemv_secs"}``.
 """
 
@@ -118,6 +119,11 @@ def measure(request):
     c = torch.rand(elems, device=device)
     copy_secs = timed(lambda: a.copy_(b))                                 # a = b
     triad_secs = timed(lambda: torch.add(b, c, alpha=3.0, out=a))        # a = b + s·c
+    # Writing an array already in memory, and one just allocated: on the CPU an array this
+    # large is fresh pages from the kernel each time (glibc maps it, and unmaps it when freed),
+    # and the first write to each page faults it in.
+    fill_secs = timed(lambda: a.fill_(1.0))
+    fresh_secs = timed(lambda: torch.empty(elems, device=device).fill_(1.0))
     del a, b, c
     x = torch.zeros(1, device=device)
 
@@ -134,6 +140,7 @@ def measure(request):
     return {"device": str(device), "device_name": name, "torch": torch.__version__,
             "threads": torch.get_num_threads(), "matmul": matmul, "shapes": shapes,
             "array_bytes": elems * 4, "copy_secs": copy_secs, "triad_secs": triad_secs,
+            "fill_secs": fill_secs, "fresh_fill_secs": fresh_secs,
             "small_op_calls": SMALL_OP_CALLS, "small_op_secs": small_secs,
             "view_op_secs": view_secs, "gemv_bytes": GEMV_N * GEMV_N * 4,
             "gemv_secs": gemv_secs}

@@ -2,8 +2,10 @@
 //! by `aten_cost`, timed against the device's roofs as `peaks --engine torch` measured them —
 //! max(FLOPs / the matmul rate for its shape and dtype, bytes / triad bandwidth, or a
 //! matrix-vector product's for a product of a few rows) plus the fixed cost of one op (a view's
-//! for views) — and summed by phase and by kind. Nothing is fitted
-//! per model or per workload: the roofs are the only measured inputs.
+//! for views), plus on the CPU the page faults of an output large enough that glibc maps it
+//! afresh (at the measured cost of writing fresh pages over mapped ones) — and summed by phase
+//! and by kind. Nothing is fitted per model or per workload: the roofs are the only measured
+//! inputs.
 
 use super::aten_cost::{cost, Kind};
 use crate::record::rates::ShapeRate;
@@ -13,6 +15,26 @@ use std::collections::BTreeMap;
 
 /// Products with at most this many rows are bound by reading their weight (matrix-vector).
 const FEW_ROWS: f64 = 16.0;
+
+/// glibc maps an allocation this large or larger afresh each time (its largest mmap threshold on
+/// 64-bit Linux, `DEFAULT_MMAP_THRESHOLD_MAX`), so a CPU op's output this large is new pages
+/// whose first write faults them in.
+const FRESH_PAGES_FROM: f64 = (32u64 << 20) as f64;
+
+/// Bytes of the op's outputs that are fresh pages on the CPU: outputs of 32 MiB or more of an op
+/// that allocates them (not in place, not `out=`, not a view).
+fn fresh_bytes(op: &TracedOp, kind: Kind) -> f64 {
+    let name = op.op.trim_start_matches("aten.");
+    let base = name.split('.').next().unwrap_or(name);
+    if kind == Kind::View || base.ends_with('_') || name.contains(".out") {
+        return 0.0;
+    }
+    op.outputs
+        .iter()
+        .map(|(s, d)| s.iter().map(|&x| x as f64).product::<f64>() * super::aten_cost::elem_bytes(d))
+        .filter(|&b| b >= FRESH_PAGES_FROM)
+        .sum()
+}
 
 /// One kind's share of a step.
 #[derive(Clone, Debug, PartialEq)]
@@ -102,6 +124,11 @@ pub fn predict(ops: &[TracedOp], peaks: &TorchPeaks) -> Prediction {
         .view_ops_per_s
         .as_ref()
         .map_or(fixed, |r| 1.0 / r.best.max(1e-12));
+    let fault = if peaks.device == "cpu" {
+        peaks.fault_s_per_byte()
+    } else {
+        0.0
+    };
     let mut by_phase: BTreeMap<String, f64> = BTreeMap::new();
     let mut kinds: BTreeMap<Kind, KindTime> = BTreeMap::new();
     for op in ops {
@@ -119,8 +146,10 @@ pub fn predict(ops: &[TracedOp], peaks: &TorchPeaks) -> Prediction {
                 Some((m, _, _)) if m <= FEW_ROWS => gemv_bw,
                 _ => bw,
             };
+        // On the CPU, the page faults of a large fresh output: on top, as the op waits on them.
+        let faults = fault * fresh_bytes(op, c.kind);
         let fixed = if c.kind == Kind::View { view } else { fixed };
-        let t = compute.max(memory) + fixed;
+        let t = compute.max(memory) + fixed + faults;
         *by_phase.entry(op.phase.clone()).or_default() += t * op.calls;
         let k = kinds.entry(c.kind).or_insert(KindTime {
             kind: c.kind,
@@ -136,7 +165,7 @@ pub fn predict(ops: &[TracedOp], peaks: &TorchPeaks) -> Prediction {
         k.flops += c.flops * op.calls;
         k.bytes += c.bytes * op.calls;
         k.compute_s += compute * op.calls;
-        k.memory_s += memory * op.calls;
+        k.memory_s += (memory + faults) * op.calls;
         k.fixed_s += fixed * op.calls;
         k.predicted_s += t * op.calls;
     }
@@ -174,9 +203,8 @@ mod tests {
         }
     }
 
-    #[test]
-    fn each_op_is_its_slower_roof_plus_the_fixed_cost() {
-        let peaks = TorchPeaks {
+    fn test_peaks() -> TorchPeaks {
+        TorchPeaks {
             fingerprint: String::new(),
             device: "cpu".into(),
             device_name: "test".into(),
@@ -196,8 +224,15 @@ mod tests {
             small_ops_per_s: rate(1e6),      // 1 µs
             view_ops_per_s: Some(rate(1e7)), // 0.1 µs
             gemv_gbs: None,
+            fill_gbs: None,
+            fresh_fill_gbs: None,
             measured_at: 0,
-        };
+        }
+    }
+
+    #[test]
+    fn each_op_is_its_slower_roof_plus_the_fixed_cost() {
+        let peaks = test_peaks();
         let ops = [
             // 2·1000³ FLOPs at 100 GFLOP/s: 20 ms (its 12 MB at 10 GB/s would be 1.2 ms).
             op(
@@ -230,5 +265,29 @@ mod tests {
         assert_eq!(p.by_kind[0].bound(), "compute");
         let view = p.by_kind.iter().find(|k| k.kind == Kind::View).unwrap();
         assert_eq!((view.bound(), view.calls), ("overhead", 10.0));
+    }
+
+    #[test]
+    fn a_large_fresh_output_pays_its_page_faults_on_the_cpu() {
+        // Writing fresh pages at 5 GB/s against 10 GB/s mapped: 0.1 ns more per byte.
+        let mut peaks = test_peaks();
+        peaks.fill_gbs = Some(rate(10.0));
+        peaks.fresh_fill_gbs = Some(rate(5.0));
+        let big: &[u64] = &[16 << 20]; // 64 MiB of f32
+        let small: &[u64] = &[1 << 20]; // 4 MiB
+        let t = |peaks: &TorchPeaks, name: &str, out: &[u64]| {
+            predict(&[op("backward", name, &[out, out], &[out], 1.0)], peaks).step_s
+        };
+        let bytes = |s: &[u64]| 4.0 * s[0] as f64;
+        let plain = |s: &[u64]| 3.0 * bytes(s) / 10e9 + 1e-6;
+        let close = |a: f64, b: f64| (a - b).abs() < 1e-12;
+        assert!(close(t(&peaks, "aten.add.Tensor", big), plain(big) + bytes(big) * 1e-10));
+        // In place, or under the 32 MiB glibc maps afresh: no faults.
+        let in_place = 2.0 * 2.0 * bytes(big) / 10e9 + 1e-6;
+        assert!(close(t(&peaks, "aten.add_.Tensor", big), in_place));
+        assert!(close(t(&peaks, "aten.add.Tensor", small), plain(small)));
+        // On CUDA the caching allocator reuses its blocks.
+        peaks.device = "cuda:0".into();
+        assert!(close(t(&peaks, "aten.add.Tensor", big), plain(big)));
     }
 }

@@ -41,6 +41,13 @@ pub struct TorchPeaks {
     /// the bandwidth a decode step's products reach. Absent in files written before.
     #[serde(default)]
     pub gemv_gbs: Option<Rate>,
+    /// GB/s writing an array already in memory (`a.fill_(1)`), and one just allocated
+    /// (`torch.empty(n).fill_(1)`): on the CPU its pages fault in as they are first written.
+    /// Absent in files written before they were measured.
+    #[serde(default)]
+    pub fill_gbs: Option<Rate>,
+    #[serde(default)]
+    pub fresh_fill_gbs: Option<Rate>,
     /// Unix time of the measurement, seconds.
     pub measured_at: u64,
 }
@@ -64,6 +71,19 @@ impl TorchPeaks {
             && self.small_ops_per_s.plausible()
             && self.view_ops_per_s.as_ref().is_some_and(Rate::plausible)
             && self.gemv_gbs.as_ref().is_some_and(Rate::plausible)
+            && self.fill_gbs.as_ref().is_some_and(Rate::plausible)
+            && self.fresh_fill_gbs.as_ref().is_some_and(Rate::plausible)
+    }
+
+    /// Seconds per byte the first write of a fresh allocation costs beyond writing memory
+    /// already mapped (page faults; about nothing on CUDA, whose caching allocator reuses).
+    pub fn fault_s_per_byte(&self) -> f64 {
+        match (&self.fill_gbs, &self.fresh_fill_gbs) {
+            (Some(warm), Some(fresh)) => {
+                (1.0 / (fresh.best.max(1e-12) * 1e9) - 1.0 / (warm.best.max(1e-12) * 1e9)).max(0.0)
+            }
+            _ => 0.0,
+        }
     }
 }
 
@@ -91,6 +111,8 @@ struct Measured {
     array_bytes: u64,
     copy_secs: Vec<f64>,
     triad_secs: Vec<f64>,
+    fill_secs: Vec<f64>,
+    fresh_fill_secs: Vec<f64>,
     small_op_calls: u64,
     small_op_secs: Vec<f64>,
     view_op_secs: Vec<f64>,
@@ -166,6 +188,8 @@ pub fn measure(
         small_ops_per_s: Rate::from_secs(m.small_op_calls as f64, &m.small_op_secs),
         view_ops_per_s: Some(Rate::from_secs(m.small_op_calls as f64, &m.view_op_secs)),
         gemv_gbs: Some(gb(m.gemv_bytes as f64, &m.gemv_secs)),
+        fill_gbs: Some(gb(bytes, &m.fill_secs)),
+        fresh_fill_gbs: Some(gb(bytes, &m.fresh_fill_secs)),
         measured_at: now,
     })
 }

@@ -31,7 +31,9 @@ fn fresh_bytes(op: &TracedOp, kind: Kind) -> f64 {
     }
     op.outputs
         .iter()
-        .map(|(s, d)| s.iter().map(|&x| x as f64).product::<f64>() * super::aten_cost::elem_bytes(d))
+        .map(|(s, d)| {
+            s.iter().map(|&x| x as f64).product::<f64>() * super::aten_cost::elem_bytes(d)
+        })
         .filter(|&b| b >= FRESH_PAGES_FROM)
         .sum()
 }
@@ -281,7 +283,10 @@ mod tests {
         let bytes = |s: &[u64]| 4.0 * s[0] as f64;
         let plain = |s: &[u64]| 3.0 * bytes(s) / 10e9 + 1e-6;
         let close = |a: f64, b: f64| (a - b).abs() < 1e-12;
-        assert!(close(t(&peaks, "aten.add.Tensor", big), plain(big) + bytes(big) * 1e-10));
+        assert!(close(
+            t(&peaks, "aten.add.Tensor", big),
+            plain(big) + bytes(big) * 1e-10
+        ));
         // In place, or under the 32 MiB glibc maps afresh: no faults.
         let in_place = 2.0 * 2.0 * bytes(big) / 10e9 + 1e-6;
         assert!(close(t(&peaks, "aten.add_.Tensor", big), in_place));

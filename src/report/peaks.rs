@@ -142,6 +142,18 @@ pub fn render_torch(p: &TorchPeaks, source: &str) -> String {
             format!("{:.1}", g.median),
         ]);
     }
+    for (name, r) in [
+        ("fill  a = 1 (memory already mapped)", &p.fill_gbs),
+        ("fill  a new array (fresh pages)", &p.fresh_fill_gbs),
+    ] {
+        if let Some(r) = r {
+            bw.rows.push(vec![
+                name.into(),
+                format!("{:.1}", r.best),
+                format!("{:.1}", r.median),
+            ]);
+        }
+    }
     out += &render_table(&bw);
     out.push('\n');
     let (best, median) = p.small_op_us();

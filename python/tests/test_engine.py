@@ -24,9 +24,9 @@ def presets(memscope_bin):
     return {m["name"]: m for m in json.loads(cli(memscope_bin, "models", "--json").stdout)}
 
 
-# (gpt2-small's and cs336-small's counts are checked with their FLOPs below.)
-@pytest.mark.parametrize("model", ["tinyllama-1.1b", "bert-base", "distilbert", "tiny-gpt2",
-                                   "tiny-llama", "tiny-bert"])
+# (gpt2-small's and cs336-small's counts are checked with their FLOPs below; tiny-gpt2's and
+# tiny-llama's by every run of them, which the engine refuses when the counts differ.)
+@pytest.mark.parametrize("model", ["tinyllama-1.1b", "bert-base", "distilbert", "tiny-bert"])
 def test_transformers_parameter_counts_equal_memscopes(memscope_bin, tmp_path, model):
     # The estimator builds transformers' model (under FakeTensorMode: no memory) and the engine
     # refuses a count that differs from memscope's; the file says the count it found.

@@ -51,27 +51,15 @@ class StepProfiler:
         first phase, so the model's own forward is seen whole)."""
         if index not in self.window or self.active:
             return
-        from torch.nn.modules.module import (register_module_forward_hook,
-                                             register_module_forward_pre_hook)
-
         from .optime import OpTimer, _mode
         from .trace import _dtype_names
         _dtype_names(self.torch)
         if self.timer is None:
             self.timer = OpTimer(self.torch, self.device, self.model)
-        t = self.timer
-
-        def pre(m, args):
-            t.stack.append(t.names.get(id(m), "?"))
-
-        def post(m, args, out):
-            if t.stack:
-                t.stack.pop()
-        self.hooks = [register_module_forward_pre_hook(pre),
-                      register_module_forward_hook(post, always_call=True)]
-        self.mode = _mode(t)
+        self.hooks = self.timer.module_hooks()
+        self.mode = _mode(self.timer)
         self.mode.__enter__()
-        t.on = True
+        self.timer.on = True
 
     def phase(self, name):
         """A phase starts (``name``) or ends (None): ops between phases are not the step's."""

@@ -38,6 +38,21 @@ class OpTimer:
         self.ops = {}         # key -> [calls, seconds]
         self.pending = []     # CUDA: (key, start event, end event), read after a sync
 
+    def module_hooks(self):
+        """Global forward hooks that keep ``stack`` (the modules whose forward is running);
+        returns their handles, to remove."""
+        from torch.nn.modules.module import (register_module_forward_hook,
+                                             register_module_forward_pre_hook)
+
+        def pre(m, args):
+            self.stack.append(self.names.get(id(m), "?"))
+
+        def post(m, args, out):
+            if self.stack:
+                self.stack.pop()
+        return [register_module_forward_pre_hook(pre),
+                register_module_forward_hook(post, always_call=True)]
+
     def module(self):
         if self.phase == "backward":
             node = self.torch._C._current_autograd_node()
@@ -114,17 +129,7 @@ def profile(request):
         times.setdefault(name, []).append((time.perf_counter() - t0) * 1e3)
         timer.phase = None
 
-    def pre(m, args):
-        timer.stack.append(timer.names.get(id(m), "?"))
-
-    def post(m, args, out):
-        if timer.stack:
-            timer.stack.pop()
-
-    from torch.nn.modules.module import (register_module_forward_hook,
-                                         register_module_forward_pre_hook)
-    hooks = [register_module_forward_pre_hook(pre), register_module_forward_hook(post,
-                                                                                 always_call=True)]
+    hooks = timer.module_hooks()
     eng.phase = mark
     step_fn = {"train": eng.train_step, "infer": eng.infer_step,
                "generate": eng.generate_step}[eng.mode]

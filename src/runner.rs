@@ -177,9 +177,13 @@ fn estimated(spec: &Spec) -> Option<EstimatedMemory> {
         let (e, ops) = crate::torch::estimate::estimate_with_ops(spec).ok()?;
         // Beside the measured times, where the device's roofs are cached (never measured here:
         // that would load the machine the run measures).
-        let predicted_ms = crate::torch::peaks::cached(&e.device, spec.threads)
+        let mut predicted_ms = crate::torch::peaks::cached(&e.device, spec.threads)
             .map(|p| crate::analysis::torch_time::predict(&ops, &p).ms_by_phase())
             .unwrap_or_default();
+        // A step's decode phases summed, as one decode step: the Record times one run of it.
+        if let Some(d) = predicted_ms.get_mut("decode") {
+            *d /= spec.new_tokens.max(1) as f64;
+        }
         return Some(EstimatedMemory {
             categories: e.categories,
             peak_bytes: e.peak_bytes,

@@ -109,11 +109,13 @@ fn run_torch(
     let sequences = (spec.batch * spec.grad_accum) as u64;
     r.throughput = throughput(&r.timing, spec.tokens_per_step(), sequences, decoded);
     r.compute = compute(spec, &r.timing);
-    if spec.torch.as_ref().is_some_and(|t| t.is_cuda()) {
-        // The CPU's matmul roof says nothing about a GPU's.
-        r.compute.matmul_peak_gflops = None;
-        r.compute.fraction_of_peak = None;
-    }
+    // PyTorch's products are set against PyTorch's roofs on the device (`peaks --engine
+    // torch`), not memscope's own engine's; none when they were not measured.
+    let device = spec.torch.as_ref().map_or("cpu", |t| t.device.as_str());
+    let peak = crate::torch::peaks::cached(device, spec.threads)
+        .map(|p| crate::analysis::torch_roofline::roofs(&p, spec.dtype.name()).matmul_gflops);
+    r.compute.matmul_peak_gflops = peak;
+    r.compute.fraction_of_peak = r.compute.achieved_gflops.zip(peak).map(|(a, p)| a / p);
     // Stopped by a signal (`leak`): the user asked to stop, so the estimate's trace (a second
     // Python process, seconds) is not started; what was measured is kept.
     if crate::measure::stop::requested() {

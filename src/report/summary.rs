@@ -129,13 +129,20 @@ pub fn compute_line(r: &Record) -> Option<String> {
     let range = c.achieved_gflops_range.map_or(String::new(), |[lo, hi]| {
         format!(" (slowest–fastest step {lo:.1}–{hi:.1})")
     });
+    // The torch engine's runs (and the recorder's) against PyTorch's own roofs.
+    let peaks =
+        if r.spec.torch.is_some() || r.spec.engine.as_ref().is_some_and(|e| e.name == "pytorch") {
+            "memscope peaks --engine torch"
+        } else {
+            "memscope peaks"
+        };
     let peak = match (c.matmul_peak_gflops, c.fraction_of_peak) {
         (Some(p), Some(f)) => format!(
-            " = {:.0}% of this machine's {} matmul peak ({p:.1} GFLOP/s, `memscope peaks`)",
+            " = {:.0}% of this machine's {} matmul peak ({p:.1} GFLOP/s, `{peaks}`)",
             f * 100.0,
             r.spec.dtype.name()
         ),
-        _ => "; run `memscope peaks` once to see it against this machine's matmul peak".into(),
+        _ => format!("; run `{peaks}` once to see it against this machine's matmul peak"),
     };
     Some(format!(
         "Compute: {:.3e} matmul FLOPs per step, {a:.1} GFLOP/s achieved (median step){range}{peak}",

@@ -31,6 +31,19 @@ def run_script(name, tmp_path, *args, preload=True, timeout=240):
     return p
 
 
+def rendered_dom(page, tmp_path):
+    """The DOM of the HTML file ``page`` as headless Chromium renders it."""
+    import shutil
+    chromium = shutil.which("chromium")
+    assert chromium, "chromium not found on PATH: install it (apt-get install chromium)"
+    out = subprocess.run(
+        ["timeout", "180", chromium, "--headless", "--no-sandbox", "--disable-gpu",
+         f"--user-data-dir={tmp_path / 'chrome-profile'}", "--dump-dom", f"file://{page}"],
+        capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    return out.stdout
+
+
 def cli(memscope_bin, *args, cwd=None, ok=True):
     p = subprocess.run([memscope_bin] + [str(a) for a in args], capture_output=True, text=True,
                        cwd=cwd, timeout=120)

@@ -4,11 +4,10 @@ Record that does not fit the schema, naming the field."""
 
 import json
 import shutil
-import subprocess
 
 import pytest
 
-from conftest import cli, load, run_script
+from conftest import cli, load, rendered_dom, run_script
 
 from memscope import _native
 
@@ -28,14 +27,7 @@ def test_report_draws_a_python_record_in_chromium(records, memscope_bin, tmp_pat
     p = cli(memscope_bin, "report", records / "one.json", "-o", page)
     for chart in ("memory-stacked", "memory-breakdown", "timing-step", "timing-backward"):
         assert chart in p.stdout, p.stdout
-    chromium = shutil.which("chromium")
-    assert chromium, "chromium not found on PATH: install it (apt-get install chromium)"
-    out = subprocess.run(
-        ["timeout", "180", chromium, "--headless", "--no-sandbox", "--disable-gpu",
-         f"--user-data-dir={tmp_path / 'profile'}", "--dump-dom", f"file://{page}"],
-        capture_output=True, text=True)
-    assert out.returncode == 0, out.stderr
-    dom = out.stdout
+    dom = rendered_dom(page, tmp_path)
     for chart in ("memory-stacked", "memory-breakdown"):
         at = dom.find(f'data-chart="{chart}"')
         assert at > 0, f"{chart} missing from the rendered page"

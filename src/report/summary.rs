@@ -168,7 +168,7 @@ pub fn predicted_line(r: &Record) -> Option<String> {
         .filter_map(|k| {
             let (pred, m) = (p.get(k)?, r.timing.get(k)?.median_ms);
             Some(format!(
-                "{k} {} ms predicted, {} ms measured ({:+.0}%)",
+                "{k} {} ms predicted, {} ms measured median ({:+.0}%)",
                 crate::units::ms(*pred),
                 crate::units::ms(m),
                 100.0 * (pred / m.max(1e-12) - 1.0)

@@ -42,8 +42,8 @@ fn one() -> u64 {
     1
 }
 
-/// A tensor an op read or wrote: (shape, dtype).
-pub type Tensor = (Vec<u64>, String);
+/// A tensor an op read or wrote: (shape, dtype), as a Record's profile holds it.
+pub use crate::record::op_profile::Tensor;
 
 /// One dispatched op of the traced steps, by signature, with its calls per step.
 #[derive(Clone, Debug, PartialEq)]

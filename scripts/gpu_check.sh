@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Every GPU check the project has, in one run on an NVIDIA GPU machine without a Rust toolchain
-# (docs/torch-engine.md, "On a GPU"), each step bounded (40 + 70 + 150 + 50 + 110 + 60 s: the
+# (docs/torch-engine.md, "On a GPU"), each step bounded (40 + 70 + 150 + 50 + 150 + 60 s: the
 # seeds' estimates run beside their sweep; under 8 minutes together), then
 # one summary table of measured vs expected with PASS / FAIL per line (exit 1 on any FAIL).
 #
@@ -48,13 +48,13 @@ echo "== 4. the device's roofs as PyTorch reaches them"
 MEMSCOPE_CACHE_DIR="$OUT/peaks-cache" timeout 50 "$BIN" peaks --engine torch --device cuda \
   --model gpt2-small --batch 4 --seq 256 --json "$OUT/peaks.json" | tee "$OUT/peaks.txt"
 
-echo "== 5. the predicted step time vs measured"
-MEMSCOPE_BIN=$BIN MEMSCOPE_CACHE_DIR="$OUT/peaks-cache" timeout 110 python3 scripts/check_torch_time.py \
-  --device cuda --workloads gpt2-train,gpt2-infer --steps 5 | tee "$OUT/time.md"
+echo "== 5. the predicted step time vs measured: a step the GPU's kernels set, and one the host's dispatch sets"
+MEMSCOPE_BIN=$BIN MEMSCOPE_CACHE_DIR="$OUT/peaks-cache" timeout 150 python3 scripts/check_torch_time.py \
+  --device cuda --workloads gpt2-train-large,gpt2-train --steps 5 | tee "$OUT/time.md"
 
-echo "== 6. the CUDA roofline: every op's events summed vs the step"
+echo "== 6. the CUDA roofline: every op's kernel time summed vs the plain step the kernels set"
 MEMSCOPE_CACHE_DIR="$OUT/peaks-cache" timeout 60 "$BIN" roofline --engine torch --device cuda \
-  --model gpt2-small --batch 4 --seq 256 --steps 3 --json "$OUT/roofline.json" | tee "$OUT/roofline.txt"
+  --model gpt2-small --batch 8 --seq 512 --steps 3 --json "$OUT/roofline.json" | tee "$OUT/roofline.txt"
 
 echo "== summary"
 OUT="$OUT" MODELS="$MODELS" python3 - <<'PY'
@@ -117,13 +117,17 @@ if not steps:
     add("predicted step time", "no rows", "within 15%", False)
 for line in steps:
     cells = [c.strip() for c in line.strip("|").split("|")]
-    err = abs(float(cells[4].rstrip("%")))
-    add(f"predicted step time: {cells[0]}", cells[4], "within 15%", err <= 15)
+    err = float(cells[4].rstrip("%"))
+    if cells[0].endswith("-large"):  # the kernels set the step: the prediction's own case
+        add(f"predicted step time: {cells[0]}", cells[4], "within 15%", abs(err) <= 15)
+    else:  # the host sets it: the prediction is a lower bound (docs/torch-engine.md)
+        add(f"predicted step time (host-bound): {cells[0]}", cells[4], "under, a lower bound",
+            err <= 5)
 try:
     sec = json.loads(read("roofline.json"))["sections"][0]
     ops, plain = sec["step"]["attributed_ms"], sec["plain_ms"][0]
     err = 100.0 * (ops / plain - 1.0)
-    add("CUDA roofline: ops' event times summed vs the plain step", f"{ops:.1f} vs {plain:.1f} ms "
+    add("CUDA roofline: ops' kernel times summed vs the plain step", f"{ops:.1f} vs {plain:.1f} ms "
         f"({err:+.1f}%)", "within 5%", abs(err) <= 5)
 except (ValueError, KeyError, IndexError, ZeroDivisionError):
     add("CUDA roofline (roofline --engine torch --device cuda)", "no figures", "within 5%", False)

@@ -1,8 +1,10 @@
 """``memscope roofline --engine torch`` and ``profile --engine torch``: a Spec's workload run for
 real through transformers' own classes, its measured steps plain alternating with as many with
 every dispatched ATen op timed one by one (on the CPU by the wall clock around the call; on CUDA
-by a pair of CUDA events around it on the stream, read after the step synchronises), each op
-charged to the module that ran it. In backward an op is charged to the module whose forward made
+by the device's time for the op's kernels: a pair of CUDA events around it on the stream, behind
+a spin kernel long enough that the kernels are queued before the first event fires, so no time
+the host spends dispatching counts; a view launches nothing and counts 0), each op charged to
+the module that ran it. In backward an op is charged to the module whose forward made
 the autograd node running it (matched by the node's sequence number), so a layer's backward is
 the layer's. memscope costs each op (``src/analysis/aten_cost.rs``: FLOPs and minimum bytes from
 its signature) and sets the times against the roofs ``peaks --engine torch`` measured.
@@ -24,6 +26,16 @@ from .engine import Engine, _tokens, answer_once
 from .trace import _dtype_names, signature
 
 
+# The host's longest dispatch of one op, as far as the timing needs: a fused optimizer's over
+# every parameter, or an attention backward choosing its kernel, stays well under it.
+HEAD_START_US = 300
+
+
+# Ops that only allocate: on CUDA they launch no kernel, and timing them would count the host's
+# time in the allocator (a cudaMalloc) as the device's.
+NO_KERNEL = {"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided"}
+
+
 class OpTimer:
     """Every op's time while ``on``, keyed by (phase, module, signature)."""
 
@@ -37,6 +49,22 @@ class OpTimer:
         self.cuda = device.type == "cuda"
         self.ops = {}         # key -> [calls, seconds]
         self.pending = []     # CUDA: (key, start event, end event), read after a sync
+        self.head = self._head_start() if self.cuda else 0
+
+    def _head_start(self):
+        """CUDA: the spin kernel's cycles that last HEAD_START_US on this device, so that
+        every op's kernels are queued (the host has dispatched it) before its start event
+        runs."""
+        torch = self.torch
+        cycles = 1_000_000
+        start, end = (torch.cuda.Event(enable_timing=True) for _ in range(2))
+        torch.cuda._sleep(cycles)  # the first launch loads the kernel
+        start.record()
+        torch.cuda._sleep(cycles)
+        end.record()
+        torch.cuda.synchronize()
+        per_us = cycles / max(start.elapsed_time(end) * 1e3, 1.0)
+        return int(per_us * HEAD_START_US)
 
     def module_hooks(self):
         """Global forward hooks that keep ``stack`` (the modules whose forward is running);
@@ -62,9 +90,14 @@ class OpTimer:
     def time(self, func, args, kwargs):
         torch = self.torch
         module = self.module()
-        if self.cuda:
+        if self.cuda and (func.is_view or func.__name__.split(".")[0] in NO_KERNEL):
+            out, secs = func(*args, **kwargs), 0.0  # launches no kernel
+        elif self.cuda:
             start = torch.cuda.Event(enable_timing=True)
             end = torch.cuda.Event(enable_timing=True)
+            # The device spins while the host dispatches the op, so the events time its
+            # kernels back to back, not the host's gap between them.
+            torch.cuda._sleep(self.head)
             start.record()
             out = func(*args, **kwargs)
             end.record()

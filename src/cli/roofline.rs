@@ -142,6 +142,8 @@ pub struct Measured {
     pub isa: String,
     /// `torch`, or empty for memscope's engine.
     pub engine: String,
+    /// PyTorch ran on a CUDA device: each op's time is its kernels' on the device.
+    pub gpu: bool,
 }
 
 /// The workload measured plain and profiled: by memscope's op timer in this process, or with
@@ -162,6 +164,7 @@ pub fn measure(
         weights_bytes: p.profiled.model.param_bytes,
         isa: crate::environment::isa(),
         engine: String::new(),
+        gpu: false,
         spec: p.spec,
     })
 }
@@ -247,6 +250,7 @@ fn measure_torch(
             }
         ),
         engine: "torch".into(),
+        gpu: p.device.starts_with("cuda"),
         weights_bytes: p.param_bytes,
         roofs,
         sections,
@@ -413,9 +417,9 @@ pub fn run(a: RooflineArgs) -> anyhow::Result<ExitCode> {
                 s.name,
                 &s.costs,
                 &s.measured,
-                s.time_ms,
-                s.plain_ms,
+                (s.time_ms, s.plain_ms),
                 &p.roofs,
+                p.gpu,
             )
         })
         .collect();
@@ -431,6 +435,7 @@ pub fn run(a: RooflineArgs) -> anyhow::Result<ExitCode> {
         roofs: p.roofs,
         weights_bytes: p.weights_bytes,
         engine: p.engine.clone(),
+        gpu: p.gpu,
     };
     for (flag, path, text) in [
         ("--json", &a.json, rep::json(&head, &report)?),

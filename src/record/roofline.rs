@@ -72,6 +72,10 @@ pub struct Head {
     /// and in files written before the field.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub engine: String,
+    /// PyTorch ran on a CUDA device: an op's time is its kernels' time on the device, and the
+    /// rest of the plain step is the device idle, waiting on the host.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub gpu: bool,
 }
 
 /// One section (train step, forward, prefill, one decode step) analysed.

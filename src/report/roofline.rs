@@ -9,19 +9,22 @@ use crate::units;
 use std::fmt::Write;
 
 impl SectionReport {
+    /// `gpu`: the ops' times are their kernels' on a CUDA device, timed apart from a profiled
+    /// step the timing slowed, so the step's rates and shares are of the plain step.
     pub fn new(
         name: &str,
         costs: &[OpCost],
         measured: &[MeasuredOp],
-        time_ms: (f64, f64),
-        plain_ms: (f64, f64),
+        (time_ms, plain_ms): ((f64, f64), (f64, f64)),
         roofs: &Roofs,
+        gpu: bool,
     ) -> Self {
         let ops = roofline::op_rows(costs, measured, roofs);
-        let step = roofline::step_row(&ops, time_ms.0, roofs);
+        let step_ms = if gpu { plain_ms.0 } else { time_ms.0 };
+        let step = roofline::step_row(&ops, step_ms, roofs);
         SectionReport {
             name: name.into(),
-            biggest_loss: roofline::biggest_loss(&ops, time_ms.0),
+            biggest_loss: roofline::biggest_loss(&ops, step_ms),
             step,
             profiled_ms: time_ms,
             plain_ms,
@@ -34,9 +37,12 @@ fn g(x: f64) -> String {
     format!("{:.3}", x / 1e9)
 }
 
-pub fn overhead_line(s: &SectionReport) -> String {
+pub fn overhead_line(h: &Head, s: &SectionReport) -> String {
     let (p, ps) = s.profiled_ms;
     let (q, qs) = s.plain_ms;
+    if h.gpu {
+        return gpu_line(s);
+    }
     format!(
         "{}: profiled {} ± {} ms, plain {} ± {} ms (same process): profiling overhead {:+.1}%; \
          attributed to ops {} ms, unattributed {} ms ({:.1}%)",
@@ -49,6 +55,27 @@ pub fn overhead_line(s: &SectionReport) -> String {
         units::ms(s.step.attributed_ms),
         units::ms((p - s.step.attributed_ms).max(0.0)),
         100.0 * (p - s.step.attributed_ms).max(0.0) / p.max(1e-12)
+    )
+}
+
+/// On CUDA the ops' times are the device's: set against the plain step, the rest is the device
+/// idle while the host (Python, dispatch, launches) catches up.
+pub fn gpu_line(s: &SectionReport) -> String {
+    let (p, ps) = s.profiled_ms;
+    let (q, qs) = s.plain_ms;
+    let busy = s.step.attributed_ms;
+    format!(
+        "{}: plain {} ± {} ms, profiled {} ± {} ms (same process; every op timed apart on the device); \
+         the ops' kernels take {} ms of the plain step ({:.1}%), the device idle {} ms ({:.1}%: waiting on the host's Python, dispatch and launches)",
+        s.name,
+        units::ms(q),
+        units::ms(qs),
+        units::ms(p),
+        units::ms(ps),
+        units::ms(busy),
+        100.0 * busy / q.max(1e-12),
+        units::ms((q - busy).max(0.0)),
+        100.0 * (q - busy).max(0.0) / q.max(1e-12)
     )
 }
 
@@ -158,9 +185,11 @@ at the op's intensity. Ops outside the timed kernels (candle's autograd, copies,
 const TORCH_NOTE: &str = "Bytes are the minimum: each input read once, each output written once. \
 Roofs: the best square product of the dtype and the best bandwidth from `memscope peaks --engine torch`; \
 overhead-bound = below 10% of the roof at the op's intensity. Every ATen op PyTorch dispatched is timed \
-(CPU: the wall clock around the call; CUDA: a pair of events on the stream) and costed from its shapes; \
-in backward it is charged to the module whose forward made the autograd node. Unattributed: PyTorch's \
-autograd engine and Python between the ops, and the timing hook itself.";
+(CPU: the wall clock around the call; CUDA: its kernels' time on the device, a pair of events on the \
+stream with the device kept busy while the host dispatches it, views 0) and costed from its shapes; \
+in backward it is charged to the module whose forward made the autograd node. Unattributed (CPU): \
+PyTorch's autograd engine and Python between the ops, and the timing hook itself; on CUDA, the \
+device's idle time in the plain step.";
 
 /// The note on how the figures were made, for the engine that made them.
 fn note(h: &Head) -> &'static str {
@@ -190,7 +219,7 @@ pub fn terminal(h: &Head, secs: &[SectionReport]) -> String {
             o,
             "\n{}\n{}\n{}\n{}\n",
             step_line(h, s),
-            overhead_line(s),
+            overhead_line(h, s),
             table(s, false),
             s.biggest_loss
         );
@@ -206,7 +235,7 @@ pub fn markdown(h: &Head, secs: &[SectionReport]) -> String {
             "\n## {}\n\n{}\n\n{}\n\n{}\n{}\n",
             s.name,
             step_line(h, s),
-            overhead_line(s),
+            overhead_line(h, s),
             table(s, true),
             s.biggest_loss
         );
@@ -258,4 +287,26 @@ pub fn json(h: &Head, secs: &[SectionReport]) -> anyhow::Result<String> {
         sections: secs.to_vec(),
     };
     Ok(file.to_json()?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn on_cuda_the_step_is_the_plain_one_and_the_rest_is_the_device_idle() {
+        let roofs = Roofs {
+            matmul_gflops: 1000.0,
+            bandwidth_gbs: 100.0,
+            copy_gbs: 100.0,
+        };
+        // A profiled step of 40 ms (the timing spun the device), a plain one of 10 ms.
+        let s = SectionReport::new("step", &[], &[], ((40.0, 1.0), (10.0, 0.5)), &roofs, true);
+        assert_eq!(s.step.time_ms, 10.0);
+        let cpu = SectionReport::new("step", &[], &[], ((40.0, 1.0), (10.0, 0.5)), &roofs, false);
+        assert_eq!(cpu.step.time_ms, 40.0);
+        let line = gpu_line(&s);
+        assert!(line.contains("plain 10.0"), "{line}");
+        assert!(line.contains("the device idle 10.0 ms (100.0%"), "{line}");
+    }
 }

@@ -48,6 +48,17 @@ pub fn render(p: &Prediction, peaks: &TorchPeaks, dtype: &str) -> String {
         ],
         rows,
     });
+    if peaks.device.starts_with("cuda") {
+        out.push_str(
+            "On CUDA a phase is the longer of its host side (the fixed costs: Python, dispatch, launches) and its device side (the roof times): the table's ms are the device's.\n",
+        );
+    }
+    if !p.host_bound.is_empty() {
+        out.push_str(&format!(
+            "Host-bound: {} (the device waits on the host; a model's own Python between the ops costs more than the bare op `peaks` times, so this is a lower bound).\n",
+            p.host_bound.join(", ")
+        ));
+    }
     out.push_str(
         "A prediction, not a measurement: run `bench --engine torch` for the measured phases.\n",
     );

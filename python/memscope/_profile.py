@@ -1,7 +1,10 @@
 """A session's profiling window (``Session(..., profile=range(5, 8))``): in those steps every ATen
 op PyTorch dispatches is timed and charged to its module (``optime.OpTimer``: on the CPU by the
 wall clock around the call, on CUDA by events on the stream; in backward to the module whose
-forward made the autograd node). Steps outside the window run without the hook and pay nothing.
+forward made the autograd node), and each module's temporaries are measured: the most bytes live
+after any op of its forward beyond what was live at its entry and at its return, read from the
+session's own counter (counted malloc or CUDA allocated). Steps outside the window run without
+the hook and pay nothing.
 The Record's ``profile`` holds the ops per profiled step by signature; memscope costs them
 (FLOPs, minimum bytes), sets them against the roofs ``peaks --engine torch`` measured and draws
 the op kinds and the module tree (``memscope report``).
@@ -33,8 +36,10 @@ def window(profile):
 class StepProfiler:
     """Turns the op timer on for the window's steps and off after."""
 
-    def __init__(self, torch, model, device, steps):
+    def __init__(self, torch, model, device, steps, live=None):
+        """``live``: the bytes live now, for each module's temporaries (None: not measured)."""
         self.torch, self.model, self.device = torch, model, device
+        self.live = live
         self.window = set(steps)
         self.asked = steps
         self.timer = None
@@ -55,7 +60,7 @@ class StepProfiler:
         from .trace import _dtype_names
         _dtype_names(self.torch)
         if self.timer is None:
-            self.timer = OpTimer(self.torch, self.device, self.model)
+            self.timer = OpTimer(self.torch, self.device, self.model, self.live)
         self.hooks = self.timer.module_hooks()
         self.mode = _mode(self.timer)
         self.mode.__enter__()
@@ -82,6 +87,7 @@ class StepProfiler:
             return
         self.timer.on = False
         self.timer.stack.clear()
+        self.timer.frames.clear()
         try:
             self.mode.__exit__(None, None, None)
         finally:
@@ -106,4 +112,8 @@ class StepProfiler:
                 "device": str(self.device), "torch": self.torch.__version__,
                 "profiled_step_ms": _median(ms for _, ms in self.done),
                 "plain_step_ms": _median(plain_ms) if plain_ms else None,
-                "ops": ops}
+                "ops": ops,
+                "temporaries": sorted(({"module": m, "bytes": b}
+                                       for m, b in self.timer.temporaries.items() if b > 0),
+                                      key=lambda e: -e["bytes"])
+                if self.live is not None else None}

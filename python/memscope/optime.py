@@ -39,8 +39,13 @@ NO_KERNEL = {"empty", "empty_like", "empty_strided", "new_empty", "new_empty_str
 class OpTimer:
     """Every op's time while ``on``, keyed by (phase, module, signature)."""
 
-    def __init__(self, torch, device, model):
+    def __init__(self, torch, device, model, live=None):
         self.torch = torch
+        # Memory: ``live()`` the bytes live now (the recorder's reader); per module running its
+        # forward, [live at entry, the most live after any of its ops].
+        self.live = live
+        self.frames = []
+        self.temporaries = {}  # module -> the most bytes its forward freed before returning
         self.names = {id(m): n or "(model)" for n, m in model.named_modules()}
         self.stack = []       # modules whose forward is running, innermost last
         self.owner = {}       # an autograd node's sequence number -> the module that made it
@@ -74,10 +79,20 @@ class OpTimer:
 
         def pre(m, args):
             self.stack.append(self.names.get(id(m), "?"))
+            if self.live is not None and self.on:
+                v = self.live()
+                self.frames.append([v, v])
 
         def post(m, args, out):
             if self.stack:
-                self.stack.pop()
+                name = self.stack.pop()
+                if self.live is not None and self.on and self.frames:
+                    # Its temporaries: what was live inside beyond what it held at entry and
+                    # still holds at its return (its output, what it saved for backward).
+                    entry, peak = self.frames.pop()
+                    t = max(peak - max(entry, self.live()), 0)
+                    if t > self.temporaries.get(name, 0):
+                        self.temporaries[name] = t
         return [register_module_forward_pre_hook(pre),
                 register_module_forward_hook(post, always_call=True)]
 
@@ -110,6 +125,11 @@ class OpTimer:
             # The node this op made (if any) has the sequence number just taken; an op that made
             # none leaves the module of the op that did.
             self.owner.setdefault(torch._C._autograd._get_sequence_nr() - 1, module)
+        if self.frames and self.phase != "backward":
+            v = self.live()
+            for f in self.frames:
+                if v > f[1]:
+                    f[1] = v
         key = (self.phase or "", module) + signature(func, args, out)
         e = self.ops.setdefault(key, [0, 0.0])
         e[0] += 1

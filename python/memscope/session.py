@@ -156,7 +156,11 @@ class Session:
         self.profiler = None
         if profile is not None:
             from ._profile import StepProfiler, window
-            self.profiler = StepProfiler(torch, model, device, window(profile))
+            # Each module's temporaries from the session's own counter; RSS does not fall when
+            # memory is freed, so under it they are not measured.
+            live = (None if self.reader.memory == "rss"
+                    else (lambda: self.reader.read()["live"]))
+            self.profiler = StepProfiler(torch, model, device, window(profile), live)
         self._params = params
         self.param_bytes, self._param_ptrs = unique_bytes(params, device)
         self.n_params = sum(p.numel() for p in params)

@@ -53,6 +53,11 @@ def test_the_window_adds_ops_by_module_and_the_report_draws_them(memscope_bin, t
     assert {"aten.addmm.default", "aten._fused_adamw_.default"} <= ops, ops
     assert all(o["seconds"] >= 0 and o["calls"] > 0 for o in p["ops"])
     assert sum(o["seconds"] for o in p["ops"]) * 1e3 < p["profiled_step_ms"]
+    # Each module's temporaries, from the counted allocator: attention's intermediates (its
+    # split heads, the mask) die inside it; none exceeds the forward's peak.
+    temps = {t["module"]: t["bytes"] for t in p["temporaries"]}
+    assert temps.get("transformer.h.0.attn", 0) > 0, temps
+    assert max(temps.values()) <= r["memory"]["heap_peak_bytes"], temps
 
     page = tmp_path / "report.html"
     cli(memscope_bin, "report", tmp_path / "run.json", "-o", page)
@@ -61,5 +66,6 @@ def test_the_window_adds_ops_by_module_and_the_report_draws_them(memscope_bin, t
     assert at > 0, "the profiled steps' section is missing from the rendered page"
     section = dom[at:dom.find("</section>", at)]
     for text in ("Profiled steps [3, 4]", "profiling cost", "time by op kind", "matmul",
-                 "optimizer update", "Module time tree", "transformer.h.1", "Hotspots by time"):
+                 "optimizer update", "Module time tree", "transformer.h.1", "Hotspots by time",
+                 "Hotspots by memory (counted malloc)", "saved for backward"):
         assert text in section, text

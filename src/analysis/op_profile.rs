@@ -1,12 +1,13 @@
 //! A recorder Record's profiled steps (`record::op_profile`): the ops costed by `aten_cost` and
 //! grouped by op kind and pass (the roofline's rows) and by module (the time tree and the
-//! hotspots). Pure.
+//! hotspots by time and by memory). Pure.
 
 use super::aten_cost::cost;
 use super::roofline::op_rows;
 use super::torch_roofline::section_named;
 use crate::record::op_profile::{OpProfile, ProfiledOp};
 use crate::record::roofline::{OpRow, Roofs};
+use crate::record::Record;
 use crate::torch::estimate::TracedOp;
 use crate::torch::optime::TimedOp;
 
@@ -147,6 +148,72 @@ pub fn hotspots(p: &OpProfile, n: usize) -> Vec<ModuleTime> {
     nodes
 }
 
+/// One module's memory: what autograd saved in its forward for backward (live at the forward's
+/// end, the Record's `peak_moments`) and its forward's temporaries (the profiled steps').
+#[derive(Clone, Debug, PartialEq)]
+pub struct ModuleMemory {
+    pub module: String,
+    pub saved: u64,
+    /// None where the session did not measure them (under RSS).
+    pub temporaries: Option<u64>,
+}
+
+impl ModuleMemory {
+    fn total(&self) -> u64 {
+        self.saved + self.temporaries.unwrap_or(0)
+    }
+}
+
+/// A module's path as the session's memory and the op timer both know it: the session writes
+/// an index's class beside it (`h.0 (GPT2Block)`).
+fn path_of(name: &str) -> &str {
+    name.split(" (").next().unwrap_or(name)
+}
+
+/// The `n` modules holding the most: saved for backward plus their forward's temporaries.
+pub fn memory_hotspots(r: &Record, n: usize) -> Vec<ModuleMemory> {
+    fn row<'a>(rows: &'a mut Vec<ModuleMemory>, module: &str) -> &'a mut ModuleMemory {
+        let key = path_of(module);
+        let i = match rows.iter().position(|m| m.module == key) {
+            Some(i) => i,
+            None => {
+                rows.push(ModuleMemory {
+                    module: key.to_string(),
+                    saved: 0,
+                    temporaries: None,
+                });
+                rows.len() - 1
+            }
+        };
+        &mut rows[i]
+    }
+    let mut rows: Vec<ModuleMemory> = Vec::new();
+    let forward = ["forward", "prefill"];
+    for m in r
+        .memory
+        .peak_moments
+        .iter()
+        .filter(|m| forward.contains(&m.phase.as_str()))
+    {
+        for mb in m.by_module.iter().filter(|mb| !mb.module.starts_with('(')) {
+            let m = row(&mut rows, &mb.module);
+            m.saved = m.saved.max(mb.bytes);
+        }
+    }
+    if let Some(temps) = r.profile.as_ref().and_then(|p| p.temporaries.as_ref()) {
+        for t in temps {
+            let m = row(&mut rows, &t.module);
+            m.temporaries = Some(m.temporaries.unwrap_or(0).max(t.bytes));
+        }
+        for m in rows.iter_mut() {
+            m.temporaries.get_or_insert(0);
+        }
+    }
+    rows.sort_by(|a, b| b.total().cmp(&a.total()).then(a.module.cmp(&b.module)));
+    rows.truncate(n);
+    rows
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -173,7 +240,61 @@ mod tests {
             profiled_step_ms: 10.0,
             plain_step_ms: Some(9.0),
             ops,
+            temporaries: None,
         }
+    }
+
+    #[test]
+    fn memory_hotspots_join_saved_and_temporaries_by_module_path() {
+        use crate::record::op_profile::ModuleTemporaries;
+        use crate::record::{ModuleBytes, PeakMoment};
+        let mut r: Record =
+            serde_json::from_str(include_str!("../../tests/fixtures/pytorch-record.json")).unwrap();
+        let mb = |m: &str, b| ModuleBytes {
+            module: m.into(),
+            bytes: b,
+        };
+        r.memory.peak_moments = vec![PeakMoment {
+            phase: "forward".into(),
+            by_module: vec![
+                mb("h.0 (Block)", 100),
+                mb("h.1 (Block)", 10),
+                mb("(outside)", 5),
+            ],
+            ..Default::default()
+        }];
+        let mut p = profile(vec![]);
+        p.temporaries = Some(vec![
+            ModuleTemporaries {
+                module: "h.1".into(),
+                bytes: 500,
+            },
+            ModuleTemporaries {
+                module: "lm_head".into(),
+                bytes: 50,
+            },
+        ]);
+        r.profile = Some(p);
+        let rows = memory_hotspots(&r, 10);
+        let got: Vec<(&str, u64, Option<u64>)> = rows
+            .iter()
+            .map(|m| (m.module.as_str(), m.saved, m.temporaries))
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                ("h.1", 10, Some(500)),
+                ("h.0", 100, Some(0)),
+                ("lm_head", 0, Some(50))
+            ]
+        );
+        // Without measured temporaries: saved alone, the temporaries unknown.
+        r.profile.as_mut().unwrap().temporaries = None;
+        let rows = memory_hotspots(&r, 1);
+        assert_eq!(
+            (rows[0].module.as_str(), rows[0].temporaries),
+            ("h.0", None)
+        );
     }
 
     #[test]

@@ -21,6 +21,18 @@ pub struct OpProfile {
     pub profiled_step_ms: f64,
     pub plain_step_ms: Option<f64>,
     pub ops: Vec<ProfiledOp>,
+    /// Each module's temporaries in its forward, largest first: the most bytes live after any
+    /// of its ops beyond what was live at its entry and at its return (the session's own
+    /// counter: counted malloc or CUDA allocated). None where not measured (an RSS session, or
+    /// a file written before the field).
+    #[serde(default)]
+    pub temporaries: Option<Vec<ModuleTemporaries>>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ModuleTemporaries {
+    pub module: String,
+    pub bytes: u64,
 }
 
 /// One op signature in one module and phase.

@@ -2,7 +2,7 @@
 //! kind against the device's roofs (`peaks --engine torch`, when cached), the module time tree,
 //! and the modules that took the most time.
 
-use crate::analysis::op_profile::{hotspots, kind_rows, module_tree, ModuleTime};
+use crate::analysis::op_profile::{hotspots, kind_rows, memory_hotspots, module_tree, ModuleTime};
 use crate::record::op_profile::OpProfile;
 use crate::record::Record;
 use crate::report::table::Table;
@@ -151,5 +151,35 @@ pub fn tables(r: &Record) -> Vec<Table> {
             .map(|n| module_row(n, step, false))
             .collect(),
     };
-    vec![kinds, tree, hot]
+    vec![kinds, tree, hot, memory_table(r)]
+}
+
+/// Hotspots by memory: each module's saved activations and its forward's temporaries.
+fn memory_table(r: &Record) -> Table {
+    let what = match &r.profile {
+        Some(p) if p.device.starts_with("cuda") => "CUDA allocated",
+        _ if r.memory.counting => "counted malloc",
+        _ => "RSS",
+    };
+    Table {
+        title: format!(
+            "Hotspots by memory ({what}): what each module's forward saved for backward (live at the forward's end) and its temporaries (the most live after any of its ops beyond what it held at entry and return)"
+        ),
+        header: ["module", "saved for backward", "temporaries", "together"]
+            .map(String::from)
+            .to_vec(),
+        rows: memory_hotspots(r, 10)
+            .iter()
+            .map(|m| {
+                vec![
+                    m.module.clone(),
+                    units::bytes(m.saved as f64),
+                    m.temporaries.map_or("— (not measured under RSS)".into(), |t| {
+                        units::bytes(t as f64)
+                    }),
+                    units::bytes((m.saved + m.temporaries.unwrap_or(0)) as f64),
+                ]
+            })
+            .collect(),
+    }
 }

@@ -1,19 +1,39 @@
 """``python -m memscope run SCRIPT [ARGS…]``: runs a training script with memscope's counting
 allocator preloaded (``LD_PRELOAD``), so the recorder's CPU peaks are counted allocations rather
 than RSS. The variable is removed again inside the script's process, so the programs it starts
-run without it."""
+run without it.
+
+Any other command (``python -m memscope report run.json -o run.html``) is the ``memscope``
+command-line tool the wheel installed beside this Python (its scripts directory), run as is."""
 
 import os
 import runpy
+import shutil
 import sys
+import sysconfig
 
 from . import _native
 
-USAGE = "usage: python -m memscope run SCRIPT.py [ARGS...]   (or: run -m MODULE [ARGS...])"
+USAGE = ("usage: python -m memscope run SCRIPT.py [ARGS...]   (or: run -m MODULE [ARGS...]);\n"
+         "       python -m memscope COMMAND ...   (memscope's command-line tool: --help lists them)")
+
+
+def _cli():
+    """The ``memscope`` binary this package installed, else the one on PATH, else None."""
+    own = os.path.join(sysconfig.get_path("scripts"), "memscope")
+    return own if os.access(own, os.X_OK) else shutil.which("memscope")
 
 
 def main(argv):
-    if len(argv) < 2 or argv[0] not in ("run", "_exec"):
+    if argv and argv[0] not in ("run", "_exec"):
+        cli = _cli()
+        if cli is None:
+            print("memscope's command-line tool is not installed beside this Python: "
+                  "reinstall the package (pip install ./python) or build it "
+                  "(cargo build --release)", file=sys.stderr)
+            return 2
+        os.execv(cli, [cli] + argv)
+    if len(argv) < 2:
         print(USAGE, file=sys.stderr)
         return 2
     if argv[0] == "run":

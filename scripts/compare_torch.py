@@ -9,7 +9,7 @@ dtype, threads, seed, warm-up and measured steps. The header names the CPU and i
 (avx512 / avx2, from /proc/cpuinfo). `--isa avx2` measures what an AVX2-only CPU runs, on an
 AVX-512 one: torch with ATEN_CPU_CAPABILITY=avx2, MKL_ENABLE_INSTRUCTIONS=AVX2 and
 ONEDNN_MAX_CPU_ISA=AVX2, against a memscope built with `cargo build --release
---no-default-features` (checked from its Record). Prints per case:
+--no-default-features --features engine` (checked from its Record). Prints per case:
 - the median step time (ms) of both per round and the ratio memscope/torch per round, then the
   median of the ratios and their min–max (spread);
 - the best step: the fastest single step of all of memscope's runs against the fastest of all of
@@ -134,7 +134,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--isa", choices=["native", "avx2"], default="native",
                     help="native: both sides use what the CPU has (default); avx2: both capped at "
                          "AVX2 on an AVX-512 CPU (memscope must be built with "
-                         "--no-default-features)")
+                         "--no-default-features --features engine)")
     ap.add_argument("--timeout", type=float, default=None,
                     help="seconds before one run is killed (default: none)")
     ap.add_argument("--json", metavar="FILE", help="write all raw Records and ratios here")
@@ -237,7 +237,7 @@ def isa_mismatch(kind: str, rec: dict, a) -> str:
         return ""
     if kind == "memscope" and not got.startswith("avx2"):
         return (f"--isa avx2: {a.memscope} runs {got} kernels; build an AVX2 engine with "
-                "`cargo build --release --no-default-features --target-dir target/avx2` and pass "
+                "`cargo build --release --no-default-features --features engine --target-dir target/avx2` and pass "
                 "--memscope target/avx2/release/memscope")
     if kind == "torch" and got not in ("avx2", "?"):
         return f"--isa avx2: torch ran its {got} kernels despite ATEN_CPU_CAPABILITY=avx2"

@@ -74,7 +74,7 @@ fn os() -> Option<String> {
 #[cfg(test)]
 mod tests {
     /// The Record names the kernels this build runs: an AVX-512 CPU runs AVX2 ones in a build
-    /// without the `avx512` feature (`cargo test --release --no-default-features`, run by CI).
+    /// without the `avx512` feature (`cargo test --release --no-default-features --features engine`, run by CI).
     #[test]
     #[cfg(target_arch = "x86_64")]
     fn isa_names_the_kernels_this_build_runs() {

@@ -2,7 +2,7 @@
 //! a worker process needs.
 
 use crate::model::config::{Family, ModelConfig};
-use crate::model::store::Purpose;
+use crate::model::purpose::Purpose;
 use crate::model::variant::{Precision, Variant};
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;

@@ -4,7 +4,9 @@
 //! - capabilities never import the CLI (`crate::cli` appears only under `src/cli/`, `main.rs`);
 //! - `analysis/` and `report/` never import candle;
 //! - no file holds more than 600 lines of non-test code unless its header comment says why
-//!   ("over 600 lines because …"); `*_tests.rs` and `tests.rs` files are test code.
+//!   ("over 600 lines because …"); `*_tests.rs` and `tests.rs` files are test code;
+//! - the Python extension (`python/`, what `python -m memscope run` preloads into a training
+//!   process) has no candle in its dependency tree (`cargo tree -p memscope-python`).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -614,5 +616,53 @@ fn no_function_over_150_lines_without_a_reason() {
     assert!(
         split.is_empty(),
         "these are no longer over 150 lines: take them off NOT_YET_SPLIT: {split:?}"
+    );
+}
+
+/// The crates of `package`'s normal dependency tree (`cargo tree`, offline) that belong to the
+/// engine: candle's and gemm's.
+fn engine_crates(package: &str) -> Vec<String> {
+    let out = std::process::Command::new(env!("CARGO"))
+        .args([
+            "tree",
+            "--offline",
+            "-e",
+            "normal",
+            "--prefix",
+            "none",
+            "-p",
+            package,
+        ])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .expect("cargo tree runs");
+    assert!(
+        out.status.success(),
+        "cargo tree -p {package}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut found: Vec<String> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|name| name.starts_with("candle") || *name == "gemm")
+        .map(String::from)
+        .collect();
+    found.sort();
+    found.dedup();
+    found
+}
+
+#[test]
+fn the_python_extension_links_no_candle() {
+    // The check finds the engine where it is: in the tool itself.
+    assert!(
+        engine_crates("memscope").contains(&"candle-core".to_string()),
+        "the check no longer sees candle in the tool's own tree"
+    );
+    let found = engine_crates("memscope-python");
+    assert!(
+        found.is_empty(),
+        "python/ depends on the engine ({found:?}): its memscope dependency must stay \
+         `default-features = false`, and what it uses must not need the `engine` feature"
     );
 }

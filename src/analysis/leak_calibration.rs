@@ -457,7 +457,7 @@ fn calibration_set_false_and_missed_leak_rates() {
 
 /// Writes the calibration set as CSV files (`step,bytes`) into $CALIBRATION_DIR, one file per
 /// series named `family-seed-rate.csv`, so that any build of `memscope analyze` can be measured on
-/// the same set (`scripts/leak_calibration.sh`).
+/// the same set (`scripts/leak_calibration.py`).
 #[test]
 #[ignore]
 fn write_calibration_set() {

@@ -1,6 +1,6 @@
 //! FLOPs and minimum bytes of every op the engine runs in a step, per (module, op kind, pass),
 //! from the shapes alone. The op kinds and module names are the ones the engine's op timer
-//! records (`measure::op_timer`, `model::scope`), so the two join one to one.
+//! records (`instrument::op_timer`, `instrument::scope`), so the two join one to one.
 //!
 //! Conventions, stated once:
 //! - A matmul (m, k)·(k, n) is 2·m·n·k FLOPs; a linear layer's backward makes dx and dW:

@@ -82,7 +82,7 @@ static PHASE_CURR: [AtomicU64; N_PHASES] = [ZERO; N_PHASES];
 static PHASE_TOTAL_BYTES: [AtomicU64; N_PHASES] = [ZERO; N_PHASES];
 static PHASE_TOTAL_BLOCKS: [AtomicU64; N_PHASES] = [ZERO; N_PHASES];
 
-/// Heap live by the model module that allocated it (`model::scope` ids).
+/// Heap live by the model module that allocated it (`instrument::scope` ids).
 static MODULE_CURR: [AtomicU64; MAX_MODULES] = [ZERO; MAX_MODULES];
 /// Highest module id seen, so snapshots copy only the slots in use.
 static MODULE_TOP: AtomicU16 = AtomicU16::new(0);

@@ -61,7 +61,7 @@ pub fn reset() {
 #[derive(Clone, Debug, PartialEq)]
 pub struct OpTime {
     pub phase: Phase,
-    /// `model::scope` name of the module the op ran in.
+    /// `instrument::scope` name of the module the op ran in.
     pub module: String,
     pub kind: &'static str,
     pub pass: Pass,

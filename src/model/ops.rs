@@ -1,6 +1,6 @@
 //! Differentiable building blocks shared by the model families, on the engine path a run's
 //! [`Variant`] picks: memscope's fused kernels (`src/kernels/`) or candle's op-by-op versions
-//! (`unfused.rs`), fused or naive attention.
+//! (`src/kernels/unfused.rs`), fused or naive attention.
 //!
 //! candle-nn's fast `layer_norm`, `softmax_last_dim` and `rms_norm` have no backward: gradients
 //! silently stop there (docs/design.md). Everything here is differentiable: memscope's kernels carry

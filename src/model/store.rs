@@ -4,6 +4,7 @@
 
 use crate::kernels::sink::Masters;
 use crate::kernels::{panels, strips};
+pub use crate::model::purpose::Purpose;
 use crate::model::weights::WeightSet;
 use anyhow::{bail, Context};
 use candle_core::{DType, Device, Tensor, Var};
@@ -19,26 +20,6 @@ pub enum Init {
     Normal(f32),
     Ones,
     Zeros,
-}
-
-/// What a store's parameters are for, which decides how they are held.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Purpose {
-    /// Training: trainable `Var`s, row-major.
-    Train,
-    /// Whole-sequence forwards (`--mode infer`): detached tensors, weights read only through
-    /// the linear kernel laid out for its products ([`ParamSpec::placement`]).
-    Forward,
-    /// Generation: detached tensors, row-major. A decode step's products have one row per
-    /// sequence, and gemm reads an (O, I) weight's rows for them faster than its transpose
-    /// (cs336-small decode 18 ms per token, 22–26 ms transposed, on the AVX-512 machine).
-    Decode,
-}
-
-impl Purpose {
-    pub fn trainable(self) -> bool {
-        self == Purpose::Train
-    }
 }
 
 /// One parameter: its checkpoint name, shape and initialisation.

@@ -10,7 +10,6 @@ pub mod cli;
 pub mod environment;
 #[cfg(feature = "engine")]
 pub mod estimate;
-#[cfg(feature = "engine")]
 pub mod input;
 #[cfg(feature = "engine")]
 pub mod instrument;

@@ -15,6 +15,7 @@ mixed``: autocast to the dtype over f32 weights, ``pure``: the model cast to the
 ``--fusion compile``: ``torch.compile``.
 """
 
+import itertools
 import json
 import os
 import sys
@@ -29,35 +30,30 @@ class Refused(Exception):
 
 
 def _tokens(np, spec, vocab):
-    """A function step -> (batch, T) int64 array of token ids: seeded random ids, or windows
-    of the --data file at seeded offsets."""
+    """A function giving each call's (batch, T) int64 array of token ids: seeded random ids, or
+    the --data file's batch k at the k-th call, read by memscope's own reader (``_native``:
+    ``src/input/tokens.rs``), so both engines train on the same windows."""
     b, t = spec["batch"], spec["seq"]
     rng = np.random.default_rng(spec["seed"])
     data = spec.get("data")
     if not data:
         return lambda: rng.integers(0, vocab, size=(b, t), dtype=np.int64)
-    path = data["path"]
-    if path.endswith(".npy"):
-        ids = np.load(path, mmap_mode="r")
-    elif path.endswith(".txt"):
-        with open(path) as f:
-            ids = np.array([int(x) for x in f.read().split()], dtype=np.int64)
-    else:
-        dt = {"u16": np.uint16, "u32": np.uint32, "i32": np.int32, "i64": np.int64,
-              "u64": np.uint64}[data.get("bin_dtype") or "u16"]
-        ids = np.memmap(path, dtype=dt, mode="r")
-    ids = ids.reshape(-1)
-    if len(ids) < t + 1:
-        raise Refused(f"--data {path}: {len(ids)} tokens, fewer than one window of {t + 1}")
+    from . import _native
+    # Generation reads prompts: windows of the prompt's length, as memscope's engine does.
+    if spec["mode"] == "generate":
+        t = spec["prompt_len"]
+    try:
+        tokens = _native.TokenFile(str(data["path"]), data.get("bin_dtype"))
+    except ValueError as e:
+        raise Refused(str(e)) from None
+    calls = itertools.count()
 
     def windows():
-        starts = rng.integers(0, len(ids) - t, size=b)
-        w = np.stack([np.asarray(ids[s:s + t], dtype=np.int64) for s in starts])
-        bad = int(w.max())
-        if bad >= vocab:
-            raise Refused(f"--data {path}: token id {bad} is outside the model's vocabulary "
-                          f"of {vocab}")
-        return w
+        try:
+            flat = tokens.batch(next(calls), b, t, spec["seed"], vocab)
+        except ValueError as e:
+            raise Refused(str(e)) from None
+        return np.asarray(flat, dtype=np.int64).reshape(b, t + 1)[:, :t]
     return windows
 
 

@@ -121,6 +121,52 @@ fn environment(threads: usize) -> PyResult<String> {
     serde_json::to_string(&memscope::environment::capture(threads)).map_err(val)
 }
 
+/// A `--data` token file, opened once (`input::tokens`, the one implementation both engines
+/// read): the torch engine's batches are memscope's, window for window.
+#[pyclass(unsendable)]
+struct TokenFile {
+    tokens: memscope::input::tokens::Tokens,
+}
+
+#[pymethods]
+impl TokenFile {
+    /// `path` with the Spec's `bin_dtype` ("u16", "u32" or None); ValueError names the file and
+    /// the flag.
+    #[new]
+    #[pyo3(signature = (path, bin_dtype=None))]
+    fn new(path: String, bin_dtype: Option<String>) -> PyResult<Self> {
+        let bin_dtype = bin_dtype
+            .map(|d| serde_json::from_value(serde_json::Value::String(d)))
+            .transpose()
+            .map_err(val)?;
+        let spec = memscope::spec::DataSpec {
+            path: path.into(),
+            bin_dtype,
+        };
+        let tokens = memscope::input::tokens::Tokens::open(&spec)
+            .map_err(|e| PyValueError::new_err(e.to_string()))?;
+        Ok(TokenFile { tokens })
+    }
+
+    /// Batch `k`: `batch` windows of `seq + 1` ids, row-major, each checked against `vocab`.
+    fn batch(
+        &self,
+        k: u64,
+        batch: usize,
+        seq: usize,
+        seed: u64,
+        vocab: usize,
+    ) -> PyResult<Vec<u32>> {
+        self.tokens
+            .batch(k, batch, seq, seed, vocab)
+            .map_err(|e| PyValueError::new_err(e.to_string()))
+    }
+
+    fn __len__(&self) -> usize {
+        self.tokens.len() as usize
+    }
+}
+
 fn val(e: serde_json::Error) -> PyErr {
     PyValueError::new_err(e.to_string())
 }
@@ -141,5 +187,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     ] {
         m.add_function(f)?;
     }
+    m.add_class::<TokenFile>()?;
     Ok(())
 }

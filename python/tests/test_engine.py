@@ -249,4 +249,36 @@ def test_a_token_file_feeds_the_torch_engine_and_a_bad_id_is_named(memscope_bin,
     p = run(memscope_bin, "bench", "--engine", "torch", "--model", "tiny-gpt2", "--data", bad,
             "--seq", "32", "--warmup", "0", "--steps", "2", "-q", cwd=tmp_path)
     assert p.returncode == 2
-    assert p.stderr.count("token id 2000 is outside the model's vocabulary of 1000") == 1, p.stderr
+    # memscope's own reader's message, the same on both engines: the id, where, the fix.
+    assert p.stderr.count("token id 2000 at position") == 1, p.stderr
+    assert "is outside the model's vocabulary of 1000 ids (vocab_size)" in p.stderr, p.stderr
+
+
+def test_the_torch_engine_reads_memscope_s_own_windows(tmp_path):
+    # Batch k, row r: the window of seq + 1 tokens at splitmix64(seed, k·B + r) mod (N − seq)
+    # (docs/data.md), read by src/input/tokens.rs for both engines; inputs are its first seq.
+    import numpy as np
+    from memscope.engine import _tokens
+    mask = (1 << 64) - 1
+
+    def splitmix64(seed, j):
+        z = (seed + (j + 1) * 0x9E3779B97F4A7C15) & mask
+        z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & mask
+        z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & mask
+        return z ^ (z >> 31)
+
+    ids = np.arange(3000, dtype=np.uint32)  # each id is its position
+    path = tmp_path / "tok.bin"
+    ids.tofile(path)
+    spec = {"batch": 3, "seq": 16, "seed": 7, "mode": "train", "prompt_len": 8,
+            "data": {"path": str(path), "bin_dtype": "u32"}}
+    draw = _tokens(np, spec, 4000)
+    for k in range(4):
+        got = draw()
+        starts = [splitmix64(7, k * 3 + r) % (3000 - 16) for r in range(3)]
+        assert got.dtype == np.int64 and got.shape == (3, 16)
+        assert got.tolist() == [list(range(s, s + 16)) for s in starts], k
+    # Generation reads windows of the prompt's length.
+    gen = _tokens(np, dict(spec, mode="generate"), 4000)()
+    assert gen.shape == (3, 8)
+    assert gen[:, 0].tolist() == [splitmix64(7, r) % (3000 - 8) for r in range(3)]

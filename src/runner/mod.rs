@@ -1,5 +1,8 @@
 //! Runs one Spec end to end: measure it, summarise its samples, and assemble the Record (used by
-//! bench, leak and the sweep worker).
+//! bench, leak and the sweep worker); `profiled.rs` the same run twice, plain and profiled, for
+//! roofline and profile.
+
+pub mod profiled;
 
 use crate::analysis::timing::{phase_timings, throughput};
 use crate::measure::measure_with;

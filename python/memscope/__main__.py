@@ -15,7 +15,7 @@ import sysconfig
 from . import _native
 
 USAGE = ("usage: python -m memscope run SCRIPT.py [ARGS...]   (or: run -m MODULE [ARGS...]);\n"
-         "       python -m memscope COMMAND ...   (memscope's command-line tool: --help lists them)")
+         "       python -m memscope COMMAND ...   (the memscope command: --help lists them)")
 
 
 def _cli():

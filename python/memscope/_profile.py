@@ -1,10 +1,10 @@
 """A session's profiling window (``Session(..., profile=range(5, 8))``): in those steps every ATen
 op PyTorch dispatches is timed and charged to its module (``optime.OpTimer``: on the CPU by the
-wall clock around the call, on CUDA by events on the stream; in backward to the module whose
-forward made the autograd node), and each module's temporaries are measured: the most bytes live
-after any op of its forward beyond what was live at its entry and at its return, read from the
-session's own counter (counted malloc or CUDA allocated). Steps outside the window run without
-the hook and pay nothing.
+wall clock around the call, on CUDA by its kernels' time on the device; in backward to the
+module whose forward made the autograd node), and each module's temporaries are measured: the
+most bytes live after any op of its forward beyond what was live at its entry and at its
+return, read from the session's own counter (counted malloc or CUDA allocated). Steps outside
+the window run without the hook and pay nothing.
 The Record's ``profile`` holds the ops per profiled step by signature; memscope costs them
 (FLOPs, minimum bytes), sets them against the roofs ``peaks --engine torch`` measured and draws
 the op kinds and the module tree (``memscope report``).

@@ -76,9 +76,8 @@ pub fn run(a: ProfileArgs) -> anyhow::Result<ExitCode> {
             time_ms: s.time_ms,
             plain_ms: s.plain_ms,
             nodes: profile_tree::tree(&s.costs, &s.measured, &params, a.depth),
-            unattributed: if p.gpu {
-                rep::TORCH_CUDA_REST
-            } else if p.engine == "torch" {
+            gpu: p.gpu,
+            unattributed: if p.engine == "torch" {
                 rep::TORCH_REST
             } else {
                 rep::CANDLE_REST

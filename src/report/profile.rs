@@ -16,14 +16,14 @@ pub struct Tree {
     /// What the time outside the timed ops is, for the engine that ran.
     #[serde(skip)]
     pub unattributed: &'static str,
+    /// PyTorch on a CUDA device: the ops' times are their kernels', set against the plain step.
+    #[serde(skip)]
+    pub gpu: bool,
 }
 
 /// The unattributed remainder on memscope's engine, and on the torch engine.
 pub const CANDLE_REST: &str = "candle's autograd, copies, the loop";
 pub const TORCH_REST: &str = "PyTorch's autograd engine, Python between the ops, the timing hook";
-/// On CUDA the ops' times are their kernels' on the device; the rest of the plain step is idle.
-pub const TORCH_CUDA_REST: &str =
-    "the device idle in the plain step, waiting on the host's Python, dispatch and launches";
 
 fn attributed(t: &Tree) -> f64 {
     t.nodes
@@ -37,21 +37,8 @@ pub fn overhead(t: &Tree) -> String {
     let (p, ps) = t.time_ms;
     let (q, qs) = t.plain_ms;
     let a = attributed(t);
-    if t.unattributed == TORCH_CUDA_REST {
-        return format!(
-            "{}: plain {} ± {} ms, profiled {} ± {} ms (same process; every op timed apart on the device); \
-             the ops' kernels take {} ms of the plain step ({:.1}%), the rest {} ms ({:.1}%: {})",
-            t.name,
-            units::ms(q),
-            units::ms(qs),
-            units::ms(p),
-            units::ms(ps),
-            units::ms(a),
-            100.0 * a / q.max(1e-12),
-            units::ms((q - a).max(0.0)),
-            100.0 * (q - a).max(0.0) / q.max(1e-12),
-            t.unattributed
-        );
+    if t.gpu {
+        return crate::report::roofline::device_busy_line(&t.name, t.time_ms, t.plain_ms, a);
     }
     format!(
         "{}: profiled {} ± {} ms, plain {} ± {} ms (same process): profiling overhead {:+.1}%; \

@@ -61,13 +61,17 @@ pub fn overhead_line(h: &Head, s: &SectionReport) -> String {
 /// On CUDA the ops' times are the device's: set against the plain step, the rest is the device
 /// idle while the host (Python, dispatch, launches) catches up.
 pub fn gpu_line(s: &SectionReport) -> String {
-    let (p, ps) = s.profiled_ms;
-    let (q, qs) = s.plain_ms;
-    let busy = s.step.attributed_ms;
+    device_busy_line(&s.name, s.profiled_ms, s.plain_ms, s.step.attributed_ms)
+}
+
+/// A section on CUDA: its plain and profiled times (mean ± standard deviation), the ops'
+/// kernels' share of the plain step (`busy` ms), and the rest, the device idle. `profile`'s
+/// tree says the same.
+pub fn device_busy_line(name: &str, (p, ps): (f64, f64), (q, qs): (f64, f64), busy: f64) -> String {
     format!(
         "{}: plain {} ± {} ms, profiled {} ± {} ms (same process; every op timed apart on the device); \
          the ops' kernels take {} ms of the plain step ({:.1}%), the device idle {} ms ({:.1}%: waiting on the host's Python, dispatch and launches)",
-        s.name,
+        name,
         units::ms(q),
         units::ms(qs),
         units::ms(p),

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Every GPU check the project has, in one run on an NVIDIA GPU machine without a Rust toolchain
-# (docs/torch-engine.md, "On a GPU"), each step bounded (40 + 70 + 150 + 50 + 110 + 60 s: the
-# seeds' estimates run beside their sweep; under 8 minutes together), then
+# (docs/torch-engine.md, "On a GPU"), each step bounded (40 + 80 + 150 + 45 + 110 + 55 s: the
+# seeds' estimates run beside their sweep; 8 minutes together; a row a step's bound cut off is a
+# FAIL in the summary, never a silent gap), then
 # one summary table of measured vs expected with PASS / FAIL per line (exit 1 on any FAIL).
 #
 # Needs: a release binary built elsewhere (MEMSCOPE_BIN, default target/release/memscope) and
@@ -27,25 +28,25 @@ echo $? > "$OUT/recorder.rc"
 tail -5 "$OUT/recorder.txt"
 
 echo "== 2. the torch estimate's allocated and reserved peaks vs measured"
-MEMSCOPE_BIN=$BIN timeout 70 python3 scripts/check_torch_estimate.py --device cuda \
-  --models gpt2-small,cs336-small,tiny-llama --batch 4 --seq 256 --steps 5 \
+MEMSCOPE_BIN=$BIN timeout 80 python3 scripts/check_torch_estimate.py --device cuda \
+  --models gpt2-small,cs336-small --batch 4 --seq 256 --steps 5 \
   | tee "$OUT/estimate.md"
 
 echo "== 3. the seeds' table: CS336 sizes, context 512, batch 4, a 16 GiB card simulated"
 MODELS=cs336-small,cs336-medium,cs336-large,cs336-xl,cs336-2.7b
 # The estimates trace on the host's CPU (FakeTensorMode): they run beside the sweep.
 for m in ${MODELS//,/ }; do
-  ( timeout 140 "$BIN" estimate --engine torch --device cuda --model "$m" --batch 4 --seq 512 \
+  ( timeout 140 nice -n 10 "$BIN" estimate --engine torch --device cuda --model "$m" --batch 4 --seq 512 \
       --fits 16GiB --json "$OUT/estimate-$m.json" > "$OUT/estimate-$m.txt" 2>&1
     echo $? > "$OUT/estimate-$m.rc" ) &  # 0 fits, 1 does not, else an error
 done
 timeout 150 "$BIN" sweep --engine torch --device cuda --model $MODELS --batch 4 --seq 512 \
-  --warmup 2 --steps 5 --memory-limit 16GiB --timeout 40s --jsonl "$OUT/seeds.jsonl" -q \
+  --warmup 1 --steps 3 --memory-limit 16GiB --timeout 60s --jsonl "$OUT/seeds.jsonl" -q \
   | tee "$OUT/seeds.md"
 wait
 
 echo "== 4. the device's roofs as PyTorch reaches them"
-MEMSCOPE_CACHE_DIR="$OUT/peaks-cache" timeout 50 "$BIN" peaks --engine torch --device cuda \
+MEMSCOPE_CACHE_DIR="$OUT/peaks-cache" timeout 45 "$BIN" peaks --engine torch --device cuda \
   --model gpt2-small --batch 4 --seq 256 --json "$OUT/peaks.json" | tee "$OUT/peaks.txt"
 
 echo "== 5. the predicted step time vs measured: a step the GPU's kernels set, and one the host's dispatch sets"
@@ -53,7 +54,7 @@ MEMSCOPE_BIN=$BIN MEMSCOPE_CACHE_DIR="$OUT/peaks-cache" timeout 110 python3 scri
   --device cuda --workloads gpt2-train-large,gpt2-train --steps 5 | tee "$OUT/time.md"
 
 echo "== 6. the CUDA roofline: every op's kernel time summed vs the plain step the kernels set"
-MEMSCOPE_CACHE_DIR="$OUT/peaks-cache" timeout 60 "$BIN" roofline --engine torch --device cuda \
+MEMSCOPE_CACHE_DIR="$OUT/peaks-cache" timeout 55 "$BIN" roofline --engine torch --device cuda \
   --model gpt2-small --batch 8 --seq 512 --steps 3 --json "$OUT/roofline.json" | tee "$OUT/roofline.txt"
 
 echo "== summary"
@@ -78,8 +79,10 @@ add("recorder: per-phase peaks = max_memory_allocated", f"exit {rc or '?'}, "
     f"{sum('FAIL' in l for l in tail)} FAIL lines", "every phase to the byte", rc == "0")
 
 est = [l for l in read("estimate.md").splitlines() if l.startswith("| ") and "%" in l]
-if not est:
-    add("torch estimate vs measured", "no rows", "allocated 2%, reserved 5%", False)
+for m in ("gpt2-small", "cs336-small"):  # step 2's models: a row its bound cut off fails
+    if not any(l.startswith(f"| {m} ") for l in est):
+        add(f"torch estimate vs measured: {m}", "no row (step 2 cut off?)",
+            "allocated 2%, reserved 5%", False)
 for line in est:
     cells = [c.strip() for c in line.strip("|").split("|")]
     pct = lambda c: abs(float(c.rstrip("%").replace("−", "-"))) if c.endswith("%") else None
@@ -113,8 +116,9 @@ except (ValueError, KeyError, StopIteration):
     add("peaks --engine torch --device cuda", "no figures", "roofs measured", False)
 
 steps = [l for l in read("time.md").splitlines() if l.startswith("| ") and "| step |" in l]
-if not steps:
-    add("predicted step time", "no rows", "within 15%", False)
+for w in ("gpt2-train-large", "gpt2-train"):  # step 5's workloads: a row cut off fails
+    if not any(l.startswith(f"| {w} ") for l in steps):
+        add(f"predicted step time: {w}", "no row (step 5 cut off?)", "a row", False)
 for line in steps:
     cells = [c.strip() for c in line.strip("|").split("|")]
     err = float(cells[4].rstrip("%"))

@@ -30,6 +30,9 @@ fn models_lists_every_preset_with_exact_counts() {
     assert_eq!(find("gpt2-small")["f32_bytes"], 4 * 124_439_808u64);
     assert_eq!(find("cs336-medium")["params"], 423_183_360u64);
     assert_eq!(find("tinyllama-1.1b")["n_kv_heads"], 4);
+    // The whole config, as a Spec carries it to the torch engine.
+    assert_eq!(find("gpt2-small")["config"]["tie_embeddings"], true);
+    assert_eq!(find("cs336-small")["config"]["family"], "llama");
     let table = memscope().arg("models").output().unwrap();
     let text = String::from_utf8(table.stdout).unwrap();
     assert!(text.contains("124,439,808") && text.contains("tiny-bert"));

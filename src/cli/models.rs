@@ -19,6 +19,7 @@ pub fn run(a: ModelsArgs) -> anyhow::Result<ExitCode> {
         .into_iter()
         .map(|c| {
             let params = cost::param_count(&c).unwrap_or(u64::MAX);
+            let config = serde_json::to_value(&c).unwrap_or_default();
             report::models::ModelRow {
                 family: c.family.to_string(),
                 n_layers: c.n_layers,
@@ -31,6 +32,7 @@ pub fn run(a: ModelsArgs) -> anyhow::Result<ExitCode> {
                 params,
                 f32_bytes: params.saturating_mul(4),
                 name: c.name,
+                config,
             }
         })
         .collect();

@@ -18,6 +18,8 @@ pub struct ModelRow {
     pub params: u64,
     /// Exact parameter bytes in f32.
     pub f32_bytes: u64,
+    /// Every field of the model's config, as a Spec carries it (what the torch engine builds).
+    pub config: serde_json::Value,
 }
 
 pub fn render_table(rows: &[ModelRow]) -> String {

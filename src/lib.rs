@@ -10,6 +10,7 @@ pub mod cli;
 pub mod environment;
 #[cfg(feature = "engine")]
 pub mod estimate;
+pub mod export;
 pub mod input;
 #[cfg(feature = "engine")]
 pub mod instrument;
@@ -17,7 +18,6 @@ pub mod kernels;
 #[cfg(feature = "engine")]
 pub mod measure;
 pub mod model;
-pub mod output;
 #[cfg(feature = "engine")]
 pub mod progress;
 pub mod quantile;

@@ -11,7 +11,7 @@ static GLOBAL: CountingAlloc = CountingAlloc;
 extern "C" fn note_closed_stdout() {
     // SAFETY: F_GETFD only queries the descriptor.
     if unsafe { libc::fcntl(1, libc::F_GETFD) } < 0 {
-        memscope::output::stdout_was_closed();
+        memscope::export::stdout_was_closed();
     }
 }
 
@@ -21,14 +21,14 @@ static NOTE_CLOSED_STDOUT: extern "C" fn() = note_closed_stdout;
 
 fn main() -> ExitCode {
     keep_freed_memory();
-    memscope::output::guard_stdout();
+    memscope::export::guard_stdout();
     if std::env::var_os("MEMSCOPE_NO_COUNT").is_some_and(|v| v != "0") {
         set_counting(false);
     }
     match memscope::cli::run() {
         Ok(code) => code,
         // `memscope … | head`: the reader has what it wanted.
-        Err(e) if e.is::<memscope::output::StdoutClosed>() => ExitCode::SUCCESS,
+        Err(e) if e.is::<memscope::export::StdoutClosed>() => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e:#}");
             ExitCode::from(2)

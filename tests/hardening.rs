@@ -7,12 +7,7 @@ use std::io::Read;
 use std::path::Path;
 use std::process::Stdio;
 use std::time::Duration;
-use support::{memscope, stderr_of};
-
-fn mkfifo(p: &Path) {
-    let c = std::ffi::CString::new(p.as_os_str().as_encoded_bytes()).unwrap();
-    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0);
-}
+use support::{memscope, mkfifo, stderr_of};
 
 #[test]
 fn json_onto_a_fifo_is_written_through_not_replaced() {

@@ -6,16 +6,7 @@
 mod support;
 use std::path::Path;
 use std::time::{Duration, Instant};
-use support::{memscope, stderr_of};
-
-fn fails_with(args: &[&str], needles: &[&str]) {
-    let out = memscope().args(args).output().unwrap();
-    let e = stderr_of(&out);
-    assert_eq!(out.status.code(), Some(2), "{args:?}: {e}");
-    for n in needles {
-        assert!(e.contains(n), "{args:?}: {e:?} lacks {n:?}");
-    }
-}
+use support::{fails_with, memscope, mkfifo, stderr_of};
 
 #[test]
 fn dev_zero_is_refused_at_once_by_every_whole_file_reader() {
@@ -117,11 +108,6 @@ fn roofs_must_be_finite_ranges() {
         &["roofline", "--model", "tiny-gpt2", "--roofs", "1:inf"],
         &["--roofs 1:inf"],
     );
-}
-
-fn mkfifo(p: &Path) {
-    let c = std::ffi::CString::new(p.as_os_str().as_encoded_bytes()).unwrap();
-    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0);
 }
 
 /// Starts `args`, waits until its stderr says `waiting` (or 4 s), sends `sig`, and returns its

@@ -4,18 +4,7 @@
 
 mod support;
 use std::time::Duration;
-use support::{memscope, stderr_of};
-
-/// Runs `args` and asserts exit 2 with every needle in stderr.
-fn fails_with(args: &[&str], needles: &[&str]) -> String {
-    let out = memscope().args(args).output().unwrap();
-    let e = stderr_of(&out);
-    assert_eq!(out.status.code(), Some(2), "{args:?}: {e}");
-    for n in needles {
-        assert!(e.contains(n), "{args:?}: {e:?} lacks {n:?}");
-    }
-    e
-}
+use support::{fails_with, memscope, stderr_of};
 
 const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures");
 

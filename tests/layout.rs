@@ -6,7 +6,10 @@
 //! - no file holds more than 600 lines of non-test code unless its header comment says why
 //!   ("over 600 lines because …"); `*_tests.rs` and `tests.rs` files are test code;
 //! - the Python extension (`python/`, what `python -m memscope run` preloads into a training
-//!   process) has no candle in its dependency tree (`cargo tree -p memscope-python`).
+//!   process) has no candle in its dependency tree (`cargo tree -p memscope-python`);
+//! - every file is written through `src/export/`: no `File::create`, `fs::write`, `fs::rename`
+//!   or `OpenOptions` elsewhere in non-test code (the extension's included);
+//! - no command-line flag is declared twice (a shared flag lives in one struct commands flatten).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -664,5 +667,169 @@ fn the_python_extension_links_no_candle() {
         found.is_empty(),
         "python/ depends on the engine ({found:?}): its memscope dependency must stay \
          `default-features = false`, and what it uses must not need the `engine` feature"
+    );
+}
+
+/// The calls that create or replace a file.
+const WRITE_CALLS: &[&str] = &["File::create", "fs::write", "fs::rename", "OpenOptions"];
+/// Files that may make them outside `src/export/`, each with its reason.
+const WRITES_ELSEWHERE: &[(&str, &str)] = &[(
+    "sweep/limits",
+    "a cgroup's control files (memory.max): kernel settings written in place, not outputs",
+)];
+
+/// `file:line: call` for each write call in `srcs` outside `export/` and the allowed files.
+fn write_sites(srcs: &BTreeMap<String, String>) -> Vec<String> {
+    let mut found = Vec::new();
+    for (file, code) in srcs {
+        if file == "export" || file.starts_with("export/") {
+            continue;
+        }
+        if WRITES_ELSEWHERE.iter().any(|(f, _)| f == file) {
+            continue;
+        }
+        for (i, line) in code.lines().enumerate() {
+            let line = line.split("//").next().unwrap_or("");
+            for call in WRITE_CALLS {
+                if line.contains(call) {
+                    found.push(format!("{file}:{}: {call}", i + 1));
+                }
+            }
+        }
+    }
+    found
+}
+
+#[test]
+fn the_write_site_checker_finds_a_write_outside_export() {
+    let srcs: BTreeMap<String, String> = [
+        (
+            "cli/x".to_string(),
+            "fn f() { std::fs::write(p, t).unwrap(); }\n// fs::write in a comment".to_string(),
+        ),
+        (
+            "export/write".to_string(),
+            "fn g() { std::fs::rename(a, b); }".to_string(),
+        ),
+        (
+            "sweep/limits".to_string(),
+            "fn h() { std::fs::write(p, t); }".to_string(),
+        ),
+    ]
+    .into_iter()
+    .collect();
+    assert_eq!(write_sites(&srcs), ["cli/x:1: fs::write"]);
+}
+
+#[test]
+fn every_file_is_written_through_export() {
+    let mut srcs = non_test_sources();
+    let ext = concat!(env!("CARGO_MANIFEST_DIR"), "/python/src/lib.rs");
+    srcs.insert(
+        "../python/src/lib".into(),
+        std::fs::read_to_string(ext).unwrap(),
+    );
+    let found = write_sites(&srcs);
+    assert!(
+        found.is_empty(),
+        "files written outside src/export/ (write them with export::write_atomic, \
+         write_bytes_atomic or open_stream): {found:#?}"
+    );
+}
+
+/// Flags a command declares again on purpose: the value is a list where the shared flag takes
+/// one (`sweep`'s grid axes; `estimate --dtype`, one column per dtype).
+const FLAGS_REDECLARED: &[(&str, &str, &str)] = &[
+    ("sweep", "mode", "a grid axis: a comma list"),
+    ("sweep", "batch", "a grid axis: a list or ranges"),
+    ("sweep", "seq", "a grid axis: a list or ranges"),
+    ("sweep", "dtype", "a grid axis: a comma list"),
+    ("sweep", "warmup", "a grid axis: a list or ranges"),
+    ("sweep", "grad-accum", "a grid axis: a list or ranges"),
+    ("estimate", "dtype", "one column per dtype: a comma list"),
+];
+
+/// Every long flag declared in `files` (file → source): flag → the files declaring it. A
+/// declaration is an `#[arg(...long...)]` attribute on a field (its name, or `long = "…"`).
+fn flag_declarations(files: &BTreeMap<String, String>) -> BTreeMap<String, Vec<String>> {
+    let mut flags: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for (file, code) in files {
+        let mut rest = code.as_str();
+        while let Some(i) = rest.find("#[arg(") {
+            rest = &rest[i + "#[arg(".len()..];
+            let end = rest.find(")]").unwrap_or(rest.len());
+            let attr = &rest[..end];
+            let long = attr
+                .split(',')
+                .map(str::trim)
+                .find(|a| *a == "long" || a.starts_with("long ") || a.starts_with("long="));
+            let Some(long) = long else { continue };
+            let field = rest[end..]
+                .lines()
+                .skip(1)
+                .map(str::trim)
+                .find(|l| !l.starts_with("#[") && !l.starts_with("///"))
+                .and_then(|l| l.strip_prefix("pub "))
+                .and_then(|l| l.split(':').next())
+                .unwrap_or("?");
+            let name = match long.split_once('=') {
+                Some((_, v)) => v.trim().trim_matches('"').to_string(),
+                None => field.replace('_', "-"),
+            };
+            flags.entry(name).or_default().push(file.clone());
+        }
+    }
+    flags
+}
+
+/// Flags declared more than once, less the allowed redeclarations.
+fn flags_declared_twice(files: &BTreeMap<String, String>) -> Vec<String> {
+    flag_declarations(files)
+        .into_iter()
+        .filter_map(|(flag, mut at)| {
+            at.retain(|f| {
+                !FLAGS_REDECLARED
+                    .iter()
+                    .any(|(cmd, fl, _)| *fl == flag && f == &format!("cli/{cmd}"))
+            });
+            (at.len() > 1).then(|| format!("--{flag}: {at:?}"))
+        })
+        .collect()
+}
+
+#[test]
+fn the_flag_checker_finds_a_flag_declared_twice() {
+    let files: BTreeMap<String, String> = [
+        ("cli/a".to_string(), "    /// Help\n    #[arg(long, short)]\n    pub quiet: bool,\n    #[arg(long = \"out-dir\")]\n    pub dir: PathBuf,".to_string()),
+        ("cli/b".to_string(), "    #[arg(long, default_value_t = 0)]\n    pub quiet: bool,\n    #[arg(value_name = \"X\")]\n    pub dir: PathBuf,".to_string()),
+        ("cli/sweep".to_string(), "    #[arg(long)]\n    pub out_dir: String,\n    #[arg(long)]\n    pub batch: String,".to_string()),
+        ("cli/c".to_string(), "    #[arg(long)]\n    pub batch: usize,".to_string()),
+    ]
+    .into_iter()
+    .collect();
+    assert_eq!(
+        flags_declared_twice(&files),
+        [
+            "--out-dir: [\"cli/a\", \"cli/sweep\"]",
+            "--quiet: [\"cli/a\", \"cli/b\"]"
+        ]
+    );
+}
+
+#[test]
+fn no_flag_is_declared_twice() {
+    let cli: BTreeMap<String, String> = non_test_sources()
+        .into_iter()
+        .filter(|(f, _)| f.starts_with("cli/"))
+        .collect();
+    assert!(
+        flag_declarations(&cli).len() > 40,
+        "the checker no longer sees the CLI's flags"
+    );
+    let twice = flags_declared_twice(&cli);
+    assert!(
+        twice.is_empty(),
+        "flags declared more than once (declare a shared flag once in src/cli/flags.rs and \
+         flatten it; a command's own help goes in #[command(mut_arg(…))]): {twice:#?}"
     );
 }

@@ -2,9 +2,10 @@
 //! inference keeps no graph, causality, KV-cache decoding, half precision, checkpoint loading.
 
 use candle_core::{DType, Device, IndexOp, Tensor};
+use memscope::export::write_safetensors;
 use memscope::model::config::ModelConfig;
 use memscope::model::store::{ParamStore, Placement, Purpose};
-use memscope::model::weights::{write_safetensors, WDtype, WeightSet};
+use memscope::model::weights::{WDtype, WeightSet};
 use memscope::model::{cost, ops, param_specs, segments, Model};
 
 const TINY: [&str; 3] = ["tiny-gpt2", "tiny-llama", "tiny-bert"];

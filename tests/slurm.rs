@@ -7,6 +7,7 @@
 //! `scontrol` and MaxRSS from `sstat`, and slurmstepd's "exceeded memory limit" line is the OOM
 //! evidence (without cgroups, --mem is enforced by jobacct_gather's OverMemoryKill).
 
+mod support;
 use assert_cmd::cargo::cargo_bin;
 use serde_json::Value;
 use std::collections::BTreeSet;
@@ -14,6 +15,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
+use support::rows;
 
 /// Starts (or reuses) the test cluster once per test binary; its SLURM_CONF.
 fn cluster() -> &'static PathBuf {
@@ -65,14 +67,6 @@ fn sweep(batches: &str, steps: &str, work: &Path, jsonl: &Path) -> Command {
     .arg("--jsonl")
     .arg(jsonl);
     c
-}
-
-fn rows(p: &Path) -> Vec<Value> {
-    std::fs::read_to_string(p)
-        .unwrap_or_default()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect()
 }
 
 /// (index, status) sorted by index; panics on a duplicate index.

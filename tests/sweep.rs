@@ -1,11 +1,13 @@
 //! `memscope sweep` and `memscope fit` end to end: real worker processes, tiny presets, real
 //! memory limits, injected faults (MEMSCOPE_TEST_FAULT), a parent killed mid-sweep.
 
+mod support;
 use assert_cmd::cargo::cargo_bin;
 use serde_json::Value;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
+use support::rows;
 
 fn memscope() -> Command {
     let mut c = Command::new(cargo_bin("memscope"));
@@ -13,14 +15,6 @@ fn memscope() -> Command {
         .env_remove("MEMSCOPE_TEST_WATCHDOG_ONLY")
         .env("RUST_BACKTRACE", "1"); // a backtrace must not hide the evidence
     c
-}
-
-fn rows(p: &Path) -> Vec<Value> {
-    std::fs::read_to_string(p)
-        .unwrap_or_default()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect()
 }
 
 /// One tiny configuration with a fault injected after its first step → its row.

@@ -82,13 +82,13 @@ fn finish_record(
     r.memory.breakdown = breakdown::breakdown(&r.memory, r.spec.mode);
     let text = serde_json::to_string_pretty(&r).map_err(val)? + "\n";
     if let Some(p) = path {
-        memscope::output::write_atomic(Path::new(&p), &text)
+        memscope::export::write_atomic(Path::new(&p), &text)
             .map_err(|e| PyOSError::new_err(format!("{e:#}")))?;
     }
     Ok(text)
 }
 
-/// memscope's rules for output paths (`output::check_outputs`, the CLI's): each `(name, path)`
+/// memscope's rules for output paths (`export::check_outputs`, the CLI's): each `(name, path)`
 /// output checked (a directory, a missing or unwritable directory), against the others and
 /// against the `(name, path)` inputs (by device and inode). ValueError names the output.
 #[pyfunction]
@@ -101,7 +101,7 @@ fn check_outputs(outputs: Vec<(String, String)>, inputs: Vec<(String, String)>) 
         .iter()
         .map(|(n, p)| (n.as_str(), Path::new(p)))
         .collect();
-    memscope::output::check_outputs(&outs, &ins)
+    memscope::export::check_outputs(&outs, &ins)
         .map_err(|e| PyValueError::new_err(format!("{e:#}")))
 }
 

@@ -564,5 +564,5 @@ pub fn cross_check(heap: &LeakReport, rss: &LeakReport) -> Option<String> {
 mod tests;
 
 #[cfg(test)]
-#[path = "leak_calibration.rs"]
+#[path = "leak_calibration_tests.rs"]
 mod calibration;

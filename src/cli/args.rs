@@ -2,10 +2,14 @@
 //! workload (mode, sizes, dtype, steps, threads), which output files — and their conversion into a
 //! validated Spec, once.
 
+use super::flags::{
+    Batch, CsvOut, DtypeFlag, Force, GradAccum, JsonOut, Lr, MarkdownOut, ModeFlag, NewTokens,
+    PromptLen, Quiet, Seed, Seq, Steps, Threads, TraceOut, Warmup,
+};
+use crate::export::{self, write_atomic};
 use crate::measure::threads::all_cores;
 use crate::model::config::ModelConfig;
 use crate::model::variant::{Attention, Fusion, Precision, Variant};
-use crate::output::{self, write_atomic};
 use crate::record::Record;
 use crate::report::{self, Export};
 use crate::spec::{parse_device, Engine, SpecError, TorchRun};
@@ -31,55 +35,48 @@ pub struct ModelArgs {
 /// `--mode`, `--batch`, `--seq` (bench, leak, roofline, profile, estimate).
 #[derive(Args, Debug, Clone)]
 pub struct ShapeArgs {
-    #[arg(long, value_enum, default_value_t = Mode::Train)]
-    pub mode: Mode,
-    #[arg(long, default_value_t = 2)]
-    pub batch: usize,
-    /// Sequence length (train, infer)
-    #[arg(long, default_value_t = 128)]
-    pub seq: usize,
+    #[command(flatten)]
+    pub mode: ModeFlag,
+    #[command(flatten)]
+    pub batch: Batch,
+    #[command(flatten)]
+    pub seq: Seq,
 }
 
 /// `--threads`, `--seed` (bench, leak, roofline, profile, fit, optimize; sweep's --threads
 /// defaults to one on Slurm and says so).
 #[derive(Args, Debug, Clone)]
 pub struct RunArgs {
-    /// CPU threads (default: all cores)
-    #[arg(long)]
-    pub threads: Option<usize>,
-    #[arg(long, default_value_t = 0)]
-    pub seed: u64,
+    #[command(flatten)]
+    pub threads: Threads,
+    #[command(flatten)]
+    pub seed: Seed,
 }
 
 #[derive(Args, Debug, Clone)]
+#[command(mut_arg("warmup", |a| a.help(r#"Unmeasured steps before the measured ones [default: bench 2, leak 0]"#)))]
+#[command(mut_arg("steps", |a| a.help(r#"Measured steps [default: bench 10, leak 300]"#)))]
 pub struct WorkloadArgs {
     #[command(flatten)]
     pub shape: ShapeArgs,
-    #[arg(long, value_enum, default_value_t = Dtype::F32)]
-    pub dtype: Dtype,
-    /// Unmeasured steps before the measured ones [default: bench 2, leak 0]
-    #[arg(long)]
-    pub warmup: Option<usize>,
-    /// Measured steps [default: bench 10, leak 300]
-    #[arg(long)]
-    pub steps: Option<usize>,
+    #[command(flatten)]
+    pub dtype: DtypeFlag,
+    #[command(flatten)]
+    pub warmup: Warmup,
+    #[command(flatten)]
+    pub steps: Steps,
     #[command(flatten)]
     pub run: RunArgs,
-    /// Micro-batches per optimizer step (train)
-    #[arg(long, default_value_t = 1)]
-    pub grad_accum: usize,
-    /// Prompt tokens prefilled before decoding (generate; default: --seq)
-    #[arg(long)]
-    pub prompt_len: Option<usize>,
-    /// Tokens decoded per measured step (generate)
-    #[arg(long, default_value_t = 32)]
-    pub new_tokens: usize,
-    /// AdamW learning rate (train)
-    #[arg(long, default_value_t = 1e-3)]
-    pub lr: f64,
-    /// Run even when the parameters or the estimated peak exceed this machine's memory
-    #[arg(long)]
-    pub force: bool,
+    #[command(flatten)]
+    pub grad_accum: GradAccum,
+    #[command(flatten)]
+    pub prompt_len: PromptLen,
+    #[command(flatten)]
+    pub new_tokens: NewTokens,
+    #[command(flatten)]
+    pub lr: Lr,
+    #[command(flatten)]
+    pub force: Force,
     #[command(flatten)]
     pub data: DataArgs,
     #[command(flatten)]
@@ -171,28 +168,19 @@ impl DataArgs {
     }
 }
 
-/// The one help text of each output flag, on every command that has the flag (`help = HELP_JSON`);
-/// what a command's file holds is in its docs, not in the flag's help.
-pub const HELP_JSON: &str = "Write the result as JSON";
-pub const HELP_CSV: &str = "Write the result as CSV";
-pub const HELP_MARKDOWN: &str = "Write the result as Markdown";
-pub const HELP_TRACE: &str = "Write a Chrome trace (Perfetto, chrome://tracing)";
-/// `-q`, accepted by every command that writes files (where nothing is drawn it changes nothing).
-pub const HELP_QUIET: &str = "No live progress on stderr (bar, status line or per-run lines)";
-
 /// bench's outputs: the Record and its export formats.
 #[derive(Args, Debug, Clone)]
 pub struct OutputArgs {
-    #[arg(long, value_name = "FILE", help = HELP_JSON)]
-    pub json: Option<PathBuf>,
-    #[arg(long, value_name = "FILE", help = HELP_CSV)]
-    pub csv: Option<PathBuf>,
-    #[arg(long, value_name = "FILE", help = HELP_MARKDOWN)]
-    pub markdown: Option<PathBuf>,
-    #[arg(long, value_name = "FILE", help = HELP_TRACE)]
-    pub trace: Option<PathBuf>,
-    #[arg(long, short, help = HELP_QUIET)]
-    pub quiet: bool,
+    #[command(flatten)]
+    pub json: JsonOut,
+    #[command(flatten)]
+    pub csv: CsvOut,
+    #[command(flatten)]
+    pub markdown: MarkdownOut,
+    #[command(flatten)]
+    pub trace: TraceOut,
+    #[command(flatten)]
+    pub quiet: Quiet,
 }
 
 pub const BENCH_WARMUP: usize = 2;
@@ -315,18 +303,18 @@ impl WorkloadArgs {
             config,
             config_path: m.config.clone(),
             weights: m.weights.clone(),
-            mode: self.shape.mode,
-            batch: self.shape.batch,
-            seq: self.shape.seq,
-            dtype: self.dtype,
-            threads: self.run.threads,
-            seed: self.run.seed,
+            mode: *self.shape.mode,
+            batch: *self.shape.batch,
+            seq: *self.shape.seq,
+            dtype: *self.dtype,
+            threads: *self.run.threads,
+            seed: *self.run.seed,
             warmup: self.warmup.unwrap_or(BENCH_WARMUP),
             steps: self.steps.unwrap_or(BENCH_STEPS),
-            grad_accum: self.grad_accum,
-            prompt_len: self.prompt_len,
-            new_tokens: self.new_tokens,
-            lr: self.lr,
+            grad_accum: *self.grad_accum,
+            prompt_len: *self.prompt_len,
+            new_tokens: *self.new_tokens,
+            lr: *self.lr,
             data: self.data.to_spec(),
             variant: self.variant.clone(),
         })
@@ -339,7 +327,7 @@ pub fn build_spec(m: &ModelArgs, w: &WorkloadArgs) -> anyhow::Result<Spec> {
 }
 
 /// The files a run reads, by flag: --config, --weights (a sharded index's shards too), --data.
-/// Outputs are checked against them (`output::check_outputs`).
+/// Outputs are checked against them (`export::check_outputs`).
 pub fn run_inputs(
     config: Option<&Path>,
     weights: Option<&Path>,
@@ -363,9 +351,9 @@ pub fn run_inputs(
 }
 
 /// Fails before measuring when an output cannot be written or names an input (see
-/// `output::check_outputs`).
+/// `export::check_outputs`).
 pub fn check_outputs(o: &OutputArgs, m: &ModelArgs, d: &DataArgs) -> anyhow::Result<()> {
-    output::check_outputs(
+    export::check_outputs(
         &[
             ("--json", o.json.as_deref()),
             ("--csv", o.csv.as_deref()),
@@ -388,7 +376,7 @@ pub fn write_outputs(o: &OutputArgs, records: &[Record]) -> anyhow::Result<()> {
             write_atomic(p, &text).with_context(|| format!("{flag} {}", p.display()))?;
         }
     }
-    if let (Some(p), [r]) = (&o.trace, records) {
+    if let (Some(p), [r]) = (&*o.trace, records) {
         let text = report::trace::to_json(r)?;
         write_atomic(p, &text).with_context(|| format!("--trace {}", p.display()))?;
     }

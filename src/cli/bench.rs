@@ -21,14 +21,14 @@ pub struct BenchArgs {
 pub fn run(a: BenchArgs) -> anyhow::Result<ExitCode> {
     check_outputs(&a.output, &a.model, &a.workload.data)?;
     let spec = build_spec(&a.model, &a.workload)?;
-    if !a.workload.force {
+    if !*a.workload.force {
         crate::runner::check_machine_memory(&spec)?;
     }
     set_run_threads(&spec);
     let progress = Progress::start(
         spec.warmup + spec.steps,
         format!("{} {}", spec.model, spec.mode.name()),
-        a.output.quiet,
+        *a.output.quiet,
     );
     let result = crate::runner::run(&spec, &progress.steps);
     progress.finish();

@@ -2,10 +2,11 @@
 //! bootstrap interval on each difference of medians; exit 1 when anything regressed beyond the
 //! threshold (for CI).
 
+use super::flags::{JsonOut, MarkdownOut, Quiet, Seed};
 use crate::analysis::bootstrap::BootstrapParams;
 use crate::analysis::compare::{records, sweeps};
+use crate::export::{check_outputs, write_atomic};
 use crate::out;
-use crate::output::{check_outputs, write_atomic};
 use crate::record::detect::{load, Input};
 use crate::report::compare::{to_json, to_markdown};
 use anyhow::{bail, Context};
@@ -14,6 +15,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 #[derive(Args, Debug)]
+#[command(mut_arg("seed", |a| a.help(r#"Seed of the bootstrap (the same inputs and seed give the same intervals)"#)))]
 pub struct CompareArgs {
     /// The reference: a Record (bench --json, leak --record) or a sweep's --jsonl
     pub base: PathBuf,
@@ -25,22 +27,21 @@ pub struct CompareArgs {
     /// Bootstrap resamples for each interval
     #[arg(long, default_value_t = 10_000)]
     pub resamples: usize,
-    /// Seed of the bootstrap (the same inputs and seed give the same intervals)
-    #[arg(long, default_value_t = 0)]
-    pub seed: u64,
+    #[command(flatten)]
+    pub seed: Seed,
     /// Confidence of the intervals, in (0, 1)
     #[arg(long, default_value_t = 0.95)]
     pub confidence: f64,
-    #[arg(long, value_name = "FILE", help = super::args::HELP_JSON)]
-    pub json: Option<PathBuf>,
-    #[arg(long, value_name = "FILE", help = super::args::HELP_MARKDOWN)]
-    pub markdown: Option<PathBuf>,
+    #[command(flatten)]
+    pub json: JsonOut,
+    #[command(flatten)]
+    pub markdown: MarkdownOut,
     /// Compare two Records of different workloads (model, shape, mode, dtype, engine path)
     /// anyway; the report then says so first. Without it they are refused
     #[arg(long)]
     pub allow_different: bool,
-    #[arg(long, short, help = super::args::HELP_QUIET)]
-    pub quiet: bool,
+    #[command(flatten)]
+    pub quiet: Quiet,
 }
 
 /// "2%" → 0.02.
@@ -81,7 +82,7 @@ pub fn run(a: CompareArgs) -> anyhow::Result<ExitCode> {
     )?;
     let p = BootstrapParams {
         resamples: a.resamples,
-        seed: a.seed,
+        seed: *a.seed,
         confidence: a.confidence,
     };
     let (b, n) = (load(&a.base)?, load(&a.new)?);
@@ -110,11 +111,11 @@ pub fn run(a: CompareArgs) -> anyhow::Result<ExitCode> {
     if let Some(note) = note {
         md.push_str(&format!("\nNote: {note}.\n"));
     }
-    if let Some(path) = &a.json {
+    if let Some(path) = &*a.json {
         write_atomic(path, &to_json(&b.name, &n.name, &c)?)
             .with_context(|| format!("--json {}", path.display()))?;
     }
-    if let Some(path) = &a.markdown {
+    if let Some(path) = &*a.markdown {
         write_atomic(path, &md).with_context(|| format!("--markdown {}", path.display()))?;
     }
     out!("{md}")?;

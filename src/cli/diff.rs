@@ -1,8 +1,9 @@
 //! `memscope diff BASE NEW`: two Records' memory side by side and what moved the peak.
 
+use super::flags::{MarkdownOut, Quiet};
 use crate::analysis::diff::diff;
+use crate::export::{check_outputs, write_atomic};
 use crate::out;
-use crate::output::{check_outputs, write_atomic};
 use crate::record::detect::{load, Input};
 use crate::report::diff::to_markdown;
 use anyhow::{bail, Context};
@@ -16,10 +17,10 @@ pub struct DiffArgs {
     pub base: PathBuf,
     /// The Record to compare with it
     pub new: PathBuf,
-    #[arg(long, value_name = "FILE", help = super::args::HELP_MARKDOWN)]
-    pub markdown: Option<PathBuf>,
-    #[arg(long, short, help = super::args::HELP_QUIET)]
-    pub quiet: bool,
+    #[command(flatten)]
+    pub markdown: MarkdownOut,
+    #[command(flatten)]
+    pub quiet: Quiet,
 }
 
 pub fn run(a: DiffArgs) -> anyhow::Result<ExitCode> {
@@ -62,7 +63,7 @@ pub fn run(a: DiffArgs) -> anyhow::Result<ExitCode> {
         );
         md.insert_str(0, &note);
     }
-    if let Some(p) = &a.markdown {
+    if let Some(p) = &*a.markdown {
         write_atomic(p, &md).with_context(|| format!("--markdown {}", p.display()))?;
     }
     out!("{md}")?;

@@ -1,20 +1,24 @@
 //! `memscope estimate`: flags → [`Request`]s (one per dtype) → report, JSON, `--fits`.
 
 use super::args::{resolve_model, ModelArgs, Workload};
+use super::flags::{Force, GradAccum, JsonOut, NewTokens, PromptLen, Quiet, Threads};
 use crate::estimate::fits::fits;
 use crate::estimate::{estimate, Request};
+use crate::export::{check_outputs, write_atomic};
 use crate::out;
-use crate::output::{check_outputs, write_atomic};
 use crate::record::estimate::EstimateFile;
 use crate::record::estimate::Optimizer;
 use crate::report;
 use crate::spec::Dtype;
 use anyhow::{bail, Context};
 use clap::{Args, ValueEnum};
-use std::path::PathBuf;
 use std::process::ExitCode;
 
 #[derive(Args, Debug)]
+#[command(mut_arg("threads", |a| a.help(r#"CPU threads the run would use (gemm keeps a buffer per thread; with --engine torch, the count whose `peaks --engine torch` the predicted step time reads; default: all cores)"#)))]
+#[command(mut_arg("prompt_len", |a| a.help(r#"Prompt tokens (generate; default: --seq)"#)))]
+#[command(mut_arg("new_tokens", |a| a.help(r#"Tokens decoded (generate)"#)))]
+#[command(mut_arg("force", |a| a.help(r#"Estimate a model deeper than 10,000 layers anyway (the replay takes time and memory per layer)"#)))]
 pub struct EstimateArgs {
     #[command(flatten)]
     pub model: ModelArgs,
@@ -23,35 +27,30 @@ pub struct EstimateArgs {
     /// One dtype or a comma list (one column each): f32,bf16,f16
     #[arg(long, default_value = "f32")]
     pub dtype: String,
-    /// Micro-batches per optimizer step (train)
-    #[arg(long, default_value_t = 1)]
-    pub grad_accum: usize,
+    #[command(flatten)]
+    pub grad_accum: GradAccum,
     #[arg(long, value_enum, default_value_t = Optimizer::Adamw)]
     pub optimizer: Optimizer,
-    /// Prompt tokens (generate; default: --seq)
-    #[arg(long)]
-    pub prompt_len: Option<usize>,
-    /// Tokens decoded (generate)
-    #[arg(long, default_value_t = 32)]
-    pub new_tokens: usize,
+    #[command(flatten)]
+    pub prompt_len: PromptLen,
+    #[command(flatten)]
+    pub new_tokens: NewTokens,
     #[command(flatten)]
     pub variant: super::args::VariantArgs,
-    /// CPU threads the run would use (gemm keeps a buffer per thread; with --engine torch, the count whose `peaks --engine torch` the predicted step time reads; default: all cores)
-    #[arg(long)]
-    pub threads: Option<usize>,
+    #[command(flatten)]
+    pub threads: Threads,
     /// A memory budget (16GiB, 512MB, …): does the peak fit, and which single change makes it fit
     #[arg(long, value_name = "BYTES", allow_hyphen_values = true)]
     pub fits: Option<String>,
     /// Rows in the hotspot tables
     #[arg(long, default_value_t = 10)]
     pub top: usize,
-    #[arg(long, value_name = "FILE", help = super::args::HELP_JSON)]
-    pub json: Option<PathBuf>,
-    /// Estimate a model deeper than 10,000 layers anyway (the replay takes time and memory per layer)
-    #[arg(long)]
-    pub force: bool,
-    #[arg(long, short, help = super::args::HELP_QUIET)]
-    pub quiet: bool,
+    #[command(flatten)]
+    pub json: JsonOut,
+    #[command(flatten)]
+    pub force: Force,
+    #[command(flatten)]
+    pub quiet: Quiet,
 }
 
 /// Deeper models are refused without `--force`: the estimate replays every op of every layer,
@@ -86,7 +85,7 @@ pub fn run(a: EstimateArgs) -> anyhow::Result<ExitCode> {
         );
     }
     let (_, cfg) = resolve_model(&a.model)?;
-    if cfg.n_layers > MAX_LAYERS && !a.force {
+    if cfg.n_layers > MAX_LAYERS && !*a.force {
         let n = cfg.n_layers as f64;
         bail!(
             "{}: {} layers; the estimate replays every op of every layer (about 0.5 ms and 80 KiB each), so this would take ~{:.0} s and ~{}; nothing was run: check n_layers, or pass --force to estimate it anyway",
@@ -108,17 +107,17 @@ pub fn run(a: EstimateArgs) -> anyhow::Result<ExitCode> {
         config: cfg,
         config_path: a.model.config.clone(),
         weights: None,
-        mode: a.shape.mode,
-        batch: a.shape.batch,
-        seq: a.shape.seq,
+        mode: *a.shape.mode,
+        batch: *a.shape.batch,
+        seq: *a.shape.seq,
         dtype: dts[0],
-        threads: a.threads,
+        threads: *a.threads,
         seed: 0,
         warmup: 0,
         steps: 1,
-        grad_accum: a.grad_accum,
-        prompt_len: a.prompt_len,
-        new_tokens: a.new_tokens,
+        grad_accum: *a.grad_accum,
+        prompt_len: *a.prompt_len,
+        new_tokens: *a.new_tokens,
         lr: 1e-3,
         data: None,
         variant: a.variant.clone(),
@@ -130,7 +129,7 @@ pub fn run(a: EstimateArgs) -> anyhow::Result<ExitCode> {
     let reqs: Vec<Request> = dts
         .iter()
         .map(|&dtype| {
-            let v = a.variant.to_variant(a.shape.mode, dtype);
+            let v = a.variant.to_variant(*a.shape.mode, dtype);
             Request {
                 dtype,
                 optimizer: a.optimizer,
@@ -152,7 +151,7 @@ pub fn run(a: EstimateArgs) -> anyhow::Result<ExitCode> {
         }
         None => None,
     };
-    if let Some(path) = &a.json {
+    if let Some(path) = &*a.json {
         let file = EstimateFile {
             first: ests[0].clone(),
             by_dtype: ests.clone(),
@@ -202,7 +201,7 @@ fn torch_estimate(
         }
         let (mut e, ops) = crate::torch::estimate::estimate_with_ops(&s)?;
         e.flops = crate::analysis::aten_cost::flops_by_phase(&ops);
-        times.push(predicted_time(&mut e, &ops, a.threads, dtype.name()));
+        times.push(predicted_time(&mut e, &ops, *a.threads, dtype.name()));
         by_dtype.insert(dtype.name().to_string(), e);
         spec.get_or_insert(s);
     }
@@ -220,7 +219,7 @@ fn torch_estimate(
     for t in times {
         out!("\n{t}")?;
     }
-    if let Some(path) = &a.json {
+    if let Some(path) = &*a.json {
         write_atomic(path, &file.to_json()?)
             .with_context(|| format!("--json {}", path.display()))?;
     }

@@ -1,61 +1,67 @@
 //! `memscope fit`: the largest batch (or sequence length) that fits in a memory budget.
 
 use super::args::{resolve_model, ModelArgs, Workload};
+use super::flags::{
+    Batch, DtypeFlag, GradAccum, JsonOut, Lr, MemoryLimit, ModeFlag, NewTokens, Quiet, Seq, Steps,
+    Timeout, Warmup,
+};
+use crate::export::{check_outputs, write_atomic};
 use crate::outln;
-use crate::output::{check_outputs, write_atomic};
-use crate::spec::{Dtype, Mode};
+use crate::spec::Mode;
 use crate::sweep::interrupt::EXIT_INTERRUPTED;
 use crate::sweep::largest::{search, FitRequest, Vary};
 use crate::units::bytes as fmt_bytes;
 use anyhow::{bail, Context};
 use clap::Args;
-use std::path::PathBuf;
 use std::process::ExitCode;
 
 #[derive(Args, Debug)]
+#[command(mut_arg("memory_limit", |a| a.help(r#"The memory budget to fit in: 512MiB, 16GiB, …"#).required(true)))]
+#[command(mut_arg("timeout", |a| a.help(r#"Time limit per trial: 90s, 10m, 1h"#)))]
+#[command(mut_arg("batch", |a| a.help(r#"Batch size (fixed when --vary seq)"#).default_value("1")))]
+#[command(mut_arg("seq", |a| a.help(r#"Sequence length (fixed when --vary batch)"#)))]
+#[command(mut_arg("warmup", |a| a.help(r#"Unmeasured steps per trial (train: the second step holds optimizer state and activations)"#).default_value("1")))]
+#[command(mut_arg("steps", |a| a.help(r#"Measured steps per trial"#).default_value("1")))]
+#[command(mut_arg("grad_accum", |a| a.help(None::<&str>)))]
+#[command(mut_arg("new_tokens", |a| a.help(None::<&str>)))]
+#[command(mut_arg("lr", |a| a.help(None::<&str>)))]
 pub struct FitArgs {
     #[command(flatten)]
     pub model: ModelArgs,
-    #[arg(long, value_enum, default_value_t = Mode::Train)]
-    pub mode: Mode,
-    #[arg(long, value_enum, default_value_t = Dtype::F32)]
-    pub dtype: Dtype,
+    #[command(flatten)]
+    pub mode: ModeFlag,
+    #[command(flatten)]
+    pub dtype: DtypeFlag,
     /// Which size to search for
     #[arg(long, value_enum, default_value_t = Vary::Batch)]
     pub vary: Vary,
-    /// Batch size (fixed when --vary seq)
-    #[arg(long, default_value_t = 1)]
-    pub batch: usize,
-    /// Sequence length (fixed when --vary batch)
-    #[arg(long, default_value_t = 128)]
-    pub seq: usize,
-    /// Unmeasured steps per trial (train: the second step holds optimizer state and activations)
-    #[arg(long, default_value_t = 1)]
-    pub warmup: usize,
-    /// Measured steps per trial
-    #[arg(long, default_value_t = 1)]
-    pub steps: usize,
+    #[command(flatten)]
+    pub batch: Batch,
+    #[command(flatten)]
+    pub seq: Seq,
+    #[command(flatten)]
+    pub warmup: Warmup,
+    #[command(flatten)]
+    pub steps: Steps,
     #[command(flatten)]
     pub run: super::args::RunArgs,
-    #[arg(long, default_value_t = 1)]
-    pub grad_accum: usize,
-    #[arg(long, default_value_t = 32)]
-    pub new_tokens: usize,
-    #[arg(long, default_value_t = 1e-3)]
-    pub lr: f64,
-    /// The memory budget to fit in: 512MiB, 16GiB, …
-    #[arg(long, value_name = "BYTES", allow_hyphen_values = true)]
-    pub memory_limit: String,
-    /// Time limit per trial: 90s, 10m, 1h
-    #[arg(long, value_name = "DURATION")]
-    pub timeout: Option<String>,
+    #[command(flatten)]
+    pub grad_accum: GradAccum,
+    #[command(flatten)]
+    pub new_tokens: NewTokens,
+    #[command(flatten)]
+    pub lr: Lr,
+    #[command(flatten)]
+    pub memory_limit: MemoryLimit,
+    #[command(flatten)]
+    pub timeout: Timeout,
     /// Largest size tried when nothing runs out of memory (default: 65536 for batch, the model's context for seq)
     #[arg(long)]
     pub max: Option<usize>,
-    #[arg(long, value_name = "FILE", help = super::args::HELP_JSON)]
-    pub json: Option<PathBuf>,
-    #[arg(long, short, help = super::args::HELP_QUIET)]
-    pub quiet: bool,
+    #[command(flatten)]
+    pub json: JsonOut,
+    #[command(flatten)]
+    pub quiet: Quiet,
     #[command(flatten)]
     pub variant: super::args::VariantArgs,
 }
@@ -65,7 +71,11 @@ pub fn run(a: FitArgs) -> anyhow::Result<ExitCode> {
         &[("--json", a.json.as_deref())],
         &super::args::run_inputs(a.model.config.as_deref(), a.model.weights.as_deref(), None),
     )?;
-    let limit = crate::sweep::limits::parse_memory_limit(&a.memory_limit)?;
+    let limit = crate::sweep::limits::parse_memory_limit(
+        a.memory_limit
+            .as_deref()
+            .expect("clap requires fit's --memory-limit"),
+    )?;
     let timeout = a
         .timeout
         .as_deref()
@@ -79,18 +89,18 @@ pub fn run(a: FitArgs) -> anyhow::Result<ExitCode> {
         config,
         config_path: a.model.config.clone(),
         weights: a.model.weights.clone(),
-        mode: a.mode,
-        batch: a.batch,
-        seq: a.seq,
-        dtype: a.dtype,
-        threads: a.run.threads,
-        seed: a.run.seed,
-        warmup: a.warmup,
-        steps: a.steps,
-        grad_accum: a.grad_accum,
+        mode: *a.mode,
+        batch: *a.batch,
+        seq: *a.seq,
+        dtype: *a.dtype,
+        threads: *a.run.threads,
+        seed: *a.run.seed,
+        warmup: a.warmup.expect("--warmup has a default"),
+        steps: a.steps.expect("--steps has a default"),
+        grad_accum: *a.grad_accum,
         prompt_len: None,
-        new_tokens: a.new_tokens,
-        lr: a.lr,
+        new_tokens: *a.new_tokens,
+        lr: *a.lr,
         data: None,
         variant: a.variant.clone(),
     }
@@ -103,8 +113,8 @@ pub fn run(a: FitArgs) -> anyhow::Result<ExitCode> {
         )
     })?;
     // The longest sequence the model takes (generate: leaving room for --new-tokens).
-    let context = match a.mode {
-        Mode::Generate => context_len.saturating_sub(a.new_tokens),
+    let context = match *a.mode {
+        Mode::Generate => context_len.saturating_sub(*a.new_tokens),
         _ => context_len,
     };
     let cap = match a.vary {
@@ -130,7 +140,7 @@ pub fn run(a: FitArgs) -> anyhow::Result<ExitCode> {
         cap,
         limit,
         timeout,
-        quiet: a.quiet,
+        quiet: *a.quiet,
     })?
     else {
         return Ok(ExitCode::from(EXIT_INTERRUPTED));
@@ -176,7 +186,7 @@ pub fn run(a: FitArgs) -> anyhow::Result<ExitCode> {
         }
     }
     outln!("{}.", result.enforcement)?;
-    if let Some(p) = &a.json {
+    if let Some(p) = &*a.json {
         write_atomic(p, &serde_json::to_string_pretty(&result)?)
             .with_context(|| format!("--json {}", p.display()))?;
     }

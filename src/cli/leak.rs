@@ -2,12 +2,13 @@
 //! log someone else wrote), then state whether live memory keeps growing, and check CI targets.
 
 use super::args::{build_spec, ModelArgs, WorkloadArgs};
+use super::flags::{CsvOut, JsonOut, MarkdownOut, Quiet, TraceOut};
 use crate::analysis::leak::{analyze as verdict, cross_check};
 use crate::analysis::record_series::{series, steps_per_hour};
 use crate::analysis::targets::{all_pass, evaluate, Target, TargetKind};
+use crate::export::{check_outputs, write_atomic};
 use crate::input::series::{parse_reader, ParseOptions, SeriesFormat};
 use crate::measure::threads::set_run_threads;
-use crate::output::{check_outputs, write_atomic};
 use crate::progress::Progress;
 use crate::record::leak::TargetRow;
 use crate::record::leak::{LeakParams, LeakReport};
@@ -89,12 +90,12 @@ impl TargetArgs {
 
 #[derive(Args, Debug, Clone)]
 pub struct ReportFiles {
-    #[arg(long, value_name = "FILE", help = super::args::HELP_JSON)]
-    pub json: Option<PathBuf>,
-    #[arg(long, value_name = "FILE", help = super::args::HELP_CSV)]
-    pub csv: Option<PathBuf>,
-    #[arg(long, value_name = "FILE", help = super::args::HELP_MARKDOWN)]
-    pub markdown: Option<PathBuf>,
+    #[command(flatten)]
+    pub json: JsonOut,
+    #[command(flatten)]
+    pub csv: CsvOut,
+    #[command(flatten)]
+    pub markdown: MarkdownOut,
 }
 
 impl ReportFiles {
@@ -108,9 +109,9 @@ impl ReportFiles {
 
     fn write(&self, r: &LeakReport, rows: &[TargetRow]) -> anyhow::Result<()> {
         let outs = [
-            ("--json", &self.json, render::to_json(r, rows)),
-            ("--csv", &self.csv, render::to_csv(r, rows)),
-            ("--markdown", &self.markdown, render::to_markdown(r, rows)),
+            ("--json", &*self.json, render::to_json(r, rows)),
+            ("--csv", &*self.csv, render::to_csv(r, rows)),
+            ("--markdown", &*self.markdown, render::to_markdown(r, rows)),
         ];
         for (flag, path, text) in outs {
             if let Some(p) = path {
@@ -134,10 +135,10 @@ pub struct LeakArgs {
     /// Also write the full benchmark Record (every step's heap live, RSS, PSS) as JSON
     #[arg(long, value_name = "FILE")]
     pub record: Option<PathBuf>,
-    #[arg(long, value_name = "FILE", help = super::args::HELP_TRACE)]
-    pub trace: Option<PathBuf>,
-    #[arg(long, short, help = super::args::HELP_QUIET)]
-    pub quiet: bool,
+    #[command(flatten)]
+    pub trace: TraceOut,
+    #[command(flatten)]
+    pub quiet: Quiet,
 }
 
 #[derive(Args, Debug)]
@@ -166,8 +167,8 @@ pub struct AnalyzeArgs {
     pub targets: TargetArgs,
     #[command(flatten)]
     pub files: ReportFiles,
-    #[arg(long, short, help = super::args::HELP_QUIET)]
-    pub quiet: bool,
+    #[command(flatten)]
+    pub quiet: Quiet,
 }
 
 #[derive(Clone, Copy, Debug, clap::ValueEnum)]
@@ -181,10 +182,10 @@ pub enum FormatArg {
 pub const LEAK_STEPS: usize = 300;
 
 pub fn leak(mut a: LeakArgs) -> anyhow::Result<ExitCode> {
-    a.workload.warmup.get_or_insert(0);
-    a.workload.steps.get_or_insert(LEAK_STEPS);
+    a.workload.warmup.warmup.get_or_insert(0);
+    a.workload.steps.steps.get_or_insert(LEAK_STEPS);
     let spec = build_spec(&a.model, &a.workload)?;
-    if !a.workload.force {
+    if !*a.workload.force {
         crate::runner::check_machine_memory(&spec)?;
     }
     let targets = a.targets.targets()?;
@@ -212,7 +213,7 @@ pub fn leak(mut a: LeakArgs) -> anyhow::Result<ExitCode> {
     let progress = Progress::start(
         spec.warmup + spec.steps,
         format!("{} {} leak", spec.model, spec.mode.name()),
-        a.quiet,
+        *a.quiet,
     );
     // Ctrl-C ends the run after the step under way; the steps measured are analysed and written.
     crate::measure::stop::stop_on_signals();
@@ -224,7 +225,7 @@ pub fn leak(mut a: LeakArgs) -> anyhow::Result<ExitCode> {
         let text = record.to_json()?;
         write_atomic(p, &text).with_context(|| format!("--record {}", p.display()))?;
     }
-    if let Some(p) = &a.trace {
+    if let Some(p) = &*a.trace {
         let text = crate::report::trace::to_json(&record)?;
         write_atomic(p, &text).with_context(|| format!("--trace {}", p.display()))?;
     }

@@ -9,6 +9,7 @@ mod compare;
 mod diff;
 mod estimate;
 mod fit;
+mod flags;
 mod leak;
 mod models;
 mod optimize;

@@ -1,17 +1,19 @@
 //! `memscope models`: the built-in presets with exact parameter counts.
 
+use super::flags::JsonOut;
+use crate::export::{check_outputs, write_atomic};
 use crate::model::config::ModelConfig;
 use crate::model::cost;
+use crate::out;
 use crate::report;
-use crate::{out, outln};
 use clap::Args;
 use std::process::ExitCode;
 
 #[derive(Args, Debug)]
+#[command(mut_arg("json", |a| a.help(r#"Print JSON instead of a table (written to FILE when one is given)"#).num_args(0..=1).default_missing_value("-")))]
 pub struct ModelsArgs {
-    /// Print JSON instead of a table
-    #[arg(long)]
-    pub json: bool,
+    #[command(flatten)]
+    pub json: JsonOut,
 }
 
 pub fn run(a: ModelsArgs) -> anyhow::Result<ExitCode> {
@@ -36,8 +38,10 @@ pub fn run(a: ModelsArgs) -> anyhow::Result<ExitCode> {
             }
         })
         .collect();
-    if a.json {
-        outln!("{}", serde_json::to_string_pretty(&rows)?)?;
+    if let Some(path) = &*a.json {
+        // `--json` alone is standard output.
+        check_outputs::<&std::path::Path>(&[("--json", Some(path))], &[])?;
+        write_atomic(path, &(serde_json::to_string_pretty(&rows)? + "\n"))?;
     } else {
         out!("{}", report::models::render_table(&rows))?;
     }

@@ -2,8 +2,11 @@
 //! in its own worker → the ranking (Markdown on stdout, `--json`, `--markdown`).
 
 use super::args::{resolve_model, DataArgs, EngineArgs, ModelArgs, VariantArgs, Workload};
+use super::flags::{
+    Batch, JsonOut, Lr, MarkdownOut, MemoryLimit, ModeFlag, Quiet, Seq, Steps, Timeout, Warmup,
+};
+use crate::export::{check_outputs, write_atomic};
 use crate::out;
-use crate::output::{check_outputs, write_atomic};
 use crate::record::optimize::OptimizeFile;
 use crate::report::optimize::markdown;
 use crate::spec::{Dtype, Mode};
@@ -12,53 +15,50 @@ use crate::sweep::variant_figures::figures;
 use crate::sweep::variants::{candidates, run, Options};
 use anyhow::{bail, Context};
 use clap::Args;
-use std::path::PathBuf;
 use std::process::ExitCode;
 
 #[derive(Args, Debug)]
+#[command(mut_arg("memory_limit", |a| a.help(r#"Memory budget per worker (512MiB, 8GiB, …): runs each variant under it, and searches the largest batch each one fits"#)))]
+#[command(mut_arg("seq", |a| a.help(r#"Sequence length; the ranking is also measured at --long-seq"#)))]
+#[command(mut_arg("warmup", |a| a.help(r#"Unmeasured steps per variant (train: the optimizer state exists from the second step)"#).default_value("2")))]
+#[command(mut_arg("steps", |a| a.help(r#"Measured steps per variant (the loss column is the last one's)"#).default_value("5")))]
 pub struct OptimizeArgs {
     #[command(flatten)]
     pub model: ModelArgs,
     #[command(flatten)]
     pub engine: EngineArgs,
-    #[arg(long, value_enum, default_value_t = Mode::Train)]
-    pub mode: Mode,
-    #[arg(long, default_value_t = 2)]
-    pub batch: usize,
-    /// Sequence length; the ranking is also measured at --long-seq
-    #[arg(long, default_value_t = 128)]
-    pub seq: usize,
+    #[command(flatten)]
+    pub mode: ModeFlag,
+    #[command(flatten)]
+    pub batch: Batch,
+    #[command(flatten)]
+    pub seq: Seq,
     /// The second sequence length, where attention's quadratic term shows [default: 4 × --seq, at most the model's context]; 0 for one length only
     #[arg(long)]
     pub long_seq: Option<usize>,
-    /// Unmeasured steps per variant (train: the optimizer state exists from the second step)
-    #[arg(long, default_value_t = 2)]
-    pub warmup: usize,
-    /// Measured steps per variant (the loss column is the last one's)
-    #[arg(long, default_value_t = 5)]
-    pub steps: usize,
+    #[command(flatten)]
+    pub warmup: Warmup,
+    #[command(flatten)]
+    pub steps: Steps,
     #[command(flatten)]
     pub run: super::args::RunArgs,
-    /// AdamW learning rate (train)
-    #[arg(long, default_value_t = 1e-3)]
-    pub lr: f64,
+    #[command(flatten)]
+    pub lr: Lr,
     #[command(flatten)]
     pub data: DataArgs,
-    /// Memory budget per worker (512MiB, 8GiB, …): runs each variant under it, and searches the largest batch each one fits
-    #[arg(long, value_name = "BYTES", allow_hyphen_values = true)]
-    pub memory_limit: Option<String>,
+    #[command(flatten)]
+    pub memory_limit: MemoryLimit,
     /// Largest batch the --memory-limit search tries
     #[arg(long, default_value_t = 256)]
     pub max_batch: usize,
-    /// Time limit per run: 90s, 10m, 1h
-    #[arg(long, value_name = "DURATION")]
-    pub timeout: Option<String>,
-    #[arg(long, value_name = "FILE", help = super::args::HELP_JSON)]
-    pub json: Option<PathBuf>,
-    #[arg(long, value_name = "FILE", help = super::args::HELP_MARKDOWN)]
-    pub markdown: Option<PathBuf>,
-    #[arg(long, short, help = super::args::HELP_QUIET)]
-    pub quiet: bool,
+    #[command(flatten)]
+    pub timeout: Timeout,
+    #[command(flatten)]
+    pub json: JsonOut,
+    #[command(flatten)]
+    pub markdown: MarkdownOut,
+    #[command(flatten)]
+    pub quiet: Quiet,
 }
 
 pub fn run_optimize(a: OptimizeArgs) -> anyhow::Result<ExitCode> {
@@ -83,7 +83,7 @@ pub fn run_optimize(a: OptimizeArgs) -> anyhow::Result<ExitCode> {
         .as_deref()
         .map(crate::sweep::limits::parse_timeout)
         .transpose()?;
-    if a.mode == Mode::Generate {
+    if *a.mode == Mode::Generate {
         bail!("--mode generate: optimize ranks training and inference variants; use --mode train or infer");
     }
     if a.max_batch == 0 {
@@ -95,18 +95,18 @@ pub fn run_optimize(a: OptimizeArgs) -> anyhow::Result<ExitCode> {
         config,
         config_path: a.model.config.clone(),
         weights: a.model.weights.clone(),
-        mode: a.mode,
-        batch: a.batch,
-        seq: a.seq,
+        mode: *a.mode,
+        batch: *a.batch,
+        seq: *a.seq,
         dtype: Dtype::F32,
-        threads: a.run.threads,
-        seed: a.run.seed,
-        warmup: a.warmup,
-        steps: a.steps,
+        threads: *a.run.threads,
+        seed: *a.run.seed,
+        warmup: a.warmup.expect("--warmup has a default"),
+        steps: a.steps.expect("--steps has a default"),
         grad_accum: 1,
         prompt_len: None,
         new_tokens: 1,
-        lr: a.lr,
+        lr: *a.lr,
         data: a.data.to_spec(),
         variant: VariantArgs {
             engine: a.engine.clone(),
@@ -122,11 +122,11 @@ pub fn run_optimize(a: OptimizeArgs) -> anyhow::Result<ExitCode> {
             base.model
         ),
         Some(l) => Some(l),
-        None => Some((4 * a.seq).min(context)),
+        None => Some((4 * *a.seq).min(context)),
     }
-    .filter(|&l| l != a.seq);
-    let seqs: Vec<usize> = std::iter::once(a.seq).chain(long).collect();
-    if !a.quiet {
+    .filter(|&l| l != *a.seq);
+    let seqs: Vec<usize> = std::iter::once(*a.seq).chain(long).collect();
+    if !*a.quiet {
         eprintln!(
             "memscope optimize: {} {} batch {} at seq {}; each variant in its own worker",
             base.model,
@@ -142,7 +142,7 @@ pub fn run_optimize(a: OptimizeArgs) -> anyhow::Result<ExitCode> {
         memory_limit: limit,
         timeout,
         max_batch: a.max_batch,
-        quiet: a.quiet,
+        quiet: *a.quiet,
     };
     let baseline = match &base.torch {
         None => "Baseline = what a plain PyTorch script runs: naive attention, op-by-op kernels and optimizer, f32, no checkpointing.".to_string(),
@@ -153,7 +153,7 @@ pub fn run_optimize(a: OptimizeArgs) -> anyhow::Result<ExitCode> {
         base.model,
         base.mode.name(),
         base.batch,
-        a.steps
+        a.steps.unwrap_or(0)
     );
     let mut all = Vec::new();
     for &seq in &seqs {
@@ -169,21 +169,25 @@ pub fn run_optimize(a: OptimizeArgs) -> anyhow::Result<ExitCode> {
             return Ok(ExitCode::from(EXIT_INTERRUPTED));
         };
         let figs = figures(&outcomes);
-        text += &markdown(&format!("seq {seq}"), &figs, a.steps + a.warmup);
+        text += &markdown(
+            &format!("seq {seq}"),
+            &figs,
+            a.steps.unwrap_or(0) + a.warmup.unwrap_or(0),
+        );
         text.push('\n');
         all.extend(figs);
     }
     out!("{text}")?;
-    if let Some(p) = &a.markdown {
+    if let Some(p) = &*a.markdown {
         write_atomic(p, &text).with_context(|| format!("--markdown {}", p.display()))?;
     }
-    if let Some(p) = &a.json {
+    if let Some(p) = &*a.json {
         let j = OptimizeFile {
             model: base.model.clone(),
             mode: base.mode.name().to_string(),
             batch: base.batch,
             seqs,
-            steps: a.steps,
+            steps: a.steps.expect("--steps has a default"),
             memory_limit_bytes: limit,
             variants: all,
         };

@@ -2,33 +2,34 @@
 //! with `--engine torch`, the device's as PyTorch reaches them (and one small op's fixed cost).
 
 use super::args::{resolve_model, EngineArgs, ModelArgs};
+use super::flags::{Batch, JsonOut, Quiet, Seq, Threads};
+use crate::export::{check_outputs, save_peaks, write_atomic};
 use crate::measure::threads::{all_cores, set_threads};
 use crate::out;
-use crate::output::{check_outputs, save_peaks, write_atomic};
 use anyhow::{bail, Context};
 use clap::Args;
-use std::path::PathBuf;
 use std::process::ExitCode;
 
 #[derive(Args, Debug)]
+#[command(mut_arg("threads", |a| a.help("CPU threads (default: all cores); peaks are cached per thread count")))]
+#[command(mut_arg("seq", |a| a.help(None::<&str>)))]
 pub struct PeaksArgs {
-    /// CPU threads (default: all cores); peaks are cached per thread count
-    #[arg(long)]
-    pub threads: Option<usize>,
+    #[command(flatten)]
+    pub threads: Threads,
     /// Measure again even when this machine's peaks are cached
     #[arg(long)]
     pub refresh: bool,
-    #[arg(long, value_name = "FILE", help = super::args::HELP_JSON)]
-    pub json: Option<PathBuf>,
+    #[command(flatten)]
+    pub json: JsonOut,
     /// Whose linear shapes to time (f32, N = batch × seq rows)
     #[command(flatten)]
     pub model: ModelArgs,
-    #[arg(long, default_value_t = 2)]
-    pub batch: usize,
-    #[arg(long, default_value_t = 128)]
-    pub seq: usize,
-    #[arg(long, short, help = super::args::HELP_QUIET)]
-    pub quiet: bool,
+    #[command(flatten)]
+    pub batch: Batch,
+    #[command(flatten)]
+    pub seq: Seq,
+    #[command(flatten)]
+    pub quiet: Quiet,
     #[command(flatten)]
     pub engine: EngineArgs,
 }
@@ -36,14 +37,14 @@ pub struct PeaksArgs {
 pub fn run(a: PeaksArgs) -> anyhow::Result<ExitCode> {
     use crate::measure::peaks;
     let threads = a.threads.unwrap_or_else(all_cores);
-    if threads == 0 || a.batch == 0 || a.seq == 0 {
+    if threads == 0 || *a.batch == 0 || *a.seq == 0 {
         bail!("--threads, --batch and --seq must be at least 1");
     }
     check_outputs::<&std::path::Path>(&[("--json", a.json.as_deref())], &[])?;
     // The model is checked first: a cache hit must not hide a bad --model or --config.
     let (_, cfg) = resolve_model(&a.model)?;
     let shapes = peaks::linear_shapes(&cfg);
-    let rows = a.batch * a.seq;
+    let rows = *a.batch * *a.seq;
     if let Some(torch) = a.engine.torch_run()? {
         return torch_peaks(&a, &torch.device, threads, rows, &shapes);
     }
@@ -99,7 +100,7 @@ fn torch_peaks(
     let cached = peaks::cached(device, threads).filter(|p| !a.refresh && same_shapes(p));
     let (p, source) = match cached {
         Some(p) => {
-            let path = crate::output::cache_path(&p.fingerprint);
+            let path = crate::export::cache_path(&p.fingerprint);
             let source = format!(
                 "cached in {} (--refresh to measure again, as after changing PyTorch)",
                 path.display()
@@ -117,7 +118,7 @@ fn torch_peaks(
 
 /// Either engine's peaks: `--json`, then the tables.
 fn finish(a: &PeaksArgs, p: &impl serde::Serialize, text: String) -> anyhow::Result<ExitCode> {
-    if let Some(j) = &a.json {
+    if let Some(j) = &*a.json {
         write_atomic(j, &serde_json::to_string_pretty(p)?)
             .with_context(|| format!("--json {}", j.display()))?;
     }

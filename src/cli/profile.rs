@@ -3,18 +3,19 @@
 //! FLOP/s, and the profiling overhead (profiled vs plain step time, same process).
 
 use super::args::{ModelArgs, WorkloadArgs};
+use super::flags::{CsvOut, JsonOut, MarkdownOut, Quiet, Roofs};
 use super::roofline::measure;
 use crate::analysis::profile_tree;
+use crate::export::{check_outputs, write_atomic};
 use crate::model::cost::{module_params, ModuleParams};
 use crate::out;
-use crate::output::{check_outputs, write_atomic};
 use crate::report::profile as rep;
 use anyhow::{bail, Context};
 use clap::Args;
-use std::path::PathBuf;
 use std::process::ExitCode;
 
 #[derive(Args, Debug)]
+#[command(mut_arg("roofs", |a| a.help(r#"Roofs instead of the cached `memscope peaks` (MATMUL_GFLOPS:BANDWIDTH_GBS)"#)))]
 pub struct ProfileArgs {
     #[command(flatten)]
     pub model: ModelArgs,
@@ -23,17 +24,16 @@ pub struct ProfileArgs {
     /// Tree depth: 1 model, 2 blocks, 3 attention / MLP / norms, 4 op kinds
     #[arg(long, default_value_t = 3)]
     pub depth: usize,
-    /// Roofs instead of the cached `memscope peaks` (MATMUL_GFLOPS:BANDWIDTH_GBS)
-    #[arg(long, value_name = "GFLOPS:GBS")]
-    pub roofs: Option<String>,
-    #[arg(long, value_name = "FILE", help = super::args::HELP_JSON)]
-    pub json: Option<PathBuf>,
-    #[arg(long, value_name = "FILE", help = super::args::HELP_CSV)]
-    pub csv: Option<PathBuf>,
-    #[arg(long, value_name = "FILE", help = super::args::HELP_MARKDOWN)]
-    pub markdown: Option<PathBuf>,
-    #[arg(long, short, help = super::args::HELP_QUIET)]
-    pub quiet: bool,
+    #[command(flatten)]
+    pub roofs: Roofs,
+    #[command(flatten)]
+    pub json: JsonOut,
+    #[command(flatten)]
+    pub csv: CsvOut,
+    #[command(flatten)]
+    pub markdown: MarkdownOut,
+    #[command(flatten)]
+    pub quiet: Quiet,
 }
 
 /// Parameters of one module of the tree, from `model::cost`'s exact per-module counts.
@@ -99,9 +99,13 @@ pub fn run(a: ProfileArgs) -> anyhow::Result<ExitCode> {
         }
     );
     for (flag, path, text) in [
-        ("--json", &a.json, rep::json(&trees)?),
-        ("--csv", &a.csv, rep::csv(&trees)),
-        ("--markdown", &a.markdown, rep::render(&title, &trees, true)),
+        ("--json", &*a.json, rep::json(&trees)?),
+        ("--csv", &*a.csv, rep::csv(&trees)),
+        (
+            "--markdown",
+            &*a.markdown,
+            rep::render(&title, &trees, true),
+        ),
     ] {
         if let Some(path) = path {
             write_atomic(path, &text).with_context(|| format!("{flag} {}", path.display()))?;

@@ -1,8 +1,9 @@
 //! `memscope report FILE… -o report.html`: reads Records, leak verdicts, estimates, sweeps and
 //! rooflines (recognised by content) and writes one self-contained HTML page of charts.
 
+use super::flags::Quiet;
+use crate::export::{check_outputs, write_atomic};
 use crate::outln;
-use crate::output::{check_outputs, write_atomic};
 use crate::record::detect::load;
 use crate::report::html;
 use crate::units::fmt_bytes;
@@ -21,8 +22,8 @@ pub struct ReportArgs {
     /// The HTML file to write (self-contained: inline SVG and CSS, no script, no network)
     #[arg(long, short = 'o', value_name = "FILE")]
     pub output: PathBuf,
-    #[arg(long, short, help = super::args::HELP_QUIET)]
-    pub quiet: bool,
+    #[command(flatten)]
+    pub quiet: Quiet,
 }
 
 pub fn run(a: ReportArgs) -> anyhow::Result<ExitCode> {

@@ -3,8 +3,9 @@
 //! format asked. `profile.rs` reuses the measurement.
 
 use super::args::{build_spec, ModelArgs, WorkloadArgs};
+use super::flags::{CsvOut, JsonOut, MarkdownOut, Quiet, Roofs};
+use crate::export::{check_outputs, write_atomic};
 use crate::out;
-use crate::output::{check_outputs, write_atomic};
 use crate::record::roofline::{Head, SectionReport};
 use crate::report::roofline as rep;
 use crate::report::roofline_chart;
@@ -15,25 +16,25 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 #[derive(Args, Debug)]
+#[command(mut_arg("roofs", |a| a.help(r#"Roofs to use instead of the cached `memscope peaks`: MATMUL_GFLOPS:BANDWIDTH_GBS"#)))]
 pub struct RooflineArgs {
     #[command(flatten)]
     pub model: ModelArgs,
     #[command(flatten)]
     pub workload: WorkloadArgs,
-    /// Roofs to use instead of the cached `memscope peaks`: MATMUL_GFLOPS:BANDWIDTH_GBS
-    #[arg(long, value_name = "GFLOPS:GBS")]
-    pub roofs: Option<String>,
-    #[arg(long, value_name = "FILE", help = super::args::HELP_JSON)]
-    pub json: Option<PathBuf>,
-    #[arg(long, value_name = "FILE", help = super::args::HELP_CSV)]
-    pub csv: Option<PathBuf>,
-    #[arg(long, value_name = "FILE", help = super::args::HELP_MARKDOWN)]
-    pub markdown: Option<PathBuf>,
+    #[command(flatten)]
+    pub roofs: Roofs,
+    #[command(flatten)]
+    pub json: JsonOut,
+    #[command(flatten)]
+    pub csv: CsvOut,
+    #[command(flatten)]
+    pub markdown: MarkdownOut,
     /// Write the roofline chart (roofs from the measured peaks, a point per op kind and pass) as SVG
     #[arg(long, value_name = "FILE")]
     pub svg: Option<PathBuf>,
-    #[arg(long, short, help = super::args::HELP_QUIET)]
-    pub quiet: bool,
+    #[command(flatten)]
+    pub quiet: Quiet,
 }
 
 /// The workload measured plain and profiled (`runner::profiled`), its warm-up and measured
@@ -46,10 +47,10 @@ pub fn measure(
 ) -> anyhow::Result<Measured> {
     let mut w = w.clone();
     let torch = w.variant.engine.engine == crate::spec::Engine::Torch;
-    w.warmup = Some(w.warmup.unwrap_or(if torch { 2 } else { 1 }));
-    w.steps = Some(w.steps.unwrap_or(3));
+    w.warmup.warmup = Some(w.warmup.unwrap_or(if torch { 2 } else { 1 }));
+    w.steps.steps = Some(w.steps.unwrap_or(3));
     let spec = build_spec(m, &w)?;
-    profiled::measure(spec, roofs_flag, w.force)
+    profiled::measure(spec, roofs_flag, *w.force)
 }
 
 pub fn run(a: RooflineArgs) -> anyhow::Result<ExitCode> {
@@ -96,9 +97,9 @@ pub fn run(a: RooflineArgs) -> anyhow::Result<ExitCode> {
         gpu: p.gpu,
     };
     for (flag, path, text) in [
-        ("--json", &a.json, rep::json(&head, &report)?),
-        ("--csv", &a.csv, rep::csv(&report)),
-        ("--markdown", &a.markdown, rep::markdown(&head, &report)),
+        ("--json", &*a.json, rep::json(&head, &report)?),
+        ("--csv", &*a.csv, rep::csv(&report)),
+        ("--markdown", &*a.markdown, rep::markdown(&head, &report)),
         ("--svg", &a.svg, roofline_chart::svg(&head, &report)?),
     ] {
         if let Some(path) = path {

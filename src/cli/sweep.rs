@@ -2,10 +2,14 @@
 //! its own worker) → rows, the scaling report, CSV and Markdown.
 
 use super::args::{resolve_model, ModelArgs, Workload};
+use super::flags::{
+    CsvOut, Force, JsonlOut, Lr, MarkdownOut, MemoryLimit, NewTokens, Quiet, Seed, Steps, Threads,
+    Timeout, TraceOut,
+};
 use super::sweep_slurm::{self, SlurmArgs};
+use crate::export::JsonlStream;
+use crate::export::{check_outputs, write_atomic};
 use crate::model::cost;
-use crate::output::JsonlStream;
-use crate::output::{check_outputs, write_atomic};
 use crate::spec::{Dtype, Mode, Spec};
 use crate::sweep::eta;
 use crate::sweep::interrupt::{install_interrupt_handler, EXIT_INTERRUPTED};
@@ -21,21 +25,24 @@ use crate::{out, outln};
 use anyhow::{bail, Context};
 use clap::{Args, ValueEnum};
 use std::io::IsTerminal;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::ExitCode;
 use std::time::Instant;
 
 #[derive(Args, Debug)]
+#[command(mut_arg("threads", |a| a.help(r#"CPU threads per worker (default: all cores; with --slurm 1, and each task gets --cpus-per-task THREADS)"#)))]
+#[command(mut_arg("memory_limit", |a| a.help(r#"Memory budget per worker: 512MiB, 8GiB, 2GB, … (cgroup v2 where delegated, else RLIMIT_DATA; plus a PSS watchdog)"#)))]
+#[command(mut_arg("timeout", |a| a.help(r#"Time limit per configuration: 90s, 10m, 1h"#)))]
+#[command(mut_arg("jsonl", |a| a.help(r#"Append one JSON row per configuration, flushed as each one ends"#)))]
+#[command(mut_arg("trace", |a| a.value_name("DIR").help(r#"Write one Chrome trace per configuration that ran into this directory (created if missing): `<index>-b<batch>-s<seq>-<mode>-<dtype>.trace.json`; the row names its file"#)))]
+#[command(mut_arg("steps", |a| a.help(r#"Measured steps per configuration"#).default_value("10")))]
+#[command(mut_arg("force", |a| a.help(r#"Run configurations whose parameters or estimated peak exceed this machine's memory (without --memory-limit they are error rows)"#)))]
+#[command(mut_arg("model", |a| a.help("Presets, comma-separated (see `memscope models`)")))]
+#[command(mut_arg("config", |a| a.help("One model config JSON instead of presets")))]
+#[command(mut_arg("weights", |a| a.help("Hugging Face-named weights for every configuration")))]
 pub struct SweepArgs {
-    /// Presets, comma-separated (see `memscope models`)
-    #[arg(long, default_value = "gpt2-small", conflicts_with = "config")]
-    pub model: String,
-    /// One model config JSON instead of presets
-    #[arg(long, value_name = "FILE")]
-    pub config: Option<PathBuf>,
-    /// Hugging Face-named weights for every configuration
-    #[arg(long, value_name = "FILE")]
-    pub weights: Option<PathBuf>,
+    #[command(flatten)]
+    pub model: ModelArgs,
     /// Modes, comma-separated: train, infer, generate
     #[arg(long, default_value = "train")]
     pub mode: String,
@@ -54,48 +61,38 @@ pub struct SweepArgs {
     /// Micro-batches per optimizer step (train): list or ranges
     #[arg(long, default_value = "1")]
     pub grad_accum: String,
-    /// Measured steps per configuration
-    #[arg(long, default_value_t = 10)]
-    pub steps: usize,
-    /// CPU threads per worker (default: all cores; with --slurm 1, and each task gets --cpus-per-task THREADS)
-    #[arg(long)]
-    pub threads: Option<usize>,
-    #[arg(long, default_value_t = 0)]
-    pub seed: u64,
-    /// Tokens decoded per measured step (generate)
-    #[arg(long, default_value_t = 32)]
-    pub new_tokens: usize,
-    /// AdamW learning rate (train)
-    #[arg(long, default_value_t = 1e-3)]
-    pub lr: f64,
-    /// Run configurations whose parameters or estimated peak exceed this machine's memory (without --memory-limit they are error rows)
-    #[arg(long)]
-    pub force: bool,
+    #[command(flatten)]
+    pub steps: Steps,
+    #[command(flatten)]
+    pub threads: Threads,
+    #[command(flatten)]
+    pub seed: Seed,
+    #[command(flatten)]
+    pub new_tokens: NewTokens,
+    #[command(flatten)]
+    pub lr: Lr,
+    #[command(flatten)]
+    pub force: Force,
     /// Start a sweep of more than 1,000 configurations without asking
     #[arg(long)]
     pub yes: bool,
-    /// Memory budget per worker: 512MiB, 8GiB, 2GB, … (cgroup v2 where delegated, else RLIMIT_DATA; plus a PSS watchdog)
-    #[arg(long, value_name = "BYTES", allow_hyphen_values = true)]
-    pub memory_limit: Option<String>,
-    /// Time limit per configuration: 90s, 10m, 1h
-    #[arg(long, value_name = "DURATION")]
-    pub timeout: Option<String>,
-    /// Append one JSON row per configuration, flushed as each one ends
-    #[arg(long, value_name = "FILE")]
-    pub jsonl: Option<PathBuf>,
-    #[arg(long, value_name = "FILE", help = super::args::HELP_CSV)]
-    pub csv: Option<PathBuf>,
-    #[arg(long, value_name = "FILE", help = super::args::HELP_MARKDOWN)]
-    pub markdown: Option<PathBuf>,
-    /// Write one Chrome trace per configuration that ran into this directory (created if
-    /// missing): `<index>-b<batch>-s<seq>-<mode>-<dtype>.trace.json`; the row names its file
-    #[arg(long, value_name = "DIR")]
-    pub trace: Option<PathBuf>,
+    #[command(flatten)]
+    pub memory_limit: MemoryLimit,
+    #[command(flatten)]
+    pub timeout: Timeout,
+    #[command(flatten)]
+    pub jsonl: JsonlOut,
+    #[command(flatten)]
+    pub csv: CsvOut,
+    #[command(flatten)]
+    pub markdown: MarkdownOut,
+    #[command(flatten)]
+    pub trace: TraceOut,
     /// Run configurations larger than one that ran out of memory instead of skipping them
     #[arg(long)]
     pub no_skip: bool,
-    #[arg(long, short, help = super::args::HELP_QUIET)]
-    pub quiet: bool,
+    #[command(flatten)]
+    pub quiet: Quiet,
     #[command(flatten)]
     pub data: super::args::DataArgs,
     #[command(flatten)]
@@ -108,8 +105,8 @@ pub struct SweepArgs {
 fn spec_for(a: &SweepArgs, p: &Point) -> anyhow::Result<Spec> {
     let (name, config) = resolve_model(&ModelArgs {
         model: p.model.clone(),
-        config: a.config.clone(),
-        weights: a.weights.clone(),
+        config: a.model.config.clone(),
+        weights: a.model.weights.clone(),
     })?;
     let mode = Mode::from_str(&p.mode, true)
         .map_err(|_| anyhow::anyhow!("--mode {}: use train, infer or generate", p.mode))?;
@@ -118,21 +115,21 @@ fn spec_for(a: &SweepArgs, p: &Point) -> anyhow::Result<Spec> {
     Workload {
         model: name,
         config,
-        config_path: a.config.clone(),
-        weights: a.weights.clone(),
+        config_path: a.model.config.clone(),
+        weights: a.model.weights.clone(),
         mode,
         batch: p.batch,
         seq: p.seq,
         dtype,
         // On Slurm a task gets --cpus-per-task=threads: one unless asked.
         threads: a.threads.or(a.cluster.slurm.then_some(1)),
-        seed: a.seed,
+        seed: *a.seed,
         warmup: p.warmup,
-        steps: a.steps,
+        steps: a.steps.expect("--steps has a default"),
         grad_accum: p.grad_accum,
         prompt_len: None,
-        new_tokens: a.new_tokens,
-        lr: a.lr,
+        new_tokens: *a.new_tokens,
+        lr: *a.lr,
         data: a.data.to_spec(),
         variant: a.variant.clone(),
     }
@@ -142,22 +139,22 @@ fn spec_for(a: &SweepArgs, p: &Point) -> anyhow::Result<Spec> {
 /// Every point of the sweep, in plan order. Unknown models, modes and dtypes are usage errors
 /// (nothing runs); a point whose Spec fails validation is kept for an `error` row.
 fn plan_points(a: &SweepArgs) -> anyhow::Result<Vec<Point>> {
-    let models = match &a.config {
+    let models = match &a.model.config {
         Some(_) => vec![
             resolve_model(&ModelArgs {
                 model: String::new(),
-                config: a.config.clone(),
+                config: a.model.config.clone(),
                 weights: None,
             })?
             .0,
         ],
-        None => plan::parse_axis_str("--model", &a.model)?,
+        None => plan::parse_axis_str("--model", &a.model.model)?,
     };
     let mut sizes = std::collections::HashMap::new();
     for m in &models {
         let (_, cfg) = resolve_model(&ModelArgs {
             model: m.clone(),
-            config: a.config.clone(),
+            config: a.model.config.clone(),
             weights: None,
         })?;
         sizes.insert(m.clone(), cost::param_count(&cfg).unwrap_or(u64::MAX));
@@ -234,15 +231,15 @@ pub fn run(a: SweepArgs) -> anyhow::Result<ExitCode> {
             ("--markdown", a.markdown.as_deref()),
         ],
         &super::args::run_inputs(
-            a.config.as_deref(),
-            a.weights.as_deref(),
+            a.model.config.as_deref(),
+            a.model.weights.as_deref(),
             a.data.data.as_deref(),
         ),
     )?;
     if let Some(dir) = &a.cluster.attach {
         return attach(&a, dir);
     }
-    if let Some(dir) = &a.trace {
+    if let Some(dir) = &*a.trace {
         if a.cluster.slurm {
             bail!("--trace {}: per-configuration traces are written by local sweeps only; drop --trace or --slurm", dir.display());
         }
@@ -267,7 +264,7 @@ pub fn run(a: SweepArgs) -> anyhow::Result<ExitCode> {
     if a.cluster.slurm {
         crate::sweep::slurm::submit::find_sbatch()?;
     }
-    confirm_size(&points, &|p| spec_for(&a, p), a.yes, a.quiet)?;
+    confirm_size(&points, &|p| spec_for(&a, p), a.yes, *a.quiet)?;
     let planned = points
         .into_iter()
         .map(|p| spec_for(&a, &p).map(|s| (p, s)))
@@ -275,7 +272,7 @@ pub fn run(a: SweepArgs) -> anyhow::Result<ExitCode> {
     refuse_up_front(&a, &planned)?;
     install_interrupt_handler();
     if a.cluster.slurm {
-        let progress = SweepProgress::new(planned.len(), a.quiet);
+        let progress = SweepProgress::new(planned.len(), *a.quiet);
         let started = Instant::now();
         let threads = planned.first().map_or(1, |(_, s)| s.threads);
         let outcome = sweep_slurm::submit_and_follow(
@@ -285,7 +282,7 @@ pub fn run(a: SweepArgs) -> anyhow::Result<ExitCode> {
             a.jsonl.as_deref(),
             threads,
             &progress,
-            a.quiet,
+            *a.quiet,
         )?;
         progress.done();
         let how = slurm_describe(&a.cluster);
@@ -311,9 +308,9 @@ pub fn run(a: SweepArgs) -> anyhow::Result<ExitCode> {
         enforcement: enforcement.clone(),
         timeout,
         scratch: scratch.0.clone(),
-        trace_dir: a.trace.clone(),
+        trace_dir: a.trace.trace.clone(),
     };
-    if !a.quiet {
+    if !*a.quiet {
         eprintln!(
             "memscope sweep: {} configurations; {}{}",
             planned.len(),
@@ -324,14 +321,14 @@ pub fn run(a: SweepArgs) -> anyhow::Result<ExitCode> {
             ))
         );
     }
-    let progress = SweepProgress::new(planned.len(), a.quiet);
+    let progress = SweepProgress::new(planned.len(), *a.quiet);
     let started = Instant::now();
     let jsonl = jsonl.map(|w| (w, a.jsonl.as_deref().unwrap_or(Path::new(""))));
     let outcome = run_planned(
         &planned,
         &opts,
         a.no_skip,
-        !a.force && memory_limit.is_none(),
+        !*a.force && memory_limit.is_none(),
         jsonl,
         &progress,
     )?;
@@ -355,7 +352,7 @@ fn refuse_up_front(a: &SweepArgs, planned: &[(Point, Spec)]) -> anyhow::Result<(
         }
         crate::runner::refuse_unallocatable(s)?;
     }
-    if let Some(w) = &a.weights {
+    if let Some(w) = &a.model.weights {
         let set = crate::model::weights::WeightSet::open(w)
             .with_context(|| format!("--weights {}", w.display()))?;
         let mut checked = std::collections::HashSet::new();
@@ -394,7 +391,7 @@ fn attach(a: &SweepArgs, dir: &Path) -> anyhow::Result<ExitCode> {
     let (n, jsonl) = sweep_slurm::attach_target(dir, a.jsonl.as_deref())?;
     check_outputs::<&Path>(&[("--jsonl", jsonl.as_deref())], &[])?;
     install_interrupt_handler();
-    let progress = SweepProgress::new(n, a.quiet);
+    let progress = SweepProgress::new(n, *a.quiet);
     let started = Instant::now();
     let outcome = sweep_slurm::attach(
         dir,
@@ -415,11 +412,11 @@ fn finish(
 ) -> anyhow::Result<ExitCode> {
     let SweepOutcome { rows, interrupted } = outcome;
     let wall = started.elapsed().as_secs_f64();
-    if let Some(p) = &a.csv {
+    if let Some(p) = &*a.csv {
         write_atomic(p, &rows::to_csv(&rows)?).with_context(|| format!("--csv {}", p.display()))?;
     }
     let text = crate::report::scaling::render(&rows);
-    if let Some(p) = &a.markdown {
+    if let Some(p) = &*a.markdown {
         let md = format!("# memscope sweep\n\n{how}.\n\n{text}");
         write_atomic(p, &md).with_context(|| format!("--markdown {}", p.display()))?;
     }

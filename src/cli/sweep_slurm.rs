@@ -1,7 +1,7 @@
 //! `memscope sweep --slurm …` and `memscope sweep --attach DIR`: the sweep's Slurm flags, and the
 //! glue from a planned sweep to `sweep::slurm` (submit, then follow) and back to rows.
 
-use crate::output::JsonlStream;
+use crate::export::JsonlStream;
 use crate::record::sweep_row::Row;
 use crate::spec::Spec;
 use crate::sweep::local::SweepOutcome;

@@ -1,11 +1,12 @@
 //! The `watch` command: start a command (or attach to a pid), sample its process tree until it ends,
 //! then give `analyze`'s leak / warm-up verdict with the same `--max-*` targets.
 
+use super::flags::{CsvOut, JsonOut, JsonlOut, Quiet, TraceOut};
 use super::leak::TargetArgs;
 use crate::analysis::leak::analyze as verdict;
 use crate::analysis::targets::{all_pass, evaluate};
-use crate::output::JsonlStream;
-use crate::output::{check_outputs, write_atomic};
+use crate::export::JsonlStream;
+use crate::export::{check_outputs, write_atomic};
 use crate::report::leak as render;
 use crate::units::parse_duration;
 use crate::watch::observe::{watch, Target, WatchConfig};
@@ -15,13 +16,13 @@ use crate::watch::summary;
 use anyhow::Context;
 use clap::Args;
 use std::io::IsTerminal;
-use std::path::PathBuf;
 use std::process::ExitCode;
 
 #[derive(Args, Debug)]
 #[command(
     after_help = "Examples:\n  memscope watch -- python train.py --epochs 1\n  memscope watch --interval 50ms --jsonl mem.jsonl -- ./serve\n  memscope watch --pid 4242 --json watch.json"
 )]
+#[command(mut_arg("jsonl", |a| a.help(r#"Write one JSON line per sample, flushed as it is taken"#)))]
 pub struct WatchArgs {
     /// Attach to this running process (and its descendants) instead of starting a command
     #[arg(long, value_name = "PID", conflicts_with = "command")]
@@ -45,17 +46,16 @@ pub struct WatchArgs {
     pub judge: String,
     #[command(flatten)]
     pub targets: TargetArgs,
-    #[arg(long, value_name = "FILE", help = super::args::HELP_JSON)]
-    pub json: Option<PathBuf>,
-    #[arg(long, value_name = "FILE", help = super::args::HELP_CSV)]
-    pub csv: Option<PathBuf>,
-    /// Write one JSON line per sample, flushed as it is taken
-    #[arg(long, value_name = "FILE")]
-    pub jsonl: Option<PathBuf>,
-    #[arg(long, value_name = "FILE", help = super::args::HELP_TRACE)]
-    pub trace: Option<PathBuf>,
-    #[arg(long, short, help = super::args::HELP_QUIET)]
-    pub quiet: bool,
+    #[command(flatten)]
+    pub json: JsonOut,
+    #[command(flatten)]
+    pub csv: CsvOut,
+    #[command(flatten)]
+    pub jsonl: JsonlOut,
+    #[command(flatten)]
+    pub trace: TraceOut,
+    #[command(flatten)]
+    pub quiet: Quiet,
     /// The command to start and its arguments, after `--`
     #[arg(last = true, value_name = "COMMAND")]
     pub command: Vec<String>,
@@ -126,7 +126,7 @@ pub fn run(a: WatchArgs) -> anyhow::Result<ExitCode> {
         interval,
         grace,
         patterns,
-        status: !a.quiet && std::io::stderr().is_terminal(),
+        status: !*a.quiet && std::io::stderr().is_terminal(),
         jsonl,
         smaps_every_sample: matches!(judge, Judge::Pss | Judge::Uss),
     };
@@ -145,13 +145,13 @@ pub fn run(a: WatchArgs) -> anyhow::Result<ExitCode> {
         Target::Command(c) => c.clone(),
         Target::Pid(p) => vec![format!("--pid {p}")],
     };
-    if let Some(p) = &a.csv {
+    if let Some(p) = &*a.csv {
         write_atomic(p, &summary::to_csv(&r)).with_context(|| format!("--csv {}", p.display()))?;
     }
     let report_or_empty = report
         .clone()
         .unwrap_or_else(|| crate::record::leak::LeakReport::empty(&judge.label(), params.clone()));
-    if let Some(p) = &a.json {
+    if let Some(p) = &*a.json {
         let text = summary::to_json(
             &r,
             &command,
@@ -164,7 +164,7 @@ pub fn run(a: WatchArgs) -> anyhow::Result<ExitCode> {
         );
         write_atomic(p, &text).with_context(|| format!("--json {}", p.display()))?;
     }
-    if let Some(p) = &a.trace {
+    if let Some(p) = &*a.trace {
         let text = crate::watch::trace::to_json(&r, &command)?;
         write_atomic(p, &text).with_context(|| format!("--trace {}", p.display()))?;
     }
@@ -176,8 +176,8 @@ pub fn run(a: WatchArgs) -> anyhow::Result<ExitCode> {
         None => text.push_str(&format!("No verdict: {note}\n")),
     }
     text.push_str(&summary::closing_text(&r, &total, &per, &note));
-    crate::output::print_stderr(&text)?;
-    if let (Some(e), Some(p)) = (&r.jsonl_error, &a.jsonl) {
+    crate::export::print_stderr(&text)?;
+    if let (Some(e), Some(p)) = (&r.jsonl_error, &*a.jsonl) {
         anyhow::bail!(
             "--jsonl {}: writing failed: {e}; the samples after that are missing from it",
             p.display()

@@ -316,7 +316,7 @@ pub fn fingerprint(threads: usize) -> String {
     )
 }
 
-pub use crate::output::{cache_dir, cache_path};
+pub use crate::export::{cache_dir, cache_path};
 
 /// This machine's cached peaks for `threads`, if measured before, readable and plausible: a
 /// cache whose rates are not finite and positive (a corrupt or hand-edited file) is ignored, as

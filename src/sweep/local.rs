@@ -2,7 +2,7 @@
 //! configuration (errors and skips included), skipping configurations larger than one that ran
 //! out of memory, appending each row to the JSONL before the next one starts.
 
-use crate::output::JsonlStream;
+use crate::export::JsonlStream;
 use crate::record::sweep_row::{Row, Status};
 use crate::spec::Spec;
 use crate::sweep::interrupt::INTERRUPTED;

@@ -461,7 +461,7 @@ fn write_trace(dir: &Path, index: usize, r: &crate::record::Record) -> anyhow::R
     );
     let path = dir.join(name);
     let text = crate::report::trace::to_json(r)?;
-    crate::output::write_atomic(&path, &text)
+    crate::export::write_atomic(&path, &text)
         .map_err(|e| anyhow::anyhow!("--trace {}: {e}", path.display()))?;
     Ok(path)
 }

@@ -141,9 +141,10 @@ pub fn run(args: WorkerOptions) -> anyhow::Result<ExitCode> {
     });
 
     let mut series_file = match &args.series {
-        Some(p) => {
-            Some(std::fs::File::create(p).with_context(|| format!("--series {}", p.display()))?)
-        }
+        Some(p) => Some(
+            crate::export::open_stream(p, false)
+                .with_context(|| format!("--series {}", p.display()))?,
+        ),
         None => None,
     };
     let total = spec.warmup + spec.steps;
@@ -183,9 +184,8 @@ pub fn run(args: WorkerOptions) -> anyhow::Result<ExitCode> {
     let _ = poller.join();
     let record = result?;
     let json = serde_json::to_string(&record)?;
-    let tmp = args.out.with_extension("tmp");
-    std::fs::write(&tmp, json).with_context(|| format!("--out {}", tmp.display()))?;
-    std::fs::rename(&tmp, &args.out).with_context(|| format!("--out {}", args.out.display()))?;
+    crate::export::write_atomic(&args.out, &json)
+        .with_context(|| format!("--out {}", args.out.display()))?;
     Ok(ExitCode::SUCCESS)
 }
 

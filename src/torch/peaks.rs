@@ -5,7 +5,7 @@
 //! Cached per machine, device and thread count, as the candle engine's peaks are.
 
 use super::oneshot::answer;
-use crate::output::cache_path;
+use crate::export::cache_path;
 use crate::record::rates::{Rate, ShapeRate};
 use anyhow::Context;
 use serde::{Deserialize, Serialize};

@@ -4,8 +4,8 @@
 
 use crate::watch::child::{self, OomCounters};
 
+use crate::export::JsonlStream;
 use crate::measure::process_tree::descendants;
-use crate::output::JsonlStream;
 use crate::record::watch::ChildExit;
 use crate::record::watch::GpuStatus;
 use crate::record::watch::TreeSample;

@@ -27,7 +27,7 @@ pub use file::SafetensorsFile;
 pub use parse::parse_header;
 pub use set::{files_of, WeightSet};
 pub use types::*;
-pub use write::write_safetensors;
+pub use write::safetensors_bytes;
 
 #[cfg(test)]
 mod tests;

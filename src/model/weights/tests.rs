@@ -4,6 +4,14 @@ use super::*;
 use std::path::{Path, PathBuf};
 use tempfile::TempDir;
 
+/// A safetensors file written for a test (`export::write_safetensors` is the library's writer).
+fn write_safetensors(
+    path: &Path,
+    tensors: &[(&str, WDtype, &[usize], &[u8])],
+) -> std::io::Result<()> {
+    std::fs::write(path, safetensors_bytes(path, tensors)?)
+}
+
 /// `[u64 LE header length][header][data]`, header taken as given (no padding added).
 fn raw_file(header: &[u8], data: &[u8]) -> Vec<u8> {
     let mut out = (header.len() as u64).to_le_bytes().to_vec();

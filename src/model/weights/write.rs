@@ -1,4 +1,4 @@
-//! Writing safetensors files (for tests and fixtures).
+//! Safetensors bytes for tests and fixtures (`export::write_safetensors` writes them to a file).
 
 use std::io;
 use std::path::Path;
@@ -6,18 +6,18 @@ use std::path::Path;
 use super::parse::parse_header;
 use super::types::*;
 
-/// Writes a valid safetensors file: tensors packed contiguously in the given order, header
+/// A valid safetensors file's bytes: tensors packed contiguously in the given order, header
 /// space-padded so the data buffer starts at a multiple of 8. The result is checked with
-/// `parse_header`; a tensor whose byte length does not match its shape, a duplicate or an
-/// invalid name gives an `InvalidInput` error and writes nothing.
-pub fn write_safetensors(
+/// `parse_header` (`path` names the file in its errors); a tensor whose byte length does not
+/// match its shape, a duplicate or an invalid name gives an `InvalidInput` error.
+pub fn safetensors_bytes(
     path: &Path,
     tensors: &[(&str, WDtype, &[usize], &[u8])],
-) -> io::Result<()> {
+) -> io::Result<Vec<u8>> {
     let bytes = encode_safetensors(tensors)?;
     parse_header(&bytes, path)
         .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e.to_string()))?;
-    std::fs::write(path, bytes)
+    Ok(bytes)
 }
 
 /// Serializes tensors into safetensors bytes (header + packed data), without validation.

@@ -9,7 +9,7 @@
 //! On SIGINT/SIGTERM: with `--cancel-on-interrupt` the array is cancelled; at a terminal the
 //! user is asked; otherwise the array keeps running and the message says how to re-attach.
 
-use crate::output::JsonlStream;
+use crate::export::JsonlStream;
 use crate::record::sweep_row::{Row, Status};
 use crate::spec::Spec;
 use crate::sweep::interrupt::INTERRUPTED;

@@ -72,7 +72,7 @@ pub fn write_plan(
         mem: opts.mem.clone(),
     };
     dir.write_meta(&meta)?;
-    std::fs::write(dir.script(), batch_script(dir)?)
+    crate::export::write_atomic(&dir.script(), &batch_script(dir)?)
         .with_context(|| format!("writing {}", dir.script().display()))?;
     Ok(meta)
 }

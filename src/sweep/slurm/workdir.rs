@@ -123,13 +123,10 @@ impl TaskStart {
     }
 }
 
-/// Writes JSON to a temporary file beside `path`, then renames it into place.
+/// Writes JSON atomically (`export::write_atomic`: a temporary file beside `path`, renamed).
 pub fn write_json<T: Serialize>(path: &Path, value: &T) -> anyhow::Result<()> {
-    let tmp = path.with_extension("tmp");
-    std::fs::write(&tmp, serde_json::to_string_pretty(value)?)
-        .with_context(|| format!("writing {}", tmp.display()))?;
-    std::fs::rename(&tmp, path).with_context(|| format!("writing {}", path.display()))?;
-    Ok(())
+    crate::export::write_atomic(path, &serde_json::to_string_pretty(value)?)
+        .with_context(|| format!("writing {}", path.display()))
 }
 
 pub fn read_json<T: for<'de> Deserialize<'de>>(path: &Path) -> Option<T> {

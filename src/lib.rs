@@ -7,6 +7,7 @@ pub mod analysis;
 pub mod capped;
 #[cfg(feature = "engine")]
 pub mod cli;
+pub mod contract;
 pub mod environment;
 #[cfg(feature = "engine")]
 pub mod estimate;

@@ -7,7 +7,9 @@ use crate::model::variant::{Precision, Variant};
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum, schemars::JsonSchema,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum Mode {
     /// forward + cross-entropy + backward + AdamW step
@@ -37,7 +39,9 @@ impl Mode {
     }
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum, schemars::JsonSchema,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum Dtype {
     F32,
@@ -62,7 +66,7 @@ impl Dtype {
     }
 }
 
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Spec {
     /// Preset name, or the config's name when `config_path` is set.
     pub model: String,
@@ -106,7 +110,18 @@ pub struct Spec {
 }
 
 /// `--engine` (bench, leak, sweep, fit, optimize, estimate).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    Default,
+    PartialEq,
+    Eq,
+    Serialize,
+    Deserialize,
+    clap::ValueEnum,
+    schemars::JsonSchema,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum Engine {
     /// memscope's own engine (candle + fused CPU kernels), on the CPU
@@ -118,7 +133,7 @@ pub enum Engine {
 }
 
 /// Where and how the torch engine runs a Spec.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct TorchRun {
     /// `cpu`, `cuda` or `cuda:N` (`--device`).
     pub device: String,
@@ -150,7 +165,7 @@ pub fn parse_device(text: &str) -> Result<String, SpecError> {
 
 /// Another engine's run recorded into a Record: which engine, on what, and what its memory
 /// figures (the Record's `heap_*` fields) measure there.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct EngineInfo {
     /// `pytorch`.
     pub name: String,
@@ -441,7 +456,9 @@ impl Spec {
 }
 
 /// Element type of a `.bin` token file.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum, schemars::JsonSchema,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum BinDtype {
     U16,
@@ -449,7 +466,7 @@ pub enum BinDtype {
 }
 
 /// What `--data` asks for; lives in the Spec so a sweep worker opens the same file.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct DataSpec {
     pub path: PathBuf,
     /// `--data-dtype`, only meaningful for `.bin` (u16 when absent).

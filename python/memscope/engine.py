@@ -20,6 +20,8 @@ import json
 import os
 import sys
 
+from . import _contract
+
 OOM_PREFIX = "memscope-oom "
 EXIT_OOM = 3
 DTYPES = {"f32": "float32", "bf16": "bfloat16", "f16": "float16"}
@@ -254,7 +256,8 @@ class Engine:
                     dropped = True
                     break
                 s.step(sum(float(x) for x in losses) if losses else None)
-                self.out.write(json.dumps(series_entry(s.last_step)) + "\n")
+                line = _contract.check("engine_line", series_entry(s.last_step))
+                self.out.write(json.dumps(line) + "\n")
                 self.out.flush()
                 if stop.asked:
                     break
@@ -277,7 +280,7 @@ class Engine:
                 "workspace BLAS keeps for its products)")
         if self.optimizer is not None:
             record["warnings"].append(f"torch engine: AdamW {self.optimizer_impl}")
-        self.out.write(json.dumps({"record": record}) + "\n")
+        self.out.write(json.dumps(_contract.check("engine_line", {"record": record})) + "\n")
         self.out.flush()
 
     def ids(self, batches):
@@ -515,16 +518,21 @@ def open_protocol(what):
     return out, request
 
 
-def answer_once(what, fn):
+def answer_once(what, fn, request=None, answer=None):
     """The main of a module run once (the trace, the peaks): the request in, ``fn(request)``'s
-    answer out as one JSON line; a refusal said on stderr (exit code 2)."""
+    answer out as one JSON line; a refusal said on stderr (exit code 2). ``request`` and
+    ``answer`` name their messages in the contract (``_contract``) where they have one."""
     opened = open_protocol(what)
     if opened is None:
         return 2
-    out, request = opened
+    out, received = opened
     try:
-        result = fn(request)
-    except Refused as e:
+        if request:
+            _contract.check(request, received)
+        result = fn(received)
+        if answer:
+            _contract.check(answer, result)
+    except (Refused, _contract.ContractError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     out.write(json.dumps(result, separators=(",", ":")) + "\n")
@@ -540,11 +548,12 @@ def main():
     import torch
     engine = None
     try:
+        _contract.check("request", request)
         with _Stop() as stop:
             engine = Engine(request, out)
             engine.stop = stop
             engine.run()
-    except Refused as e:
+    except (Refused, _contract.ContractError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     except BaseException as e:  # noqa: BLE001 - out of memory is an outcome, the rest re-raised
@@ -555,7 +564,7 @@ def main():
         if not _is_oom(torch, e):
             raise
         facts = engine.oom_facts(e) if engine is not None else {"device": "unknown"}
-        print(OOM_PREFIX + json.dumps(facts), file=sys.stderr)
+        print(OOM_PREFIX + json.dumps(_contract.check("oom_facts", facts)), file=sys.stderr)
         print(f"out of memory: {str(e).splitlines()[0] if str(e) else type(e).__name__}",
               file=sys.stderr)
         return EXIT_OOM

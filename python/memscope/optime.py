@@ -230,7 +230,7 @@ def profile(request):
 
 
 def main():
-    return answer_once("the torch engine's op timer", profile)
+    return answer_once("the torch engine's op timer", profile, "request")
 
 
 if __name__ == "__main__":

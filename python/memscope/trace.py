@@ -264,7 +264,7 @@ def trace(request):
 
 
 def main():
-    return answer_once("the torch estimator's trace", trace)
+    return answer_once("the torch estimator's trace", trace, "request", "trace_answer")
 
 
 if __name__ == "__main__":

@@ -5,7 +5,18 @@
 use serde::{Deserialize, Serialize};
 
 /// How attention is computed.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    Default,
+    PartialEq,
+    Eq,
+    Serialize,
+    Deserialize,
+    clap::ValueEnum,
+    schemars::JsonSchema,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum Attention {
     /// memscope's kernel, flash-style: only the output and a (B, H, T) log-sum-exp kept;
@@ -20,7 +31,18 @@ pub enum Attention {
 }
 
 /// Whether the norms, activations, RoPE, loss and optimizer run as fused kernels.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    Default,
+    PartialEq,
+    Eq,
+    Serialize,
+    Deserialize,
+    clap::ValueEnum,
+    schemars::JsonSchema,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum Fusion {
     /// memscope's kernels (one pass each, their own backward, AdamW in place)
@@ -35,7 +57,18 @@ pub enum Fusion {
 }
 
 /// Where the weights and the optimizer state live when training in bf16/f16.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    Default,
+    PartialEq,
+    Eq,
+    Serialize,
+    Deserialize,
+    clap::ValueEnum,
+    schemars::JsonSchema,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum Precision {
     /// Everything in --dtype: weights, gradients, optimizer moments
@@ -47,7 +80,9 @@ pub enum Precision {
 }
 
 /// The engine path of a run. `Default` is memscope's engine.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema,
+)]
 pub struct Variant {
     #[serde(default)]
     pub attention: Attention,

@@ -42,6 +42,27 @@ pub fn warning(losses: &[f64]) -> Option<String> {
     ))
 }
 
+/// One loss as a Record writes it, for the contract's schema (`contract.rs`): a number, or the
+/// name of a value that is not finite (`null` is read too, as NaN, from older files).
+#[derive(schemars::JsonSchema)]
+#[serde(untagged)]
+#[allow(dead_code)] // only its schema is used
+pub enum LossValue {
+    Finite(f64),
+    NotFinite(NotFiniteName),
+    Older(()),
+}
+
+/// The names `vec` writes for values that are not finite.
+#[derive(schemars::JsonSchema)]
+#[allow(dead_code)] // only its schema is used
+pub enum NotFiniteName {
+    NaN,
+    Infinity,
+    #[serde(rename = "-Infinity")]
+    NegativeInfinity,
+}
+
 /// `#[serde(with = "nonfinite::vec")]` on a `Vec<f64>`: finite values as numbers, the others as
 /// strings; reads numbers, those strings, and `null` (an older file's NaN) as NaN.
 pub mod vec {

@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 /// A tensor an op read or wrote: (shape, dtype).
 pub type Tensor = (Vec<u64>, String);
 
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct OpProfile {
     /// The steps profiled (indices from 0, warm-up included), and those the session asked for.
     pub steps: Vec<usize>,
@@ -29,14 +29,14 @@ pub struct OpProfile {
     pub temporaries: Option<Vec<ModuleTemporaries>>,
 }
 
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ModuleTemporaries {
     pub module: String,
     pub bytes: u64,
 }
 
 /// One op signature in one module and phase.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ProfiledOp {
     pub phase: String,
     /// The module's dotted path in the model; `(model)` the model's own forward; empty outside

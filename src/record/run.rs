@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 
 pub const SCHEMA_VERSION: u32 = 1;
 
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Record {
     pub schema_version: u32,
     pub spec: Spec,
@@ -23,6 +23,7 @@ pub struct Record {
     /// (warm-up included; the first entry is the first batch). Not-finite values are the strings
     /// "NaN", "Infinity", "-Infinity" (`nonfinite.rs`).
     #[serde(with = "super::nonfinite::vec")]
+    #[schemars(with = "Vec<super::nonfinite::LossValue>")]
     pub loss: Vec<f64>,
     /// The `--data` token file, when the run read one (random ids otherwise).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -81,7 +82,7 @@ impl Record {
 }
 
 /// The token file a run read (`--data`).
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct DataInfo {
     pub path: std::path::PathBuf,
     /// The file's element type: `u16`, `u32`, `i32`, `i64`, `u64`, or `text`.
@@ -91,7 +92,7 @@ pub struct DataInfo {
 }
 
 /// What a step computes and how fast, against the machine's ceiling.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Compute {
     /// Matrix-multiply FLOPs of one step (2·m·k·n per product, as `memscope estimate` counts
     /// them; generate: the prefill plus every decoded token).
@@ -107,7 +108,7 @@ pub struct Compute {
     pub fraction_of_peak: Option<f64>,
 }
 
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ModelInfo {
     pub name: String,
     pub family: String,
@@ -121,7 +122,7 @@ pub struct ModelInfo {
     pub vocab_size: usize,
 }
 
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct PhaseTiming {
     pub samples_ms: Vec<f64>,
     pub n: usize,
@@ -141,7 +142,7 @@ pub struct PhaseTiming {
     pub outliers: Vec<usize>,
 }
 
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Throughput {
     /// Tokens per second over the median step (prompt + generated for generate).
     pub tokens_per_s: Option<f64>,
@@ -151,7 +152,7 @@ pub struct Throughput {
     pub decode_tokens_per_s: Option<f64>,
 }
 
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct MemoryRecord {
     /// False when counting was switched off (MEMSCOPE_NO_COUNT=1): heap figures are then not measured.
     pub counting: bool,
@@ -196,7 +197,7 @@ pub struct MemoryRecord {
 }
 
 /// Live heap at one phase's peak.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct PeakMoment {
     pub phase: String,
     /// heap peak of this phase's window in the last step.
@@ -207,13 +208,13 @@ pub struct PeakMoment {
     pub by_module: Vec<ModuleBytes>,
 }
 
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ModuleBytes {
     pub module: String,
     pub bytes: u64,
 }
 
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct EstimatedMemory {
     /// Category name → predicted bytes.
     pub categories: BTreeMap<String, u64>,
@@ -233,13 +234,13 @@ pub struct EstimatedMemory {
     pub predicted_ms: BTreeMap<String, f64>,
 }
 
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct BreakdownEntry {
     pub measured_bytes: u64,
     pub estimated_bytes: Option<u64>,
 }
 
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct PhaseMemory {
     /// heap peak while this phase ran (maximum over all its runs).
     pub peak_bytes: u64,
@@ -254,7 +255,7 @@ pub struct PhaseMemory {
     pub allocated_bytes_last: u64,
 }
 
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct StepMemory {
     pub step: u64,
     pub warmup: bool,
@@ -280,7 +281,7 @@ pub struct StepMemory {
 }
 
 /// The end of one phase run inside a step.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct PhaseMark {
     /// `forward`, `backward`, `optimizer`, `prefill` or `decode`.
     pub phase: String,
@@ -293,7 +294,7 @@ pub struct PhaseMark {
     pub heap_live_by_category: BTreeMap<String, u64>,
 }
 
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct MicroStepMemory {
     pub step: u64,
     pub micro_step: u64,
@@ -303,7 +304,7 @@ pub struct MicroStepMemory {
     pub heap_peak_bytes: u64,
 }
 
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Environment {
     pub cpu_model: String,
     /// The widest vector instructions the CPU offers the kernels (`avx512 + avx512_bf16`,

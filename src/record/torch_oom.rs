@@ -11,7 +11,7 @@ pub const PREFIX: &str = "memscope-oom ";
 pub const EXIT_OOM: i32 = 3;
 
 /// PyTorch's figures when an allocation failed.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct OomFacts {
     /// `cpu`, `cuda:0`, …
     pub device: String,

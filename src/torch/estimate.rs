@@ -14,8 +14,9 @@ use serde::Deserialize;
 use std::collections::BTreeMap;
 
 /// What the trace prints.
-#[derive(Debug, Deserialize)]
-struct Trace {
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[schemars(rename = "TraceAnswer")]
+pub(crate) struct Trace {
     /// The device whose kernels the trace dispatched to: the asked one, or `cpu` for a CUDA
     /// estimate on a machine without a GPU.
     traced_on: String,
@@ -61,8 +62,8 @@ pub struct TracedOp {
 }
 
 /// The live bytes when the traced peak was reached, or when a phase run ended.
-#[derive(Debug, Default, Deserialize)]
-struct TracePeak {
+#[derive(Debug, Default, Deserialize, schemars::JsonSchema)]
+pub(crate) struct TracePeak {
     #[serde(default)]
     phase: String,
     /// Bytes the steps allocated still live (parameters and buffers not included).

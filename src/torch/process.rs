@@ -15,9 +15,10 @@ use std::os::unix::process::ExitStatusExt;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// One line of the engine's stdout.
-#[derive(serde::Deserialize)]
+#[derive(serde::Deserialize, schemars::JsonSchema)]
 #[serde(untagged)]
-enum Line {
+#[schemars(rename = "EngineLine")]
+pub(crate) enum Line {
     Record {
         record: Box<Record>,
     },

@@ -18,7 +18,7 @@ pub fn python() -> String {
 }
 
 /// What the engine and the trace read on stdin.
-#[derive(Serialize)]
+#[derive(Serialize, schemars::JsonSchema)]
 pub struct Request<'a> {
     pub spec: &'a Spec,
     /// memscope's exact parameter count: the engine refuses a model that differs.

@@ -32,7 +32,9 @@ mod rope;
 mod validate;
 
 /// Architecture family: decides the parameter structure and the forward pass.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum Family {
     Gpt2,
@@ -61,7 +63,7 @@ impl fmt::Display for Family {
 }
 
 /// Shape and hyper-parameters of a transformer; enough to build it and to count its bytes.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
 pub struct ModelConfig {
     pub name: String,
     pub family: Family,

@@ -10,7 +10,9 @@ use super::fields::{describe, Fields};
 use super::ConfigError;
 
 /// The inverse-frequency schedule of the rotary embedding (Hugging Face's `rope_type`).
-#[derive(Debug, Clone, PartialEq, Default, serde::Serialize, serde::Deserialize)]
+#[derive(
+    Debug, Clone, PartialEq, Default, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
+)]
 #[serde(tag = "rope_type", rename_all = "lowercase")]
 pub enum RopeScaling {
     /// inv_freq_i = θ^(−2i/D).

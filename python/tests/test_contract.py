@@ -1,0 +1,63 @@
+"""The contract between memscope's binary and this package (`src/contract.rs`, the Rust types'
+JSON Schema, shipped as `memscope/contract.schema.json`): what the engine receives and sends is
+checked against it, on real processes."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import cli, load
+from memscope import _contract
+
+REPO_SCHEMA = Path(__file__).parents[1] / "memscope" / "contract.schema.json"
+
+
+def test_the_installed_package_ships_the_repository_s_schema():
+    assert _contract.SCHEMA_FILE.read_text() == REPO_SCHEMA.read_text(), (
+        "the installed memscope package has another contract.schema.json: reinstall it "
+        "(pip install ./python)")
+
+
+def test_a_record_the_engine_wrote_keeps_the_contract_and_a_retyped_field_breaks_it(
+        memscope_bin, tmp_path):
+    out = tmp_path / "run.json"
+    cli(memscope_bin, "bench", "--engine", "torch", "--model", "tiny-gpt2", "--batch", "1",
+        "--seq", "8", "--warmup", "0", "--steps", "2", "-q", "--json", str(out))
+    record = load(out)
+    assert _contract.check("record", record) is record
+    record["spec"]["batch"] = "1"
+    with pytest.raises(_contract.ContractError, match=r"record\.spec\.batch: expected integer"):
+        _contract.check("record", record)
+    del record["memory"]
+    with pytest.raises(_contract.ContractError, match="record: missing 'memory'"):
+        _contract.check("record", record)
+    record = load(out)
+    record["loss"] = [1.5, "NaN", "-Infinity", "nan"]
+    with pytest.raises(_contract.ContractError, match=r"record\.loss\[3\]"):
+        _contract.check("record", record)
+
+
+def test_the_engine_refuses_a_request_that_breaks_the_contract_naming_the_field(
+        memscope_bin, tmp_path):
+    # The request memscope sends, captured by standing in for Python.
+    capture = tmp_path / "capture.sh"
+    capture.write_text(f"#!/bin/sh\ncat > {tmp_path}/request.json\nexit 3\n")
+    capture.chmod(0o755)
+    subprocess.run([memscope_bin, "bench", "--engine", "torch", "--model", "tiny-gpt2",
+                    "--steps", "1"], env={"MEMSCOPE_PYTHON": str(capture), "PATH": "/usr/bin:/bin"},
+                   capture_output=True, timeout=60)
+    request = json.loads((tmp_path / "request.json").read_text())
+    _contract.check("request", request)
+    request["spec"]["seq"] = -4
+    p = subprocess.run([sys.executable, "-m", "memscope.engine"], input=json.dumps(request),
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 2, p.stderr
+    assert "request breaks the contract" in p.stderr and "request.spec.seq: -4 is below 0" \
+        in p.stderr, p.stderr
+    del request["expected_params"]
+    p = subprocess.run([sys.executable, "-m", "memscope.trace"], input=json.dumps(request),
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 2 and "request: missing 'expected_params'" in p.stderr, p.stderr

@@ -6,10 +6,13 @@ truth `estimate --engine torch --parallel` is checked against (docs/parallel.md)
 
 launches, per model and plan, `torchrun --nproc_per_node NPROC` on this script in its worker role
 (one fresh process group per run, so the CUDA context and NCCL's buffers are each run's own) and
-writes DIR/MODEL-PLAN.json: for every step and phase the allocator's peaks (allocated and reserved,
-reset at the phase's start), the bytes allocated between steps, and, on CUDA, the device memory
-outside PyTorch's allocator (the device's used bytes from cudaMemGetInfo less PyTorch's reserved
-bytes) read after CUDA's set-up, after the process group's first collective, and at the end.
+writes DIR/MODEL-PLAN.rankR.json: for every step and phase the peaks (reset at the phase's start)
+and the bytes held between steps. On CUDA (NCCL) those are the caching allocator's (allocated and
+reserved), plus the device memory outside PyTorch's allocator (the device's used bytes from
+cudaMemGetInfo less PyTorch's reserved bytes) read after CUDA's set-up, after the process group's
+first collective, and at the end. On the CPU (gloo) each rank runs under memscope's counting
+allocator (torchrun starts it through `python -m memscope run`): the peaks are counted malloc
+bytes, the heap a rank holds counted from before the model was built.
 The models are memscope's presets (`memscope models --json`, the binary at MEMSCOPE_BIN),
 built as transformers' own classes (memscope._hf), fused AdamW where it runs.
 """
@@ -57,6 +60,11 @@ def worker(args):
     out["outside_after_first_collective"] = outside()
     device = torch.device(args.device, torch.cuda.current_device()) if cuda else torch.device("cpu")
 
+    from memscope import _native
+    if not cuda and not _native.counter_active():
+        sys.exit("on the CPU each rank must run under memscope's counting allocator: "
+                 "this script's launcher starts torchrun with `-m memscope run`")
+    base = None if cuda else _native.counter_read()[0]
     cfg = json.loads(args.config)
     torch.manual_seed(0)
     with torch.device(device):
@@ -89,22 +97,26 @@ def worker(args):
         if cuda:
             torch.cuda.synchronize()
 
+    def held():
+        return torch.cuda.memory_allocated() if cuda else _native.counter_read()[0] - base
+
     def peaks():
         sync()
         if cuda:
             return {"allocated": torch.cuda.max_memory_allocated(),
                     "reserved": torch.cuda.max_memory_reserved()}
-        return {}
+        return {"heap": _native.counter_read()[1] - base}
 
     def reset():
         sync()
         if cuda:
             torch.cuda.reset_peak_memory_stats()
+        else:
+            _native.counter_reset_peak()
 
     for step in range(args.steps):
         t0 = time.perf_counter()
-        row = {"step": step,
-               "allocated_before": torch.cuda.memory_allocated() if cuda else None}
+        row = {"step": step, "allocated_before": held()}
         reset()
         loss = model(input_ids=ids, labels=ids).loss
         row["forward"] = peaks()
@@ -115,7 +127,7 @@ def worker(args):
         opt.step()
         opt.zero_grad(set_to_none=True)
         row["optimizer"] = peaks()
-        row["allocated_after"] = torch.cuda.memory_allocated() if cuda else None
+        row["allocated_after"] = held()
         row["reserved_after"] = torch.cuda.memory_reserved() if cuda else None
         row["seconds"] = time.perf_counter() - t0
         out["steps"].append(row)
@@ -151,8 +163,10 @@ def main():
     failed = 0
     for model in args.models.split(","):
         for plan in args.plans.split(","):
+            # On the CPU each rank runs under the counting allocator (`-m memscope run`).
+            launch = [] if args.device == "cuda" else ["-m", "memscope", "run"]
             cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
-                   f"--nproc_per_node={args.nproc}", __file__, "--worker", "--plan", plan,
+                   f"--nproc_per_node={args.nproc}"] + launch + [__file__, "--worker", "--plan", plan,
                    "--model", model, "--config", json.dumps(presets[model]),
                    "--device", args.device, "--batch", str(args.batch), "--seq", str(args.seq),
                    "--steps", str(args.steps), "--threads", str(args.threads), "--out", args.out]

@@ -51,6 +51,8 @@ import sys
 import time
 from pathlib import Path
 
+from memscope import _native  # memscope's config loader and statistics (pip install ./python)
+
 SCHEMA_VERSION = 1
 MIB = 1024 * 1024
 
@@ -91,256 +93,22 @@ def pss_now() -> int | None:
 
 
 # ----------------------------------------------------------------------------------------------
-# Model configuration (src/model/config.rs)
-
-OUR_KEYS = [
-    "name", "family", "vocab_size", "max_seq_len", "n_layers", "n_heads", "n_kv_heads",
-    "d_model", "d_ff", "norm_eps", "rope_theta", "tie_embeddings", "type_vocab_size",
-]
-HF_D_MODEL = ["n_embd", "hidden_size", "dim"]
-HF_N_LAYERS = ["n_layer", "num_hidden_layers", "n_layers"]
-HF_N_HEADS = ["n_head", "num_attention_heads", "n_heads"]
-HF_N_KV_HEADS = ["num_key_value_heads"]
-HF_D_FF = ["n_inner", "intermediate_size", "hidden_dim"]
-HF_VOCAB = ["vocab_size"]
-HF_MAX_SEQ = ["n_positions", "n_ctx", "max_position_embeddings"]
-HF_NORM_EPS = ["layer_norm_epsilon", "rms_norm_eps", "layer_norm_eps"]
-HF_ROPE_THETA = ["rope_theta"]
-HF_TIE = ["tie_word_embeddings"]
+# Models: memscope's own resolution of --model / --config (the Rust loader, through the package)
 
 
 class ConfigError(Exception):
     pass
 
 
-def _gpt2(name: str, n_layers: int, n_heads: int, d_model: int) -> dict:
-    return dict(name=name, family="gpt2", vocab_size=50257, max_seq_len=1024, n_layers=n_layers,
-                n_heads=n_heads, n_kv_heads=n_heads, d_model=d_model, d_ff=4 * d_model,
-                norm_eps=1e-5, rope_theta=10000.0, tie_embeddings=True, type_vocab_size=0)
-
-
-def _cs336(name: str, n_layers: int, n_heads: int, d_model: int) -> dict:
-    return dict(name=name, family="llama", vocab_size=10000, max_seq_len=1024, n_layers=n_layers,
-                n_heads=n_heads, n_kv_heads=n_heads, d_model=d_model, d_ff=4 * d_model,
-                norm_eps=1e-5, rope_theta=10000.0, tie_embeddings=False, type_vocab_size=0)
-
-
-def presets() -> list[dict]:
-    """memscope's presets of the gpt2 and llama families (`memscope models`)."""
-    return [
-        _gpt2("gpt2-small", 12, 12, 768),
-        _gpt2("gpt2-medium", 24, 16, 1024),
-        _gpt2("gpt2-large", 36, 20, 1280),
-        _gpt2("gpt2-xl", 48, 25, 1600),
-        _cs336("cs336-small", 12, 12, 768),
-        _cs336("cs336-medium", 24, 16, 1024),
-        _cs336("cs336-large", 36, 20, 1280),
-        _cs336("cs336-xl", 48, 25, 1600),
-        _cs336("cs336-2.7b", 32, 32, 2560),
-        dict(name="tinyllama-1.1b", family="llama", vocab_size=32000, max_seq_len=2048,
-             n_layers=22, n_heads=32, n_kv_heads=4, d_model=2048, d_ff=5632, norm_eps=1e-5,
-             rope_theta=10000.0, tie_embeddings=False, type_vocab_size=0),
-        {**_gpt2("tiny-gpt2", 4, 4, 128), "vocab_size": 1000, "max_seq_len": 256, "d_ff": 512},
-        {**_cs336("tiny-llama", 4, 4, 128), "vocab_size": 1000, "max_seq_len": 256,
-         "n_kv_heads": 2, "d_ff": 352},
-        _bert("bert-base", 12, 2),
-        _bert("distilbert", 6, 0),
-        {**_bert("tiny-bert", 4, 2), "vocab_size": 1000, "max_seq_len": 256, "n_heads": 4,
-         "n_kv_heads": 4, "d_model": 128, "d_ff": 512},
-    ]
-
-
-def _bert(name: str, n_layers: int, type_vocab_size: int) -> dict:
-    return dict(name=name, family="bert", vocab_size=30522, max_seq_len=512, n_layers=n_layers,
-                n_heads=12, n_kv_heads=12, d_model=768, d_ff=3072, norm_eps=1e-12,
-                rope_theta=10000.0, tie_embeddings=True, type_vocab_size=type_vocab_size)
-
-
-def _is_uint(v) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool) and v >= 0
-
-
-def _num(origin: str, key: str, v) -> float:
-    if isinstance(v, bool) or not isinstance(v, (int, float)):
-        raise ConfigError(f"{origin}: field `{key}`: expected a number, found {v!r}")
-    return float(v)
-
-
-def _uint(origin: str, key: str, v) -> int:
-    if not _is_uint(v):
-        raise ConfigError(f"{origin}: field `{key}`: expected a non-negative integer, found {v!r}")
-    return v
-
-
-def _parse_ours(obj: dict, origin: str, stem: str) -> dict:
-    for k in obj:
-        if k not in OUR_KEYS:
-            raise ConfigError(f"{origin}: unknown field `{k}`; valid fields: {', '.join(OUR_KEYS)}")
-    family = obj["family"]
-    if family not in ("gpt2", "llama", "bert"):
-        raise ConfigError(f'{origin}: field `family`: expected one of "gpt2", "llama", "bert", '
-                          f"found {family!r}")
-
-    def req(k):
-        if k not in obj:
-            raise ConfigError(f"{origin}: missing required field `{k}`")
-        return _uint(origin, k, obj[k])
-
-    n_heads, d_model = req("n_heads"), req("d_model")
-    if "d_ff" in obj:
-        d_ff = _uint(origin, "d_ff", obj["d_ff"])
-    elif family == "llama":
-        raise ConfigError(f"{origin}: missing required field `d_ff`")
-    else:
-        d_ff = 4 * d_model
-    tie = obj.get("tie_embeddings", family != "llama")
-    if not isinstance(tie, bool):
-        raise ConfigError(f"{origin}: field `tie_embeddings`: expected true or false, found {tie!r}")
-    name = obj.get("name", stem or "custom")
-    if not isinstance(name, str):
-        raise ConfigError(f"{origin}: field `name`: expected a string, found {name!r}")
-    return dict(
-        name=name, family=family, vocab_size=req("vocab_size"), max_seq_len=req("max_seq_len"),
-        n_layers=req("n_layers"), n_heads=n_heads,
-        n_kv_heads=_uint(origin, "n_kv_heads", obj.get("n_kv_heads", n_heads)),
-        d_model=d_model, d_ff=d_ff,
-        norm_eps=_num(origin, "norm_eps", obj.get("norm_eps", 1e-12 if family == "bert" else 1e-5)),
-        rope_theta=_num(origin, "rope_theta", obj.get("rope_theta", 10000.0)),
-        tie_embeddings=tie,
-        type_vocab_size=_uint(origin, "type_vocab_size",
-                              obj.get("type_vocab_size", 2 if family == "bert" else 0)),
-    )
-
-
-def _hf_lookup(obj: dict, aliases: list[str], origin: str):
-    found = None
-    for k in aliases:
-        v = obj.get(k)
-        if v is None:
-            continue
-        if found is None:
-            found = (k, v)
-        elif found[1] != v:
-            raise ConfigError(f"{origin}: fields `{found[0]}` ({found[1]}) and `{k}` ({v}) disagree; "
-                              "keep one")
-    return found
-
-
-def _parse_hf(obj: dict, origin: str, stem: str) -> dict:
-    mt = obj.get("model_type")
-    if mt is None:
-        raise ConfigError(f"{origin}: no `family` key (memscope's schema) and no `model_type` key "
-                          "(Hugging Face config.json); supported here: gpt2, llama")
-    if mt not in ("gpt2", "llama"):
-        raise ConfigError(f"{origin}: model_type `{mt}` is not supported by the torch reference; "
-                          "supported: gpt2, llama")
-    family = mt
-    flags = ["add_cross_attention"] if family == "gpt2" else ["attention_bias", "mlp_bias"]
-    for k in flags:
-        if obj.get(k) is True:
-            raise ConfigError(f"{origin}: field `{k}`: true is not supported for {family}")
-
-    def get(aliases, required=True):
-        hit = _hf_lookup(obj, aliases, origin)
-        if hit is None:
-            if required:
-                raise ConfigError(f"{origin}: missing required field `{'` or `'.join(aliases)}`")
-            return None
-        return hit
-
-    def uint(aliases, required=True):
-        hit = get(aliases, required)
-        return None if hit is None else _uint(origin, hit[0], hit[1])
-
-    d_model = uint(HF_D_MODEL)
-    n_layers = uint(HF_N_LAYERS)
-    n_heads = uint(HF_N_HEADS)
-    n_kv = uint(HF_N_KV_HEADS, False)
-    vocab = uint(HF_VOCAB)
-    max_seq = uint(HF_MAX_SEQ)
-    d_ff = uint(HF_D_FF, False)
-    if d_ff is None:
-        if family == "llama":
-            raise ConfigError(f"{origin}: missing required field `intermediate_size`")
-        d_ff = 4 * d_model
-    if family == "llama" and obj.get("head_dim") is not None and n_heads and d_model % n_heads == 0:
-        if obj["head_dim"] != d_model // n_heads:
-            raise ConfigError(f"{origin}: field `head_dim` ({obj['head_dim']}) differs from "
-                              f"hidden_size / num_attention_heads; decoupled head_dim is not supported")
-    eps = get(HF_NORM_EPS, False)
-    theta = get(HF_ROPE_THETA, False)
-    tie = get(HF_TIE, False)
-    name = obj.get("_name_or_path")
-    if not isinstance(name, str) or not name:
-        name = mt if (stem in ("", "config")) else stem
-    return dict(
-        name=name, family=family, vocab_size=vocab, max_seq_len=max_seq, n_layers=n_layers,
-        n_heads=n_heads, n_kv_heads=n_heads if n_kv is None else n_kv, d_model=d_model, d_ff=d_ff,
-        norm_eps=_num(origin, eps[0], eps[1]) if eps else (1e-5 if family == "gpt2" else 1e-6),
-        rope_theta=_num(origin, theta[0], theta[1]) if theta else 10000.0,
-        tie_embeddings=bool(tie[1]) if tie else family != "llama",
-        type_vocab_size=0,
-    )
-
-
-def validate(cfg: dict, origin: str) -> None:
-    for k in ("vocab_size", "max_seq_len", "n_layers", "n_heads", "n_kv_heads", "d_model", "d_ff"):
-        if cfg[k] == 0:
-            raise ConfigError(f"{origin}: `{k}` must be at least 1")
-    if cfg["d_model"] % cfg["n_heads"]:
-        raise ConfigError(f"{origin}: `d_model` ({cfg['d_model']}) must be divisible by `n_heads` "
-                          f"({cfg['n_heads']})")
-    if cfg["family"] == "llama":
-        if cfg["n_heads"] % cfg["n_kv_heads"]:
-            raise ConfigError(f"{origin}: `n_heads` must be divisible by `n_kv_heads`")
-        if (cfg["d_model"] // cfg["n_heads"]) % 2:
-            raise ConfigError(f"{origin}: head dim must be even: RoPE rotates pairs of dimensions")
-    elif cfg["n_kv_heads"] != cfg["n_heads"]:
-        raise ConfigError(f"{origin}: `n_kv_heads` must equal `n_heads` for {cfg['family']}")
-    for k in ("norm_eps", "rope_theta"):
-        if not (math.isfinite(cfg[k]) and cfg[k] > 0):
-            raise ConfigError(f"{origin}: `{k}` must be finite and > 0, found {cfg[k]}")
-
-
-def load_config(path: str) -> dict:
-    origin = path
+def resolve_model(model: str, config: str | None) -> tuple[str, dict, int]:
+    """(name, config, exact parameter count) as `memscope bench` resolves them: a preset, or a
+    config file in memscope's schema or Hugging Face's, validated by memscope's own loader."""
     try:
-        text = Path(path).read_text()
-    except OSError as e:
-        raise ConfigError(f"{origin}: cannot read config: {e}") from None
-
-    def no_dupes(pairs):
-        seen = {}
-        for k, v in pairs:
-            if k in seen:
-                raise ConfigError(f"{origin}: field `{k}` appears more than once")
-            seen[k] = v
-        return seen
-
-    try:
-        obj = json.loads(text, object_pairs_hook=no_dupes)
-    except json.JSONDecodeError as e:
-        raise ConfigError(f"{origin}: invalid JSON at line {e.lineno}, column {e.colno}: {e.msg}") \
-            from None
-    if not isinstance(obj, dict):
-        raise ConfigError(f"{origin}: the top level must be a JSON object")
-    stem = Path(path).stem
-    cfg = _parse_ours(obj, origin, stem) if "family" in obj else _parse_hf(obj, origin, stem)
-    validate(cfg, origin)
-    return cfg
-
-
-def resolve_model(model: str, config: str | None) -> tuple[str, dict]:
-    if config:
-        cfg = load_config(config)
-        return cfg["name"], cfg
-    for cfg in presets():
-        if cfg["name"] == model:
-            validate(cfg, f"preset `{model}`")
-            return model, cfg
-    names = ", ".join(c["name"] for c in presets())
-    raise ConfigError(f"--model {model}: no such preset in the torch reference; choose one of "
-                      f"{names} (or pass --config FILE)")
+        text, params = _native.model_config(model, config)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+    cfg = json.loads(text)
+    return (cfg["name"] if config else model), cfg, params
 
 
 # ----------------------------------------------------------------------------------------------
@@ -389,59 +157,6 @@ def param_specs(cfg: dict) -> list[tuple[str, tuple[int, ...], tuple[str, float]
     if not cfg["tie_embeddings"]:
         s += [("lm_head.weight", (v, c), N(std))]
     return s
-
-
-def expected_param_count(cfg: dict) -> int:
-    return sum(math.prod(shape) for _, shape, _ in param_specs(cfg))
-
-
-# ----------------------------------------------------------------------------------------------
-# Statistics (src/analysis/stats.rs): type-7 percentiles, sample std, MAD, modified z-score.
-
-
-def percentile(sorted_xs: list[float], q: float) -> float:
-    h = (len(sorted_xs) - 1) * q
-    lo = math.floor(h)
-    frac = h - lo
-    if frac == 0.0 or lo + 1 >= len(sorted_xs):
-        return sorted_xs[lo]
-    return sorted_xs[lo] + frac * (sorted_xs[lo + 1] - sorted_xs[lo])
-
-
-def summarize(xs: list[float]) -> dict:
-    s = sorted(xs)
-    n = len(xs)
-    mean = math.fsum(xs) / n
-    std = math.sqrt(math.fsum((x - mean) ** 2 for x in xs) / (n - 1)) if n >= 2 else None
-    median = percentile(s, 0.5)
-    mad = percentile(sorted(abs(x - median) for x in xs), 0.5)
-    if mad == 0.0:
-        outliers = [i for i, x in enumerate(xs) if x != median]
-    else:
-        outliers = [i for i, x in enumerate(xs) if 0.6745 * abs(x - median) / mad > 3.5]
-    return {
-        "samples_ms": list(xs), "n": n, "mean_ms": mean, "std_ms": std,
-        "cv_pct": (100.0 * std / abs(mean)) if (std is not None and mean != 0.0) else None,
-        "median_ms": median, "min_ms": s[0], "max_ms": s[-1],
-        "p90_ms": percentile(s, 0.9), "p99_ms": percentile(s, 0.99), "mad_ms": mad,
-        "outliers": outliers,
-    }
-
-
-def noise_warnings(label: str, t: dict) -> list[str]:
-    if t["n"] < 2:
-        return [f"{label}: only 1 sample: no spread can be given; use --steps 5 or more"]
-    w = []
-    if t["cv_pct"] is not None and t["cv_pct"] > 5.0:
-        w.append(f"{label}: CV {t['cv_pct']:.3g}% > 5%: the machine was noisy; use more --steps "
-                 "or fewer --threads")
-    if t["median_ms"] > 0 and t["samples_ms"][0] > 1.5 * t["median_ms"]:
-        w.append(f"{label}: the first measured step took {t['samples_ms'][0] / t['median_ms']:.3g}x "
-                 "the median: add --warmup")
-    if t["outliers"]:
-        w.append(f"{label}: {len(t['outliers'])} outlier(s) by MAD (kept in the statistics): steps "
-                 + ", ".join(map(str, t["outliers"][:10])))
-    return w
 
 
 # ----------------------------------------------------------------------------------------------
@@ -718,7 +433,7 @@ def run(args, interpreter_rss, baseline_rss, baseline_hwm, import_seconds, torch
     torch.set_num_threads(args.threads)
     started_at = int(time.time())
     wall0 = time.perf_counter()
-    model_name, cfg = resolve_model(args.model, args.config)
+    model_name, cfg, memscope_params = resolve_model(args.model, args.config)
     dtype = torch.float32 if args.dtype == "f32" else torch.bfloat16
     trainable = args.mode == "train"
     warnings: list[str] = []
@@ -749,7 +464,7 @@ def run(args, interpreter_rss, baseline_rss, baseline_hwm, import_seconds, torch
     rss_after_load = rss_now()
 
     params = sum(p.numel() for p in model.parameters())
-    expected = expected_param_count(cfg) if cfg["family"] != "bert" else params
+    expected = memscope_params if cfg["family"] != "bert" else params
     if params != expected:
         warnings.append(f"parameter count {params} differs from memscope's spec count {expected}")
     elem = torch.tensor([], dtype=dtype).element_size()
@@ -854,11 +569,10 @@ def run(args, interpreter_rss, baseline_rss, baseline_hwm, import_seconds, torch
     rss_peak = proc_status_bytes("VmHWM")
     rss_end = rss_now()
 
-    timing = {}
-    for n, xs in samples.items():
-        if xs:
-            timing[n] = summarize(xs)
-            warnings.extend(noise_warnings(n, timing[n]))
+    # memscope's own statistics and noise warnings (src/analysis/timing.rs, through the package).
+    text, noise = _native.phase_timings([(n, xs) for n, xs in samples.items() if xs])
+    timing = json.loads(text)
+    warnings.extend(noise)
     # Throughput over the median step (src/analysis/timing.rs).
     if "step" in timing:
         step_ms = timing["step"]["median_ms"]

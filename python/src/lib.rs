@@ -7,6 +7,7 @@
 mod counter;
 
 use memscope::analysis::{breakdown, leak, timing};
+use memscope::model::config::ModelConfig;
 use memscope::record::leak::{LeakParams, MemorySeries};
 use memscope::record::Record;
 use pyo3::exceptions::{PyOSError, PyValueError};
@@ -86,6 +87,29 @@ fn finish_record(
             .map_err(|e| PyOSError::new_err(format!("{e:#}")))?;
     }
     Ok(text)
+}
+
+/// memscope's model config as the CLI resolves `--model NAME` / `--config FILE` (a preset, or a
+/// file in memscope's schema or Hugging Face's config.json, validated): (its JSON, its exact
+/// parameter count). ValueError names what is wrong.
+#[pyfunction]
+#[pyo3(signature = (model, config=None))]
+fn model_config(model: &str, config: Option<String>) -> PyResult<(String, u64)> {
+    let cfg = match config {
+        Some(p) => ModelConfig::from_file(Path::new(&p))
+            .map_err(|e| PyValueError::new_err(e.to_string()))?,
+        None => ModelConfig::preset(model).ok_or_else(|| {
+            let names: Vec<String> = ModelConfig::presets().into_iter().map(|c| c.name).collect();
+            PyValueError::new_err(format!(
+                "--model {model}: no such preset; choose one of {} (or pass --config FILE)",
+                names.join(", ")
+            ))
+        })?,
+    };
+    let params = memscope::model::cost::param_count(&cfg).ok_or_else(|| {
+        PyValueError::new_err(format!("{}: its parameter count overflows u64", cfg.name))
+    })?;
+    Ok((serde_json::to_string(&cfg).map_err(val)?, params))
 }
 
 /// memscope's rules for output paths (`export::check_outputs`, the CLI's): each `(name, path)`
@@ -184,6 +208,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
         wrap_pyfunction!(finish_record, m)?,
         wrap_pyfunction!(environment, m)?,
         wrap_pyfunction!(check_outputs, m)?,
+        wrap_pyfunction!(model_config, m)?,
     ] {
         m.add_function(f)?;
     }

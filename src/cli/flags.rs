@@ -9,12 +9,12 @@ use std::path::PathBuf;
 
 /// The one help text of each output flag, on every command that has the flag; what a command's
 /// file holds is in its docs, not in the flag's help.
-pub const HELP_JSON: &str = "Write the result as JSON";
-pub const HELP_CSV: &str = "Write the result as CSV";
-pub const HELP_MARKDOWN: &str = "Write the result as Markdown";
-pub const HELP_TRACE: &str = "Write a Chrome trace (Perfetto, chrome://tracing)";
+const HELP_JSON: &str = "Write the result as JSON";
+const HELP_CSV: &str = "Write the result as CSV";
+const HELP_MARKDOWN: &str = "Write the result as Markdown";
+const HELP_TRACE: &str = "Write a Chrome trace (Perfetto, chrome://tracing)";
 /// `-q`, accepted by every command that writes files (where nothing is drawn it changes nothing).
-pub const HELP_QUIET: &str = "No live progress on stderr (bar, status line or per-run lines)";
+const HELP_QUIET: &str = "No live progress on stderr (bar, status line or per-run lines)";
 
 /// `--json FILE` (`-` is standard output).
 #[derive(Args, Debug, Clone, Default)]

@@ -12,7 +12,7 @@ use super::paths::{follow, is_stdout, open_fifo_nonblocking, wait_for_fifo_reade
 use super::stdout::write_stdout;
 
 /// Opens an output that is written as it goes (a JSONL stream): `-` is standard output, a FIFO
-/// the descriptor [`check_outputs`] opened, anything else a file, appended to or truncated.
+/// the descriptor `check_outputs` opened, anything else a file, appended to or truncated.
 pub fn open_stream(path: &Path, append: bool) -> std::io::Result<File> {
     if is_stdout(path) {
         // SAFETY: dup of descriptor 1, owned by the returned File.

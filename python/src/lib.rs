@@ -95,17 +95,8 @@ fn finish_record(
 #[pyfunction]
 #[pyo3(signature = (model, config=None))]
 fn model_config(model: &str, config: Option<String>) -> PyResult<(String, u64)> {
-    let cfg = match config {
-        Some(p) => ModelConfig::from_file(Path::new(&p))
-            .map_err(|e| PyValueError::new_err(e.to_string()))?,
-        None => ModelConfig::preset(model).ok_or_else(|| {
-            let names: Vec<String> = ModelConfig::presets().into_iter().map(|c| c.name).collect();
-            PyValueError::new_err(format!(
-                "--model {model}: no such preset; choose one of {} (or pass --config FILE)",
-                names.join(", ")
-            ))
-        })?,
-    };
+    let cfg = ModelConfig::resolve(model, config.as_deref().map(Path::new))
+        .map_err(|e| PyValueError::new_err(e.to_string()))?;
     let params = memscope::model::cost::param_count(&cfg).ok_or_else(|| {
         PyValueError::new_err(format!("{}: its parameter count overflows u64", cfg.name))
     })?;

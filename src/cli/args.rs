@@ -3,10 +3,10 @@
 //! validated Spec, once.
 
 use super::flags::{
-    Batch, CsvOut, DtypeFlag, Force, GradAccum, JsonOut, Lr, MarkdownOut, ModeFlag, NewTokens,
-    PromptLen, Quiet, Seed, Seq, Steps, Threads, TraceOut, Warmup,
+    Batch, DtypeFlag, Force, GradAccum, Lr, ModeFlag, NewTokens, PromptLen, Quiet, Seed, Seq,
+    Steps, TableFiles, Threads, TraceOut, Warmup,
 };
-use crate::export::{self, write_atomic};
+use crate::export::{self, write_if_asked};
 use crate::measure::threads::all_cores;
 use crate::model::config::ModelConfig;
 use crate::model::variant::{Attention, Fusion, Precision, Variant};
@@ -15,7 +15,6 @@ use crate::report::{self, Export};
 use crate::spec::{parse_device, Engine, SpecError, TorchRun};
 use crate::spec::{BinDtype, DataSpec};
 use crate::spec::{Dtype, Mode, Spec};
-use anyhow::{bail, Context};
 use clap::Args;
 use std::path::{Path, PathBuf};
 
@@ -172,11 +171,7 @@ impl DataArgs {
 #[derive(Args, Debug, Clone)]
 pub struct OutputArgs {
     #[command(flatten)]
-    pub json: JsonOut,
-    #[command(flatten)]
-    pub csv: CsvOut,
-    #[command(flatten)]
-    pub markdown: MarkdownOut,
+    pub files: TableFiles,
     #[command(flatten)]
     pub trace: TraceOut,
     #[command(flatten)]
@@ -186,26 +181,10 @@ pub struct OutputArgs {
 pub const BENCH_WARMUP: usize = 2;
 pub const BENCH_STEPS: usize = 10;
 
-/// Resolves --model / --config into a name and a validated config.
+/// Resolves --model / --config into a name and a validated config (`ModelConfig::resolve`).
 pub fn resolve_model(m: &ModelArgs) -> anyhow::Result<(String, ModelConfig)> {
-    match &m.config {
-        Some(path) => {
-            let cfg = ModelConfig::from_file(path)?;
-            Ok((cfg.name.clone(), cfg))
-        }
-        None => {
-            let Some(cfg) = ModelConfig::preset(&m.model) else {
-                let names: Vec<String> =
-                    ModelConfig::presets().into_iter().map(|c| c.name).collect();
-                bail!(
-                    "--model {}: no such preset; choose one of {} (or pass --config FILE)",
-                    m.model,
-                    names.join(", ")
-                );
-            };
-            Ok((m.model.clone(), cfg))
-        }
-    }
+    let cfg = ModelConfig::resolve(&m.model, m.config.as_deref())?;
+    Ok((cfg.name.clone(), cfg))
 }
 
 /// One workload's values once a command has read its flags and applied its own defaults (which
@@ -355,30 +334,22 @@ pub fn run_inputs(
 pub fn check_outputs(o: &OutputArgs, m: &ModelArgs, d: &DataArgs) -> anyhow::Result<()> {
     export::check_outputs(
         &[
-            ("--json", o.json.as_deref()),
-            ("--csv", o.csv.as_deref()),
-            ("--markdown", o.markdown.as_deref()),
-            ("--trace", o.trace.as_deref()),
-        ],
+            o.files.flags().as_slice(),
+            &[("--trace", o.trace.as_deref())],
+        ]
+        .concat(),
         &run_inputs(m.config.as_deref(), m.weights.as_deref(), d.data.as_deref()),
     )
 }
 
 pub fn write_outputs(o: &OutputArgs, records: &[Record]) -> anyhow::Result<()> {
-    let exports: [(&str, &Option<PathBuf>, &dyn Export); 3] = [
-        ("--json", &o.json, &report::json::Json),
-        ("--csv", &o.csv, &report::csv::Csv),
-        ("--markdown", &o.markdown, &report::markdown::Markdown),
-    ];
-    for (flag, path, export) in exports {
-        if let Some(p) = path {
-            let text = export.render(records)?;
-            write_atomic(p, &text).with_context(|| format!("{flag} {}", p.display()))?;
-        }
-    }
-    if let (Some(p), [r]) = (&*o.trace, records) {
-        let text = report::trace::to_json(r)?;
-        write_atomic(p, &text).with_context(|| format!("--trace {}", p.display()))?;
+    o.files.write(
+        || report::json::Json.render(records),
+        || report::csv::Csv.render(records),
+        || report::markdown::Markdown.render(records),
+    )?;
+    if let [r] = records {
+        write_if_asked("--trace", o.trace.as_deref(), || report::trace::to_json(r))?;
     }
     Ok(())
 }

@@ -3,9 +3,10 @@
 //! Where a command's flag means more than the shared help says, the command gives its own help
 //! with `#[command(mut_arg("threads", |a| a.help("…")))]`; the flag itself stays one declaration.
 
+use crate::export::write_if_asked;
 use crate::spec::{Dtype, Mode};
 use clap::Args;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 /// The one help text of each output flag, on every command that has the flag; what a command's
 /// file holds is in its docs, not in the flag's help.
@@ -35,6 +36,41 @@ pub struct CsvOut {
 pub struct MarkdownOut {
     #[arg(long, value_name = "FILE", help = HELP_MARKDOWN)]
     pub markdown: Option<PathBuf>,
+}
+
+/// `--json`, `--csv`, `--markdown`: a result's three file formats, the group every command with a
+/// table to write flattens.
+#[derive(Args, Debug, Clone, Default)]
+pub struct TableFiles {
+    #[command(flatten)]
+    pub json: JsonOut,
+    #[command(flatten)]
+    pub csv: CsvOut,
+    #[command(flatten)]
+    pub markdown: MarkdownOut,
+}
+
+impl TableFiles {
+    /// (flag, path) of each, for `export::check_outputs`.
+    pub fn flags(&self) -> [(&'static str, Option<&Path>); 3] {
+        [
+            ("--json", self.json.as_deref()),
+            ("--csv", self.csv.as_deref()),
+            ("--markdown", self.markdown.as_deref()),
+        ]
+    }
+
+    /// Writes each format asked for, its text made only then.
+    pub fn write(
+        &self,
+        json: impl FnOnce() -> anyhow::Result<String>,
+        csv: impl FnOnce() -> anyhow::Result<String>,
+        markdown: impl FnOnce() -> anyhow::Result<String>,
+    ) -> anyhow::Result<()> {
+        write_if_asked("--json", self.json.as_deref(), json)?;
+        write_if_asked("--csv", self.csv.as_deref(), csv)?;
+        write_if_asked("--markdown", self.markdown.as_deref(), markdown)
+    }
 }
 
 /// `--trace FILE` (sweep: a directory, its own help).

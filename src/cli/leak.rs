@@ -2,7 +2,7 @@
 //! log someone else wrote), then state whether live memory keeps growing, and check CI targets.
 
 use super::args::{build_spec, ModelArgs, WorkloadArgs};
-use super::flags::{CsvOut, JsonOut, MarkdownOut, Quiet, TraceOut};
+use super::flags::{Quiet, TableFiles, TraceOut};
 use crate::analysis::leak::{analyze as verdict, cross_check};
 use crate::analysis::record_series::{series, steps_per_hour};
 use crate::analysis::targets::{all_pass, evaluate, Target, TargetKind};
@@ -88,38 +88,13 @@ impl TargetArgs {
     }
 }
 
-#[derive(Args, Debug, Clone)]
-pub struct ReportFiles {
-    #[command(flatten)]
-    pub json: JsonOut,
-    #[command(flatten)]
-    pub csv: CsvOut,
-    #[command(flatten)]
-    pub markdown: MarkdownOut,
-}
-
-impl ReportFiles {
-    fn flags(&self) -> [(&'static str, Option<&std::path::Path>); 3] {
-        [
-            ("--json", self.json.as_deref()),
-            ("--csv", self.csv.as_deref()),
-            ("--markdown", self.markdown.as_deref()),
-        ]
-    }
-
-    fn write(&self, r: &LeakReport, rows: &[TargetRow]) -> anyhow::Result<()> {
-        let outs = [
-            ("--json", &*self.json, render::to_json(r, rows)),
-            ("--csv", &*self.csv, render::to_csv(r, rows)),
-            ("--markdown", &*self.markdown, render::to_markdown(r, rows)),
-        ];
-        for (flag, path, text) in outs {
-            if let Some(p) = path {
-                write_atomic(p, &text).with_context(|| format!("{flag} {}", p.display()))?;
-            }
-        }
-        Ok(())
-    }
+/// A leak report in each format asked for.
+fn write_report(files: &TableFiles, r: &LeakReport, rows: &[TargetRow]) -> anyhow::Result<()> {
+    files.write(
+        || Ok(render::to_json(r, rows)),
+        || Ok(render::to_csv(r, rows)),
+        || Ok(render::to_markdown(r, rows)),
+    )
 }
 
 #[derive(Args, Debug)]
@@ -131,7 +106,7 @@ pub struct LeakArgs {
     #[command(flatten)]
     pub targets: TargetArgs,
     #[command(flatten)]
-    pub files: ReportFiles,
+    pub files: TableFiles,
     /// Also write the full benchmark Record (every step's heap live, RSS, PSS) as JSON
     #[arg(long, value_name = "FILE")]
     pub record: Option<PathBuf>,
@@ -166,7 +141,7 @@ pub struct AnalyzeArgs {
     #[command(flatten)]
     pub targets: TargetArgs,
     #[command(flatten)]
-    pub files: ReportFiles,
+    pub files: TableFiles,
     #[command(flatten)]
     pub quiet: Quiet,
 }
@@ -232,7 +207,7 @@ pub fn leak(mut a: LeakArgs) -> anyhow::Result<ExitCode> {
     let params = a.targets.params(steps_per_hour(&record))?;
     let (heap, rows) = judge_heap(&record, &params, &targets);
     let rss = verdict(&series(&record, "RSS", |s| s.rss_bytes), &params);
-    a.files.write(&heap, &rows)?;
+    write_report(&a.files, &heap, &rows)?;
     out!("{}", render::to_text(&heap, &rows))?;
     outln!("\nRSS (what the OS sees): {}", rss.sentence)?;
     if let Some(note) = cross_check(&heap, &rss) {
@@ -308,7 +283,7 @@ pub fn analyze(a: AnalyzeArgs) -> anyhow::Result<ExitCode> {
         .cloned()
         .fold(None, |m: Option<f64>, v| Some(m.map_or(v, |m| m.max(v))));
     let rows = evaluate(&targets, &report, None, peak);
-    a.files.write(&report, &rows)?;
+    write_report(&a.files, &report, &rows)?;
     out!("{}", render::to_text(&report, &rows))?;
     Ok(exit_for(&rows))
 }
@@ -365,7 +340,7 @@ fn analyze_record(
         &a.targets.params(steps_per_hour(&record))?,
         targets,
     );
-    a.files.write(&report, &rows)?;
+    write_report(&a.files, &report, &rows)?;
     out!("{}", render::to_text(&report, &rows))?;
     Ok(exit_for(&rows))
 }

@@ -2,9 +2,7 @@
 //! in its own worker → the ranking (Markdown on stdout, `--json`, `--markdown`).
 
 use super::args::{resolve_model, DataArgs, EngineArgs, ModelArgs, VariantArgs, Workload};
-use super::flags::{
-    Batch, JsonOut, Lr, MarkdownOut, MemoryLimit, ModeFlag, Quiet, Seq, Steps, Timeout, Warmup,
-};
+use super::flags::{JsonOut, Lr, MarkdownOut, MemoryLimit, Quiet, Steps, Timeout, Warmup};
 use crate::export::{check_outputs, write_atomic};
 use crate::out;
 use crate::record::optimize::OptimizeFile;
@@ -28,11 +26,7 @@ pub struct OptimizeArgs {
     #[command(flatten)]
     pub engine: EngineArgs,
     #[command(flatten)]
-    pub mode: ModeFlag,
-    #[command(flatten)]
-    pub batch: Batch,
-    #[command(flatten)]
-    pub seq: Seq,
+    pub shape: super::args::ShapeArgs,
     /// The second sequence length, where attention's quadratic term shows [default: 4 × --seq, at most the model's context]; 0 for one length only
     #[arg(long)]
     pub long_seq: Option<usize>,
@@ -83,7 +77,7 @@ pub fn run_optimize(a: OptimizeArgs) -> anyhow::Result<ExitCode> {
         .as_deref()
         .map(crate::sweep::limits::parse_timeout)
         .transpose()?;
-    if *a.mode == Mode::Generate {
+    if *a.shape.mode == Mode::Generate {
         bail!("--mode generate: optimize ranks training and inference variants; use --mode train or infer");
     }
     if a.max_batch == 0 {
@@ -95,9 +89,9 @@ pub fn run_optimize(a: OptimizeArgs) -> anyhow::Result<ExitCode> {
         config,
         config_path: a.model.config.clone(),
         weights: a.model.weights.clone(),
-        mode: *a.mode,
-        batch: *a.batch,
-        seq: *a.seq,
+        mode: *a.shape.mode,
+        batch: *a.shape.batch,
+        seq: *a.shape.seq,
         dtype: Dtype::F32,
         threads: *a.run.threads,
         seed: *a.run.seed,
@@ -122,10 +116,10 @@ pub fn run_optimize(a: OptimizeArgs) -> anyhow::Result<ExitCode> {
             base.model
         ),
         Some(l) => Some(l),
-        None => Some((4 * *a.seq).min(context)),
+        None => Some((4 * *a.shape.seq).min(context)),
     }
-    .filter(|&l| l != *a.seq);
-    let seqs: Vec<usize> = std::iter::once(*a.seq).chain(long).collect();
+    .filter(|&l| l != *a.shape.seq);
+    let seqs: Vec<usize> = std::iter::once(*a.shape.seq).chain(long).collect();
     if !*a.quiet {
         eprintln!(
             "memscope optimize: {} {} batch {} at seq {}; each variant in its own worker",

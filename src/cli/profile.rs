@@ -3,14 +3,14 @@
 //! FLOP/s, and the profiling overhead (profiled vs plain step time, same process).
 
 use super::args::{ModelArgs, WorkloadArgs};
-use super::flags::{CsvOut, JsonOut, MarkdownOut, Quiet, Roofs};
+use super::flags::{Quiet, Roofs, TableFiles};
 use super::roofline::measure;
 use crate::analysis::profile_tree;
-use crate::export::{check_outputs, write_atomic};
+use crate::export::check_outputs;
 use crate::model::cost::{module_params, ModuleParams};
 use crate::out;
 use crate::report::profile as rep;
-use anyhow::{bail, Context};
+use anyhow::bail;
 use clap::Args;
 use std::process::ExitCode;
 
@@ -27,11 +27,7 @@ pub struct ProfileArgs {
     #[command(flatten)]
     pub roofs: Roofs,
     #[command(flatten)]
-    pub json: JsonOut,
-    #[command(flatten)]
-    pub csv: CsvOut,
-    #[command(flatten)]
-    pub markdown: MarkdownOut,
+    pub files: TableFiles,
     #[command(flatten)]
     pub quiet: Quiet,
 }
@@ -53,11 +49,7 @@ pub fn run(a: ProfileArgs) -> anyhow::Result<ExitCode> {
         bail!("--depth {}: choose 1 (model) to 4 (op kinds)", a.depth);
     }
     check_outputs(
-        &[
-            ("--json", a.json.as_deref()),
-            ("--csv", a.csv.as_deref()),
-            ("--markdown", a.markdown.as_deref()),
-        ],
+        &a.files.flags(),
         &super::args::run_inputs(
             a.model.config.as_deref(),
             a.model.weights.as_deref(),
@@ -98,19 +90,11 @@ pub fn run(a: ProfileArgs) -> anyhow::Result<ExitCode> {
             String::new()
         }
     );
-    for (flag, path, text) in [
-        ("--json", &*a.json, rep::json(&trees)?),
-        ("--csv", &*a.csv, rep::csv(&trees)),
-        (
-            "--markdown",
-            &*a.markdown,
-            rep::render(&title, &trees, true),
-        ),
-    ] {
-        if let Some(path) = path {
-            write_atomic(path, &text).with_context(|| format!("{flag} {}", path.display()))?;
-        }
-    }
+    a.files.write(
+        || rep::json(&trees),
+        || Ok(rep::csv(&trees)),
+        || Ok(rep::render(&title, &trees, true)),
+    )?;
     out!("{}", rep::render(&title, &trees, false))?;
     Ok(ExitCode::SUCCESS)
 }

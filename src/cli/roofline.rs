@@ -3,14 +3,13 @@
 //! format asked. `profile.rs` reuses the measurement.
 
 use super::args::{build_spec, ModelArgs, WorkloadArgs};
-use super::flags::{CsvOut, JsonOut, MarkdownOut, Quiet, Roofs};
-use crate::export::{check_outputs, write_atomic};
+use super::flags::{Quiet, Roofs, TableFiles};
+use crate::export::{check_outputs, write_if_asked};
 use crate::out;
 use crate::record::roofline::{Head, SectionReport};
 use crate::report::roofline as rep;
 use crate::report::roofline_chart;
 use crate::runner::profiled::{self, Measured};
-use anyhow::Context;
 use clap::Args;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -25,11 +24,7 @@ pub struct RooflineArgs {
     #[command(flatten)]
     pub roofs: Roofs,
     #[command(flatten)]
-    pub json: JsonOut,
-    #[command(flatten)]
-    pub csv: CsvOut,
-    #[command(flatten)]
-    pub markdown: MarkdownOut,
+    pub files: TableFiles,
     /// Write the roofline chart (roofs from the measured peaks, a point per op kind and pass) as SVG
     #[arg(long, value_name = "FILE")]
     pub svg: Option<PathBuf>,
@@ -55,12 +50,7 @@ pub fn measure(
 
 pub fn run(a: RooflineArgs) -> anyhow::Result<ExitCode> {
     check_outputs(
-        &[
-            ("--json", a.json.as_deref()),
-            ("--csv", a.csv.as_deref()),
-            ("--markdown", a.markdown.as_deref()),
-            ("--svg", a.svg.as_deref()),
-        ],
+        &[a.files.flags().as_slice(), &[("--svg", a.svg.as_deref())]].concat(),
         &super::args::run_inputs(
             a.model.config.as_deref(),
             a.model.weights.as_deref(),
@@ -96,16 +86,14 @@ pub fn run(a: RooflineArgs) -> anyhow::Result<ExitCode> {
         engine: p.engine.clone(),
         gpu: p.gpu,
     };
-    for (flag, path, text) in [
-        ("--json", &*a.json, rep::json(&head, &report)?),
-        ("--csv", &*a.csv, rep::csv(&report)),
-        ("--markdown", &*a.markdown, rep::markdown(&head, &report)),
-        ("--svg", &a.svg, roofline_chart::svg(&head, &report)?),
-    ] {
-        if let Some(path) = path {
-            write_atomic(path, &text).with_context(|| format!("{flag} {}", path.display()))?;
-        }
-    }
+    a.files.write(
+        || rep::json(&head, &report),
+        || Ok(rep::csv(&report)),
+        || Ok(rep::markdown(&head, &report)),
+    )?;
+    write_if_asked("--svg", a.svg.as_deref(), || {
+        roofline_chart::svg(&head, &report)
+    })?;
     out!("{}", rep::terminal(&head, &report))?;
     Ok(ExitCode::SUCCESS)
 }

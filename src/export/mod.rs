@@ -32,4 +32,4 @@ pub use paths::{check_outputs, check_parent_dir, is_stdout};
 #[cfg(feature = "engine")]
 pub use safetensors::write_safetensors;
 pub use stdout::{guard_stdout, print, print_stderr, stdout_was_closed, StdoutClosed};
-pub use write::{open_stream, write_atomic, write_bytes_atomic, JsonlStream};
+pub use write::{open_stream, write_atomic, write_bytes_atomic, write_if_asked, JsonlStream};

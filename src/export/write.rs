@@ -122,6 +122,19 @@ pub fn write_bytes_atomic(path: &Path, text: &[u8]) -> anyhow::Result<()> {
     }
 }
 
+/// `flag FILE`, when the flag was given, written with `text()` (made only then) as
+/// [`write_atomic`] writes; an error names the flag and the file.
+pub fn write_if_asked(
+    flag: &str,
+    path: Option<&Path>,
+    text: impl FnOnce() -> anyhow::Result<String>,
+) -> anyhow::Result<()> {
+    if let Some(p) = path {
+        write_atomic(p, &text()?).with_context(|| format!("{flag} {}", p.display()))?;
+    }
+    Ok(())
+}
+
 /// A temporary file name beside `target` that no other writer uses: the process id and a count
 /// within the process, so two processes (ranks, concurrent sessions) or two threads writing the
 /// same output never write into one temporary file.

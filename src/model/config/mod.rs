@@ -167,6 +167,8 @@ pub enum ConfigError {
          parameter, must fit in u64)"
     )]
     Overflow { origin: String, product: String },
+    #[error("--model {name}: no such preset; choose one of {choices} (or pass --config FILE)")]
+    UnknownPreset { name: String, choices: String },
 }
 
 fn in_field(key: &Option<String>) -> String {

@@ -1,11 +1,30 @@
 //! The built-in presets: GPT-2 sizes, the CS336 llama sizes, TinyLlama, BERT, tiny test models.
 
-use super::{Family, ModelConfig};
+use super::{ConfigError, Family, ModelConfig};
 
 impl ModelConfig {
     /// The preset called `name`, if any (see [`ModelConfig::presets`]).
     pub fn preset(name: &str) -> Option<ModelConfig> {
         Self::presets().into_iter().find(|cfg| cfg.name == name)
+    }
+
+    /// `--model NAME` / `--config FILE` as every command resolves them (the binary's and the
+    /// Python package's): the file when one is given, else the preset, validated.
+    pub fn resolve(
+        model: &str,
+        config: Option<&std::path::Path>,
+    ) -> Result<ModelConfig, ConfigError> {
+        if let Some(path) = config {
+            return ModelConfig::from_file(path);
+        }
+        Self::preset(model).ok_or_else(|| ConfigError::UnknownPreset {
+            name: model.to_string(),
+            choices: Self::presets()
+                .into_iter()
+                .map(|c| c.name)
+                .collect::<Vec<_>>()
+                .join(", "),
+        })
     }
 
     /// Every preset: GPT-2 sizes, the CS336 llama sizes, TinyLlama, BERT, then tiny test models.

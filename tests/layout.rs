@@ -833,3 +833,70 @@ fn no_flag_is_declared_twice() {
          flatten it; a command's own help goes in #[command(mut_arg(…))]): {twice:#?}"
     );
 }
+
+/// Each crate of memscope's tree with the features it is built with (`cargo tree --format`),
+/// over the edges `edges` (`normal,build`: what `cargo build` compiles; `normal,build,dev`: what
+/// `cargo test` compiles).
+fn features_built(edges: &str) -> String {
+    let out = std::process::Command::new(env!("CARGO"))
+        .args([
+            "tree", "--offline", "-p", "memscope", "-e", edges, "--prefix", "none", "--format",
+            "{p} [{f}]",
+        ])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .expect("cargo tree runs");
+    assert!(
+        out.status.success(),
+        "cargo tree -e {edges}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// The crates `cargo build`'s tree builds with other features than `cargo test`'s does (so are
+/// built twice, with everything above them): `name version: build [..] / test [..]`.
+fn built_twice(build: &str, test: &str) -> Vec<String> {
+    let parse = |text: &str| -> std::collections::BTreeMap<String, String> {
+        text.lines()
+            .filter_map(|l| {
+                let l = l.trim_end_matches(" (*)");
+                let (pkg, feats) = l.split_once(" [")?;
+                // "name vX.Y.Z (path)" → "name vX.Y.Z"
+                let id = pkg.split_whitespace().take(2).collect::<Vec<_>>().join(" ");
+                Some((id, feats.trim_end_matches(']').to_string()))
+            })
+            .collect()
+    };
+    let test = parse(test);
+    parse(build)
+        .into_iter()
+        .filter_map(|(id, f)| match test.get(&id) {
+            Some(t) if *t != f => Some(format!("{id}: build [{f}] / test [{t}]")),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn cargo_build_and_cargo_test_build_one_candle() {
+    // Planted: a crate a dev-dependency adds a feature to is found.
+    let planted = built_twice(
+        "candle-core v0.11.1 [default]\nonce_cell v1.21.4 [alloc,race,std]\n",
+        "candle-core v0.11.1 [default]\nonce_cell v1.21.4 [alloc,default,race,std] (*)\n",
+    );
+    assert_eq!(
+        planted,
+        ["once_cell v1.21.4: build [alloc,race,std] / test [alloc,default,race,std]"]
+    );
+    let twice = built_twice(
+        &features_built("normal,build"),
+        &features_built("normal,build,dev"),
+    );
+    assert!(
+        twice.is_empty(),
+        "dev-dependencies turn on features in crates the CLI shares with them, so `cargo build` \
+         after `cargo test` (pip install ./python in .ci/run) builds them and everything above \
+         them again: turn those features on in Cargo.toml's [dependencies] too ({twice:?})"
+    );
+}

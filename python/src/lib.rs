@@ -1,12 +1,12 @@
 //! `memscope._native`: the Rust side of the PyTorch recorder. Python gathers raw samples; the
-//! statistics (`analysis::timing`), the leak verdict (`analysis::leak`), the breakdown
-//! (`analysis::breakdown`) and the Record's schema and writer (`record`, `output`) are memscope's
+//! statistics (`analysis::timing`), the leak verdict (`analysis::leak`), the Record's completion
+//! (`analysis::complete`), its schema and its writer (`record`, `export`) are memscope's
 //! own, called from here, never reimplemented in Python. `counter.rs` is the counting malloc the
 //! CPU recorder preloads (`python -m memscope run`).
 
 mod counter;
 
-use memscope::analysis::{breakdown, leak, timing};
+use memscope::analysis::{complete, leak, timing};
 use memscope::model::config::ModelConfig;
 use memscope::record::leak::{LeakParams, MemorySeries};
 use memscope::record::Record;
@@ -56,31 +56,25 @@ fn leak_verdict(steps: Vec<u64>, values: Vec<f64>, label: String) -> PyResult<St
     serde_json::to_string(&leak::analyze(&s, &LeakParams::default())).map_err(val)
 }
 
-/// Completes a Record the recorder assembled (`timing`, `throughput` and `memory.breakdown`
-/// computed here from the raw samples and phases), checks it against the schema, and writes it
-/// atomically to `path` when given. Returns the Record's JSON.
+/// Completes a Record the recorder assembled, as every Record is completed
+/// (`analysis::complete`: timing statistics from the raw samples, throughput over its Spec's
+/// batch, sequence length and micro-batches, the breakdown), checks it against the schema, and
+/// writes it atomically to `path` when given. Returns the Record's JSON.
 #[pyfunction]
-#[pyo3(signature = (record_json, samples, tokens_per_step, sequences_per_step, path=None))]
+#[pyo3(signature = (record_json, samples, path=None))]
 fn finish_record(
     record_json: &str,
     samples: Vec<(String, Vec<f64>)>,
-    tokens_per_step: u64,
-    sequences_per_step: u64,
     path: Option<String>,
 ) -> PyResult<String> {
     let mut r: Record = serde_json::from_str(record_json)
         .map_err(|e| PyValueError::new_err(format!("the Record does not fit its schema: {e}")))?;
-    let (t, w) = timing::phase_timings(&samples);
-    r.throughput = timing::throughput(&t, tokens_per_step, sequences_per_step, 0);
-    if tokens_per_step == 0 {
-        // Not token ids: no tokens/s to give (samples/s stands).
-        r.throughput.tokens_per_s = None;
+    let first_new = r.warnings.len();
+    complete::complete(&mut r, &samples);
+    // The statistics' advice names Python's knobs, not the CLI's.
+    for w in &mut r.warnings[first_new..] {
+        *w = python_advice(std::mem::take(w));
     }
-    r.timing = t;
-    r.warnings.extend(w.into_iter().map(python_advice));
-    r.warnings
-        .extend(memscope::record::nonfinite::warning(&r.loss));
-    r.memory.breakdown = breakdown::breakdown(&r.memory, r.spec.mode);
     let text = serde_json::to_string_pretty(&r).map_err(val)? + "\n";
     if let Some(p) = path {
         memscope::export::write_atomic(Path::new(&p), &text)

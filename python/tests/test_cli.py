@@ -66,8 +66,8 @@ def test_the_writer_refuses_a_record_off_the_schema(records):
     r = load(records / "one.json")
     del r["memory"]["param_bytes"]
     with pytest.raises(ValueError, match="param_bytes"):
-        _native.finish_record(json.dumps(r), [], 0, 0, None)
+        _native.finish_record(json.dumps(r), [], None)
     r = load(records / "one.json")
     r["memory"]["series"][0]["heap_live_bytes"] = -1
     with pytest.raises(ValueError, match="does not fit its schema"):
-        _native.finish_record(json.dumps(r), [], 0, 0, None)
+        _native.finish_record(json.dumps(r), [], None)

@@ -6,6 +6,7 @@ pub mod aten_cost;
 pub mod bootstrap;
 pub mod breakdown;
 pub mod compare;
+pub mod complete;
 pub mod diff;
 pub mod leak;
 pub mod leak_rules;

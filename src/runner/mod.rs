@@ -4,7 +4,6 @@
 
 pub mod profiled;
 
-use crate::analysis::timing::{phase_timings, throughput};
 use crate::measure::measure_with;
 use crate::record::{Compute, EstimatedMemory, PhaseTiming, Record, StepMemory, SCHEMA_VERSION};
 use crate::spec::{Mode, Spec};
@@ -43,29 +42,17 @@ pub fn run_with(
     }
     let spec = &spec_run;
     m.memory.estimate = estimated(spec);
-    m.memory.breakdown = crate::analysis::breakdown::breakdown(&m.memory, spec.mode);
-    let (timing, timing_warnings) = phase_timings(&m.samples_ms);
     let mut warnings = oversubscription(spec.threads)
         .into_iter()
         .collect::<Vec<_>>();
-    warnings.extend(timing_warnings);
     warnings.extend(m.warnings);
-    warnings.extend(crate::record::nonfinite::warning(&m.loss));
-    let decoded = if spec.mode == Mode::Generate {
-        spec.new_tokens as u64
-    } else {
-        0
-    };
-    let sequences = (spec.batch * spec.grad_accum) as u64;
-    let throughput = throughput(&timing, spec.tokens_per_step(), sequences, decoded);
-    let compute = compute(spec, &timing);
-    Ok(Record {
+    let mut r = Record {
         schema_version: SCHEMA_VERSION,
         spec: spec.clone(),
         model: m.model,
-        timing,
-        throughput,
-        compute,
+        timing: Default::default(),
+        throughput: Default::default(),
+        compute: Compute::default(),
         memory: m.memory,
         loss: m.loss,
         data: m.data,
@@ -74,7 +61,10 @@ pub fn run_with(
         environment: crate::environment::capture(spec.threads),
         started_at,
         wall_seconds: wall.elapsed().as_secs_f64(),
-    })
+    };
+    crate::analysis::complete::complete(&mut r, &m.samples_ms);
+    r.compute = compute(spec, &r.timing);
+    Ok(r)
 }
 
 /// [`run_with`] on the torch engine: its Record, completed as memscope's own is (the Spec as
@@ -104,13 +94,6 @@ fn run_torch(
         ));
         r.spec.steps = measured;
     }
-    let decoded = if spec.mode == Mode::Generate {
-        spec.new_tokens as u64
-    } else {
-        0
-    };
-    let sequences = (spec.batch * spec.grad_accum) as u64;
-    r.throughput = throughput(&r.timing, spec.tokens_per_step(), sequences, decoded);
     r.compute = compute(spec, &r.timing);
     // PyTorch's products are set against PyTorch's roofs on the device (`peaks --engine
     // torch`), not memscope's own engine's; none when they were not measured.
@@ -128,7 +111,8 @@ fn run_torch(
     } else {
         r.memory.estimate = estimated(spec);
     }
-    r.memory.breakdown = crate::analysis::breakdown::breakdown(&r.memory, spec.mode);
+    // The engine's Record was completed by the recorder; the estimate beside it is new.
+    crate::analysis::complete::refresh(&mut r);
     Ok(r)
 }
 

@@ -92,7 +92,7 @@ impl TargetArgs {
 fn write_report(files: &TableFiles, r: &LeakReport, rows: &[TargetRow]) -> anyhow::Result<()> {
     files.write(
         || Ok(render::to_json(r, rows)),
-        || Ok(render::to_csv(r, rows)),
+        || render::to_csv(r, rows),
         || Ok(render::to_markdown(r, rows)),
     )
 }

@@ -92,7 +92,7 @@ pub fn run(a: ProfileArgs) -> anyhow::Result<ExitCode> {
     );
     a.files.write(
         || rep::json(&trees),
-        || Ok(rep::csv(&trees)),
+        || rep::csv(&trees),
         || Ok(rep::render(&title, &trees, true)),
     )?;
     out!("{}", rep::render(&title, &trees, false))?;

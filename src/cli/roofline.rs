@@ -88,7 +88,7 @@ pub fn run(a: RooflineArgs) -> anyhow::Result<ExitCode> {
     };
     a.files.write(
         || rep::json(&head, &report),
-        || Ok(rep::csv(&report)),
+        || rep::csv(&report),
         || Ok(rep::markdown(&head, &report)),
     )?;
     write_if_asked("--svg", a.svg.as_deref(), || {

@@ -146,7 +146,7 @@ pub fn run(a: WatchArgs) -> anyhow::Result<ExitCode> {
         Target::Pid(p) => vec![format!("--pid {p}")],
     };
     if let Some(p) = &*a.csv {
-        write_atomic(p, &summary::to_csv(&r)).with_context(|| format!("--csv {}", p.display()))?;
+        write_atomic(p, &summary::to_csv(&r)?).with_context(|| format!("--csv {}", p.display()))?;
     }
     let report_or_empty = report
         .clone()

@@ -15,16 +15,19 @@
 //! - [`print`] writes to stdout and returns the error (a full disk, `> /dev/full`, a closed
 //!   descriptor `>&-`) instead of panicking or losing the text; a closed pipe (`| head`) is
 //!   [`StdoutClosed`], which `main` treats as success.
+//! - [`table`] is the one Markdown pipe-table and CSV writer: every table memscope writes, in
+//!   either format, is a [`Table`] drawn there.
 //!
 //! Every file memscope writes goes out through this room: `paths.rs` the checks, `write.rs` the
 //! atomic writes and streams, `stdout.rs` standard output and error, `cache.rs` the peaks caches,
-//! `safetensors.rs` weight files (fixtures).
+//! `safetensors.rs` weight files (fixtures), `table.rs` the Markdown and CSV tables.
 
 mod cache;
 mod paths;
 #[cfg(feature = "engine")]
 mod safetensors;
 mod stdout;
+pub mod table;
 mod write;
 
 pub use cache::{cache_dir, cache_path, save_peaks};
@@ -32,4 +35,5 @@ pub use paths::{check_outputs, check_parent_dir, is_stdout};
 #[cfg(feature = "engine")]
 pub use safetensors::write_safetensors;
 pub use stdout::{guard_stdout, print, print_stderr, stdout_was_closed, StdoutClosed};
+pub use table::Table;
 pub use write::{open_stream, write_atomic, write_bytes_atomic, write_if_asked, JsonlStream};

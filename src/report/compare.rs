@@ -1,6 +1,7 @@
 //! `memscope compare` as Markdown (the terminal prints the same) and JSON.
 
 use crate::analysis::compare::{Change, Comparison, Unit, Verdict};
+use crate::export::table::{escape, Align, MarkdownStyle, Table};
 use crate::units::{fmt_bytes, ms};
 
 fn value(u: Unit, v: f64) -> String {
@@ -35,7 +36,8 @@ fn pct(r: f64) -> String {
     }
 }
 
-fn row(c: &Change, confidence: f64, threshold: f64) -> String {
+/// One figure's cells: figure, base, new, change (relative), CI of change, n, verdict.
+fn row(c: &Change, confidence: f64, threshold: f64) -> [String; 7] {
     let ci = match c.ci {
         Some([lo, hi]) => format!(
             "{} to {} ({:.0}%)",
@@ -59,17 +61,15 @@ fn row(c: &Change, confidence: f64, threshold: f64) -> String {
     } else {
         format!("{} / {}", c.n_base, c.n_new)
     };
-    format!(
-        "| {} | {} | {} | {} ({}) | {} | {} | {} |\n",
-        c.figure.replace('|', "\\|"),
+    [
+        escape(&c.figure),
         value(c.unit, c.base),
         value(c.unit, c.new),
-        signed(c.unit, c.diff),
-        pct(c.relative),
+        format!("{} ({})", signed(c.unit, c.diff), pct(c.relative)),
         ci,
         n,
-        mark
-    )
+        mark.to_string(),
+    ]
 }
 
 /// The Markdown report: what was compared, the table, the verdict line.
@@ -101,11 +101,30 @@ pub fn to_markdown(base: &str, new: &str, c: &Comparison) -> String {
         }
         out += "\n";
     }
-    out += "| figure | base | new | change | CI of change | n (base / new) | verdict |\n";
-    out += "|---|---:|---:|---:|---:|---:|---|\n";
+    let mut table = Table::new([
+        "figure",
+        "base",
+        "new",
+        "change",
+        "CI of change",
+        "n (base / new)",
+        "verdict",
+    ]);
     for ch in &c.changes {
-        out += &row(ch, c.bootstrap.confidence, c.threshold);
+        table.push(row(ch, c.bootstrap.confidence, c.threshold));
     }
+    out += &table.markdown(&MarkdownStyle {
+        align: &[
+            Align::Left,
+            Align::Right,
+            Align::Right,
+            Align::Right,
+            Align::Right,
+            Align::Right,
+            Align::Left,
+        ],
+        ..MarkdownStyle::PLAIN
+    });
     if !c.unmatched.is_empty() {
         out += "\nNot compared:\n\n";
         for u in &c.unmatched {

@@ -1,5 +1,6 @@
 //! CSV export: one row per run; every column name carries its unit.
 
+use crate::export::table::{Quoting, Table};
 use crate::record::Record;
 use crate::report::Export;
 
@@ -16,7 +17,6 @@ const PHASES: [&str; 6] = [
 
 impl Export for Csv {
     fn render(&self, records: &[Record]) -> anyhow::Result<String> {
-        let mut w = csv::Writer::from_writer(Vec::new());
         let mut header: Vec<String> = [
             "model",
             "family",
@@ -65,7 +65,7 @@ impl Export for Csv {
             .iter()
             .map(|s| s.to_string()),
         );
-        w.write_record(&header)?;
+        let mut table = Table::new(header);
         for r in records {
             let s = &r.spec;
             let mut row = vec![
@@ -120,9 +120,9 @@ impl Export for Csv {
                 retained("backward"),
                 retained("optimizer"),
             ]);
-            w.write_record(&row)?;
+            table.push(row);
         }
-        Ok(String::from_utf8(w.into_inner()?)?)
+        table.csv(Quoting::Necessary)
     }
 }
 

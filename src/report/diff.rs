@@ -1,6 +1,7 @@
 //! `memscope diff` as Markdown tables.
 
 use crate::analysis::diff::{MemoryDiff, Pair};
+use crate::export::table::{escape, Align, MarkdownStyle, Table};
 use crate::units::fmt_bytes;
 
 fn b(v: Option<i64>) -> String {
@@ -19,17 +20,18 @@ fn table(title: &str, what: &str, rows: &[Pair], limit: usize) -> String {
     if rows.is_empty() {
         return String::new();
     }
-    let mut out =
-        format!("### {title}\n\n{what}\n\n| | base | new | change |\n|---|---:|---:|---:|\n");
+    // The first header cell is blank: `| | base | new | change |`.
+    let mut t = Table::new(["", "base", "new", "change"]);
     for p in rows.iter().take(limit) {
-        out += &format!(
-            "| {} | {} | {} | {} |\n",
-            p.name.replace('|', "\\|"),
-            b(p.base),
-            b(p.new),
-            signed(p.diff())
-        );
+        t.push([escape(&p.name), b(p.base), b(p.new), signed(p.diff())]);
     }
+    let mut out = format!(
+        "### {title}\n\n{what}\n\n{}",
+        t.markdown(&MarkdownStyle {
+            align: &[Align::Left, Align::Right],
+            ..MarkdownStyle::PLAIN
+        })
+    );
     if rows.len() > limit {
         out += &format!("\n({} more not shown)\n", rows.len() - limit);
     }

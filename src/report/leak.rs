@@ -5,6 +5,7 @@
 //! written "—" (text, Markdown), empty (CSV) or null (JSON); never NaN. Reports never measure.
 
 use crate::analysis::leak_text::{group, rate_in};
+use crate::export::table::{escape, MarkdownStyle, Quoting, Table};
 use crate::record::leak::LeakReport;
 use crate::record::leak::TargetRow;
 use crate::units::{fmt_bytes, fmt_bytes_in, fmt_range_in};
@@ -248,18 +249,21 @@ pub fn to_text(r: &LeakReport, targets: &[TargetRow]) -> String {
 
 /// Markdown: the sentence in bold, a table of facts, notes, then targets.
 pub fn to_markdown(r: &LeakReport, targets: &[TargetRow]) -> String {
-    let esc = |v: &str| v.replace('|', "\\|");
-    let mut s = format!(
-        "**{}**\n\n| Quantity | Value |\n|---|---|\n",
-        esc(&r.sentence)
-    );
+    let mut table = Table {
+        title: escape(&r.sentence),
+        ..Table::new(["Quantity", "Value"])
+    };
     for (k, v) in facts(r) {
-        s.push_str(&format!("| {k} | {} |\n", esc(&v)));
+        table.push([k.to_string(), escape(&v)]);
     }
+    let mut s = table.markdown(&MarkdownStyle {
+        title: true,
+        ..MarkdownStyle::PLAIN
+    });
     if !r.notes.is_empty() {
         s.push('\n');
         for n in &r.notes {
-            s.push_str(&format!("- {}\n", esc(n)));
+            s.push_str(&format!("- {}\n", escape(n)));
         }
     }
     if !targets.is_empty() {
@@ -271,22 +275,20 @@ pub fn to_markdown(r: &LeakReport, targets: &[TargetRow]) -> String {
 
 /// The CI targets table: `| Metric | Target | Achieved | Status |`.
 pub fn targets_table(rows: &[TargetRow]) -> String {
-    let esc = |v: &str| v.replace('|', "\\|");
-    let mut s = String::from("| Metric | Target | Achieved | Status |\n|---|---|---|---|\n");
+    let mut table = Table::new(["Metric", "Target", "Achieved", "Status"]);
     for r in rows {
-        s.push_str(&format!(
-            "| {} | {} | {} | {} |\n",
-            esc(&r.metric),
-            esc(&r.target),
-            esc(&r.achieved),
-            if r.pass { "pass" } else { "FAIL" }
-        ));
+        table.push([
+            escape(&r.metric),
+            escape(&r.target),
+            escape(&r.achieved),
+            if r.pass { "pass" } else { "FAIL" }.to_string(),
+        ]);
     }
-    s
+    table.markdown(&MarkdownStyle::PLAIN)
 }
 
 /// One CSV row (with a header line); units are in the column names; unknown numbers are empty.
-pub fn to_csv(r: &LeakReport, targets: &[TargetRow]) -> String {
+pub fn to_csv(r: &LeakReport, targets: &[TargetRow]) -> anyhow::Result<String> {
     let num = |v: Option<f64>| {
         v.filter(|x| x.is_finite())
             .map_or(String::new(), |x| format!("{x}"))
@@ -347,10 +349,9 @@ pub fn to_csv(r: &LeakReport, targets: &[TargetRow]) -> String {
             },
         ),
     ];
-    let mut w = ::csv::Writer::from_writer(Vec::new());
-    let _ = w.write_record(cols.iter().map(|c| c.0));
-    let _ = w.write_record(cols.iter().map(|c| c.1.as_str()));
-    String::from_utf8(w.into_inner().unwrap_or_default()).unwrap_or_default()
+    let mut table = Table::new(cols.iter().map(|c| c.0));
+    table.push(cols.into_iter().map(|c| c.1));
+    table.csv(Quoting::Necessary)
 }
 
 /// JSON: the report's fields (serde), plus `targets` when there are any.

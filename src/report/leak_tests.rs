@@ -91,7 +91,7 @@ fn markdown_has_bold_sentence_and_targets_table() {
 #[test]
 fn csv_is_one_row_with_units_in_column_names() {
     let r = plateau();
-    let c = to_csv(&r, &rows(&r));
+    let c = to_csv(&r, &rows(&r)).unwrap();
     let mut rdr = ::csv::Reader::from_reader(c.as_bytes());
     let header = rdr.headers().unwrap().clone();
     let recs: Vec<::csv::StringRecord> = rdr.records().map(|r| r.unwrap()).collect();
@@ -131,7 +131,7 @@ fn empty_series_renders_without_nan() {
     for out in [
         to_text(&r, &[]),
         to_markdown(&r, &[]),
-        to_csv(&r, &[]),
+        to_csv(&r, &[]).unwrap(),
         to_json(&r, &[]),
     ] {
         assert!(!out.contains("NaN") && !out.contains("inf "), "{out}");

@@ -1,5 +1,7 @@
-//! Markdown export: the same tables as the terminal summary, as GitHub pipe tables.
+//! Markdown export: the same tables as the terminal summary, as GitHub pipe tables (drawn by
+//! `export::table`, the one Markdown table writer).
 
+use crate::export::table::{Align, MarkdownStyle};
 use crate::record::Record;
 use crate::report::summary;
 use crate::report::table::Table;
@@ -7,24 +9,14 @@ use crate::report::Export;
 
 pub struct Markdown;
 
+/// A summary table as Markdown: its title in bold, `|` escaped in the header and cells, the
+/// first column `---` and the figures `---:`.
 pub fn table(t: &Table) -> String {
-    let esc = |s: &String| s.replace('|', "\\|");
-    let mut out = format!(
-        "**{}**\n\n| {} |\n|",
-        t.title,
-        t.header.iter().map(esc).collect::<Vec<_>>().join(" | ")
-    );
-    for i in 0..t.header.len() {
-        out += if i == 0 { "---|" } else { "---:|" };
-    }
-    out.push('\n');
-    for r in &t.rows {
-        out += &format!(
-            "| {} |\n",
-            r.iter().map(esc).collect::<Vec<_>>().join(" | ")
-        );
-    }
-    out
+    t.markdown(&MarkdownStyle {
+        title: true,
+        align: &[Align::Left, Align::Right],
+        escape: true,
+    })
 }
 
 impl Export for Markdown {

@@ -6,6 +6,7 @@
 //! forward left live; step time = median of the measured steps with its coefficient of
 //! variation; the estimate is `memscope estimate`'s predicted heap peak for the same run.
 
+use crate::export::table::{Align, MarkdownStyle, Table};
 use crate::record::optimize::Figures;
 use crate::units::{bytes, ms};
 use std::fmt::Write;
@@ -70,14 +71,19 @@ pub fn sentence(f: &Figures) -> String {
 pub fn markdown(title: &str, figs: &[Figures], steps: usize) -> String {
     let mut out = format!("### {title}\n\n");
     let fit = figs.iter().any(|f| f.max_batch.is_some());
-    out += &format!(
-        "| Variant | Heap peak | Δ peak | Activations | Step ms | Δ time | Loss at step {steps} | Estimated peak |{}\n",
-        if fit { " Max batch |" } else { "" }
-    );
-    out += &format!(
-        "|---|--:|--:|--:|--:|--:|--:|--:|{}\n",
-        if fit { "--:|" } else { "" }
-    );
+    let mut table = Table::new([
+        "Variant".to_string(),
+        "Heap peak".into(),
+        "Δ peak".into(),
+        "Activations".into(),
+        "Step ms".into(),
+        "Δ time".into(),
+        format!("Loss at step {steps}"),
+        "Estimated peak".into(),
+    ]);
+    if fit {
+        table.header.push("Max batch".into());
+    }
     for f in figs {
         let b = |x: Option<u64>| x.map_or("—".into(), |v| bytes(v as f64));
         let step = match (f.step_median_ms, f.step_cv_pct) {
@@ -95,27 +101,26 @@ pub fn markdown(title: &str, figs: &[Figures], steps: usize) -> String {
             _ => signed(f.delta_peak_pct),
         };
         let loss = f.loss_last.map_or("—".into(), |l| format!("{l:.4}"));
-        let _ = write!(
-            out,
-            "| {} | {} | {} | {} | {} | {} | {} | {} |",
-            f.name,
+        let mut row = vec![
+            f.name.clone(),
             b(f.heap_peak_bytes),
             dpeak,
             b(f.activations_bytes),
             step,
             signed(f.delta_time_pct),
             loss,
-            est
-        );
+            est,
+        ];
         if fit {
-            let _ = write!(
-                out,
-                " {} |",
-                f.max_batch.map_or("—".into(), |m| m.to_string())
-            );
+            row.push(f.max_batch.map_or("—".into(), |m| m.to_string()));
         }
-        out.push('\n');
+        table.push(row);
     }
+    // Every figure right-aligned, with the short rule `--:`.
+    out += &table.markdown(&MarkdownStyle {
+        align: &[Align::Left, Align::RightShort],
+        ..MarkdownStyle::PLAIN
+    });
     out.push('\n');
     for f in figs {
         let _ = writeln!(out, "- {}", sentence(f));

@@ -2,6 +2,7 @@
 //! and JSON, with each section's profiling overhead and unattributed remainder.
 
 use crate::analysis::profile_tree::Node;
+use crate::export::table::{MarkdownStyle, Quoting, Table};
 use crate::units;
 use serde::Serialize;
 use std::fmt::Write;
@@ -90,15 +91,12 @@ pub fn render(title: &str, trees: &[Tree], md: bool) -> String {
         let rows: Vec<Vec<String>> = t.nodes.iter().map(|n| cells(n, t.time_ms.0)).collect();
         let _ = write!(o, "\n{}\n\n", overhead(t));
         if md {
-            let _ = writeln!(
-                o,
-                "| {} |\n|{}",
-                HEAD.join(" | "),
-                "---|".repeat(HEAD.len())
-            );
+            // The tree's indent kept visible: Markdown collapses runs of spaces.
+            let mut table = Table::new(HEAD);
             for r in rows {
-                let _ = writeln!(o, "| {} |", r.join(" | ").replace("  ", "&nbsp;&nbsp;"));
+                table.push(r.iter().map(|c| c.replace("  ", "&nbsp;&nbsp;")));
             }
+            o += &table.markdown(&MarkdownStyle::PLAIN);
         } else {
             let w: Vec<usize> = (0..HEAD.len())
                 .map(|i| {
@@ -131,27 +129,38 @@ pub fn render(title: &str, trees: &[Tree], md: bool) -> String {
     o
 }
 
-pub fn csv(trees: &[Tree]) -> String {
-    let mut o = String::from("section,depth,module,params,fwd_flops,fwd_ms,bwd_flops,bwd_ms,pct_of_step,achieved_gflops\n");
+/// One row per section and module. Fields are written as they are (`Quoting::Never`), the module
+/// name between quotes of its own.
+pub fn csv(trees: &[Tree]) -> anyhow::Result<String> {
+    let mut table = Table::new([
+        "section",
+        "depth",
+        "module",
+        "params",
+        "fwd_flops",
+        "fwd_ms",
+        "bwd_flops",
+        "bwd_ms",
+        "pct_of_step",
+        "achieved_gflops",
+    ]);
     for t in trees {
         for n in &t.nodes {
-            let _ = writeln!(
-                o,
-                "{},{},\"{}\",{},{},{},{},{},{},{}",
-                t.name,
-                n.depth,
-                n.name,
-                n.params,
-                n.fwd_flops,
-                n.fwd_ms,
-                n.bwd_flops,
-                n.bwd_ms,
-                100.0 * n.ms() / t.time_ms.0.max(1e-12),
-                n.gflops_per_s()
-            );
+            table.push([
+                t.name.clone(),
+                n.depth.to_string(),
+                format!("\"{}\"", n.name),
+                n.params.to_string(),
+                n.fwd_flops.to_string(),
+                n.fwd_ms.to_string(),
+                n.bwd_flops.to_string(),
+                n.bwd_ms.to_string(),
+                (100.0 * n.ms() / t.time_ms.0.max(1e-12)).to_string(),
+                n.gflops_per_s().to_string(),
+            ]);
         }
     }
-    o
+    table.csv(Quoting::Never)
 }
 
 pub fn json(trees: &[Tree]) -> anyhow::Result<String> {

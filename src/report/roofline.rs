@@ -4,6 +4,7 @@
 
 use crate::analysis::op_cost::OpCost;
 use crate::analysis::roofline::{self, MeasuredOp};
+use crate::export::table::{MarkdownStyle, Quoting, Table};
 use crate::record::roofline::{Head, RooflineFile, Roofs, SectionReport};
 use crate::units;
 use std::fmt::Write;
@@ -114,45 +115,44 @@ fn table(s: &SectionReport, md: bool) -> String {
             ]
         })
         .collect();
-    let mut out = String::new();
     if md {
-        let _ = writeln!(out, "| {} |", head.join(" | "));
-        let _ = writeln!(out, "|{}", "---|".repeat(head.len()));
-        for r in rows {
-            let _ = writeln!(out, "| {} |", r.join(" | "));
+        return Table {
+            rows,
+            ..Table::new(head)
         }
-    } else {
-        let w: Vec<usize> = (0..head.len())
-            .map(|i| {
-                rows.iter()
-                    .map(|r| r[i].len())
-                    .chain([head[i].len()])
-                    .max()
-                    .unwrap_or(0)
+        .markdown(&MarkdownStyle::PLAIN);
+    }
+    let w: Vec<usize> = (0..head.len())
+        .map(|i| {
+            rows.iter()
+                .map(|r| r[i].len())
+                .chain([head[i].len()])
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    let line = |cells: Vec<String>| {
+        cells
+            .iter()
+            .enumerate()
+            .map(|(i, c)| {
+                if i < 2 {
+                    format!("{c:<w$}", w = w[i])
+                } else {
+                    format!("{c:>w$}", w = w[i])
+                }
             })
-            .collect();
-        let line = |cells: Vec<String>| {
-            cells
-                .iter()
-                .enumerate()
-                .map(|(i, c)| {
-                    if i < 2 {
-                        format!("{c:<w$}", w = w[i])
-                    } else {
-                        format!("{c:>w$}", w = w[i])
-                    }
-                })
-                .collect::<Vec<_>>()
-                .join("  ")
-        };
-        let _ = writeln!(
-            out,
-            "{}",
-            line(head.iter().map(|h| h.to_string()).collect())
-        );
-        for r in rows {
-            let _ = writeln!(out, "{}", line(r));
-        }
+            .collect::<Vec<_>>()
+            .join("  ")
+    };
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "{}",
+        line(head.iter().map(|h| h.to_string()).collect())
+    );
+    for r in rows {
+        let _ = writeln!(out, "{}", line(r));
     }
     out
 }
@@ -247,28 +247,39 @@ pub fn markdown(h: &Head, secs: &[SectionReport]) -> String {
     o
 }
 
-pub fn csv(secs: &[SectionReport]) -> String {
-    let mut o = String::from("section,name,pass,flops,bytes,intensity,time_ms,achieved_gflops,achieved_gbs,roof_pct,bound\n");
+/// One row per section and op kind, every field written as it is (`Quoting::Never`).
+pub fn csv(secs: &[SectionReport]) -> anyhow::Result<String> {
+    let mut table = Table::new([
+        "section",
+        "name",
+        "pass",
+        "flops",
+        "bytes",
+        "intensity",
+        "time_ms",
+        "achieved_gflops",
+        "achieved_gbs",
+        "roof_pct",
+        "bound",
+    ]);
     for s in secs {
         for r in &s.ops {
-            let _ = writeln!(
-                o,
-                "{},{},{},{},{},{},{},{},{},{},{}",
-                s.name,
-                r.name,
-                r.pass,
-                r.flops,
-                r.bytes,
-                r.intensity,
-                r.time_ms,
-                r.achieved_gflops,
-                r.achieved_gbs,
-                r.roof_pct,
-                r.bound.name()
-            );
+            table.push([
+                s.name.clone(),
+                r.name.clone(),
+                r.pass.clone(),
+                r.flops.to_string(),
+                r.bytes.to_string(),
+                r.intensity.to_string(),
+                r.time_ms.to_string(),
+                r.achieved_gflops.to_string(),
+                r.achieved_gbs.to_string(),
+                r.roof_pct.to_string(),
+                r.bound.name().to_string(),
+            ]);
         }
     }
-    o
+    table.csv(Quoting::Never)
 }
 
 pub fn json(h: &Head, secs: &[SectionReport]) -> anyhow::Result<String> {

@@ -6,6 +6,7 @@
 //! appears with several warm-ups, the row with the most warm-up steps stands for it.
 
 use crate::analysis::scaling::{choose, describe, fit_linear, warmup_axis, Pattern};
+use crate::export::table::{escape, MarkdownStyle, Table};
 use crate::record::sweep_row::{Row, RowSummary, Status};
 use crate::units::{ms, rate};
 use std::collections::BTreeMap;
@@ -63,15 +64,24 @@ fn configurations(rows: &[Row]) -> String {
         n if n == rows.len() => ("Peak MiB (CUDA allocated)", "host VmHWM MiB"),
         _ => ("Peak MiB (heap; CUDA: allocated)", "host VmHWM MiB"),
     };
-    let mut out = format!("## Configurations\n\n| # | Configuration | Status | Step ms (median) | CV % | tokens/s | samples/s | {peak} | {hwm} | Reason |\n|---|---|---|---|---|---|---|---|---|---|\n");
+    let mut table = Table::new([
+        "#",
+        "Configuration",
+        "Status",
+        "Step ms (median)",
+        "CV %",
+        "tokens/s",
+        "samples/s",
+        peak,
+        hwm,
+        "Reason",
+    ]);
     for r in rows {
         let s = r.summary.as_ref();
-        let _ = writeln!(
-            out,
-            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
-            r.index,
+        table.push([
+            r.index.to_string(),
             r.label(),
-            r.status.name(),
+            r.status.name().to_string(),
             s.map_or("".into(), |s| ms(s.step_median_ms)),
             s.and_then(|s| s.step_cv_pct)
                 .map_or("".into(), |c| format!("{c:.1}")),
@@ -80,10 +90,13 @@ fn configurations(rows: &[Row]) -> String {
             s.map_or("".into(), |s| mib(s.heap_peak_bytes as f64)),
             s.and_then(|s| s.rss_peak_bytes)
                 .map_or("".into(), |b| mib(b as f64)),
-            r.reason.as_deref().unwrap_or("").replace('|', "\\|"),
-        );
+            escape(r.reason.as_deref().unwrap_or("")),
+        ]);
     }
-    out
+    format!(
+        "## Configurations\n\n{}",
+        table.markdown(&MarkdownStyle::PLAIN)
+    )
 }
 
 /// One row per distinct (batch, seq): the one with the most warm-up.
@@ -114,18 +127,17 @@ fn batch_section(rs: &[&Row]) -> String {
             out,
             "Peak memory vs batch at seq {seq} (Peak MiB: heap peak; Avg MiB: mean heap live after each step; MiB = 2^20 bytes):\n"
         );
-        out.push_str("| Batch | Peak MiB | Avg MiB | samples/s |\n|---|---|---|---|\n");
+        let mut table = Table::new(["Batch", "Peak MiB", "Avg MiB", "samples/s"]);
         for r in rows {
             let s = summary(r);
-            let _ = writeln!(
-                out,
-                "| {} | {} | {} | {} |",
-                r.spec.batch,
+            table.push([
+                r.spec.batch.to_string(),
                 mib(s.heap_peak_bytes as f64),
                 mib(s.heap_avg_bytes as f64),
-                s.samples_per_s.map_or("".into(), rate)
-            );
+                s.samples_per_s.map_or("".into(), rate),
+            ]);
         }
+        out.push_str(&table.markdown(&MarkdownStyle::PLAIN));
         let xs: Vec<f64> = rows.iter().map(|r| r.spec.batch as f64).collect();
         let ys: Vec<f64> = rows
             .iter()
@@ -172,9 +184,7 @@ fn seq_section(rs: &[&Row]) -> String {
             out,
             "Peak memory vs sequence length at batch {batch} (Peak MiB: heap peak, 2^20 bytes):\n"
         );
-        out.push_str(
-            "| Seq | Batch | Peak MiB | Memory per token | Scaling |\n|---|---|---|---|---|\n",
-        );
+        let mut table = Table::new(["Seq", "Batch", "Peak MiB", "Memory per token", "Scaling"]);
         for (i, r) in rows.iter().enumerate() {
             let s = summary(r);
             let tokens = (r.spec.batch * r.spec.seq * r.spec.grad_accum.max(1)) as f64;
@@ -185,16 +195,15 @@ fn seq_section(rs: &[&Row]) -> String {
                     s.heap_peak_bytes as f64 / tokens / 1e3
                 ),
             };
-            let _ = writeln!(
-                out,
-                "| {} | {} | {} | {} | {} |",
-                r.spec.seq,
-                r.spec.batch,
+            table.push([
+                r.spec.seq.to_string(),
+                r.spec.batch.to_string(),
                 mib(s.heap_peak_bytes as f64),
                 per_token,
-                if i == 0 { scaling.as_str() } else { "" }
-            );
+                if i == 0 { scaling.clone() } else { String::new() },
+            ]);
         }
+        out.push_str(&table.markdown(&MarkdownStyle::PLAIN));
         if let Some(c) = &choice {
             let p = c.p_value.map_or("n/a".into(), |p| {
                 if p < 1e-3 {
@@ -244,13 +253,19 @@ fn warmup_section(rs: &[&Row]) -> String {
             out,
             "Warm-up axis at batch {batch}, seq {seq} (step times):\n"
         );
-        out.push_str("| Warm-up | n | Mean ms | Std ms | CV % | First / median of rest | First-iteration effect |\n|---|---|---|---|---|---|---|\n");
+        let mut table = Table::new([
+            "Warm-up",
+            "n",
+            "Mean ms",
+            "Std ms",
+            "CV %",
+            "First / median of rest",
+            "First-iteration effect",
+        ]);
         for w in &stats {
-            let _ = writeln!(
-                out,
-                "| {} | {} | {} | {} | {} | {} | {} |",
-                w.warmup,
-                w.n,
+            table.push([
+                w.warmup.to_string(),
+                w.n.to_string(),
                 ms(w.mean),
                 w.std.map_or("".into(), ms),
                 w.cv_pct.map_or("".into(), |c| format!("{c:.1}")),
@@ -260,8 +275,10 @@ fn warmup_section(rs: &[&Row]) -> String {
                 } else {
                     "no"
                 }
-            );
+                .to_string(),
+            ]);
         }
+        out.push_str(&table.markdown(&MarkdownStyle::PLAIN));
         out.push('\n');
     }
     out

@@ -1,8 +1,5 @@
 //! A plain table (title, header, rows of cells): what the summary, breakdown and peaks sections
-//! produce and the terminal and Markdown renderers draw.
+//! produce and the terminal, HTML and Markdown renderers draw. The type lives in `export::table`,
+//! beside the one Markdown and CSV writer; this name stays for the report files that use it.
 
-pub struct Table {
-    pub title: String,
-    pub header: Vec<String>,
-    pub rows: Vec<Vec<String>>,
-}
+pub use crate::export::table::Table;

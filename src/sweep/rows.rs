@@ -1,6 +1,7 @@
 //! Sweep rows (`record::sweep_row`) written: `--jsonl` appended and flushed as each configuration
 //! ends, `--csv` and `--markdown` at the end; and a Record's summary figures for its row.
 
+use crate::export::table::{Quoting, Table};
 use crate::record::sweep_row::{Row, RowSummary};
 use crate::record::Record;
 use crate::spec::Mode;
@@ -88,12 +89,11 @@ const CSV_HEADER: [&str; 20] = [
 ];
 
 pub fn to_csv(rows: &[Row]) -> anyhow::Result<String> {
-    let mut w = csv::Writer::from_writer(Vec::new());
-    w.write_record(CSV_HEADER)?;
+    let mut table = Table::new(CSV_HEADER);
     let opt = |v: Option<String>| v.unwrap_or_default();
     for r in rows {
         let s = r.summary.as_ref();
-        w.write_record([
+        table.push([
             r.index.to_string(),
             r.status.name().to_string(),
             opt(r.reason.clone()),
@@ -114,7 +114,7 @@ pub fn to_csv(rows: &[Row]) -> anyhow::Result<String> {
             opt(s.and_then(|s| s.rss_peak_bytes).map(|b| b.to_string())),
             opt(s.and_then(|s| s.tokens_per_s).map(|v| format!("{v:.1}"))),
             opt(s.and_then(|s| s.samples_per_s).map(|v| format!("{v:.3}"))),
-        ])?;
+        ]);
     }
-    Ok(String::from_utf8(w.into_inner()?)?)
+    table.csv(Quoting::Necessary)
 }

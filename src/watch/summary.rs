@@ -1,6 +1,7 @@
 //! What a finished watch writes: the closing text (peaks, how the command ended, GPU, notes), the
 //! `--csv` table (one row per sample and process, plus a `total` row) and the `--json` Record.
 
+use crate::export::table::{Quoting, Table};
 use crate::record::leak::LeakReport;
 use crate::record::leak::TargetRow;
 use crate::record::watch::{Peak, WatchFile, WATCH_SCHEMA};
@@ -77,9 +78,8 @@ pub fn closing_text(
 
 /// One row per sample and process, then the `total` row of that sample. GPU columns say
 /// `unavailable` when NVML is.
-pub fn to_csv(r: &WatchResult) -> String {
-    let mut w = ::csv::Writer::from_writer(Vec::new());
-    let _ = w.write_record([
+pub fn to_csv(r: &WatchResult) -> anyhow::Result<String> {
+    let mut table = Table::new([
         "time_s",
         "step",
         "pid",
@@ -101,7 +101,7 @@ pub fn to_csv(r: &WatchResult) -> String {
             None => ("unavailable".into(), "unavailable".into()),
         };
         for p in &s.processes {
-            let _ = w.write_record([
+            table.push([
                 format!("{:.3}", s.time_s),
                 step.clone(),
                 p.pid.to_string(),
@@ -117,7 +117,7 @@ pub fn to_csv(r: &WatchResult) -> String {
             ]);
         }
         let t = &s.total;
-        let _ = w.write_record([
+        table.push([
             format!("{:.3}", s.time_s),
             step,
             "total".into(),
@@ -132,7 +132,7 @@ pub fn to_csv(r: &WatchResult) -> String {
             gd,
         ]);
     }
-    String::from_utf8(w.into_inner().unwrap_or_default()).unwrap_or_default()
+    table.csv(Quoting::Necessary)
 }
 
 /// The `--json` Record: the verdict (as `analyze --json` writes it), targets, peaks, how the

@@ -12,7 +12,9 @@ reserved), plus the device memory outside PyTorch's allocator (the device's used
 cudaMemGetInfo less PyTorch's reserved bytes) read after CUDA's set-up, after the process group's
 first collective, and at the end. On the CPU (gloo) each rank runs under memscope's counting
 allocator (torchrun starts it through `python -m memscope run`): the peaks are counted malloc
-bytes, the heap a rank holds counted from before the model was built.
+bytes, the heap a rank holds counted from before the model was built and after one step of a
+one-layer copy of it (as the torch engine counts: the libraries' first-use set-up left out and
+reported as `first_use_bytes`).
 The models are memscope's presets (`memscope models --json`, the binary at MEMSCOPE_BIN),
 built as transformers' own classes (memscope._hf), fused AdamW where it runs.
 """
@@ -60,15 +62,31 @@ def worker(args):
     out["outside_after_first_collective"] = outside()
     device = torch.device(args.device, torch.cuda.current_device()) if cuda else torch.device("cpu")
 
-    from memscope import _native
+    from memscope import _contract, _native
     if not cuda and not _native.counter_active():
         sys.exit("on the CPU each rank must run under memscope's counting allocator: "
                  "this script's launcher starts torchrun with `-m memscope run`")
-    base = None if cuda else _native.counter_read()[0]
     cfg = json.loads(args.config)
+    if not cuda:
+        # As the torch engine does before it reads its baseline: one step of a one-layer copy
+        # of the model (the same widths, batch and sequence), then all of it dropped, so the
+        # libraries' first-use set-up (the workspace BLAS keeps, modules loaded lazily) is not
+        # counted as the run's; the bytes it left are reported apart.
+        import gc
+        before = _native.counter_read()[0]
+        one = _contract.read_type("ModelConfig", dict(cfg, n_layers=1))
+        m1 = _hf.build(torch, transformers, one, "sdpa")
+        o1, _ = _hf.make_adamw(torch, m1.parameters(), 1e-4, torch.float32)
+        x = torch.randint(0, cfg["vocab_size"], (args.batch, args.seq))
+        m1(input_ids=x, labels=x).loss.backward()
+        o1.step()
+        del m1, o1, x
+        gc.collect()
+        out["first_use_bytes"] = _native.counter_read()[0] - before
+    base = None if cuda else _native.counter_read()[0]
     torch.manual_seed(0)
     with torch.device(device):
-        model = _hf.build(torch, transformers, cfg, "sdpa")
+        model = _hf.build(torch, transformers, _contract.read_type("ModelConfig", cfg), "sdpa")
     model.train()
     blocks = model.transformer.h if cfg["family"] == "gpt2" else model.model.layers
     if args.plan == "ddp":

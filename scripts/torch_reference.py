@@ -394,7 +394,8 @@ def build_transformers(torch, cfg: dict):
     """Hugging Face transformers' own model for `cfg` (memscope's fields), SDPA attention, no
     dropout. Returns (model, forward(ids, past=None) -> (logits, past))."""
     import transformers as T  # noqa: PLC0415 - only this implementation needs it
-    hf, cls = _hf_models().hf_config(T, cfg, "sdpa")
+    from memscope import _contract  # noqa: PLC0415
+    hf, cls = _hf_models().hf_config(T, _contract.read_type("ModelConfig", cfg), "sdpa")
     model = cls(hf)
     impl = getattr(model.config, "_attn_implementation", None)
     if impl != "sdpa":

@@ -141,6 +141,40 @@ pub struct TorchRun {
     /// PyTorch's caching allocator (`torch.cuda.set_per_process_memory_fraction`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gpu_memory_limit_bytes: Option<u64>,
+    /// `estimate --nproc N --parallel PLAN`: the data-parallel job one rank of which is traced
+    /// (under a fake process group); absent for one process.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parallel: Option<Parallel>,
+}
+
+/// A data-parallel job: `world` ranks, each running the Spec's batch, under `plan`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct Parallel {
+    pub plan: ParallelPlan,
+    /// Ranks in the job (`--nproc`), at least 1.
+    pub world: usize,
+}
+
+/// How the ranks share the model (`--parallel`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum ParallelPlan {
+    /// `DistributedDataParallel`: every rank holds the whole model, its gradient buckets
+    /// (a second copy of the parameters' bytes) and its optimizer state.
+    Ddp,
+    /// FSDP2 (`fully_shard` on every transformer block, then on the root): parameters,
+    /// gradients and optimizer state split by rows over the ranks, each block's parameters
+    /// gathered while it runs and freed after its forward.
+    Fsdp,
+}
+
+impl ParallelPlan {
+    pub fn name(self) -> &'static str {
+        match self {
+            ParallelPlan::Ddp => "ddp",
+            ParallelPlan::Fsdp => "fsdp",
+        }
+    }
 }
 
 impl TorchRun {
@@ -491,7 +525,8 @@ mod tests {
         }
         assert!(TorchRun {
             device: "cuda:1".into(),
-            gpu_memory_limit_bytes: None
+            gpu_memory_limit_bytes: None,
+            parallel: None,
         }
         .is_cuda());
     }
@@ -511,6 +546,7 @@ mod tests {
         s.torch = Some(TorchRun {
             device: "cuda".into(),
             gpu_memory_limit_bytes: Some(16 << 30),
+            parallel: None,
         });
         assert_eq!(s.validate(), Ok(()));
         let back: Spec = serde_json::from_str(&serde_json::to_string(&s).unwrap()).unwrap();

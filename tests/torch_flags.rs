@@ -141,7 +141,7 @@ fn commands() -> Vec<Command> {
         Command {
             name: "estimate",
             // --threads picks the roofs the predicted step time reads.
-            honoured: with(&["--fits", "--json"]),
+            honoured: with(&["--fits", "--json", "--nproc", "--parallel"]),
             refused: &[
                 FUSION_NONE,
                 (

@@ -8,45 +8,45 @@ import math
 
 
 def hf_config(transformers, cfg, attention):
-    """The transformers config for memscope's ``cfg`` (a dict of ModelConfig's fields)."""
+    """The transformers config for memscope's ``cfg`` (ModelConfig read through the contract: a ``_contract.View``)."""
     T = transformers
-    fam = cfg["family"]
+    fam = cfg.family
     if fam == "gpt2":
-        hf = T.GPT2Config(vocab_size=cfg["vocab_size"], n_positions=cfg["max_seq_len"],
-                          n_embd=cfg["d_model"], n_layer=cfg["n_layers"], n_head=cfg["n_heads"],
-                          n_inner=cfg["d_ff"], layer_norm_epsilon=cfg["norm_eps"],
+        hf = T.GPT2Config(vocab_size=cfg.vocab_size, n_positions=cfg.max_seq_len,
+                          n_embd=cfg.d_model, n_layer=cfg.n_layers, n_head=cfg.n_heads,
+                          n_inner=cfg.d_ff, layer_norm_epsilon=cfg.norm_eps,
                           activation_function="gelu_new", resid_pdrop=0.0, embd_pdrop=0.0,
-                          attn_pdrop=0.0, tie_word_embeddings=cfg["tie_embeddings"],
+                          attn_pdrop=0.0, tie_word_embeddings=cfg.tie_embeddings,
                           bos_token_id=0, eos_token_id=0)
         cls = T.GPT2LMHeadModel
     elif fam == "llama":
-        rope = dict(cfg.get("rope_scaling") or {"rope_type": "default"})
-        rope["rope_theta"] = cfg["rope_theta"]
-        hf = T.LlamaConfig(vocab_size=cfg["vocab_size"], hidden_size=cfg["d_model"],
-                           intermediate_size=cfg["d_ff"], num_hidden_layers=cfg["n_layers"],
-                           num_attention_heads=cfg["n_heads"],
-                           num_key_value_heads=cfg["n_kv_heads"],
-                           max_position_embeddings=cfg["max_seq_len"],
-                           rms_norm_eps=cfg["norm_eps"], hidden_act="silu",
-                           rope_parameters=rope, rope_theta=cfg["rope_theta"],
-                           tie_word_embeddings=cfg["tie_embeddings"], attention_dropout=0.0,
+        rope = dict((cfg.rope_scaling.raw if cfg.rope_scaling else None) or {"rope_type": "default"})
+        rope["rope_theta"] = cfg.rope_theta
+        hf = T.LlamaConfig(vocab_size=cfg.vocab_size, hidden_size=cfg.d_model,
+                           intermediate_size=cfg.d_ff, num_hidden_layers=cfg.n_layers,
+                           num_attention_heads=cfg.n_heads,
+                           num_key_value_heads=cfg.n_kv_heads,
+                           max_position_embeddings=cfg.max_seq_len,
+                           rms_norm_eps=cfg.norm_eps, hidden_act="silu",
+                           rope_parameters=rope, rope_theta=cfg.rope_theta,
+                           tie_word_embeddings=cfg.tie_embeddings, attention_dropout=0.0,
                            bos_token_id=0, eos_token_id=0)
         cls = T.LlamaForCausalLM
-    elif fam == "bert" and cfg["type_vocab_size"] == 0:
-        hf = T.DistilBertConfig(vocab_size=cfg["vocab_size"], dim=cfg["d_model"],
-                                n_layers=cfg["n_layers"], n_heads=cfg["n_heads"],
-                                hidden_dim=cfg["d_ff"], max_position_embeddings=cfg["max_seq_len"],
+    elif fam == "bert" and cfg.type_vocab_size == 0:
+        hf = T.DistilBertConfig(vocab_size=cfg.vocab_size, dim=cfg.d_model,
+                                n_layers=cfg.n_layers, n_heads=cfg.n_heads,
+                                hidden_dim=cfg.d_ff, max_position_embeddings=cfg.max_seq_len,
                                 dropout=0.0, attention_dropout=0.0, activation="gelu",
-                                tie_word_embeddings=cfg["tie_embeddings"])
+                                tie_word_embeddings=cfg.tie_embeddings)
         cls = T.DistilBertForMaskedLM
     elif fam == "bert":
-        hf = T.BertConfig(vocab_size=cfg["vocab_size"], hidden_size=cfg["d_model"],
-                          num_hidden_layers=cfg["n_layers"], num_attention_heads=cfg["n_heads"],
-                          intermediate_size=cfg["d_ff"], max_position_embeddings=cfg["max_seq_len"],
-                          type_vocab_size=cfg["type_vocab_size"], layer_norm_eps=cfg["norm_eps"],
+        hf = T.BertConfig(vocab_size=cfg.vocab_size, hidden_size=cfg.d_model,
+                          num_hidden_layers=cfg.n_layers, num_attention_heads=cfg.n_heads,
+                          intermediate_size=cfg.d_ff, max_position_embeddings=cfg.max_seq_len,
+                          type_vocab_size=cfg.type_vocab_size, layer_norm_eps=cfg.norm_eps,
                           hidden_act="gelu", hidden_dropout_prob=0.0,
                           attention_probs_dropout_prob=0.0,
-                          tie_word_embeddings=cfg["tie_embeddings"])
+                          tie_word_embeddings=cfg.tie_embeddings)
         cls = T.BertForMaskedLM
     else:
         raise ValueError(f"config family {fam!r}: the torch engine builds gpt2, llama and bert")

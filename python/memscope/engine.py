@@ -35,24 +35,24 @@ def _tokens(np, spec, vocab):
     """A function giving each call's (batch, T) int64 array of token ids: seeded random ids, or
     the --data file's batch k at the k-th call, read by memscope's own reader (``_native``:
     ``src/input/tokens.rs``), so both engines train on the same windows."""
-    b, t = spec["batch"], spec["seq"]
-    rng = np.random.default_rng(spec["seed"])
-    data = spec.get("data")
+    b, t = spec.batch, spec.seq
+    rng = np.random.default_rng(spec.seed)
+    data = spec.data
     if not data:
         return lambda: rng.integers(0, vocab, size=(b, t), dtype=np.int64)
     from . import _native
     # Generation reads prompts: windows of the prompt's length, as memscope's engine does.
-    if spec["mode"] == "generate":
-        t = spec["prompt_len"]
+    if spec.mode == "generate":
+        t = spec.prompt_len
     try:
-        tokens = _native.TokenFile(str(data["path"]), data.get("bin_dtype"))
+        tokens = _native.TokenFile(str(data.path), data.bin_dtype)
     except ValueError as e:
         raise Refused(str(e)) from None
     calls = itertools.count()
 
     def windows():
         try:
-            flat = tokens.batch(next(calls), b, t, spec["seed"], vocab)
+            flat = tokens.batch(next(calls), b, t, spec.seed, vocab)
         except ValueError as e:
             raise Refused(str(e)) from None
         return np.asarray(flat, dtype=np.int64).reshape(b, t + 1)[:, :t]
@@ -60,8 +60,9 @@ def _tokens(np, spec, vocab):
 
 
 class Engine:
-    """One request's model, optimizer and step functions. ``trace=True``: for the estimator's
-    trace under FakeTensorMode (``trace.py``): nothing is set on the device."""
+    """One request's model, optimizer and step functions; ``request``: the request read through
+    the contract (``_contract.read``). ``trace=True``: for the estimator's trace under
+    FakeTensorMode (``trace.py``): nothing is set on the device."""
 
     def __init__(self, request, out, trace=False):
         import numpy as np
@@ -71,18 +72,18 @@ class Engine:
         from . import _hf
         self.np, self.torch, self.transformers, self.hf = np, torch, transformers, _hf
         self.out = out
-        self.spec = spec = request["spec"]
-        self.cfg = spec["config"]
-        target = spec["torch"]
-        self.device = torch.device(target["device"])
+        self.spec = spec = request.spec
+        self.cfg = spec.config
+        target = spec.torch
+        self.device = torch.device(target.device)
         if self.device.type == "cuda" and not trace:
             if not torch.cuda.is_available():
-                raise Refused(f"--device {target['device']}: this PyTorch ({torch.__version__}) "
+                raise Refused(f"--device {target.device}: this PyTorch ({torch.__version__}) "
                               "sees no CUDA GPU; use --device cpu")
             if self.device.index is None:
                 self.device = torch.device("cuda", torch.cuda.current_device())
             torch.cuda.set_device(self.device)
-            limit = target.get("gpu_memory_limit_bytes")
+            limit = target.gpu_memory_limit_bytes
             if limit:
                 total = torch.cuda.get_device_properties(self.device).total_memory
                 if limit > total:
@@ -91,23 +92,26 @@ class Engine:
                 torch.cuda.set_per_process_memory_fraction(limit / total, self.device)
         elif self.device.type == "cuda" and self.device.index is None:
             self.device = torch.device("cuda", 0)
-        self.limit = target.get("gpu_memory_limit_bytes")
+        self.limit = target.gpu_memory_limit_bytes
         if not trace:
-            torch.set_num_threads(spec["threads"])
-        self.variant = v = spec.get("variant") or {}
-        self.dtype = getattr(torch, DTYPES[spec["dtype"]])
-        self.mixed = v.get("precision") == "mixed"
-        self.mode = spec["mode"]
+            torch.set_num_threads(spec.threads)
+        self.variant = v = spec.variant
+        self.dtype = getattr(torch, DTYPES[spec.dtype])
+        self.mixed = v.precision == "mixed"
+        self.mode = spec.mode
         self.session = None
         self.stop = _Stop()  # main() installs its handlers for the whole run
         self._past = None  # the KV cache while a generation runs
         self.phase = None  # name -> context manager marking that phase
-        self.expected = request["expected_params"]
+        self.expected = request.expected_params
+        # model -> None: what wraps the model before its optimizer is made (the trace's
+        # FSDP2 `fully_shard`); None: nothing.
+        self.wrap = None
 
     def build(self):
         torch, v = self.torch, self.variant
-        torch.manual_seed(self.spec["seed"])
-        attention = "eager" if v.get("attention") == "naive" else "sdpa"
+        torch.manual_seed(self.spec.seed)
+        attention = "eager" if v.attention == "naive" else "sdpa"
         # Built in place, in the dtype it runs in (f32 masters under mixed precision), on the
         # device: no copy made by Module.to().
         prev = torch.get_default_dtype()
@@ -120,24 +124,26 @@ class Engine:
         n = sum(p.numel() for p in model.parameters())
         if n != self.expected:
             raise Refused(f"transformers' {type(model).__name__} has {n} parameters; memscope's "
-                          f"{self.spec['model']} has {self.expected}: the two models differ, so "
+                          f"{self.spec.model} has {self.expected}: the two models differ, so "
                           "their figures could not be compared")
         train = self.mode == "train"
         model.train(train)
-        if v.get("checkpoint"):
+        if v.checkpoint:
             model.gradient_checkpointing_enable(
                 gradient_checkpointing_kwargs={"use_reentrant": False})
+        if self.wrap is not None:
+            self.wrap(model)
         self.model = model
         self.optimizer = None
         if train:
             self.optimizer, self.optimizer_impl = self.hf.make_adamw(
-                torch, model.parameters(), self.spec["lr"], next(model.parameters()).dtype)
+                torch, model.parameters(), self.spec.lr, next(model.parameters()).dtype)
         self.forward = model
         # The KV cache's keyword: `cache` in newer transformers, `past_key_values` before.
         import inspect
         params = inspect.signature(model.forward).parameters
         self.cache_kw = "cache" if "cache" in params else "past_key_values"
-        if v.get("fusion") == "compile":
+        if v.fusion == "compile":
             self.forward = torch.compile(model)
 
     def traced_steps(self, ids, set_phase, end_phase):
@@ -163,22 +169,22 @@ class Engine:
         libraries set up on first use (modules loaded lazily, kernels' one-time set-up, the
         workspace BLAS keeps after its first products of these shapes) is in place before the
         run's baseline is read, so it is not counted as the run's."""
-        cfg = dict(self.cfg, n_layers=1, name="prime")
+        cfg = self.cfg.replace(n_layers=1, name="prime")
         full = (self.cfg, self.expected, self.spec, self.variant)
-        spec = dict(self.spec, grad_accum=1, new_tokens=min(2, self.spec.get("new_tokens") or 0))
-        spec["variant"] = dict(spec.get("variant") or {}, fusion="full")
-        self.cfg, self.spec, self.variant = cfg, spec, spec["variant"]
+        spec = self.spec.replace(grad_accum=1, new_tokens=min(2, self.spec.new_tokens or 0),
+                                 variant=self.spec.variant.replace(fusion="full"))
+        self.cfg, self.spec, self.variant = cfg, spec, spec.variant
         try:
             torch = self.torch
             torch.manual_seed(0)
-            attention = "eager" if self.variant.get("attention") == "naive" else "sdpa"
+            attention = "eager" if self.variant.attention == "naive" else "sdpa"
             with torch.device("meta"):
                 model = self.hf.build(torch, self.transformers, cfg, attention)
             self.expected = sum(p.numel() for p in model.parameters())
             del model
             self.build()
             self.phase = _no_phase
-            ids = torch.randint(0, cfg["vocab_size"], (spec["batch"], spec["seq"]),
+            ids = torch.randint(0, cfg.vocab_size, (spec.batch, spec.seq),
                                 device=self.device)
             {"train": self.train_step, "infer": self.infer_step,
              "generate": self.generate_step}[self.mode](lambda: ids)
@@ -212,19 +218,18 @@ class Engine:
         gc.collect()
         base = _native.counter_read()[0] if counting else 0
         self.build()
-        vocab = self.cfg["vocab_size"]
+        cfg = self.cfg
+        vocab = cfg.vocab_size
         batches = _tokens(self.np, spec, vocab)
-        warmup, steps = spec["warmup"], spec["steps"]
-        fields = {"spec": {k: v for k, v in spec.items() if k != "engine"},
-                  "model": {"name": spec["model"], "family": self.cfg["family"],
-                            "n_layers": self.cfg["n_layers"], "d_model": self.cfg["d_model"],
-                            "n_heads": self.cfg["n_heads"], "vocab_size": vocab}}
-        seq = spec["seq"]
+        warmup, steps = spec.warmup, spec.steps
+        fields = {"spec": {k: v for k, v in spec.raw.items() if k != "engine"},
+                  "model": {"name": spec.model, "family": cfg.family, "n_layers": cfg.n_layers,
+                            "d_model": cfg.d_model, "n_heads": cfg.n_heads, "vocab_size": vocab}}
+        seq = spec.seq
         s = Session(self.model, self.optimizer, record=None, warmup=warmup, device=self.device,
-                    batch=spec["batch"], seq=seq, auto_phases=False,
-                    by_module=spec["variant"].get("fusion") != "compile"
-                    if spec.get("variant") else True,
-                    name=spec["model"], record_fields=fields, exclude_baseline=False)
+                    batch=spec.batch, seq=seq, auto_phases=False,
+                    by_module=spec.variant.fusion != "compile",
+                    name=spec.model, record_fields=fields, exclude_baseline=False)
         if self.mode == "generate":
             s.mean_phases.add("decode")
             # The KV cache is its own category: the unique storages of the cache's keys and
@@ -238,7 +243,7 @@ class Engine:
         self.phase = s.phase
         step_fn = {"train": self.train_step, "infer": self.infer_step,
                    "generate": self.generate_step}[self.mode]
-        fixed = self.ids(batches) if not spec.get("data") else None
+        fixed = self.ids(batches) if not spec.data else None
         draw = (lambda: fixed) if fixed is not None else (lambda: self.ids(batches))
         stop = self.stop
         # The handlers (installed in main(), before the model is built) stay until the Record
@@ -291,7 +296,7 @@ class Engine:
         Random ids: one batch drawn once, as memscope's engine does; --data: a window each."""
         phase = self.phase
         losses = []
-        accum = self.spec["grad_accum"]
+        accum = self.spec.grad_accum
         for _ in range(accum):
             ids = draw()
             with phase("forward"), self.autocast():
@@ -314,14 +319,14 @@ class Engine:
 
     def generate_step(self, draw):
         s, torch = self, self.torch
-        ids = draw()[:, :self.spec["prompt_len"]]
+        ids = draw()[:, :self.spec.prompt_len]
         with torch.no_grad(), self.autocast():
             with s.phase("prefill"):
                 out = self.forward(input_ids=ids, use_cache=True)
                 past = self._past = _cache_of(out)
                 nxt = out.logits[:, -1:].argmax(-1)
             del out
-            for _ in range(self.spec["new_tokens"]):
+            for _ in range(self.spec.new_tokens):
                 with s.phase("decode"):
                     out = self.forward(input_ids=nxt, use_cache=True,
                                        **{self.cache_kw: past})
@@ -521,15 +526,14 @@ def open_protocol(what):
 def answer_once(what, fn, request=None, answer=None):
     """The main of a module run once (the trace, the peaks): the request in, ``fn(request)``'s
     answer out as one JSON line; a refusal said on stderr (exit code 2). ``request`` and
-    ``answer`` name their messages in the contract (``_contract``) where they have one."""
+    ``answer`` name their messages in the contract (``_contract``) where they have one: the
+    request is then given to ``fn`` read through it (``_contract.read``)."""
     opened = open_protocol(what)
     if opened is None:
         return 2
     out, received = opened
     try:
-        if request:
-            _contract.check(request, received)
-        result = fn(received)
+        result = fn(_contract.read(request, received) if request else received)
         if answer:
             _contract.check(answer, result)
     except (Refused, _contract.ContractError) as e:
@@ -548,7 +552,7 @@ def main():
     import torch
     engine = None
     try:
-        _contract.check("request", request)
+        request = _contract.read("request", request)
         with _Stop() as stop:
             engine = Engine(request, out)
             engine.stop = stop

@@ -187,8 +187,8 @@ def profile(request):
     step_fn = {"train": eng.train_step, "infer": eng.infer_step,
                "generate": eng.generate_step}[eng.mode]
     # The engine's batches: seeded random ids drawn once, or a window of --data each step.
-    batches = _tokens(eng.np, spec, eng.cfg["vocab_size"])
-    fixed = eng.ids(batches) if not spec.get("data") else None
+    batches = _tokens(eng.np, spec, eng.cfg.vocab_size)
+    fixed = eng.ids(batches) if not spec.data else None
     draw = (lambda: fixed) if fixed is not None else (lambda: eng.ids(batches))
 
     def run(into, timed):
@@ -209,12 +209,12 @@ def profile(request):
 
     plain, profiled = {}, {}
     try:
-        for _ in range(spec["warmup"]):
+        for _ in range(spec.warmup):
             run(plain, False)
         plain.clear()
         # Plain and profiled steps alternate, so a drift of the machine's speed (its allocator
         # and pages still warming, another process) weighs on both alike.
-        for _ in range(spec["steps"]):
+        for _ in range(spec.steps):
             run(plain, False)
             run(profiled, True)
     finally:
@@ -224,7 +224,7 @@ def profile(request):
             "device_name": torch.cuda.get_device_name(dev) if dev.type == "cuda" else "",
             "torch": torch.__version__,
             "param_bytes": sum(p.numel() * p.element_size() for p in eng.model.parameters()),
-            "steps": spec["steps"], "plain": plain, "profiled": profiled,
+            "steps": spec.steps, "plain": plain, "profiled": profiled,
             "ops": [[ph, mod, op, [list(i) for i in ins], [list(o) for o in outs], list(fl), n, s]
                     for (ph, mod, op, ins, outs, fl), (n, s) in timer.ops.items()]}
 

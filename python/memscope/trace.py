@@ -17,7 +17,7 @@ the optimizer's state, not the first that makes it) by signature:
 import sys
 import weakref
 
-from .engine import _cache_tensors, answer_once
+from .engine import Refused, _cache_tensors, answer_once
 
 REPLAYED_MICRO_BATCHES = 3
 
@@ -70,7 +70,9 @@ class Tracer:
 
     def note(self, t, block=None):
         """A tensor an op returned: its storage's block is allocated when first seen (or is
-        ``block``), and freed once no tensor on any of the block's storages is left."""
+        ``block``), and freed once no tensor on any of the block's storages is left. A DTensor
+        (FSDP2's sharded parameters, gradients and optimizer state) is its rank's local tensor."""
+        t = _local(t)
         st = t.untyped_storage()
         key = st._cdata
         if key in self.held:
@@ -130,9 +132,92 @@ class Tracer:
         b = e[0]
         b[3] -= 1
         if b[3] == 0:
-            self.cur -= b[1]
-            self.by_phase[b[2]] -= b[1]
-            self.events.append(-(b[0] + 1))
+            self._free(b)
+
+    def _free(self, b):
+        if b[1] is None:
+            return  # resized to nothing already (``resized``)
+        self.cur -= b[1]
+        self.by_phase[b[2]] -= b[1]
+        self.events.append(-(b[0] + 1))
+        b[1] = None
+
+    def resized(self, storage, n):
+        """``storage.resize_(n)`` on a storage the steps made (FSDP2 frees a gathered
+        parameter's bytes by resizing its storage to 0 and gathers it again into the same
+        storage): to 0 frees its block; from 0 allocates a new one in the running phase."""
+        e = self.live.get(storage._cdata)
+        if e is None or e[0][3] != 1:
+            return
+        b = e[0]
+        if n == 0:
+            self._free(b)
+        elif b[1] is None:
+            nb = self._allocate(n)
+            nb[3] = 1
+            e[0] = nb
+
+
+def _local(t):
+    """A DTensor's local tensor (this rank's shard); any other tensor as it is."""
+    inner = getattr(t, "_local_tensor", None)
+    return inner if inner is not None else t
+
+
+def _fake_process_group(torch, world):
+    """Rank 0 of ``world`` ranks under PyTorch's fake process group (its own tests' backend):
+    collectives return at once and move nothing, so one process traces one rank's steps."""
+    import torch.distributed as dist
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+    if not dist.is_initialized():
+        dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=world)
+
+
+def _blocks(model):
+    """The model's transformer blocks: the modules whose class transformers names as never
+    split across devices (``_no_split_modules``: ``GPT2Block``, ``LlamaDecoderLayer``, …)."""
+    names = set(getattr(model, "_no_split_modules", None) or [])
+    return [m for m in model.modules() if type(m).__name__ in names]
+
+
+def _fully_shard(torch, world, device):
+    """FSDP2 as its users apply it: ``fully_shard`` on every block, then on the root."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    # Made before the trace's FakeTensorMode: the mesh's ranks are a real tensor.
+    mesh = init_device_mesh(device.type, (world,))
+
+    def wrap(model):
+        blocks = _blocks(model)
+        if not blocks:
+            raise Refused(f"--parallel fsdp: {type(model).__name__} names no transformer "
+                          "blocks to shard (its _no_split_modules is empty)")
+        for b in blocks:
+            fully_shard(b, mesh=mesh)
+        fully_shard(model, mesh=mesh)
+    return wrap
+
+
+def _ddp_buckets(torch, model):
+    """The bytes of each of DDP's gradient buckets for ``model`` as its reducer allocates them
+    when the model is wrapped: its parameters that take gradients (shared ones once) assigned by
+    DDP's own function (``dist._compute_bucket_assignment_by_size``) under the limits DDP uses
+    for its first iteration with its defaults (every parameter of a dtype in one bucket, as
+    ``_BucketCapacityConfig`` sets when unused parameters are not searched for). From its second
+    iteration the reducer rebuilds its buckets in the order gradients arrived, 25 MiB each: the
+    same bytes in more pieces."""
+    import sys as _sys
+
+    import torch.distributed as dist
+    seen, params = set(), []
+    for p in model.parameters():
+        if p.requires_grad and id(p) not in seen:
+            seen.add(id(p))
+            params.append(p)
+    buckets, _ = dist._compute_bucket_assignment_by_size(params, [_sys.maxsize],
+                                                         [False] * len(params))
+    return [sum(params[i].numel() * params[i].element_size() for i in b) for b in buckets]
 
 
 def _mode(torch, tracer):
@@ -203,36 +288,43 @@ def trace(request):
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     from .engine import Engine
-    spec = request["spec"]
+    spec = request.spec
     # Micro-batches after the second leave the trace exactly as they found it (gradients
     # accumulate in place), so at most three are traced, as memscope's own estimate replays
     # them: an estimate's cost does not grow with --grad-accum.
-    if spec.get("grad_accum", 1) > REPLAYED_MICRO_BATCHES:
-        spec = dict(spec, grad_accum=REPLAYED_MICRO_BATCHES)
-        request = dict(request, spec=spec)
-    device = spec["torch"]["device"]
+    if spec.grad_accum > REPLAYED_MICRO_BATCHES:
+        spec = spec.replace(grad_accum=REPLAYED_MICRO_BATCHES)
+        request = request.replace(spec=spec)
+    device = spec.torch.device
     traced_on = device
     if device.startswith("cuda") and not torch.cuda.is_available():
         # No GPU to dispatch as: trace with the CPU's kernels (the same modules, saved tensors
         # and SDPA log-sum-exp); memscope replays the sequence under CUDA's allocator rules.
         traced_on = "cpu"
-        request = dict(request, spec=dict(spec, torch=dict(spec["torch"], device="cpu")))
+        request = request.replace(spec=spec.replace(torch=spec.torch.replace(device="cpu")))
+    parallel = spec.torch.parallel
+    if parallel is not None:
+        _fake_process_group(torch, parallel.world)
     fake = FakeTensorMode(allow_non_fake_inputs=False)
     # Fake parameters cannot be swapped in place by Module.to(): assign the converted ones.
     torch.__future__.set_overwrite_module_params_on_conversion(True)
     eng = Engine(request, out=None, trace=True)
+    if parallel is not None and parallel.plan == "fsdp":
+        eng.wrap = _fully_shard(torch, parallel.world, eng.device)
     with fake:
         eng.build()
+    buckets = _ddp_buckets(torch, eng.model) if parallel is not None and \
+        parallel.plan == "ddp" else []
     tr = Tracer(torch)
     _dtype_names(torch)
     params = list(eng.model.parameters())
-    tr.held = {t.untyped_storage()._cdata for t in params + list(eng.model.buffers())}
+    tr.held = {_local(t).untyped_storage()._cdata for t in params + list(eng.model.buffers())}
 
     def sizes(tensors):
         """Bytes of each unique storage (by its C handle: fake storages have no address)."""
         seen, out = set(), []
         for t in tensors:
-            st = t.untyped_storage()
+            st = _local(t).untyped_storage()
             if st._cdata not in seen:
                 seen.add(st._cdata)
                 out.append(st.nbytes())
@@ -244,19 +336,31 @@ def trace(request):
         return {"gradients": sum(sizes(p.grad for p in params if p.grad is not None)),
                 "kv_cache": sum(sizes(_cache_tensors(eng._past, torch)))}
     tr.on_peak = figures
-    ids = torch.randint(0, spec["config"]["vocab_size"], (spec["batch"], spec["seq"]))
+    ids = torch.randint(0, spec.config.vocab_size, (spec.batch, spec.seq))
     with fake:
         ids = fake.from_tensor(ids).to(eng.device)
-    with fake, _mode(torch, tr):
-        eng.traced_steps(ids, tr.set_phase, tr.end_phase)
-        tr.end_phase()
+    # FSDP2 frees a gathered parameter by resizing its storage to nothing, and gathers it again
+    # into the same storage: each resize is an allocation or a free.
+    resize = torch.UntypedStorage.resize_
+
+    def resized(st, n):
+        out = resize(st, n)
+        tr.resized(st, n)
+        return out
+    torch.UntypedStorage.resize_ = resized
+    try:
+        with fake, _mode(torch, tr):
+            eng.traced_steps(ids, tr.set_phase, tr.end_phase)
+            tr.end_phase()
+    finally:
+        torch.UntypedStorage.resize_ = resize
     # What the model held before the first step, in the order it was built.
     cap = None
     if device.startswith("cuda") and torch.cuda.is_available():
         cap = list(torch.cuda.get_device_capability(torch.device(device)))
     return {"traced_on": traced_on, "cuda_capability": cap,
             "params": sum(p.numel() for p in params), "param_sizes": sizes(params),
-            "buffer_sizes": sizes(eng.model.buffers()),
+            "buffer_sizes": sizes(eng.model.buffers()), "bucket_sizes": buckets,
             "events": tr.events, "peak": tr.at_peak or {}, "ends": tr.ends,
             "steps": 1,
             "ops": [[ph, op, [list(i) for i in ins], [list(o) for o in outs], list(fl), n]

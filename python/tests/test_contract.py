@@ -61,3 +61,29 @@ def test_the_engine_refuses_a_request_that_breaks_the_contract_naming_the_field(
     p = subprocess.run([sys.executable, "-m", "memscope.trace"], input=json.dumps(request),
                        capture_output=True, text=True, timeout=120)
     assert p.returncode == 2 and "request: missing 'expected_params'" in p.stderr, p.stderr
+
+
+def test_a_request_reads_by_the_contract_s_field_names_and_nothing_else(memscope_bin, tmp_path):
+    capture = tmp_path / "capture.sh"
+    capture.write_text(f"#!/bin/sh\ncat > {tmp_path}/request.json\nexit 3\n")
+    capture.chmod(0o755)
+    subprocess.run([memscope_bin, "bench", "--engine", "torch", "--model", "tiny-llama",
+                    "--batch", "3", "--seq", "16", "--steps", "1"],
+                   env={"MEMSCOPE_PYTHON": str(capture), "PATH": "/usr/bin:/bin"},
+                   capture_output=True, timeout=60)
+    raw = json.loads((tmp_path / "request.json").read_text())
+    request = _contract.read("request", raw)
+    spec = request.spec
+    assert (spec.batch, spec.seq, spec.config.family, spec.torch.device) == (3, 16, "llama", "cpu")
+    # Left out by the Rust side: null where the type allows it, serde's default object otherwise.
+    assert spec.data is None and spec.variant.fusion is None and spec.variant.raw == {}
+    with pytest.raises(AttributeError, match=r"request\.spec has no field 'batch_size'"):
+        spec.batch_size
+    with pytest.raises(AttributeError, match="read-only"):
+        spec.batch = 4
+    changed = spec.replace(batch=4, variant=spec.variant.replace(fusion="full"))
+    assert (changed.batch, changed.variant.fusion, spec.batch) == (4, "full", 3)
+    with pytest.raises(AttributeError, match="no field 'batches'"):
+        spec.replace(batches=4)
+    with pytest.raises(_contract.ContractError, match=r"request\.spec\.mode"):
+        _contract.read("request", dict(raw, spec=dict(raw["spec"], mode="fly")))

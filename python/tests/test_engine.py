@@ -270,15 +270,20 @@ def test_the_torch_engine_reads_memscope_s_own_windows(tmp_path):
     ids = np.arange(3000, dtype=np.uint32)  # each id is its position
     path = tmp_path / "tok.bin"
     ids.tofile(path)
-    spec = {"batch": 3, "seq": 16, "seed": 7, "mode": "train", "prompt_len": 8,
-            "data": {"path": str(path), "bin_dtype": "u32"}}
-    draw = _tokens(np, spec, 4000)
+    fields = {"batch": 3, "seq": 16, "seed": 7, "mode": "train", "prompt_len": 8,
+              "data": {"path": str(path), "bin_dtype": "u32"}}
+
+    def spec(**changed):
+        # The engine reads its Spec through the contract (the request's, by field name).
+        from memscope._contract import View, schema
+        return View(dict(fields, **changed), schema()["$defs"]["Spec"], "spec")
+    draw = _tokens(np, spec(), 4000)
     for k in range(4):
         got = draw()
         starts = [splitmix64(7, k * 3 + r) % (3000 - 16) for r in range(3)]
         assert got.dtype == np.int64 and got.shape == (3, 16)
         assert got.tolist() == [list(range(s, s + 16)) for s in starts], k
     # Generation reads windows of the prompt's length.
-    gen = _tokens(np, dict(spec, mode="generate"), 4000)()
+    gen = _tokens(np, spec(mode="generate"), 4000)()
     assert gen.shape == (3, 8)
     assert gen[:, 0].tolist() == [splitmix64(7, r) % (3000 - 8) for r in range(3)]

@@ -122,6 +122,7 @@ impl EngineArgs {
             Engine::Torch => Ok(Some(TorchRun {
                 device,
                 gpu_memory_limit_bytes: None,
+                parallel: None,
             })),
             Engine::Candle if device != "cpu" => Err(SpecError::DeviceNeedsTorch(device).into()),
             Engine::Candle => Ok(None),

@@ -17,6 +17,9 @@ pub struct TorchEstimateFile {
     /// `--fits`: the budget, bytes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub budget_bytes: Option<u64>,
+    /// `--nproc --parallel`: the job whose rank 0 every figure is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parallel: Option<crate::spec::Parallel>,
 }
 
 impl TorchEstimateFile {
@@ -37,7 +40,9 @@ pub struct TorchEstimate {
     /// backward made), optimizer_state (after the step), activations (what the last forward
     /// left live), kv_cache (generate: what prefill and decode keep), runtime_buffers (the
     /// model's buffers), temporaries (the rest of the peak beyond the categories alive in its
-    /// phase).
+    /// phase); under `--parallel ddp` also gradient_buckets (DDP's reducer's flat buckets,
+    /// allocated when the model is wrapped and held). Under `--parallel fsdp` parameters,
+    /// gradients and optimizer state are rank 0's shards.
     pub categories: BTreeMap<String, u64>,
     /// The allocated peak: tensor storages' bytes (on CUDA rounded as the caching allocator
     /// counts them, to 512 B).

@@ -6,7 +6,7 @@ use crate::units::{bytes, thousands};
 use comfy_table::{presets::UTF8_FULL_CONDENSED, CellAlignment, Table};
 use std::fmt::Write;
 
-const CATEGORIES: [&str; 7] = [
+const CATEGORIES: [&str; 8] = [
     "parameters",
     "gradients",
     "optimizer_state",
@@ -14,6 +14,7 @@ const CATEGORIES: [&str; 7] = [
     "kv_cache",
     "temporaries",
     "runtime_buffers",
+    "gradient_buckets",
 ];
 
 pub fn render(f: &TorchEstimateFile) -> String {
@@ -32,12 +33,26 @@ pub fn render(f: &TorchEstimateFile) -> String {
         first.device,
         thousands(first.params)
     );
+    if let Some(p) = &f.parallel {
+        let how = match p.plan {
+            crate::spec::ParallelPlan::Ddp => "DistributedDataParallel: every rank holds the whole model, its gradient buckets and its optimizer state",
+            crate::spec::ParallelPlan::Fsdp => "FSDP2, fully_shard on every block and the root: parameters, gradients and optimizer state split by rows; rank 0 holds the largest shards",
+        };
+        let _ = writeln!(
+            out,
+            "One rank of {} ({how}), traced under a fake process group; each rank runs batch {}. Collectives move no bytes in the trace: their buffers are counted, their time is not.\n",
+            p.world, f.batch
+        );
+    }
     let mut t = Table::new();
     t.load_preset(UTF8_FULL_CONDENSED);
     let mut header = vec!["category (as a run measures it)".to_string()];
     header.extend(f.by_dtype.keys().cloned());
     t.set_header(header);
     for c in CATEGORIES {
+        if c == "gradient_buckets" && f.parallel.is_none() {
+            continue;
+        }
         let mut row = vec![c.replace('_', " ")];
         row.extend(
             f.by_dtype

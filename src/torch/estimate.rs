@@ -24,8 +24,13 @@ pub(crate) struct Trace {
     #[serde(default)]
     cuda_capability: Option<(u32, u32)>,
     params: u64,
+    /// Each parameter's storage as the rank holds it (under FSDP its shard).
     param_sizes: Vec<u64>,
     buffer_sizes: Vec<u64>,
+    /// `--parallel ddp`: the reducer's flat gradient buckets (DDP's own bucket assignment),
+    /// allocated when the model is wrapped and held from then on.
+    #[serde(default)]
+    bucket_sizes: Vec<u64>,
     /// `n ≥ 0` allocates n bytes as the next block id; `-(id + 1)` frees block `id`.
     events: Vec<i64>,
     peak: TracePeak,
@@ -164,6 +169,7 @@ fn replay(t: &Trace, device: &str, limit: Option<u64>, workspaces: &[u64]) -> To
     let count = |n: u64| if cuda { round_size(n) } else { n };
     let param_bytes: u64 = t.param_sizes.iter().map(|&n| count(n)).sum();
     let buffer_bytes: u64 = t.buffer_sizes.iter().map(|&n| count(n)).sum();
+    let bucket_bytes: u64 = t.bucket_sizes.iter().map(|&n| count(n)).sum();
     let mut alloc = CachingAllocator::new(limit);
     let mut oom = None;
     let mut handles = Vec::with_capacity(t.events.len());
@@ -183,7 +189,7 @@ fn replay(t: &Trace, device: &str, limit: Option<u64>, workspaces: &[u64]) -> To
             None
         }
     };
-    for &n in t.param_sizes.iter().chain(&t.buffer_sizes) {
+    for &n in t.param_sizes.iter().chain(&t.buffer_sizes).chain(&t.bucket_sizes) {
         try_malloc(&mut alloc, n, &mut oom);
     }
     for &n in workspaces {
@@ -230,7 +236,7 @@ fn replay(t: &Trace, device: &str, limit: Option<u64>, workspaces: &[u64]) -> To
         "prefill" | "decode" => kv_cache,
         _ => state_at_peak + activations,
     };
-    let categories = BTreeMap::from([
+    let mut categories = BTreeMap::from([
         ("parameters".to_string(), param_bytes),
         ("gradients".to_string(), gradients),
         ("optimizer_state".to_string(), optimizer),
@@ -239,11 +245,14 @@ fn replay(t: &Trace, device: &str, limit: Option<u64>, workspaces: &[u64]) -> To
         ("runtime_buffers".to_string(), buffer_bytes + workspaces),
         ("temporaries".to_string(), p.live.saturating_sub(named)),
     ]);
+    if !t.bucket_sizes.is_empty() {
+        categories.insert("gradient_buckets".to_string(), bucket_bytes);
+    }
     TorchEstimate {
         device: device.to_string(),
         params: t.params,
         categories,
-        peak_bytes: param_bytes + buffer_bytes + workspaces + peak,
+        peak_bytes: param_bytes + buffer_bytes + bucket_bytes + workspaces + peak,
         peak_phase: p.phase.clone(),
         reserved_peak_bytes: cuda.then_some(alloc.peak_reserved),
         out_of_memory: oom,

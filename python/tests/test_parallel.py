@@ -1,0 +1,66 @@
+"""`estimate --engine torch --nproc N --parallel PLAN`: one rank of a data-parallel job traced in
+one process under PyTorch's fake process group, with real `fully_shard` and DDP's own bucket
+assignment. What these check is exact (bytes); the prediction against torchrun's measured ranks
+is scripts/check_parallel.py's table (docs/parallel.md)."""
+
+import json
+import math
+import subprocess
+
+import pytest
+
+from memscope import _contract, _hf, _native
+
+
+def estimate(memscope_bin, tmp_path, *extra):
+    out = tmp_path / "est.json"
+    p = subprocess.run([memscope_bin, "estimate", "--engine", "torch", "--model", "tiny-gpt2",
+                        "--batch", "2", "--seq", "32", "--json", str(out), *extra],
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    return json.loads(out.read_text())["by_dtype"]["f32"], p.stdout
+
+
+def parameters_on_meta():
+    import torch
+    import transformers
+    text, _ = _native.model_config("tiny-gpt2", None)
+    cfg = _contract.read_type("ModelConfig", json.loads(text))
+    with torch.device("meta"):
+        return list(_hf.build(torch, transformers, cfg, "sdpa").parameters())
+
+
+def test_fsdp_gives_rank_0_its_padded_row_shards_to_the_byte(memscope_bin, tmp_path):
+    # Three ranks: 1,000 vocabulary rows and 256 positions do not split evenly, so rank 0's
+    # shards are the padded ceil(rows / 3) rows FSDP2 allocates.
+    e, text = estimate(memscope_bin, tmp_path, "--nproc", "3", "--parallel", "fsdp")
+    params = parameters_on_meta()
+    shard = sum(math.ceil(p.shape[0] / 3) * (p.numel() // p.shape[0]) * 4 for p in params)
+    assert shard < sum(p.numel() * 4 for p in params) / 3 + 4 * 1000 * 128
+    c = e["categories"]
+    assert c["parameters"] == shard, (c, shard)
+    assert c["gradients"] == shard, c
+    # AdamW's two moments per shard, and one 4-byte step counter per parameter.
+    assert c["optimizer_state"] == 2 * shard + 4 * len(params), c
+    assert "One rank of 3 (FSDP2" in text, text
+
+
+def test_ddp_adds_its_gradient_buckets_to_one_process_s_peak_to_the_byte(memscope_bin,
+                                                                         tmp_path):
+    alone, _ = estimate(memscope_bin, tmp_path)
+    ddp, text = estimate(memscope_bin, tmp_path, "--nproc", "2", "--parallel", "ddp")
+    param_bytes = sum(p.numel() * 4 for p in parameters_on_meta())
+    assert ddp["categories"]["gradient_buckets"] == param_bytes
+    assert ddp["categories"]["parameters"] == alone["categories"]["parameters"] == param_bytes
+    assert ddp["peak_bytes"] == alone["peak_bytes"] + param_bytes
+    assert "gradient buckets" in text, text
+
+
+@pytest.mark.parametrize("extra,needle", [
+    (["--nproc", "2"], "--nproc 2: say how the ranks share the model"),
+    (["--nproc", "2", "--parallel", "tp:2"], "tensor parallelism is not predicted yet"),
+])
+def test_a_job_the_trace_cannot_honour_is_refused_by_flag(memscope_bin, extra, needle):
+    p = subprocess.run([memscope_bin, "estimate", "--engine", "torch", "--model", "tiny-gpt2",
+                        *extra], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2 and needle in p.stderr, p.stderr

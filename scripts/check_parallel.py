@@ -1,0 +1,142 @@
+"""The prediction-error table of `estimate --engine torch --nproc N --parallel PLAN`: each
+workload predicted on one CPU process (under PyTorch's fake process group), then measured under
+torchrun (gloo, every rank under memscope's counting allocator: scripts/measure_parallel.py),
+the predicted per-rank peak set against the worst rank's measured one. docs/parallel.md holds a
+run's table and how to reproduce it.
+
+    MEMSCOPE_BIN=target/release/memscope python3 scripts/check_parallel.py \
+        --models gpt2-small,cs336-small --worlds 2 --plans none,ddp,fsdp --batch 2 --seq 64
+
+`none` is each rank training its own copy (the single-process estimate). The measured peak is
+the largest of the steady steps' phase peaks (steps after the first two), counted heap bytes from
+just before the model was built; the predicted one the estimate's allocated peak (tensor
+bytes). For FSDP2 rows PyTorch's own `FSDPMemTracker` (torch.distributed._tools, driven as
+torchtitan's memory estimation drives it: FakeTensorMode, the fake process group, two steps, its
+statistics reset after the first) is run on the same workload and its peak's error printed beside
+memscope's. Exits 1 when a row of memscope's is off by more than --tolerance percent.
+"""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+
+
+def predicted(binary, model, world, plan, batch, seq, out):
+    cmd = [binary, "estimate", "--engine", "torch", "--model", model, "--batch", str(batch),
+           "--seq", str(seq), "--json", str(out), "-q"]
+    if plan != "none":
+        cmd += ["--nproc", str(world), "--parallel", plan]
+    subprocess.run(cmd, check=True, capture_output=True, text=True)
+    e = json.loads(out.read_text())["by_dtype"]["f32"]
+    return e["peak_bytes"], e["categories"]
+
+
+def tracker(model, world, batch, seq):
+    """FSDPMemTracker's peak (its `Total`) for rank 0 of `world` FSDP2 ranks, in a subprocess."""
+    out = subprocess.run([sys.executable, __file__, "--tracker", model, "--worlds", str(world),
+                          "--batch", str(batch), "--seq", str(seq)],
+                         check=True, capture_output=True, text=True)
+    return int(out.stdout.split()[-1])
+
+
+def tracker_worker(model, world, batch, seq):
+    import torch
+    import torch.distributed as dist
+    import transformers
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.distributed._tools.fsdp2_mem_tracker import FSDPMemTracker
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    from memscope import _contract, _hf, _native
+    text, _ = _native.model_config(model, None)
+    cfg = _contract.read_type("ModelConfig", json.loads(text))
+    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=world)
+    mesh = init_device_mesh("cpu", (world,))
+    torch.__future__.set_overwrite_module_params_on_conversion(True)
+    with FakeTensorMode():
+        m = _hf.build(torch, transformers, cfg, "sdpa")
+        for b in [x for x in m.modules() if type(x).__name__ in set(m._no_split_modules)]:
+            fully_shard(b, mesh=mesh)
+        fully_shard(m, mesh=mesh)
+        opt, _ = _hf.make_adamw(torch, m.parameters(), 1e-4, torch.float32)
+        ids = torch.randint(0, cfg.vocab_size, (batch, seq))
+        fmt = FSDPMemTracker(m, opt)
+        fmt.track_inputs((ids,))
+        with fmt:
+            for i in range(2):
+                m(input_ids=ids, labels=ids).loss.backward()
+                opt.step()
+                opt.zero_grad(set_to_none=True)
+                if i == 0:
+                    fmt.reset_mod_stats()
+        peak = fmt.get_tracker_snapshot("peak")
+    print(json.dumps({str(k): v for k, v in peak.items()}), file=sys.stderr)
+    print(sum(v.get("Total", 0) for v in peak.values()))
+
+
+def measured(model, world, plan, batch, seq, steps, out):
+    """Every rank's steady peak (counted heap bytes): {rank: bytes}."""
+    cmd = [sys.executable, str(HERE / "measure_parallel.py"), "--device", "cpu", "--nproc",
+           str(world), "--plans", plan, "--models", model, "--batch", str(batch), "--seq",
+           str(seq), "--steps", str(steps), "--out", str(out), "--timeout", "900"]
+    subprocess.run(cmd, check=True, capture_output=True, text=True)
+    peaks = {}
+    for r in range(world):
+        rec = json.loads((out / f"{model}-{plan}.rank{r}.json").read_text())
+        steady = rec["steps"][2:] or rec["steps"][-1:]
+        peaks[r] = max(s[ph]["heap"] for s in steady for ph in ("forward", "backward",
+                                                                  "optimizer"))
+    return peaks
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--models", default="gpt2-small,cs336-small")
+    ap.add_argument("--worlds", default="2")
+    ap.add_argument("--plans", default="none,ddp,fsdp")
+    ap.add_argument("--batch", type=int, default=2)
+    ap.add_argument("--seq", type=int, default=64)
+    ap.add_argument("--steps", type=int, default=4)
+    ap.add_argument("--tolerance", type=float, default=2.0)
+    ap.add_argument("--tracker", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.tracker:
+        return tracker_worker(args.tracker, int(args.worlds), args.batch, args.seq)
+    binary = os.environ.get("MEMSCOPE_BIN", "target/release/memscope")
+    mib = 2.0 ** 20
+    print("| model | ranks | plan | predicted peak | measured peak (worst rank) | error | "
+          "FSDPMemTracker's peak (error) | ranks' measured peaks |")
+    print("|---|--:|---|--:|--:|--:|--:|---|")
+    bad = 0
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        for model in args.models.split(","):
+            for world in map(int, args.worlds.split(",")):
+                for plan in args.plans.split(","):
+                    p, _ = predicted(binary, model, world, plan, args.batch, args.seq,
+                                     tmp / "est.json")
+                    m = measured(model, world, plan, args.batch, args.seq, args.steps, tmp)
+                    worst = max(m.values())
+                    err = (p - worst) / worst * 100
+                    bad += abs(err) > args.tolerance
+                    ranks = " / ".join(f"{m[r] / mib:,.1f}" for r in sorted(m))
+                    anchor = "—"
+                    if plan == "fsdp":
+                        t = tracker(model, world, args.batch, args.seq)
+                        anchor = f"{t / mib:,.1f} MiB ({(t - worst) / worst * 100:+.2f}%)"
+                    print(f"| {model} | {world} | {plan} | {p / mib:,.1f} MiB | "
+                          f"{worst / mib:,.1f} MiB | {err:+.2f}% | {anchor} | {ranks} MiB |",
+                          flush=True)
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

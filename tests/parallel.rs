@@ -1,0 +1,58 @@
+//! `estimate --engine torch --nproc N --parallel PLAN`: every flag combination the trace cannot
+//! honour is refused naming the flag, before any Python starts. (The prediction itself, traced
+//! under PyTorch's fake process group, is checked in `python/tests/test_parallel.py`.)
+
+mod support;
+use support::fails_with;
+
+const TORCH: &[&str] = &["estimate", "--engine", "torch", "--model", "tiny-gpt2"];
+
+fn with(extra: &[&'static str]) -> Vec<&'static str> {
+    TORCH.iter().chain(extra).copied().collect()
+}
+
+#[test]
+fn a_job_needs_both_its_ranks_and_its_plan() {
+    fails_with(
+        &with(&["--nproc", "4"]),
+        &["--nproc 4: say how the ranks share the model: --parallel ddp or --parallel fsdp"],
+    );
+    fails_with(
+        &with(&["--parallel", "fsdp"]),
+        &["--parallel fsdp: give the job's number of ranks with --nproc N"],
+    );
+    fails_with(
+        &with(&["--parallel", "ddp", "--nproc", "0"]),
+        &["--nproc 0: a job has at least 1 rank"],
+    );
+}
+
+#[test]
+fn plans_that_are_not_predicted_are_named() {
+    fails_with(
+        &with(&["--parallel", "tp:2", "--nproc", "2"]),
+        &["--parallel tp:2: tensor parallelism is not predicted yet"],
+    );
+    fails_with(
+        &with(&["--parallel", "fsdp+tp:2", "--nproc", "4"]),
+        &["--parallel fsdp+tp:2: tensor parallelism is not predicted yet"],
+    );
+    fails_with(
+        &with(&["--parallel", "zero3", "--nproc", "2"]),
+        &["--parallel zero3: use ddp or fsdp"],
+    );
+}
+
+#[test]
+fn a_parallel_job_is_a_torch_training_job() {
+    fails_with(
+        &[
+            "estimate", "--model", "tiny-gpt2", "--parallel", "ddp", "--nproc", "2",
+        ],
+        &["--parallel ddp: a data-parallel job is predicted on PyTorch; add --engine torch"],
+    );
+    fails_with(
+        &with(&["--parallel", "fsdp", "--nproc", "2", "--mode", "infer"]),
+        &["--parallel fsdp: a data-parallel job trains; use --mode train"],
+    );
+}

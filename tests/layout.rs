@@ -840,7 +840,15 @@ fn no_flag_is_declared_twice() {
 fn features_built(edges: &str) -> String {
     let out = std::process::Command::new(env!("CARGO"))
         .args([
-            "tree", "--offline", "-p", "memscope", "-e", edges, "--prefix", "none", "--format",
+            "tree",
+            "--offline",
+            "-p",
+            "memscope",
+            "-e",
+            edges,
+            "--prefix",
+            "none",
+            "--format",
             "{p} [{f}]",
         ])
         .current_dir(env!("CARGO_MANIFEST_DIR"))

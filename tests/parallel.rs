@@ -47,7 +47,13 @@ fn plans_that_are_not_predicted_are_named() {
 fn a_parallel_job_is_a_torch_training_job() {
     fails_with(
         &[
-            "estimate", "--model", "tiny-gpt2", "--parallel", "ddp", "--nproc", "2",
+            "estimate",
+            "--model",
+            "tiny-gpt2",
+            "--parallel",
+            "ddp",
+            "--nproc",
+            "2",
         ],
         &["--parallel ddp: a data-parallel job is predicted on PyTorch; add --engine torch"],
     );

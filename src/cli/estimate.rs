@@ -175,7 +175,11 @@ pub fn run(a: EstimateArgs) -> anyhow::Result<ExitCode> {
 
 /// `--parallel PLAN --nproc N` as the job one rank of which is estimated; every combination the
 /// trace cannot honour refused, naming the flag.
-fn parallel(plan: Option<&str>, nproc: Option<usize>, spec: &Spec) -> anyhow::Result<Option<Parallel>> {
+fn parallel(
+    plan: Option<&str>,
+    nproc: Option<usize>,
+    spec: &Spec,
+) -> anyhow::Result<Option<Parallel>> {
     let (plan, world) = match (plan, nproc) {
         (None, None) => return Ok(None),
         (None, Some(n)) => bail!(

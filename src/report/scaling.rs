@@ -200,7 +200,11 @@ fn seq_section(rs: &[&Row]) -> String {
                 r.spec.batch.to_string(),
                 mib(s.heap_peak_bytes as f64),
                 per_token,
-                if i == 0 { scaling.clone() } else { String::new() },
+                if i == 0 {
+                    scaling.clone()
+                } else {
+                    String::new()
+                },
             ]);
         }
         out.push_str(&table.markdown(&MarkdownStyle::PLAIN));

@@ -189,7 +189,12 @@ fn replay(t: &Trace, device: &str, limit: Option<u64>, workspaces: &[u64]) -> To
             None
         }
     };
-    for &n in t.param_sizes.iter().chain(&t.buffer_sizes).chain(&t.bucket_sizes) {
+    for &n in t
+        .param_sizes
+        .iter()
+        .chain(&t.buffer_sizes)
+        .chain(&t.bucket_sizes)
+    {
         try_malloc(&mut alloc, n, &mut oom);
     }
     for &n in workspaces {

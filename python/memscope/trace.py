@@ -3,10 +3,13 @@
 saved tensors, the logits' upcast), no memory allocated and nothing computed — with every
 storage's allocation and free recorded in order. ``memscope estimate --engine torch`` reads the
 sequence (``src/torch/estimate.rs``): live bytes by category at the peak, and on CUDA the
-reserved bytes replayed through the caching allocator's rules.
+reserved bytes replayed through the caching allocator's rules. With ``spec.torch.parallel``
+(``estimate --nproc N --parallel ddp|fsdp``) it runs as rank 0 of N under PyTorch's fake
+process group: FSDP2's ``fully_shard`` on every block and the root, or DDP's gradient buckets
+(``bucket_sizes``, held from the wrap).
 
 Protocol: the request ``{"spec": …, "expected_params": N}`` on stdin; one JSON object on stdout:
-``{"traced_on": d, "cuda_capability": [major, minor] or null, "params": n, "param_sizes": […], "buffer_sizes": […], "events": […],
+``{"traced_on": d, "cuda_capability": [major, minor] or null, "params": n, "param_sizes": […], "buffer_sizes": […], "bucket_sizes": […], "events": […],
 "peak": {…}, "ends": […], "steps": s, "ops": […]}`` (storages' bytes: parameters and buffers as
 built, then the steps) where an event ``n ≥ 0`` allocates n bytes as the next block id and
 ``-(id+1)`` frees block ``id``; ``ops`` the dispatched ops of the last ``s`` steps (the one with

@@ -50,7 +50,8 @@ pub fn render(f: &TorchEstimateFile) -> String {
     header.extend(f.by_dtype.keys().cloned());
     t.set_header(header);
     for c in CATEGORIES {
-        if c == "gradient_buckets" && f.parallel.is_none() {
+        // DDP's buckets only where a plan has them.
+        if c == "gradient_buckets" && !f.by_dtype.values().any(|e| e.categories.contains_key(c)) {
             continue;
         }
         let mut row = vec![c.replace('_', " ")];

@@ -47,25 +47,20 @@ def tracker(model, world, batch, seq):
 
 def tracker_worker(model, world, batch, seq):
     import torch
-    import torch.distributed as dist
     import transformers
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.distributed._tools.fsdp2_mem_tracker import FSDPMemTracker
-    from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.fsdp import fully_shard
-    from torch.testing._internal.distributed.fake_pg import FakeStore
 
     from memscope import _contract, _hf, _native
+    from memscope.trace import fake_process_group, fully_shard_blocks
     text, _ = _native.model_config(model, None)
     cfg = _contract.read_type("ModelConfig", json.loads(text))
-    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=world)
-    mesh = init_device_mesh("cpu", (world,))
+    fake_process_group(torch, world)
+    shard = fully_shard_blocks(torch, world, "cpu")
     torch.__future__.set_overwrite_module_params_on_conversion(True)
     with FakeTensorMode():
         m = _hf.build(torch, transformers, cfg, "sdpa")
-        for b in [x for x in m.modules() if type(x).__name__ in set(m._no_split_modules)]:
-            fully_shard(b, mesh=mesh)
-        fully_shard(m, mesh=mesh)
+        shard(m)
         opt, _ = _hf.make_adamw(torch, m.parameters(), 1e-4, torch.float32)
         ids = torch.randint(0, cfg.vocab_size, (batch, seq))
         fmt = FSDPMemTracker(m, opt)
@@ -78,7 +73,6 @@ def tracker_worker(model, world, batch, seq):
                 if i == 0:
                     fmt.reset_mod_stats()
         peak = fmt.get_tracker_snapshot("peak")
-    print(json.dumps({str(k): v for k, v in peak.items()}), file=sys.stderr)
     print(sum(v.get("Total", 0) for v in peak.values()))
 
 

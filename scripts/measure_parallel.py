@@ -88,17 +88,12 @@ def worker(args):
     with torch.device(device):
         model = _hf.build(torch, transformers, _contract.read_type("ModelConfig", cfg), "sdpa")
     model.train()
-    blocks = model.transformer.h if cfg["family"] == "gpt2" else model.model.layers
     if args.plan == "ddp":
         from torch.nn.parallel import DistributedDataParallel
         model = DistributedDataParallel(model, device_ids=[device.index] if cuda else None)
     elif args.plan == "fsdp":
-        from torch.distributed.device_mesh import init_device_mesh
-        from torch.distributed.fsdp import fully_shard
-        mesh = init_device_mesh(args.device, (world,))
-        for block in blocks:
-            fully_shard(block, mesh=mesh)
-        fully_shard(model, mesh=mesh)
+        from memscope.trace import fully_shard_blocks
+        fully_shard_blocks(torch, world, args.device)(model)
     params = list(model.parameters())
     try:
         opt, impl = _hf.make_adamw(torch, params, 1e-4, torch.float32)

@@ -49,7 +49,6 @@ import os
 import platform
 import sys
 import time
-from pathlib import Path
 
 from memscope import _native  # memscope's config loader and statistics (pip install ./python)
 
@@ -379,23 +378,13 @@ def build(torch, cfg: dict):
     return Gpt2 if cfg["family"] == "gpt2" else Llama
 
 
-def _hf_models():
-    """memscope's configs as transformers' classes (`python/memscope/_hf.py`, what the torch
-    engine builds), loaded from the file: the plain loop needs no memscope package installed."""
-    import importlib.util  # noqa: PLC0415
-    path = Path(__file__).resolve().parent.parent / "python" / "memscope" / "_hf.py"
-    spec = importlib.util.spec_from_file_location("memscope_hf_models", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
 def build_transformers(torch, cfg: dict):
     """Hugging Face transformers' own model for `cfg` (memscope's fields), SDPA attention, no
     dropout. Returns (model, forward(ids, past=None) -> (logits, past))."""
     import transformers as T  # noqa: PLC0415 - only this implementation needs it
-    from memscope import _contract  # noqa: PLC0415
-    hf, cls = _hf_models().hf_config(T, _contract.read_type("ModelConfig", cfg), "sdpa")
+    # memscope's configs as transformers' classes: what the torch engine builds.
+    from memscope import _contract, _hf  # noqa: PLC0415
+    hf, cls = _hf.hf_config(T, _contract.read_type("ModelConfig", cfg), "sdpa")
     model = cls(hf)
     impl = getattr(model.config, "_attn_implementation", None)
     if impl != "sdpa":

@@ -625,26 +625,8 @@ fn no_function_over_150_lines_without_a_reason() {
 /// The crates of `package`'s normal dependency tree (`cargo tree`, offline) that belong to the
 /// engine: candle's and gemm's.
 fn engine_crates(package: &str) -> Vec<String> {
-    let out = std::process::Command::new(env!("CARGO"))
-        .args([
-            "tree",
-            "--offline",
-            "-e",
-            "normal",
-            "--prefix",
-            "none",
-            "-p",
-            package,
-        ])
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .output()
-        .expect("cargo tree runs");
-    assert!(
-        out.status.success(),
-        "cargo tree -p {package}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let mut found: Vec<String> = String::from_utf8_lossy(&out.stdout)
+    let tree = cargo_tree(&["-p", package, "-e", "normal"]);
+    let mut found: Vec<String> = tree
         .lines()
         .filter_map(|l| l.split_whitespace().next())
         .filter(|name| name.starts_with("candle") || *name == "gemm")
@@ -838,25 +820,20 @@ fn no_flag_is_declared_twice() {
 /// over the edges `edges` (`normal,build`: what `cargo build` compiles; `normal,build,dev`: what
 /// `cargo test` compiles).
 fn features_built(edges: &str) -> String {
+    cargo_tree(&["-p", "memscope", "-e", edges, "--format", "{p} [{f}]"])
+}
+
+/// `cargo tree --offline --prefix none ARGS`'s output (it fails the test when cargo does).
+fn cargo_tree(args: &[&str]) -> String {
     let out = std::process::Command::new(env!("CARGO"))
-        .args([
-            "tree",
-            "--offline",
-            "-p",
-            "memscope",
-            "-e",
-            edges,
-            "--prefix",
-            "none",
-            "--format",
-            "{p} [{f}]",
-        ])
+        .args(["tree", "--offline", "--prefix", "none"])
+        .args(args)
         .current_dir(env!("CARGO_MANIFEST_DIR"))
         .output()
         .expect("cargo tree runs");
     assert!(
         out.status.success(),
-        "cargo tree -e {edges}: {}",
+        "cargo tree {args:?}: {}",
         String::from_utf8_lossy(&out.stderr)
     );
     String::from_utf8_lossy(&out.stdout).into_owned()

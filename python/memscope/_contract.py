@@ -121,15 +121,26 @@ def _resolved(s, defs):
     return s
 
 
+_FIELDS = {}  # id of a schema node (they live as long as the process) -> its field schemas
+
+
 def _properties(s, defs):
-    """The field schemas an object of schema ``s`` can have (over its alternatives)."""
+    """The field schemas an object of schema ``s`` can have (over its alternatives), worked out
+    once per schema node: the engine reads its Spec's fields inside the steps it times."""
+    key = id(s)
+    if key not in _FIELDS:
+        _FIELDS[key] = _walk_properties(s, defs)
+    return _FIELDS[key]
+
+
+def _walk_properties(s, defs):
     s = _resolved(s, defs)
     if not isinstance(s, dict):
         return {}
     props = dict(s.get("properties", {}))
     for key in ("anyOf", "oneOf", "allOf"):
         for alt in s.get(key, []):
-            props.update(_properties(alt, defs))
+            props.update(_walk_properties(alt, defs))
     return props
 
 

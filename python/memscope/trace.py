@@ -167,7 +167,7 @@ def _local(t):
     return inner if inner is not None else t
 
 
-def _fake_process_group(torch, world):
+def fake_process_group(torch, world):
     """Rank 0 of ``world`` ranks under PyTorch's fake process group (its own tests' backend):
     collectives return at once and move nothing, so one process traces one rank's steps."""
     import torch.distributed as dist
@@ -176,23 +176,25 @@ def _fake_process_group(torch, world):
         dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=world)
 
 
-def _blocks(model):
+def transformer_blocks(model):
     """The model's transformer blocks: the modules whose class transformers names as never
     split across devices (``_no_split_modules``: ``GPT2Block``, ``LlamaDecoderLayer``, …)."""
     names = set(getattr(model, "_no_split_modules", None) or [])
     return [m for m in model.modules() if type(m).__name__ in names]
 
 
-def _fully_shard(torch, world, device):
-    """FSDP2 as its users apply it: ``fully_shard`` on every block, then on the root."""
+def fully_shard_blocks(torch, world, device_type):
+    """FSDP2 as its users apply it: a function that puts ``fully_shard`` on every block of a
+    model, then on the root, over ``world`` ranks of ``device_type`` (the trace's wrap; the
+    measuring scripts apply the same)."""
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
 
     # Made before the trace's FakeTensorMode: the mesh's ranks are a real tensor.
-    mesh = init_device_mesh(device.type, (world,))
+    mesh = init_device_mesh(device_type, (world,))
 
     def wrap(model):
-        blocks = _blocks(model)
+        blocks = transformer_blocks(model)
         if not blocks:
             raise Refused(f"--parallel fsdp: {type(model).__name__} names no transformer "
                           "blocks to shard (its _no_split_modules is empty)")
@@ -307,13 +309,13 @@ def trace(request):
         request = request.replace(spec=spec.replace(torch=spec.torch.replace(device="cpu")))
     parallel = spec.torch.parallel
     if parallel is not None:
-        _fake_process_group(torch, parallel.world)
+        fake_process_group(torch, parallel.world)
     fake = FakeTensorMode(allow_non_fake_inputs=False)
     # Fake parameters cannot be swapped in place by Module.to(): assign the converted ones.
     torch.__future__.set_overwrite_module_params_on_conversion(True)
     eng = Engine(request, out=None, trace=True)
     if parallel is not None and parallel.plan == "fsdp":
-        eng.wrap = _fully_shard(torch, parallel.world, eng.device)
+        eng.wrap = fully_shard_blocks(torch, parallel.world, eng.device.type)
     with fake:
         eng.build()
     buckets = _ddp_buckets(torch, eng.model) if parallel is not None and \

@@ -10,8 +10,7 @@
 //!   the style escapes `|` as `\|` in the header and rows; [`escape`] does it for one column or
 //!   a title.
 //! - CSV ([`Table::csv`]): through the `csv` crate, the header then the rows (no title), `\n` after
-//!   each record; [`Quoting::Necessary`] quotes the fields that need it, [`Quoting::Never`] writes
-//!   every field as it is.
+//!   each record, a field quoted only where it needs it.
 
 /// A plain table: what the summary, breakdown, peaks and report sections produce, drawn by the
 /// terminal, HTML, Markdown and CSV renderers. `title` is empty where a table has none.
@@ -72,17 +71,6 @@ impl MarkdownStyle {
             .copied()
             .unwrap_or(Align::Left)
     }
-}
-
-/// How [`Table::csv`] quotes a field.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Quoting {
-    /// Only the fields that need it (a comma, a quote, a line break), quotes doubled inside: the
-    /// `csv` crate's default.
-    Necessary,
-    /// Every field written as it is, never quoted; a caller that wants a column quoted puts the
-    /// quotes in its cells.
-    Never,
 }
 
 /// A cell with each `|` written `\|`, so that it stays one Markdown table cell.
@@ -152,16 +140,11 @@ impl Table {
         out
     }
 
-    /// The header and rows as CSV through the `csv` crate (the title is not written). Every row
-    /// has as many cells as the header, or this fails.
-    pub fn csv(&self, quoting: Quoting) -> anyhow::Result<String> {
-        let style = match quoting {
-            Quoting::Necessary => ::csv::QuoteStyle::Necessary,
-            Quoting::Never => ::csv::QuoteStyle::Never,
-        };
-        let mut w = ::csv::WriterBuilder::new()
-            .quote_style(style)
-            .from_writer(Vec::new());
+    /// The header and rows as CSV through the `csv` crate (the title is not written; a field
+    /// with a comma, a quote or a line break quoted, quotes doubled). Every row has as many cells
+    /// as the header, or this fails.
+    pub fn csv(&self) -> anyhow::Result<String> {
+        let mut w = ::csv::Writer::from_writer(Vec::new());
         w.write_record(&self.header)?;
         for r in &self.rows {
             w.write_record(r)?;
@@ -200,15 +183,11 @@ mod tests {
     }
 
     #[test]
-    fn csv_quotes_what_needs_it_or_nothing() {
+    fn csv_quotes_what_needs_it() {
         let mut t = Table::new(["a", "b"]);
         t.push(["x,y", "\"q\""]);
-        assert_eq!(
-            t.csv(Quoting::Necessary).unwrap(),
-            "a,b\n\"x,y\",\"\"\"q\"\"\"\n"
-        );
-        assert_eq!(t.csv(Quoting::Never).unwrap(), "a,b\nx,y,\"q\"\n");
+        assert_eq!(t.csv().unwrap(), "a,b\n\"x,y\",\"\"\"q\"\"\"\n");
         t.push(["one"]);
-        assert!(t.csv(Quoting::Necessary).is_err());
+        assert!(t.csv().is_err());
     }
 }

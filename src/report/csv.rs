@@ -1,6 +1,6 @@
 //! CSV export: one row per run; every column name carries its unit.
 
-use crate::export::table::{Quoting, Table};
+use crate::export::table::Table;
 use crate::record::Record;
 use crate::report::Export;
 
@@ -122,7 +122,7 @@ impl Export for Csv {
             ]);
             table.push(row);
         }
-        table.csv(Quoting::Necessary)
+        table.csv()
     }
 }
 

@@ -5,7 +5,7 @@
 //! written "—" (text, Markdown), empty (CSV) or null (JSON); never NaN. Reports never measure.
 
 use crate::analysis::leak_text::{group, rate_in};
-use crate::export::table::{escape, MarkdownStyle, Quoting, Table};
+use crate::export::table::{escape, MarkdownStyle, Table};
 use crate::record::leak::LeakReport;
 use crate::record::leak::TargetRow;
 use crate::units::{fmt_bytes, fmt_bytes_in, fmt_range_in};
@@ -351,7 +351,7 @@ pub fn to_csv(r: &LeakReport, targets: &[TargetRow]) -> anyhow::Result<String> {
     ];
     let mut table = Table::new(cols.iter().map(|c| c.0));
     table.push(cols.into_iter().map(|c| c.1));
-    table.csv(Quoting::Necessary)
+    table.csv()
 }
 
 /// JSON: the report's fields (serde), plus `targets` when there are any.

@@ -2,7 +2,7 @@
 //! and JSON, with each section's profiling overhead and unattributed remainder.
 
 use crate::analysis::profile_tree::Node;
-use crate::export::table::{MarkdownStyle, Quoting, Table};
+use crate::export::table::{MarkdownStyle, Table};
 use crate::units;
 use serde::Serialize;
 use std::fmt::Write;
@@ -129,8 +129,7 @@ pub fn render(title: &str, trees: &[Tree], md: bool) -> String {
     o
 }
 
-/// One row per section and module. Fields are written as they are (`Quoting::Never`), the module
-/// name between quotes of its own.
+/// One row per section and module (a module name with a comma or a quote is quoted).
 pub fn csv(trees: &[Tree]) -> anyhow::Result<String> {
     let mut table = Table::new([
         "section",
@@ -149,7 +148,7 @@ pub fn csv(trees: &[Tree]) -> anyhow::Result<String> {
             table.push([
                 t.name.clone(),
                 n.depth.to_string(),
-                format!("\"{}\"", n.name),
+                n.name.clone(),
                 n.params.to_string(),
                 n.fwd_flops.to_string(),
                 n.fwd_ms.to_string(),
@@ -160,7 +159,7 @@ pub fn csv(trees: &[Tree]) -> anyhow::Result<String> {
             ]);
         }
     }
-    table.csv(Quoting::Never)
+    table.csv()
 }
 
 pub fn json(trees: &[Tree]) -> anyhow::Result<String> {

@@ -4,7 +4,7 @@
 
 use crate::analysis::op_cost::OpCost;
 use crate::analysis::roofline::{self, MeasuredOp};
-use crate::export::table::{MarkdownStyle, Quoting, Table};
+use crate::export::table::{MarkdownStyle, Table};
 use crate::record::roofline::{Head, RooflineFile, Roofs, SectionReport};
 use crate::units;
 use std::fmt::Write;
@@ -247,7 +247,7 @@ pub fn markdown(h: &Head, secs: &[SectionReport]) -> String {
     o
 }
 
-/// One row per section and op kind, every field written as it is (`Quoting::Never`).
+/// One row per section and op kind.
 pub fn csv(secs: &[SectionReport]) -> anyhow::Result<String> {
     let mut table = Table::new([
         "section",
@@ -279,7 +279,7 @@ pub fn csv(secs: &[SectionReport]) -> anyhow::Result<String> {
             ]);
         }
     }
-    table.csv(Quoting::Never)
+    table.csv()
 }
 
 pub fn json(h: &Head, secs: &[SectionReport]) -> anyhow::Result<String> {

@@ -1,7 +1,7 @@
 //! Sweep rows (`record::sweep_row`) written: `--jsonl` appended and flushed as each configuration
 //! ends, `--csv` and `--markdown` at the end; and a Record's summary figures for its row.
 
-use crate::export::table::{Quoting, Table};
+use crate::export::table::Table;
 use crate::record::sweep_row::{Row, RowSummary};
 use crate::record::Record;
 use crate::spec::Mode;
@@ -116,5 +116,5 @@ pub fn to_csv(rows: &[Row]) -> anyhow::Result<String> {
             opt(s.and_then(|s| s.samples_per_s).map(|v| format!("{v:.3}"))),
         ]);
     }
-    table.csv(Quoting::Necessary)
+    table.csv()
 }

@@ -1,7 +1,7 @@
 //! What a finished watch writes: the closing text (peaks, how the command ended, GPU, notes), the
 //! `--csv` table (one row per sample and process, plus a `total` row) and the `--json` Record.
 
-use crate::export::table::{Quoting, Table};
+use crate::export::table::Table;
 use crate::record::leak::LeakReport;
 use crate::record::leak::TargetRow;
 use crate::record::watch::{Peak, WatchFile, WATCH_SCHEMA};
@@ -132,7 +132,7 @@ pub fn to_csv(r: &WatchResult) -> anyhow::Result<String> {
             gd,
         ]);
     }
-    table.csv(Quoting::Necessary)
+    table.csv()
 }
 
 /// The `--json` Record: the verdict (as `analyze --json` writes it), targets, peaks, how the

@@ -49,9 +49,15 @@ class SavedTensors:
         if not ptr or ptr in self.exclude:
             return
         e = self.entries.get(ptr)
-        if e is not None and any(r() is not None for r in e[2]):
-            e[2].append(weakref.ref(t))
-            return
+        if e is not None:
+            # A storage saved again (a constant input, every step): keep one reference per live
+            # tensor object, so a long run's entry does not grow by one reference a step.
+            live = [r for r in e[2] if r() is not None]
+            if live:
+                if not any(r() is t for r in live):
+                    live.append(weakref.ref(t))
+                e[2] = live
+                return
         self.entries[ptr] = [n, module, [weakref.ref(t)]]
 
     def alive(self):

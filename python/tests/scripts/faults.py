@@ -56,6 +56,8 @@ if kind in ("fixed", "keep"):
             if kind == "keep":
                 total = total + loss
             ms.step(loss)
+    # What the recorder holds per saved storage (a constant input is saved every step).
+    print("saved refs", max((len(e[2]) for e in ms.saved.entries.values()), default=0))
     print(ms.leak_verdict("heap")["verdict"])
 
 if kind in ("pl-raise", "pl-nan"):

@@ -141,8 +141,14 @@ pub struct TorchRun {
     /// PyTorch's caching allocator (`torch.cuda.set_per_process_memory_fraction`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gpu_memory_limit_bytes: Option<u64>,
-    /// `estimate --nproc N --parallel PLAN`: the data-parallel job one rank of which is traced
-    /// (under a fake process group); absent for one process.
+    /// The CPU ranks of a parallel run under `--memory-limit` (sweep, fit): each rank's heap
+    /// (every byte it mallocs, the interpreter's included) held to this by the counting
+    /// allocator, as a device's memory holds a GPU rank.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub heap_limit_bytes: Option<u64>,
+    /// `--nproc N --parallel PLAN`: the data-parallel job (`estimate` traces one rank under a
+    /// fake process group; bench, sweep and fit run every rank under torchrun); absent for one
+    /// process.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub parallel: Option<Parallel>,
 }
@@ -261,6 +267,11 @@ pub enum SpecError {
     WeightsOnTorch(String),
     #[error("--fusion none is memscope's op-by-op candle path; the torch engine runs PyTorch eager (--fusion full, the default) or torch.compile (--fusion compile)")]
     FusionNoneOnTorch,
+    #[error("--parallel {plan}: a data-parallel job trains; use --mode train (its {mode} has no gradients to share)")]
+    ParallelNotTrain {
+        plan: &'static str,
+        mode: &'static str,
+    },
     #[error("--lr must be a finite positive number (got {0})")]
     BadLr(f64),
     #[error("{flag} {value} is more than memscope runs ({max} at most); a leak verdict needs a few hundred steps, timing statistics a few dozen")]
@@ -331,6 +342,14 @@ impl Spec {
         let Some(config) = &self.config else {
             return Err(SpecError::NoConfig(self.model.clone()));
         };
+        if let Some(p) = self.torch.as_ref().and_then(|t| t.parallel) {
+            if self.mode != Mode::Train {
+                return Err(SpecError::ParallelNotTrain {
+                    plan: p.plan.name(),
+                    mode: self.mode.name(),
+                });
+            }
+        }
         // Micro-batches keep their samples like steps do: the same bound, on their number.
         let runs = self.warmup.saturating_add(self.steps);
         let micro = runs.checked_mul(self.grad_accum);
@@ -526,6 +545,7 @@ mod tests {
         assert!(TorchRun {
             device: "cuda:1".into(),
             gpu_memory_limit_bytes: None,
+            heap_limit_bytes: None,
             parallel: None,
         }
         .is_cuda());
@@ -546,6 +566,7 @@ mod tests {
         s.torch = Some(TorchRun {
             device: "cuda".into(),
             gpu_memory_limit_bytes: Some(16 << 30),
+            heap_limit_bytes: None,
             parallel: None,
         });
         assert_eq!(s.validate(), Ok(()));

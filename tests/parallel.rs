@@ -1,6 +1,7 @@
-//! `estimate --engine torch --nproc N --parallel PLAN`: every flag combination the trace cannot
-//! honour is refused naming the flag, before any Python starts. (The prediction itself, traced
-//! under PyTorch's fake process group, is checked in `python/tests/test_parallel.py`.)
+//! `--nproc N --parallel PLAN` (estimate, bench, sweep, fit, on `--engine torch`): every flag
+//! combination memscope cannot honour is refused naming the flag, before any Python starts. (The
+//! prediction, traced under PyTorch's fake process group, and the runs under torchrun are
+//! checked in `python/tests/test_parallel.py`.)
 
 mod support;
 use support::fails_with;
@@ -31,11 +32,11 @@ fn a_job_needs_both_its_ranks_and_its_plan() {
 fn plans_that_are_not_predicted_are_named() {
     fails_with(
         &with(&["--parallel", "tp:2", "--nproc", "2"]),
-        &["--parallel tp:2: tensor parallelism is not predicted yet"],
+        &["--parallel tp:2: tensor parallelism is not supported yet"],
     );
     fails_with(
         &with(&["--parallel", "fsdp+tp:2", "--nproc", "4"]),
-        &["--parallel fsdp+tp:2: tensor parallelism is not predicted yet"],
+        &["--parallel fsdp+tp:2: tensor parallelism is not supported yet"],
     );
     fails_with(
         &with(&["--parallel", "zero3", "--nproc", "2"]),
@@ -55,10 +56,60 @@ fn a_parallel_job_is_a_torch_training_job() {
             "--nproc",
             "2",
         ],
-        &["--parallel ddp: a data-parallel job is predicted on PyTorch; add --engine torch"],
+        &["--parallel ddp: a data-parallel job runs on PyTorch; add --engine torch"],
     );
     fails_with(
         &with(&["--parallel", "fsdp", "--nproc", "2", "--mode", "infer"]),
         &["--parallel fsdp: a data-parallel job trains; use --mode train"],
+    );
+}
+
+#[test]
+fn commands_of_one_process_refuse_a_job() {
+    for cmd in ["leak", "roofline", "profile"] {
+        fails_with(
+            &[cmd, "--engine", "torch", "--model", "tiny-gpt2", "--parallel", "ddp", "--nproc", "2"],
+            &[&format!("--parallel ddp: {cmd} runs one process; a data-parallel job runs under bench, sweep, fit or estimate")],
+        );
+    }
+    fails_with(
+        &[
+            "optimize",
+            "--engine",
+            "torch",
+            "--model",
+            "tiny-gpt2",
+            "--nproc",
+            "2",
+        ],
+        &["--nproc 2: optimize runs one process"],
+    );
+    fails_with(
+        &[
+            "bench",
+            "--model",
+            "tiny-gpt2",
+            "--parallel",
+            "fsdp",
+            "--nproc",
+            "2",
+        ],
+        &["--parallel fsdp: a data-parallel job runs on PyTorch; add --engine torch"],
+    );
+    fails_with(
+        &[
+            "bench",
+            "--engine",
+            "torch",
+            "--model",
+            "tiny-gpt2",
+            "--parallel",
+            "ddp",
+            "--nproc",
+            "2",
+            "--mode",
+            "infer",
+        ],
+        &["--parallel ddp: a data-parallel job trains; use --mode train"],
     );
 }

@@ -8,6 +8,9 @@ import weakref
 
 
 def _storage(t):
+    # A DTensor (FSDP2's sharded parameters, their gradients and optimizer state): the rank's
+    # own shard, its local tensor.
+    t = getattr(t, "_local_tensor", t)
     s = t.untyped_storage()
     return s.data_ptr(), s.nbytes()
 

@@ -13,6 +13,14 @@ Variants are PyTorch's own features: attention ``sdpa`` (``--attention fused``) 
 (``naive``); ``--checkpoint``: ``gradient_checkpointing_enable`` per block; ``--precision
 mixed``: autocast to the dtype over f32 weights, ``pure``: the model cast to the dtype;
 ``--fusion compile``: ``torch.compile``.
+
+A data-parallel run (``spec.torch.parallel``: ``--nproc N --parallel ddp|fsdp``) runs as every
+rank of a ``torchrun`` job (``src/torch/process.rs`` launches it; the request in the
+``MEMSCOPE_REQUEST`` environment variable): a gloo (CPU) or NCCL (CUDA) process group, the model
+wrapped in ``DistributedDataParallel`` or FSDP2's ``fully_shard`` (every block, then the root),
+each rank recorded by its own ``Session``. Rank 0 alone speaks the protocol: its step lines, then
+``{"ranks": [Record of rank 0, rank 1, …]}`` gathered over the process group. A rank's
+out-of-memory line names the rank.
 """
 
 import itertools
@@ -36,7 +44,9 @@ def _tokens(np, spec, vocab):
     the --data file's batch k at the k-th call, read by memscope's own reader (``_native``:
     ``src/input/tokens.rs``), so both engines train on the same windows."""
     b, t = spec.batch, spec.seq
-    rng = np.random.default_rng(spec.seed)
+    rank, world = _rank()
+    # Every rank its own batches, as a DistributedSampler gives them.
+    rng = np.random.default_rng(spec.seed + rank)
     data = spec.data
     if not data:
         return lambda: rng.integers(0, vocab, size=(b, t), dtype=np.int64)
@@ -52,7 +62,7 @@ def _tokens(np, spec, vocab):
 
     def windows():
         try:
-            flat = tokens.batch(next(calls), b, t, spec.seed, vocab)
+            flat = tokens.batch(next(calls) * world + rank, b, t, spec.seed, vocab)
         except ValueError as e:
             raise Refused(str(e)) from None
         return np.asarray(flat, dtype=np.int64).reshape(b, t + 1)[:, :t]
@@ -81,7 +91,8 @@ class Engine:
                 raise Refused(f"--device {target.device}: this PyTorch ({torch.__version__}) "
                               "sees no CUDA GPU; use --device cpu")
             if self.device.index is None:
-                self.device = torch.device("cuda", torch.cuda.current_device())
+                index = int(os.environ.get("LOCAL_RANK", torch.cuda.current_device()))
+                self.device = torch.device("cuda", index)
             torch.cuda.set_device(self.device)
             limit = target.gpu_memory_limit_bytes
             if limit:
@@ -104,8 +115,8 @@ class Engine:
         self._past = None  # the KV cache while a generation runs
         self.phase = None  # name -> context manager marking that phase
         self.expected = request.expected_params
-        # model -> None: what wraps the model before its optimizer is made (the trace's
-        # FSDP2 `fully_shard`); None: nothing.
+        # model -> module to call or None (wrapped in place): what wraps the model before its
+        # optimizer is made (FSDP2's `fully_shard`, DDP); None: nothing.
         self.wrap = None
 
     def build(self):
@@ -131,14 +142,13 @@ class Engine:
         if v.checkpoint:
             model.gradient_checkpointing_enable(
                 gradient_checkpointing_kwargs={"use_reentrant": False})
-        if self.wrap is not None:
-            self.wrap(model)
+        wrapped = self.wrap(model) if self.wrap is not None else None
         self.model = model
         self.optimizer = None
         if train:
             self.optimizer, self.optimizer_impl = self.hf.make_adamw(
                 torch, model.parameters(), self.spec.lr, next(model.parameters()).dtype)
-        self.forward = model
+        self.forward = wrapped if wrapped is not None else model
         # The KV cache's keyword: `cache` in newer transformers, `past_key_values` before.
         import inspect
         params = inspect.signature(model.forward).parameters
@@ -170,7 +180,8 @@ class Engine:
         workspace BLAS keeps after its first products of these shapes) is in place before the
         run's baseline is read, so it is not counted as the run's."""
         cfg = self.cfg.replace(n_layers=1, name="prime")
-        full = (self.cfg, self.expected, self.spec, self.variant)
+        full = (self.cfg, self.expected, self.spec, self.variant, self.wrap)
+        self.wrap = None  # one process's step: no collective in the warm-up
         spec = self.spec.replace(grad_accum=1, new_tokens=min(2, self.spec.new_tokens or 0),
                                  variant=self.spec.variant.replace(fusion="full"))
         self.cfg, self.spec, self.variant = cfg, spec, spec.variant
@@ -189,7 +200,7 @@ class Engine:
             {"train": self.train_step, "infer": self.infer_step,
              "generate": self.generate_step}[self.mode](lambda: ids)
         finally:
-            self.cfg, self.expected, self.spec, self.variant = full
+            self.cfg, self.expected, self.spec, self.variant, self.wrap = full
             self.model = self.optimizer = self.forward = None
 
     def autocast(self):
@@ -285,7 +296,17 @@ class Engine:
                 "workspace BLAS keeps for its products)")
         if self.optimizer is not None:
             record["warnings"].append(f"torch engine: AdamW {self.optimizer_impl}")
-        self.out.write(json.dumps(_contract.check("engine_line", {"record": record})) + "\n")
+        line = {"record": record}
+        if spec.torch.parallel:
+            # Every rank's Record to rank 0, which alone writes the protocol.
+            import torch.distributed as dist
+            rank, world = _rank()
+            gathered = [None] * world if rank == 0 else None
+            dist.gather_object(record, gathered, dst=0)
+            if rank != 0:
+                return
+            line = {"ranks": gathered}
+        self.out.write(json.dumps(_contract.check("engine_line", line)) + "\n")
         self.out.flush()
 
     def ids(self, batches):
@@ -340,6 +361,8 @@ class Engine:
     def oom_facts(self, e):
         torch = self.torch
         facts = {"device": str(self.device)}
+        if self.spec.torch.parallel:
+            facts["rank"] = _rank()[0]
         req = self.hf.size_from_message(str(e))
         if req is not None:
             facts["requested_bytes"] = req
@@ -495,13 +518,17 @@ def open_protocol(what):
     import warnings
     warnings.filterwarnings("ignore", module="transformers")
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
-    out = os.fdopen(os.dup(1), "w")
+    # A data-parallel job's ranks: rank 0 speaks the protocol, the others say nothing on it.
+    out = os.fdopen(os.dup(1), "w") if _rank()[0] == 0 else open(os.devnull, "w")
     os.dup2(2, 1)
     sys.stdout = sys.stderr
+    # torchrun's ranks share no stdin: memscope gives them the request in the environment.
+    given = os.environ.pop("MEMSCOPE_REQUEST", None)
     try:
-        request = json.load(sys.stdin)
+        request = json.loads(given) if given is not None else json.load(sys.stdin)
     except ValueError as e:
-        print(f"error: {what} reads a request (JSON) on stdin: {e}", file=sys.stderr)
+        where = "in MEMSCOPE_REQUEST" if given is not None else "on stdin"
+        print(f"error: {what} reads a request (JSON) {where}: {e}", file=sys.stderr)
         return None
     try:
         import torch
@@ -553,9 +580,12 @@ def main():
     engine = None
     try:
         request = _contract.read("request", request)
+        _hold_heap(request.spec.torch.heap_limit_bytes)
         with _Stop() as stop:
+            wrap = _join_job(torch, request.spec) if request.spec.torch.parallel else None
             engine = Engine(request, out)
             engine.stop = stop
+            engine.wrap = wrap
             engine.run()
     except (Refused, _contract.ContractError) as e:
         print(f"error: {e}", file=sys.stderr)
@@ -572,7 +602,72 @@ def main():
         print(f"out of memory: {str(e).splitlines()[0] if str(e) else type(e).__name__}",
               file=sys.stderr)
         return EXIT_OOM
+    finally:
+        import torch.distributed as dist
+        if dist.is_available() and dist.is_initialized():
+            dist.destroy_process_group()
     return 0
+
+
+def _rank():
+    """(rank, world size) of this process in a torchrun job; (0, 1) outside one."""
+    return int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
+
+
+def _hold_heap(limit):
+    """A CPU rank under ``--memory-limit``: its heap held to it by the counting malloc."""
+    if not limit:
+        return
+    from . import _native
+    try:
+        _native.counter_limit(limit)
+    except ValueError as e:
+        raise Refused(f"--memory-limit: {e}") from None
+
+
+def _join_job(torch, spec):
+    """This process as one rank of ``spec``'s data-parallel job, started by torchrun: it dies
+    with torchrun (Linux's parent-death signal) and at once on torchrun's SIGTERM (a rank blocked
+    in a collective never reaches Python's handlers), joins the process group (gloo on the CPU,
+    NCCL on CUDA, one GPU per rank). Returns the function that wraps the model: DDP, or FSDP2's
+    ``fully_shard`` on every block and the root."""
+    import ctypes
+    import signal
+    plan = spec.torch.parallel
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    if os.getppid() == 1:
+        os._exit(1)  # torchrun died before the signal was armed
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    if "RANK" not in os.environ:
+        raise Refused(f"--parallel {plan.plan}: the engine's ranks run under torchrun, which "
+                      "memscope starts (`memscope bench --engine torch --nproc N --parallel …`)")
+    rank, world = _rank()
+    if world != plan.world:
+        raise Refused(f"--nproc {plan.world}: torchrun started {world} ranks")
+    cuda = spec.torch.device.startswith("cuda")
+    if cuda:
+        have = torch.cuda.device_count()
+        if plan.world > have:
+            raise Refused(f"--nproc {plan.world}: this machine has {have} CUDA GPU(s) and a "
+                          f"rank needs one; use --nproc {have} or fewer")
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", rank)))
+    import torch.distributed as dist
+    dist.init_process_group("nccl" if cuda else "gloo")
+    hang = os.environ.get("MEMSCOPE_TEST_HANG_RANK")
+    if hang is not None and int(hang) == rank:
+        # Test-only: this rank never reaches the first collective, as a hung rank does not.
+        import time
+        time.sleep(24 * 3600)
+    device_type = "cuda" if cuda else "cpu"
+    if plan.plan == "ddp":
+        from torch.nn.parallel import DistributedDataParallel
+
+        def ddp(model):
+            ids = [torch.cuda.current_device()] if cuda else None
+            return DistributedDataParallel(model, device_ids=ids)
+        return ddp
+    from .trace import fully_shard_blocks
+    return fully_shard_blocks(torch, world, device_type)
 
 
 if __name__ == "__main__":

@@ -22,6 +22,7 @@ extern "C" {
     fn __libc_realloc(p: *mut c_void, size: usize) -> *mut c_void;
     fn __libc_memalign(align: usize, size: usize) -> *mut c_void;
     fn malloc_usable_size(p: *mut c_void) -> usize;
+    fn __errno_location() -> *mut i32;
 }
 
 static LIVE: AtomicI64 = AtomicI64::new(0);
@@ -30,6 +31,23 @@ static BLOCKS: AtomicI64 = AtomicI64::new(0);
 static ALLOCS: AtomicU64 = AtomicU64::new(0);
 static ALLOC_BYTES: AtomicU64 = AtomicU64::new(0);
 static ACTIVE: AtomicBool = AtomicBool::new(false);
+/// Bytes live the process may reach (0: no limit): a parallel run's CPU rank held to
+/// `--memory-limit`, as a device's memory holds a GPU rank.
+static LIMIT: AtomicI64 = AtomicI64::new(0);
+
+const ENOMEM: i32 = 12;
+
+/// An allocation of `size` more bytes would pass the limit: it fails as glibc's does when the
+/// system has no memory left (null, errno ENOMEM), and PyTorch raises its out-of-memory error.
+#[inline(always)]
+unsafe fn refused(size: usize) -> bool {
+    let limit = LIMIT.load(Relaxed);
+    if limit > 0 && LIVE.load(Relaxed).saturating_add(size as i64) > limit {
+        *__errno_location() = ENOMEM;
+        return true;
+    }
+    false
+}
 
 const PAGE: usize = 4096;
 
@@ -59,6 +77,9 @@ unsafe fn uncount(p: *mut c_void) {
 
 #[no_mangle]
 pub unsafe extern "C" fn malloc(size: usize) -> *mut c_void {
+    if refused(size) {
+        return std::ptr::null_mut();
+    }
     counted(__libc_malloc(size))
 }
 
@@ -70,6 +91,9 @@ pub unsafe extern "C" fn free(p: *mut c_void) {
 
 #[no_mangle]
 pub unsafe extern "C" fn calloc(n: usize, size: usize) -> *mut c_void {
+    if refused(n.saturating_mul(size)) {
+        return std::ptr::null_mut();
+    }
     counted(__libc_calloc(n, size))
 }
 
@@ -83,6 +107,9 @@ pub unsafe extern "C" fn realloc(p: *mut c_void, size: usize) -> *mut c_void {
         return std::ptr::null_mut();
     }
     let old = malloc_usable_size(p) as i64;
+    if size as i64 > old && refused(size - old as usize) {
+        return std::ptr::null_mut(); // the old block stays as it was
+    }
     let q = __libc_realloc(p, size);
     if !q.is_null() {
         // The old block is gone (moved or resized in place): swap its bytes for the new ones.
@@ -97,11 +124,17 @@ pub unsafe extern "C" fn realloc(p: *mut c_void, size: usize) -> *mut c_void {
 
 #[no_mangle]
 pub unsafe extern "C" fn memalign(align: usize, size: usize) -> *mut c_void {
+    if refused(size) {
+        return std::ptr::null_mut();
+    }
     counted(__libc_memalign(align, size))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn aligned_alloc(align: usize, size: usize) -> *mut c_void {
+    if refused(size) {
+        return std::ptr::null_mut();
+    }
     counted(__libc_memalign(align, size))
 }
 
@@ -109,6 +142,9 @@ pub unsafe extern "C" fn aligned_alloc(align: usize, size: usize) -> *mut c_void
 pub unsafe extern "C" fn posix_memalign(out: *mut *mut c_void, align: usize, size: usize) -> i32 {
     if !align.is_power_of_two() || align % std::mem::size_of::<*mut c_void>() != 0 {
         return 22; // EINVAL
+    }
+    if refused(size) {
+        return ENOMEM;
     }
     let p = counted(__libc_memalign(align, size));
     if p.is_null() {
@@ -120,11 +156,17 @@ pub unsafe extern "C" fn posix_memalign(out: *mut *mut c_void, align: usize, siz
 
 #[no_mangle]
 pub unsafe extern "C" fn valloc(size: usize) -> *mut c_void {
+    if refused(size) {
+        return std::ptr::null_mut();
+    }
     counted(__libc_memalign(PAGE, size))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn pvalloc(size: usize) -> *mut c_void {
+    if refused(size) {
+        return std::ptr::null_mut();
+    }
     counted(__libc_memalign(PAGE, size.div_ceil(PAGE).max(1) * PAGE))
 }
 
@@ -142,6 +184,11 @@ pub fn read() -> (i64, i64, i64, u64, u64) {
         ALLOCS.load(Relaxed),
         ALLOC_BYTES.load(Relaxed),
     )
+}
+
+/// Holds the bytes live to `bytes` from now on (0: no limit); an allocation past it fails.
+pub fn set_limit(bytes: i64) {
+    LIMIT.store(bytes.max(0), Relaxed);
 }
 
 /// Starts a new peak window at the bytes live now; returns them.

@@ -33,6 +33,20 @@ fn counter_reset_peak() -> i64 {
     counter::reset_peak()
 }
 
+/// Holds the process's live bytes to `bytes` (0: no limit): an allocation past it fails with
+/// ENOMEM (PyTorch's CPU allocator then raises its out-of-memory error). Only with the counting
+/// malloc preloaded.
+#[pyfunction]
+fn counter_limit(bytes: i64) -> PyResult<()> {
+    if !counter::active() {
+        return Err(PyValueError::new_err(
+            "a heap limit needs the counting malloc: run under `python -m memscope run`",
+        ));
+    }
+    counter::set_limit(bytes);
+    Ok(())
+}
+
 /// Per-phase statistics of raw samples (milliseconds): (JSON of phase → the Record's timing
 /// entry, noise warnings).
 #[pyfunction]
@@ -188,6 +202,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
         wrap_pyfunction!(counter_active, m)?,
         wrap_pyfunction!(counter_read, m)?,
         wrap_pyfunction!(counter_reset_peak, m)?,
+        wrap_pyfunction!(counter_limit, m)?,
         wrap_pyfunction!(phase_timings, m)?,
         wrap_pyfunction!(leak_verdict, m)?,
         wrap_pyfunction!(finish_record, m)?,

@@ -15,6 +15,7 @@ pub mod least_squares;
 pub mod op_cost;
 pub mod op_profile;
 pub mod profile_tree;
+pub mod ranks;
 pub mod record_series;
 pub mod roofline;
 pub mod scaling;

@@ -12,9 +12,10 @@ use crate::model::config::ModelConfig;
 use crate::model::variant::{Attention, Fusion, Precision, Variant};
 use crate::record::Record;
 use crate::report::{self, Export};
-use crate::spec::{parse_device, Engine, SpecError, TorchRun};
+use crate::spec::{parse_device, Engine, Parallel, ParallelPlan, SpecError, TorchRun};
 use crate::spec::{BinDtype, DataSpec};
 use crate::spec::{Dtype, Mode, Spec};
+use anyhow::bail;
 use clap::Args;
 use std::path::{Path, PathBuf};
 
@@ -111,6 +112,12 @@ pub struct EngineArgs {
     /// Where the torch engine runs: cpu, cuda or cuda:N [default: cpu]
     #[arg(long, value_name = "DEVICE")]
     pub device: Option<String>,
+    /// Ranks of a data-parallel job (with --parallel and --engine torch): estimate traces one rank under a fake process group; bench, sweep and fit launch them with torchrun (gloo on the CPU, NCCL on CUDA)
+    #[arg(long, value_name = "N")]
+    pub nproc: Option<usize>,
+    /// How the --nproc ranks share the model: ddp (DistributedDataParallel) or fsdp (FSDP2, fully_shard on every block and the root) [--engine torch]
+    #[arg(long, value_name = "PLAN")]
+    pub parallel: Option<String>,
 }
 
 impl EngineArgs {
@@ -122,11 +129,58 @@ impl EngineArgs {
             Engine::Torch => Ok(Some(TorchRun {
                 device,
                 gpu_memory_limit_bytes: None,
-                parallel: None,
+                heap_limit_bytes: None,
+                parallel: self.parallel()?,
             })),
             Engine::Candle if device != "cpu" => Err(SpecError::DeviceNeedsTorch(device).into()),
-            Engine::Candle => Ok(None),
+            Engine::Candle => {
+                if let Some(p) = self.parallel()? {
+                    bail!(
+                        "--parallel {}: a data-parallel job runs on PyTorch; add --engine torch",
+                        p.plan.name()
+                    );
+                }
+                Ok(None)
+            }
         }
+    }
+
+    /// `--parallel PLAN --nproc N` as the job; every combination memscope cannot run refused,
+    /// naming the flag.
+    fn parallel(&self) -> anyhow::Result<Option<Parallel>> {
+        let (plan, world) = match (self.parallel.as_deref(), self.nproc) {
+            (None, None) => return Ok(None),
+            (None, Some(n)) => bail!(
+                "--nproc {n}: say how the ranks share the model: --parallel ddp or --parallel fsdp"
+            ),
+            (Some(p), None) => {
+                bail!("--parallel {p}: give the job's number of ranks with --nproc N")
+            }
+            (Some(p), Some(n)) => (p, n),
+        };
+        let plan = match plan {
+            "ddp" => ParallelPlan::Ddp,
+            "fsdp" => ParallelPlan::Fsdp,
+            p if p.starts_with("tp") || p.contains("+tp") => bail!(
+                "--parallel {p}: tensor parallelism is not supported yet; use --parallel ddp or fsdp"
+            ),
+            p => bail!("--parallel {p}: use ddp or fsdp"),
+        };
+        if world == 0 {
+            bail!("--nproc 0: a job has at least 1 rank");
+        }
+        Ok(Some(Parallel { plan, world }))
+    }
+
+    /// Refuses --nproc/--parallel in a command that does not run a data-parallel job.
+    pub fn refuse_parallel(&self, command: &str) -> anyhow::Result<()> {
+        if let Some(p) = self.parallel.as_deref() {
+            bail!("--parallel {p}: {command} runs one process; a data-parallel job runs under bench, sweep, fit or estimate");
+        }
+        if let Some(n) = self.nproc {
+            bail!("--nproc {n}: {command} runs one process; a data-parallel job runs under bench, sweep, fit or estimate");
+        }
+        Ok(())
     }
 }
 
@@ -224,6 +278,16 @@ impl Workload {
     /// `seq` is its prompt (--prompt-len, else --seq), threads default to all cores, the variant's
     /// precision follows mode and dtype, `--engine torch --device D` becomes `torch`.
     pub fn spec(self) -> anyhow::Result<Spec> {
+        let torch = self.variant.engine.torch_run()?;
+        // A CPU job's ranks share the cores: each its share unless --threads says otherwise.
+        let ranks = torch
+            .as_ref()
+            .filter(|t| !t.is_cuda())
+            .and_then(|t| t.parallel)
+            .map_or(1, |p| p.world);
+        let threads = self
+            .threads
+            .unwrap_or_else(|| (all_cores() / ranks.max(1)).max(1));
         let prompt_len = self.prompt_len.unwrap_or(self.seq);
         let seq = match self.mode {
             Mode::Generate => prompt_len,
@@ -238,7 +302,7 @@ impl Workload {
             batch: self.batch,
             seq,
             dtype: self.dtype,
-            threads: self.threads.unwrap_or_else(all_cores),
+            threads,
             seed: self.seed,
             warmup: self.warmup,
             steps: self.steps,
@@ -249,7 +313,7 @@ impl Workload {
             data: self.data,
             variant: self.variant.to_variant(self.mode, self.dtype),
             engine: None,
-            torch: self.variant.engine.torch_run()?,
+            torch,
         })
     }
 

@@ -9,7 +9,7 @@ use crate::out;
 use crate::record::estimate::EstimateFile;
 use crate::record::estimate::Optimizer;
 use crate::report;
-use crate::spec::{Dtype, Mode, Parallel, ParallelPlan, Spec};
+use crate::spec::{Dtype, Parallel};
 use anyhow::{bail, Context};
 use clap::{Args, ValueEnum};
 use std::process::ExitCode;
@@ -45,12 +45,6 @@ pub struct EstimateArgs {
     /// Rows in the hotspot tables
     #[arg(long, default_value_t = 10)]
     pub top: usize,
-    /// Ranks of a data-parallel job (with --parallel and --engine torch): the estimate is one rank's, traced under a fake process group
-    #[arg(long, value_name = "N")]
-    pub nproc: Option<usize>,
-    /// How the --nproc ranks share the model: ddp (DistributedDataParallel) or fsdp (FSDP2, fully_shard on every block and the root) [--engine torch]
-    #[arg(long, value_name = "PLAN")]
-    pub parallel: Option<String>,
     #[command(flatten)]
     pub json: JsonOut,
     #[command(flatten)]
@@ -129,8 +123,8 @@ pub fn run(a: EstimateArgs) -> anyhow::Result<ExitCode> {
         variant: a.variant.clone(),
     };
     let spec = workload.clone().validated()?;
-    let parallel = parallel(a.parallel.as_deref(), a.nproc, &spec)?;
-    if spec.torch.is_some() {
+    if let Some(t) = &spec.torch {
+        let parallel = t.parallel;
         return torch_estimate(&a, &workload, &dts, budget, parallel);
     }
     let reqs: Vec<Request> = dts
@@ -173,48 +167,6 @@ pub fn run(a: EstimateArgs) -> anyhow::Result<ExitCode> {
     })
 }
 
-/// `--parallel PLAN --nproc N` as the job one rank of which is estimated; every combination the
-/// trace cannot honour refused, naming the flag.
-fn parallel(
-    plan: Option<&str>,
-    nproc: Option<usize>,
-    spec: &Spec,
-) -> anyhow::Result<Option<Parallel>> {
-    let (plan, world) = match (plan, nproc) {
-        (None, None) => return Ok(None),
-        (None, Some(n)) => bail!(
-            "--nproc {n}: say how the ranks share the model: --parallel ddp or --parallel fsdp"
-        ),
-        (Some(p), None) => bail!("--parallel {p}: give the job's number of ranks with --nproc N"),
-        (Some(p), Some(n)) => (p, n),
-    };
-    let plan = match plan {
-        "ddp" => ParallelPlan::Ddp,
-        "fsdp" => ParallelPlan::Fsdp,
-        p if p.starts_with("tp") || p.contains("+tp") => bail!(
-            "--parallel {p}: tensor parallelism is not predicted yet; use --parallel ddp or fsdp"
-        ),
-        p => bail!("--parallel {p}: use ddp or fsdp"),
-    };
-    if world == 0 {
-        bail!("--nproc 0: a job has at least 1 rank");
-    }
-    if spec.torch.is_none() {
-        bail!(
-            "--parallel {}: a data-parallel job is predicted on PyTorch; add --engine torch",
-            plan.name()
-        );
-    }
-    if spec.mode != Mode::Train {
-        bail!(
-            "--parallel {}: a data-parallel job trains; use --mode train (its {} needs no gradients to share)",
-            plan.name(),
-            spec.mode.name()
-        );
-    }
-    Ok(Some(Parallel { plan, world }))
-}
-
 /// `estimate --engine torch`: one trace per dtype (`torch::estimate`), the report, `--json`.
 fn torch_estimate(
     a: &EstimateArgs,
@@ -248,7 +200,6 @@ fn torch_estimate(
             if t.is_cuda() {
                 t.gpu_memory_limit_bytes = budget;
             }
-            t.parallel = parallel;
         }
         let (mut e, ops) = crate::torch::estimate::estimate_with_ops(&s)?;
         e.flops = crate::analysis::aten_cost::flops_by_phase(&ops);

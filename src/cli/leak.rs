@@ -157,6 +157,7 @@ pub enum FormatArg {
 pub const LEAK_STEPS: usize = 300;
 
 pub fn leak(mut a: LeakArgs) -> anyhow::Result<ExitCode> {
+    a.workload.variant.engine.refuse_parallel("leak")?;
     a.workload.warmup.warmup.get_or_insert(0);
     a.workload.steps.steps.get_or_insert(LEAK_STEPS);
     let spec = build_spec(&a.model, &a.workload)?;

@@ -56,6 +56,7 @@ pub struct OptimizeArgs {
 }
 
 pub fn run_optimize(a: OptimizeArgs) -> anyhow::Result<ExitCode> {
+    a.engine.refuse_parallel("optimize")?;
     check_outputs(
         &[
             ("--json", a.json.as_deref()),

@@ -35,6 +35,7 @@ pub struct PeaksArgs {
 }
 
 pub fn run(a: PeaksArgs) -> anyhow::Result<ExitCode> {
+    a.engine.refuse_parallel("peaks")?;
     use crate::measure::peaks;
     let threads = a.threads.unwrap_or_else(all_cores);
     if threads == 0 || *a.batch == 0 || *a.seq == 0 {

@@ -45,6 +45,7 @@ fn params_of(m: &ModuleParams, module: &str) -> u64 {
 }
 
 pub fn run(a: ProfileArgs) -> anyhow::Result<ExitCode> {
+    a.workload.variant.engine.refuse_parallel("profile")?;
     if !(1..=4).contains(&a.depth) {
         bail!("--depth {}: choose 1 (model) to 4 (op kinds)", a.depth);
     }

@@ -49,6 +49,7 @@ pub fn measure(
 }
 
 pub fn run(a: RooflineArgs) -> anyhow::Result<ExitCode> {
+    a.workload.variant.engine.refuse_parallel("roofline")?;
     check_outputs(
         &[a.files.flags().as_slice(), &[("--svg", a.svg.as_deref())]].concat(),
         &super::args::run_inputs(

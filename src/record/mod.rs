@@ -17,6 +17,7 @@ pub mod leak;
 pub mod nonfinite;
 pub mod op_profile;
 pub mod optimize;
+pub mod ranks;
 pub mod rates;
 pub mod roofline;
 mod run;

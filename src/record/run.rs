@@ -33,6 +33,10 @@ pub struct Record {
     /// and charged to its module. Absent otherwise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub profile: Option<super::op_profile::OpProfile>,
+    /// A data-parallel run (`--nproc N --parallel PLAN`): every rank's figures; the rest of the
+    /// Record is the worst rank's (`worst` marks it). Absent for one process.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ranks: Option<Vec<super::ranks::RankFigures>>,
     pub environment: Environment,
     /// Unix time the run started, seconds.
     pub started_at: u64,

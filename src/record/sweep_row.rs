@@ -66,6 +66,9 @@ pub struct RowSummary {
     /// `memscope estimate`'s predicted heap peak for the same Spec, when it models it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub estimated_peak_bytes: Option<u64>,
+    /// A data-parallel run: every rank's figures (the row's own are the worst rank's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ranks: Option<Vec<crate::record::ranks::RankFigures>>,
 }
 
 /// One configuration's outcome.
@@ -173,6 +176,9 @@ pub fn label(s: &Spec) -> String {
     );
     if s.grad_accum > 1 {
         out.push_str(&format!(" ga{}", s.grad_accum));
+    }
+    if let Some(p) = s.torch.as_ref().and_then(|t| t.parallel) {
+        out.push_str(&format!(" {}×{}", p.plan.name(), p.world));
     }
     out
 }

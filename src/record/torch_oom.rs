@@ -15,6 +15,9 @@ pub const EXIT_OOM: i32 = 3;
 pub struct OomFacts {
     /// `cpu`, `cuda:0`, …
     pub device: String,
+    /// A data-parallel run: the rank that ran out of memory.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rank: Option<usize>,
     /// The allocation that failed, bytes (from the exception's message; absent when it says none).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub requested_bytes: Option<u64>,
@@ -45,7 +48,10 @@ impl OomFacts {
     /// One sentence for a row's reason.
     pub fn describe(&self) -> String {
         let b = |v: u64| crate::units::bytes(v as f64);
-        let mut s = format!("PyTorch ran out of memory on {}", self.device);
+        let mut s = match self.rank {
+            Some(r) => format!("PyTorch ran out of memory on rank {r} ({})", self.device),
+            None => format!("PyTorch ran out of memory on {}", self.device),
+        };
         if let Some(p) = &self.phase {
             s += &format!(" in {p}");
         }

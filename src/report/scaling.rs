@@ -87,7 +87,7 @@ fn configurations(rows: &[Row]) -> String {
                 .map_or("".into(), |c| format!("{c:.1}")),
             s.and_then(|s| s.tokens_per_s).map_or("".into(), rate),
             s.and_then(|s| s.samples_per_s).map_or("".into(), rate),
-            s.map_or("".into(), |s| mib(s.heap_peak_bytes as f64)),
+            s.map_or("".into(), peak_cell),
             s.and_then(|s| s.rss_peak_bytes)
                 .map_or("".into(), |b| mib(b as f64)),
             escape(r.reason.as_deref().unwrap_or("")),
@@ -97,6 +97,17 @@ fn configurations(rows: &[Row]) -> String {
         "## Configurations\n\n{}",
         table.markdown(&MarkdownStyle::PLAIN)
     )
+}
+
+/// The peak; a data-parallel run's is its worst rank's, with every rank's beside it.
+fn peak_cell(s: &RowSummary) -> String {
+    let peak = mib(s.heap_peak_bytes as f64);
+    let Some(ranks) = &s.ranks else {
+        return peak;
+    };
+    let each: Vec<String> = ranks.iter().map(|f| mib(f.peak_bytes as f64)).collect();
+    let worst = ranks.iter().find(|f| f.worst).map_or(0, |f| f.rank);
+    format!("{peak} (rank {worst}; ranks {})", each.join(" · "))
 }
 
 /// One row per distinct (batch, seq): the one with the most warm-up.

@@ -25,8 +25,20 @@ pub fn headline(r: &Record) -> String {
         Some(e) => format!(" · engine {} {} on {}", e.name, e.version, e.device),
         None => String::new(),
     };
+    // A data-parallel run: which rank these figures are.
+    let job = match (&r.ranks, s.torch.as_ref().and_then(|t| t.parallel)) {
+        (Some(ranks), Some(p)) => ranks.iter().find(|f| f.worst).map_or(String::new(), |w| {
+            format!(
+                " · {} over {} ranks: rank {} (the largest peak)",
+                p.plan.name(),
+                p.world,
+                w.rank
+            )
+        }),
+        _ => String::new(),
+    };
     format!(
-        "{} ({}, {} params){engine} · {} · {} · {} · {} thread{}{} · {} warm-up + {} measured steps",
+        "{} ({}, {} params){engine}{job} · {} · {} · {} · {} thread{}{} · {} warm-up + {} measured steps",
         r.model.name,
         r.model.family,
         thousands(r.model.params),
@@ -313,6 +325,50 @@ pub fn micro_step_table(r: &Record) -> Option<Table> {
     })
 }
 
+/// A data-parallel run's ranks side by side, the worst marked (its figures are the Record's).
+pub fn ranks_table(r: &Record) -> Option<Table> {
+    let ranks = r.ranks.as_ref()?;
+    let what = if r.spec.torch.as_ref().is_some_and(|t| t.is_cuda()) {
+        "CUDA allocated"
+    } else {
+        "heap"
+    };
+    // CUDA's reserved bytes where a rank has them.
+    let reserved = ranks.iter().any(|f| f.reserved_bytes.is_some());
+    let rows = ranks
+        .iter()
+        .map(|f| {
+            let mut cells = vec![
+                format!("{}{}", f.rank, if f.worst { " (worst)" } else { "" }),
+                bytes(f.peak_bytes as f64),
+                bytes(f.end_bytes as f64),
+            ];
+            if reserved {
+                cells.push(f.reserved_bytes.map_or("n/a".into(), |b| bytes(b as f64)));
+            }
+            cells.push(f.parameter_bytes.map_or("n/a".into(), |b| bytes(b as f64)));
+            cells.push(match f.step_cv_pct {
+                Some(cv) => format!("{} (CV {cv:.1}%)", ms(f.step_median_ms)),
+                None => ms(f.step_median_ms),
+            });
+            cells
+        })
+        .collect();
+    let (peak, end) = (format!("{what} peak"), format!("{what} at end"));
+    let mut header = vec!["rank", &peak, &end];
+    if reserved {
+        header.push("reserved after a step, max");
+    }
+    header.extend(["its parameters", "step median, ms"]);
+    Some(Table {
+        title: format!(
+            "Ranks ({what}; every other table is the worst rank's, the one with the largest peak)"
+        ),
+        header: row(&header),
+        rows,
+    })
+}
+
 /// The reconciliation's sentence.
 pub fn peak_line(r: &Record) -> Option<String> {
     crate::report::breakdown::reconciliation(r).map(|(_, s)| s)
@@ -370,7 +426,9 @@ pub fn loss_line(r: &Record) -> Option<String> {
 
 /// Every table of a run summary, in reading order.
 pub fn tables(r: &Record) -> Vec<Table> {
-    let mut t = vec![timing_table(r), memory_table(r), phase_memory_table(r)];
+    let mut t = vec![timing_table(r)];
+    t.extend(ranks_table(r));
+    t.extend([memory_table(r), phase_memory_table(r)]);
     t.push(crate::report::breakdown::breakdown_table(r));
     if let Some((rec, _)) = crate::report::breakdown::reconciliation(r) {
         t.push(rec);

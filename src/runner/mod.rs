@@ -7,6 +7,7 @@ pub mod profiled;
 use crate::measure::measure_with;
 use crate::record::{Compute, EstimatedMemory, PhaseTiming, Record, StepMemory, SCHEMA_VERSION};
 use crate::spec::{Mode, Spec};
+use anyhow::Context;
 use std::sync::atomic::AtomicUsize;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
@@ -58,6 +59,7 @@ pub fn run_with(
         data: m.data,
         warnings,
         profile: None,
+        ranks: None,
         environment: crate::environment::capture(spec.threads),
         started_at,
         wall_seconds: wall.elapsed().as_secs_f64(),
@@ -74,7 +76,15 @@ fn run_torch(
     progress: &AtomicUsize,
     on_step: &mut dyn FnMut(&StepMemory),
 ) -> anyhow::Result<Record> {
-    let mut r = crate::torch::run(spec, progress, on_step, crate::measure::stop::requested)?;
+    let records = crate::torch::run(spec, progress, on_step, crate::measure::stop::requested)?;
+    // A data-parallel job: the worst rank's Record, holding every rank's figures.
+    let parallel = spec.torch.as_ref().is_some_and(|t| t.parallel.is_some());
+    let mut r = if parallel {
+        crate::analysis::ranks::worst_rank(records)
+    } else {
+        records.into_iter().next()
+    }
+    .context("the torch engine wrote no Record")?;
     let engine = r.spec.engine.take();
     r.spec = spec.clone();
     r.spec.engine = engine;

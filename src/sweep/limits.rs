@@ -43,6 +43,9 @@ pub fn parse_timeout(text: &str) -> anyhow::Result<Duration> {
 
 /// What holds a CUDA run of the torch engine to `--memory-limit`: the GPU's memory, not the host's.
 pub const GPU_CAP: &str = "torch.cuda.set_per_process_memory_fraction (GPU memory)";
+/// What holds each CPU rank of a data-parallel torch run to `--memory-limit`.
+pub const RANK_HEAP_CAP: &str =
+    "counting allocator, per rank (heap: a malloc past the limit fails)";
 
 /// How the per-worker memory budget is enforced.
 #[derive(Debug, Clone, PartialEq)]

@@ -42,6 +42,7 @@ impl RowSummary {
                 .map(|b| b.measured_bytes),
             loss_last: r.loss.last().copied(),
             estimated_peak_bytes: r.memory.estimate.as_ref().map(|e| e.peak_bytes),
+            ranks: r.ranks.clone(),
         }
     }
 }
@@ -65,7 +66,7 @@ fn step_samples(r: &Record) -> Vec<f64> {
     }
 }
 
-const CSV_HEADER: [&str; 20] = [
+const CSV_HEADER: [&str; 22] = [
     "index",
     "status",
     "reason",
@@ -86,6 +87,8 @@ const CSV_HEADER: [&str; 20] = [
     "rss_peak_bytes",
     "tokens_per_s",
     "samples_per_s",
+    "worst_rank",
+    "rank_peak_bytes",
 ];
 
 pub fn to_csv(rows: &[Row]) -> anyhow::Result<String> {
@@ -93,6 +96,7 @@ pub fn to_csv(rows: &[Row]) -> anyhow::Result<String> {
     let opt = |v: Option<String>| v.unwrap_or_default();
     for r in rows {
         let s = r.summary.as_ref();
+        let ranks = s.and_then(|s| s.ranks.as_ref());
         table.push([
             r.index.to_string(),
             r.status.name().to_string(),
@@ -114,6 +118,17 @@ pub fn to_csv(rows: &[Row]) -> anyhow::Result<String> {
             opt(s.and_then(|s| s.rss_peak_bytes).map(|b| b.to_string())),
             opt(s.and_then(|s| s.tokens_per_s).map(|v| format!("{v:.1}"))),
             opt(s.and_then(|s| s.samples_per_s).map(|v| format!("{v:.3}"))),
+            // A data-parallel run: the rank the row's figures are, and every rank's peak
+            // (`rank:bytes`, space-separated).
+            opt(ranks
+                .and_then(|f| f.iter().find(|f| f.worst))
+                .map(|f| f.rank.to_string())),
+            opt(ranks.map(|f| {
+                f.iter()
+                    .map(|f| format!("{}:{}", f.rank, f.peak_bytes))
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            })),
         ]);
     }
     table.csv()

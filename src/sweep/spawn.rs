@@ -29,7 +29,8 @@ use std::time::{Duration, Instant};
 /// Lines of the worker's stderr kept for the row.
 const STDERR_LINES: usize = 12;
 /// Stderr lines that tell how a worker ended, kept even when a backtrace follows them.
-const KEY_PATTERNS: [&str; 5] = [
+const KEY_PATTERNS: [&str; 6] = [
+    crate::record::torch_oom::PREFIX,
     "memory allocation of",
     "has overflowed its stack",
     "panicked at",
@@ -78,11 +79,11 @@ pub fn run_worker(
     live: &WorkerProgress,
     tick: impl FnMut(),
 ) -> anyhow::Result<Option<Row>> {
-    if let Some((s, o, limit)) = gpu_capped(spec, opts) {
+    if let Some((s, o, limit, how)) = engine_capped(spec, opts) {
         let row = run_worker(&s, index, &o, interrupted, live, tick)?;
         return Ok(row.map(|mut r| {
             r.memory_limit_bytes = Some(limit);
-            r.enforcement = Some(crate::sweep::limits::GPU_CAP.into());
+            r.enforcement = Some(how.into());
             r
         }));
     }
@@ -203,27 +204,34 @@ pub fn run_worker(
     }))
 }
 
-/// A CUDA run of the torch engine under `--memory-limit`: the Spec with the cap on PyTorch's
-/// caching allocator (a smaller card simulated on a larger one), the options without a host
-/// budget, and the limit. None for every other run.
-pub fn gpu_capped(
+/// A run whose budget the torch engine holds itself under `--memory-limit`: on CUDA, a cap on
+/// PyTorch's caching allocator (a smaller card simulated on a larger one); a data-parallel job
+/// on the CPU, each rank's heap held by the counting allocator (the limit is per rank, as a
+/// GPU's memory is). The Spec with the cap, the options without a host budget, the limit, and
+/// how it is enforced. None for every other run.
+pub fn engine_capped(
     spec: &crate::spec::Spec,
     opts: &RunOptions,
-) -> Option<(crate::spec::Spec, RunOptions, u64)> {
+) -> Option<(crate::spec::Spec, RunOptions, u64, &'static str)> {
     let limit = opts.memory_limit?;
-    if !spec.torch.as_ref().is_some_and(|t| t.is_cuda()) {
-        return None;
-    }
+    let t = spec.torch.as_ref()?;
     let mut s = spec.clone();
-    if let Some(t) = s.torch.as_mut() {
-        t.gpu_memory_limit_bytes = Some(limit);
-    }
+    let target = s.torch.as_mut()?;
+    let how = if t.is_cuda() {
+        target.gpu_memory_limit_bytes = Some(limit);
+        crate::sweep::limits::GPU_CAP
+    } else if t.parallel.is_some() {
+        target.heap_limit_bytes = Some(limit);
+        crate::sweep::limits::RANK_HEAP_CAP
+    } else {
+        return None;
+    };
     let o = RunOptions {
         memory_limit: None,
         enforcement: crate::sweep::limits::Enforcement::None,
         ..opts.clone()
     };
-    Some((s, o, limit))
+    Some((s, o, limit, how))
 }
 
 /// The worker's command (this binary as `memscope worker`, in its own process group, its budget

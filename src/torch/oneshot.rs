@@ -11,7 +11,7 @@ use std::os::unix::process::ExitStatusExt;
 /// line. `what` names it in errors ("the torch estimator's trace").
 pub fn answer(module: &str, request: &str, what: &str) -> anyhow::Result<String> {
     let limit = start_limit()?;
-    let (mut child, stderr) = spawn(&["-m", module], request)?;
+    let (mut child, stderr) = spawn(&["-m", module], request, &[])?;
     let dog = Watchdog::start(child.id(), limit, never);
     let mut out = BufReader::new(child.stdout.take().expect("piped"));
     let mut first = String::new();

@@ -4,6 +4,11 @@
 //! finished step (its memory entry) on stdout, then `{"record": …}` as its last line; its stderr
 //! is passed on line by line and its last lines kept for the error. `MEMSCOPE_PYTHON` names the
 //! interpreter.
+//!
+//! A data-parallel Spec (`--nproc N --parallel PLAN`) runs under torchrun (`python3 -m
+//! torch.distributed.run --standalone --nproc-per-node N`, the launcher users run), each rank the
+//! same engine with the request in `MEMSCOPE_REQUEST`; rank 0 writes the step lines and then
+//! `{"ranks": [Record, …]}`, every rank's Record in rank order.
 
 use super::python::{failure, python, spawn, Request};
 use super::watchdog::{start_limit, Watchdog};
@@ -22,6 +27,10 @@ pub(crate) enum Line {
     Record {
         record: Box<Record>,
     },
+    /// A data-parallel run: rank 0's last line, every rank's Record in rank order.
+    Ranks {
+        ranks: Vec<Record>,
+    },
     /// Its first line, once torch and transformers are imported (the start bound's end).
     Started {
         #[allow(dead_code)]
@@ -31,30 +40,81 @@ pub(crate) enum Line {
 }
 
 /// The engine's command line: on the CPU under the counting allocator (exact malloc bytes); on
-/// CUDA without it (the caching allocator's own statistics; the host's malloc left alone).
-fn engine_args(target: &TorchRun) -> Vec<&'static str> {
-    if target.is_cuda() {
-        vec!["-m", "memscope.engine"]
+/// CUDA without it (the caching allocator's own statistics; the host's malloc left alone). A
+/// data-parallel job: that command as every rank of torchrun's job on this machine.
+fn engine_args(target: &TorchRun) -> Vec<String> {
+    let engine: &[&str] = if target.is_cuda() {
+        &["-m", "memscope.engine"]
     } else {
-        vec!["-m", "memscope", "run", "-m", "memscope.engine"]
+        &["-m", "memscope", "run", "-m", "memscope.engine"]
+    };
+    let mut args: Vec<String> = Vec::new();
+    if let Some(p) = target.parallel {
+        // `-m` once more: torchrun starts `python -m memscope …` in every rank.
+        args.extend(
+            [
+                "-m",
+                "torch.distributed.run",
+                "--standalone",
+                "--nproc-per-node",
+            ]
+            .map(String::from),
+        );
+        args.push(p.world.to_string());
     }
+    args.extend(engine.iter().map(|a| a.to_string()));
+    args
 }
 
-/// Runs `spec` (which has `torch`) to its Record, handing each step's memory entry to `on_step`
-/// and counting steps in `progress`. When `stop()` turns true (`leak`'s signals) the engine is
-/// sent SIGINT: it drops the step under way and writes the Record of the steps it finished.
+/// A CPU job of more ranks than the cores memscope may use is refused, naming --nproc (each
+/// rank is a process of at least one thread; `estimate --nproc` predicts larger jobs). CUDA
+/// jobs are checked by the ranks (one GPU each).
+pub fn check_local(target: &TorchRun) -> anyhow::Result<()> {
+    let Some(p) = target.parallel else {
+        return Ok(());
+    };
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    if !target.is_cuda() && p.world > cores {
+        bail!(
+            "--nproc {}: this machine lets memscope use {cores} cores and a CPU rank needs one; use --nproc {cores} or fewer (`memscope estimate --engine torch --nproc {} --parallel {}` predicts the larger job)",
+            p.world,
+            p.world,
+            p.plan.name()
+        );
+    }
+    Ok(())
+}
+
+/// Runs `spec` (which has `torch`) to its Records (one; a data-parallel job's in rank order),
+/// handing each step's memory entry to `on_step` (rank 0's) and counting steps in `progress`.
+/// When `stop()` turns true (`leak`'s signals) the engine is sent SIGINT: it drops the step
+/// under way and writes the Record of the steps it finished.
 pub fn run(
     spec: &Spec,
     progress: &AtomicUsize,
     on_step: &mut dyn FnMut(&StepMemory),
     stop: fn() -> bool,
-) -> anyhow::Result<Record> {
+) -> anyhow::Result<Vec<Record>> {
     let Some(target) = &spec.torch else {
         bail!("internal: torch::run needs a Spec with --engine torch");
     };
+    check_local(target)?;
     let request = Request::new(spec)?;
     let limit = start_limit()?;
-    let (mut child, stderr) = spawn(&engine_args(target), &request)?;
+    let args = engine_args(target);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    // torchrun's ranks read the request from the environment; OMP_NUM_THREADS set, torchrun
+    // does not set its own and say so (the engine sets its threads from the Spec anyway).
+    let threads = spec.threads.to_string();
+    let env: Vec<(&str, &str)> = if target.parallel.is_some() {
+        vec![
+            ("MEMSCOPE_REQUEST", request.as_str()),
+            ("OMP_NUM_THREADS", threads.as_str()),
+        ]
+    } else {
+        vec![]
+    };
+    let (mut child, stderr) = spawn(&args, &request, &env)?;
     let dog = Watchdog::start(child.id(), limit, stop);
     let stdout = child.stdout.take().expect("piped");
     let mut record = None;
@@ -65,7 +125,8 @@ pub fn run(
                 on_step(&m);
                 progress.fetch_add(1, Ordering::Relaxed);
             }
-            Ok(Line::Record { record: r }) => record = Some(*r),
+            Ok(Line::Record { record: r }) => record = Some(vec![*r]),
+            Ok(Line::Ranks { ranks }) => record = Some(ranks),
             Ok(Line::Started { .. }) => {}
             // Anything else a library printed on stdout is passed on.
             Err(_) => eprintln!("{line}"),

@@ -43,12 +43,17 @@ const KEEP: usize = 20;
 /// passes its stderr on and ends with the last lines. The process dies with memscope, however
 /// memscope ends (SIGKILL included): Linux's parent-death signal, set between fork and exec,
 /// kills it when the thread that started it is gone.
-pub fn spawn(args: &[&str], request: &str) -> anyhow::Result<(Child, JoinHandle<Vec<String>>)> {
+pub fn spawn(
+    args: &[&str],
+    request: &str,
+    env: &[(&str, &str)],
+) -> anyhow::Result<(Child, JoinHandle<Vec<String>>)> {
     use std::os::unix::process::CommandExt;
     let py = python();
     let parent = std::process::id();
     let mut cmd = Command::new(&py);
     cmd.args(args)
+        .envs(env.iter().copied())
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
@@ -81,17 +86,33 @@ pub fn spawn(args: &[&str], request: &str) -> anyhow::Result<(Child, JoinHandle<
     let stderr = child.stderr.take().expect("piped");
     let passer = std::thread::spawn(move || {
         let mut kept: std::collections::VecDeque<String> = Default::default();
+        // Its refusals and out-of-memory lines, kept however much follows them (torchrun's
+        // report of a failed rank is longer than the last lines).
+        let mut key: Vec<String> = Vec::new();
         for line in BufReader::new(stderr).lines().map_while(Result::ok) {
             // Its own refusal ("error: …") becomes memscope's error: said once, not twice.
             if !line.starts_with("error: ") {
                 eprintln!("{line}");
             }
+            let is_key = line.starts_with("error: ")
+                || line
+                    .trim()
+                    .starts_with(crate::record::torch_oom::PREFIX.trim_end());
+            if is_key && key.len() < KEEP {
+                key.push(line.clone());
+            }
             if kept.len() == KEEP {
-                kept.pop_front();
+                if let Some(old) = kept.pop_front() {
+                    if key.contains(&old) {
+                        key.retain(|k| k != &old);
+                        key.push(old);
+                    }
+                }
             }
             kept.push_back(line);
         }
-        kept.into_iter().collect::<Vec<_>>()
+        key.retain(|k| !kept.contains(k));
+        key.into_iter().chain(kept).collect::<Vec<_>>()
     });
     Ok((child, passer))
 }
@@ -114,10 +135,12 @@ pub fn failure(what: &str, code: Option<i32>, signal: Option<i32>, last: &[Strin
             "--engine torch: `{py}` lacks PyTorch or transformers: `{py} -m pip install torch transformers`"
         );
     }
+    // Its own refusal, the first (a job's ranks each say theirs; torchrun's report follows);
+    // else its last line.
     let line = last
         .iter()
-        .rev()
-        .find(|l| !l.trim().is_empty())
+        .find(|l| l.starts_with("error: "))
+        .or_else(|| last.iter().rev().find(|l| !l.trim().is_empty()))
         .map(|l| l.trim().trim_start_matches("error: ").to_string())
         .unwrap_or_default();
     let said = if line.is_empty() {
@@ -125,8 +148,10 @@ pub fn failure(what: &str, code: Option<i32>, signal: Option<i32>, last: &[Strin
     } else {
         format!(": {line}")
     };
+    let refused = last.iter().any(|l| l.starts_with("error: "));
     match code {
         Some(2) if !line.is_empty() => line,
+        Some(_) if refused => line,
         Some(c) => format!("{what} exited with code {c}{said}"),
         None => format!("{what} was killed by {}{said}", killed_by(signal)),
     }

@@ -1,0 +1,77 @@
+//! A data-parallel run's Records, one per rank, as one Record: the worst rank's (the largest
+//! peak: the one that decides whether the job fits), holding every rank's own figures.
+
+use crate::record::ranks::RankFigures;
+use crate::record::Record;
+
+/// The figures of `r`, rank `rank`'s Record.
+fn figures(rank: usize, r: &Record) -> RankFigures {
+    let step = r.timing.get("step");
+    RankFigures {
+        rank,
+        peak_bytes: r.memory.heap_peak_bytes,
+        end_bytes: r.memory.heap_live_end_bytes,
+        reserved_bytes: r
+            .memory
+            .series
+            .iter()
+            .filter_map(|m| m.reserved_bytes)
+            .max(),
+        parameter_bytes: r
+            .memory
+            .breakdown
+            .get("parameters")
+            .map(|b| b.measured_bytes),
+        step_median_ms: step.map_or(0.0, |t| t.median_ms),
+        step_cv_pct: step.and_then(|t| t.cv_pct),
+        worst: false,
+    }
+}
+
+/// Rank `i`'s Record at `records[i]` → the worst rank's Record with `ranks` set; None when
+/// there are none.
+pub fn worst_rank(records: Vec<Record>) -> Option<Record> {
+    let mut figs: Vec<RankFigures> = records
+        .iter()
+        .enumerate()
+        .map(|(i, r)| figures(i, r))
+        .collect();
+    // The largest peak; the lowest rank among equals.
+    let worst = figs
+        .iter()
+        .enumerate()
+        .max_by(|(i, a), (j, b)| a.peak_bytes.cmp(&b.peak_bytes).then(j.cmp(i)))?
+        .0;
+    figs[worst].worst = true;
+    let mut r = records.into_iter().nth(worst)?;
+    r.ranks = Some(figs);
+    Some(r)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(peak: u64) -> Record {
+        let mut r: Record =
+            serde_json::from_str(include_str!("../../tests/fixtures/pytorch-record.json"))
+                .expect("the fixture is a Record");
+        r.memory.heap_peak_bytes = peak;
+        r
+    }
+
+    #[test]
+    fn the_largest_peak_is_the_record_and_every_rank_is_kept() {
+        let r = worst_rank(vec![record(10), record(30), record(30), record(20)]).unwrap();
+        let ranks = r.ranks.as_ref().unwrap();
+        assert_eq!(r.memory.heap_peak_bytes, 30);
+        assert_eq!(ranks.len(), 4);
+        let worst: Vec<usize> = ranks.iter().filter(|f| f.worst).map(|f| f.rank).collect();
+        assert_eq!(worst, vec![1]);
+        assert_eq!(
+            ranks.iter().map(|f| f.peak_bytes).collect::<Vec<_>>(),
+            vec![10, 30, 30, 20]
+        );
+        assert!(worst_rank(vec![]).is_none());
+    }
+}

@@ -141,7 +141,7 @@ def build_record(s, ending):
         "lr": lr, "engine": engine,
     }
     model = {"name": s.name, "family": "pytorch", "params": s.n_params,
-             "param_bytes": s.param_bytes, **_model_fields(s.model)}
+             "param_bytes": s.model_param_bytes, **_model_fields(s.model)}
     start = s._start_reading["live"]
     series = [series_entry(x) for x in steps]
     phases = {

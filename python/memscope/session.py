@@ -164,6 +164,11 @@ class Session:
         self._params = params
         self.param_bytes, self._param_ptrs = unique_bytes(params, device)
         self.n_params = sum(p.numel() for p in params)
+        # The model's bytes (params × their size); a sharded model's (DTensor: the global
+        # numel) are more than this rank's own, `param_bytes`.
+        sharded = any(hasattr(p, "_local_tensor") for p in params)
+        self.model_param_bytes = (sum(p.numel() * p.element_size() for p in params) if sharded
+                                  else self.param_bytes)
         self.param_dtype = params[0].dtype if params else torch.float32
         _dtype(self.param_dtype)
         self.saved = SavedTensors(device)

@@ -58,7 +58,7 @@ def test_ddp_adds_its_gradient_buckets_to_one_process_s_peak_to_the_byte(memscop
 
 @pytest.mark.parametrize("extra,needle", [
     (["--nproc", "2"], "--nproc 2: say how the ranks share the model"),
-    (["--nproc", "2", "--parallel", "tp:2"], "tensor parallelism is not predicted yet"),
+    (["--nproc", "2", "--parallel", "tp:2"], "tensor parallelism is not supported yet"),
 ])
 def test_a_job_the_trace_cannot_honour_is_refused_by_flag(memscope_bin, extra, needle):
     p = subprocess.run([memscope_bin, "estimate", "--engine", "torch", "--model", "tiny-gpt2",

@@ -1,0 +1,85 @@
+"""`bench` and `sweep --engine torch --nproc N --parallel PLAN` measured: every rank a real
+process of a torchrun job (gloo on the CPU), recorded by its own recorder; the Record is the worst
+rank's and holds every rank's figures. A rank out of memory is an `oom` row naming it, a hung rank
+a `timeout` row, and no process of the job outlives the sweep."""
+
+import json
+import os
+import subprocess
+
+import pytest
+
+from conftest import load
+
+TINY = ["--engine", "torch", "--model", "tiny-gpt2", "--seq", "32", "--warmup", "1",
+        "--steps", "2"]
+
+
+def engines_left():
+    """The engine processes still running (every rank runs `memscope.engine`)."""
+    p = subprocess.run(["pgrep", "-f", "memscope.engine"], capture_output=True, text=True)
+    return p.stdout.split()
+
+
+@pytest.mark.parametrize("plan", ["ddp", "fsdp"])
+def test_bench_records_every_rank_and_keeps_the_worst(memscope_bin, tmp_path, plan):
+    out = tmp_path / "run.json"
+    p = subprocess.run([memscope_bin, "bench", *TINY, "--batch", "2", "--nproc", "2",
+                        "--parallel", plan, "--json", str(out)],
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    r = load(out)
+    ranks = r["ranks"]
+    assert [f["rank"] for f in ranks] == [0, 1]
+    worst = [f for f in ranks if f["worst"]]
+    assert len(worst) == 1
+    assert worst[0]["peak_bytes"] == max(f["peak_bytes"] for f in ranks) \
+        == r["memory"]["heap_peak_bytes"]
+    assert r["spec"]["torch"]["parallel"] == {"plan": plan, "world": 2}
+    # Each rank's parameters, gradients and AdamW state are its own (a shard under FSDP2, the
+    # whole model under DDP), measured from the tensors, and the trace of one rank under the
+    # fake process group predicted them to the byte.
+    b = r["memory"]["breakdown"]
+    for cat in ("parameters", "gradients", "optimizer_state"):
+        assert b[cat]["measured_bytes"] == b[cat]["estimated_bytes"], (cat, b[cat])
+    whole = r["model"]["param_bytes"]
+    local = {"ddp": whole, "fsdp": b["parameters"]["estimated_bytes"]}[plan]
+    assert all(f["parameter_bytes"] == local for f in ranks), ranks
+    if plan == "fsdp":
+        assert whole / 2 <= local < whole / 2 + 4 * 1000 * 128  # padded row shards
+    assert f"{plan} over 2 ranks: rank {worst[0]['rank']}" in p.stdout, p.stdout
+    assert "Ranks (heap;" in p.stdout and "(worst)" in p.stdout, p.stdout
+    assert not engines_left()
+
+
+def test_a_rank_out_of_memory_is_an_oom_row_naming_it_and_no_rank_outlives_it(memscope_bin,
+                                                                              tmp_path):
+    rows_path = tmp_path / "rows.jsonl"
+    p = subprocess.run([memscope_bin, "sweep", *TINY, "--batch", "1,512,1024", "--nproc", "2",
+                        "--parallel", "ddp", "--memory-limit", "400MiB", "--jsonl",
+                        str(rows_path)], capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr
+    rows = [json.loads(line) for line in rows_path.read_text().splitlines()]
+    assert [r["status"] for r in rows] == ["ok", "oom", "skipped"], rows
+    ok, oom = rows[0], rows[1]
+    ranks = ok["summary"]["ranks"]
+    assert len(ranks) == 2 and sum(f["worst"] for f in ranks) == 1
+    assert ok["summary"]["heap_peak_bytes"] == max(f["peak_bytes"] for f in ranks)
+    assert oom["torch_oom"]["rank"] in (0, 1), oom
+    assert f"out of memory on rank {oom['torch_oom']['rank']} (cpu)" in oom["reason"], oom
+    assert "per rank" in ok["enforcement"] and "per rank" in p.stderr + p.stdout
+    assert "ddp×2" in p.stdout, p.stdout
+    assert not engines_left()
+
+
+def test_a_rank_hung_in_a_collective_is_a_timeout_row(memscope_bin, tmp_path):
+    # Rank 1 never reaches DDP's first broadcast; rank 0 waits in it until --timeout.
+    rows_path = tmp_path / "rows.jsonl"
+    env = dict(os.environ, MEMSCOPE_TEST_HANG_RANK="1")
+    p = subprocess.run([memscope_bin, "sweep", *TINY, "--batch", "1", "--nproc", "2",
+                        "--parallel", "ddp", "--timeout", "30s", "--jsonl", str(rows_path)],
+                       capture_output=True, text=True, timeout=300, env=env)
+    assert p.returncode == 0, p.stderr
+    rows = [json.loads(line) for line in rows_path.read_text().splitlines()]
+    assert [r["status"] for r in rows] == ["timeout"], rows
+    assert not engines_left()

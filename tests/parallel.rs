@@ -113,3 +113,20 @@ fn commands_of_one_process_refuse_a_job() {
         &["--parallel ddp: a data-parallel job trains; use --mode train"],
     );
 }
+
+#[test]
+fn a_budget_below_the_cuda_context_is_refused_by_flag() {
+    fails_with(
+        &with(&[
+            "--device",
+            "cuda",
+            "--parallel",
+            "fsdp",
+            "--nproc",
+            "8",
+            "--fits",
+            "500MiB",
+        ]),
+        &["--fits 500 MiB: smaller than the CUDA context alone (619 MiB after CUDA's set-up"],
+    );
+}

@@ -64,3 +64,21 @@ def test_a_job_the_trace_cannot_honour_is_refused_by_flag(memscope_bin, extra, n
     p = subprocess.run([memscope_bin, "estimate", "--engine", "torch", "--model", "tiny-gpt2",
                         *extra], capture_output=True, text=True, timeout=60)
     assert p.returncode == 2 and needle in p.stderr, p.stderr
+
+
+def test_a_cuda_rank_s_memory_outside_the_allocator_is_its_own_lines_and_fits_judges_the_sum(
+        memscope_bin, tmp_path):
+    e, text = estimate(memscope_bin, tmp_path, "--device", "cuda", "--nproc", "2",
+                       "--parallel", "ddp", "--fits", "2GiB")
+    outside = e["outside_allocator"]
+    assert [line["what"] for line in outside] == ["CUDA context", "NCCL buffers",
+                                                   "kernels loaded on first use"]
+    assert all("measured on one NVIDIA H200" in line["source"] for line in outside)
+    total = e["reserved_peak_bytes"] + sum(line["bytes"] for line in outside)
+    assert total > e["reserved_peak_bytes"] > e["peak_bytes"]
+    assert "Outside PyTorch's allocator" in text and "Device total (f32)" in text, text
+    assert "--fits 2.00 GiB (f32): fits:" in text, text
+    # The single process's estimate has no such lines (--fits caps the allocator, as a sweep's
+    # --memory-limit does).
+    alone, _ = estimate(memscope_bin, tmp_path, "--device", "cuda")
+    assert "outside_allocator" not in alone

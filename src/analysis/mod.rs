@@ -14,6 +14,7 @@ pub mod leak_text;
 pub mod least_squares;
 pub mod op_cost;
 pub mod op_profile;
+pub mod outside_allocator;
 pub mod profile_tree;
 pub mod ranks;
 pub mod record_series;

@@ -187,6 +187,31 @@ fn torch_estimate(
             a.top
         );
     }
+    // A CUDA rank of a job holds memory outside PyTorch's allocator: lines of their own, and
+    // the replay capped at what the budget leaves beside them.
+    let cuda = workload
+        .variant
+        .engine
+        .device
+        .as_deref()
+        .is_some_and(|d| d.starts_with("cuda"));
+    let outside = if cuda && parallel.is_some() {
+        crate::analysis::outside_allocator::cuda_rank()
+    } else {
+        Vec::new()
+    };
+    let outside_bytes: u64 = outside.iter().map(|l| l.bytes).sum();
+    if let (Some(b), Some(ctx)) = (budget, outside.first()) {
+        if b <= ctx.bytes {
+            bail!(
+                "--fits {}: smaller than the CUDA context alone ({} {}, {}); a CUDA rank needs more than that before PyTorch allocates anything",
+                crate::units::fmt_bytes(b as f64),
+                crate::units::fmt_bytes(ctx.bytes as f64),
+                ctx.note,
+                ctx.source
+            );
+        }
+    }
     let mut by_dtype = std::collections::BTreeMap::new();
     let mut spec = None;
     let mut times = Vec::new();
@@ -198,10 +223,11 @@ fn torch_estimate(
         .validated()?;
         if let Some(t) = s.torch.as_mut() {
             if t.is_cuda() {
-                t.gpu_memory_limit_bytes = budget;
+                t.gpu_memory_limit_bytes = budget.map(|b| b.saturating_sub(outside_bytes));
             }
         }
         let (mut e, ops) = crate::torch::estimate::estimate_with_ops(&s)?;
+        e.outside_allocator = outside.clone();
         e.flops = crate::analysis::aten_cost::flops_by_phase(&ops);
         times.push(predicted_time(&mut e, &ops, *a.threads, dtype.name()));
         by_dtype.insert(dtype.name().to_string(), e);

@@ -64,8 +64,34 @@ pub struct TorchEstimate {
     /// the traced ops and `peaks --engine torch`'s roofs); empty when no roofs were measured.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub predicted_ms: BTreeMap<String, f64>,
+    /// CUDA, a `--parallel` job: device memory the rank holds outside PyTorch's allocator (the
+    /// CUDA context, NCCL's buffers, kernels loaded on first use), each with its source; a card
+    /// must hold them beside the reserved peak (`--fits` judges the sum).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub outside_allocator: Vec<OutsideLine>,
     /// FLOPs of one step by phase and `total` (`analysis::aten_cost`, from the traced ops; the
     /// optimizer's included, which memscope's own estimate leaves out).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub flops: BTreeMap<String, u64>,
+}
+
+/// Device memory outside PyTorch's allocator, one kind (`analysis::outside_allocator`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct OutsideLine {
+    /// `CUDA context`, `NCCL buffers`, `kernels loaded on first use`.
+    pub what: String,
+    pub bytes: u64,
+    /// What the figure is: when it was read.
+    pub note: String,
+    /// Where the figure comes from.
+    pub source: String,
+}
+
+impl TorchEstimate {
+    /// What the device must hold: the reserved peak (CUDA; the allocated one on the CPU) and
+    /// the memory outside the allocator.
+    pub fn device_total_bytes(&self) -> u64 {
+        self.reserved_peak_bytes.unwrap_or(self.peak_bytes)
+            + self.outside_allocator.iter().map(|l| l.bytes).sum::<u64>()
+    }
 }

@@ -133,10 +133,41 @@ pub fn render(f: &TorchEstimateFile) -> String {
             first.traced_on
         );
     }
+    if !first.outside_allocator.is_empty() {
+        let _ = writeln!(
+            out,
+            "\nOutside PyTorch's allocator (no allocated or reserved figure holds these; the card must hold them beside the reserved peak):"
+        );
+        let mut sources: Vec<&str> = Vec::new();
+        for l in &first.outside_allocator {
+            let _ = writeln!(
+                out,
+                "  {:<28} {:>10}  {}",
+                l.what,
+                bytes(l.bytes as f64),
+                l.note
+            );
+            if !sources.contains(&l.source.as_str()) {
+                sources.push(&l.source);
+            }
+        }
+        let _ = writeln!(out, "  Source: {}", sources.join("; "));
+        for (dtype, e) in &f.by_dtype {
+            let _ = writeln!(
+                out,
+                "Device total ({dtype}): {} (reserved peak {} + {} outside the allocator)",
+                bytes(e.device_total_bytes() as f64),
+                bytes(e.reserved_peak_bytes.unwrap_or(e.peak_bytes) as f64),
+                bytes(
+                    (e.device_total_bytes() - e.reserved_peak_bytes.unwrap_or(e.peak_bytes)) as f64
+                )
+            );
+        }
+    }
     if let Some(b) = f.budget_bytes {
         let _ = writeln!(out);
         for (dtype, e) in &f.by_dtype {
-            let need = e.reserved_peak_bytes.unwrap_or(e.peak_bytes);
+            let need = e.device_total_bytes();
             let verdict = match &e.out_of_memory {
                 Some(why) => format!("does not fit: {why}"),
                 None if need <= b => format!("fits: {} of {}", bytes(need as f64), bytes(b as f64)),
@@ -152,8 +183,9 @@ pub fn render(f: &TorchEstimateFile) -> String {
 pub fn all_fit(f: &TorchEstimateFile) -> bool {
     match f.budget_bytes {
         None => true,
-        Some(b) => f.by_dtype.values().all(|e| {
-            e.out_of_memory.is_none() && e.reserved_peak_bytes.unwrap_or(e.peak_bytes) <= b
-        }),
+        Some(b) => f
+            .by_dtype
+            .values()
+            .all(|e| e.out_of_memory.is_none() && e.device_total_bytes() <= b),
     }
 }

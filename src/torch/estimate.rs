@@ -264,6 +264,7 @@ fn replay(t: &Trace, device: &str, limit: Option<u64>, workspaces: &[u64]) -> To
         events: t.events.len(),
         traced_on: t.traced_on.clone(),
         predicted_ms: BTreeMap::new(),
+        outside_allocator: Vec::new(),
         flops: BTreeMap::new(),
     }
 }

@@ -130,3 +130,15 @@ fn a_budget_below_the_cuda_context_is_refused_by_flag() {
         &["--fits 500 MiB: smaller than the CUDA context alone (619 MiB after CUDA's set-up"],
     );
 }
+
+#[test]
+fn a_link_is_two_numbers_for_a_parallel_job() {
+    fails_with(
+        &with(&["--parallel", "ddp", "--nproc", "2", "--link", "fast"]),
+        &["--link fast: give the link's bandwidth in GB/s and latency in µs, as 100,5"],
+    );
+    fails_with(
+        &with(&["--link", "100,5"]),
+        &["--link 100,5: the link carries a data-parallel job's collectives; add --nproc N --parallel ddp|fsdp"],
+    );
+}

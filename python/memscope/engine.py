@@ -156,10 +156,11 @@ class Engine:
         if v.fusion == "compile":
             self.forward = torch.compile(model)
 
-    def traced_steps(self, ids, set_phase, end_phase):
+    def traced_steps(self, ids, set_phase, end_phase, on_step=None):
         """The estimator's workload on fixed ``ids``: two optimizer steps (the second has the
         optimizer's state), one forward, or one prefill and its decodes. Each phase's end is
-        noted as its block exits, where the recorder marks it."""
+        noted as its block exits, where the recorder marks it; ``on_step()`` runs before each
+        step."""
         import contextlib
 
         @contextlib.contextmanager
@@ -171,6 +172,8 @@ class Engine:
         step_fn = {"train": self.train_step, "infer": self.infer_step,
                    "generate": self.generate_step}[self.mode]
         for _ in range(2 if self.mode == "train" else 1):
+            if on_step is not None:
+                on_step()
             step_fn(lambda: ids)
 
     def prime(self):
@@ -260,6 +263,14 @@ class Engine:
         # The handlers (installed in main(), before the model is built) stay until the Record
         # is out: a second signal never costs it.
         dropped = False
+        # A data-parallel run: the collectives each step ran, by kind (the last step's kept).
+        counter = None
+        if spec.torch.parallel:
+            import torch.distributed as dist
+
+            from ._collectives import Collectives
+            counter = Collectives(dist).__enter__()
+        collectives = None
         with s:
             for i in range(warmup + steps):
                 try:
@@ -272,12 +283,18 @@ class Engine:
                     dropped = True
                     break
                 s.step(sum(float(x) for x in losses) if losses else None)
+                if counter is not None:
+                    collectives = self.step_collectives(counter.take())
                 line = _contract.check("engine_line", series_entry(s.last_step))
                 self.out.write(json.dumps(line) + "\n")
                 self.out.flush()
                 if stop.asked:
                     break
+        if counter is not None:
+            counter.__exit__(None, None, None)
         record = s.record
+        if record is not None and collectives is not None:
+            record["collectives"] = collectives
         if record is None:
             raise Refused(f"stopped by {stop.asked} before any step finished" if stop.asked
                           else "no step finished")
@@ -308,6 +325,18 @@ class Engine:
             line = {"ranks": gathered}
         self.out.write(json.dumps(_contract.check("engine_line", line)) + "\n")
         self.out.flush()
+
+    def step_collectives(self, counted):
+        """One step's collectives by kind: those counted in Python (FSDP2's), and DDP's bucket
+        all-reduces, which its reducer runs in C++ (their sizes from its logging data)."""
+        ddp = getattr(self.torch.nn.parallel, "DistributedDataParallel")
+        if isinstance(self.forward, ddp):
+            from ._collectives import ddp_buckets
+            sizes = ddp_buckets(self.forward)
+            c = counted.setdefault("all_reduce", {"calls": 0, "bytes": 0})
+            c["calls"] += len(sizes)
+            c["bytes"] += sum(sizes)
+        return counted
 
     def ids(self, batches):
         return self.torch.from_numpy(batches()).to(self.device)

@@ -9,7 +9,7 @@ process group: FSDP2's ``fully_shard`` on every block and the root, or DDP's gra
 (``bucket_sizes``, held from the wrap).
 
 Protocol: the request ``{"spec": …, "expected_params": N}`` on stdin; one JSON object on stdout:
-``{"traced_on": d, "cuda_capability": [major, minor] or null, "params": n, "param_sizes": […], "buffer_sizes": […], "bucket_sizes": […], "events": […],
+``{"traced_on": d, "cuda_capability": [major, minor] or null, "params": n, "param_sizes": […], "buffer_sizes": […], "bucket_sizes": […], "collectives": {kind: {"calls", "bytes"}}, "events": […],
 "peak": {…}, "ends": […], "steps": s, "ops": […]}`` (storages' bytes: parameters and buffers as
 built, then the steps) where an event ``n ≥ 0`` allocates n bytes as the next block id and
 ``-(id+1)`` frees block ``id``; ``ops`` the dispatched ops of the last ``s`` steps (the one with
@@ -225,6 +225,24 @@ def _ddp_buckets(torch, model):
     return [sum(params[i].numel() * params[i].element_size() for i in b) for b in buckets]
 
 
+def _ddp_steady_buckets(torch, model):
+    """How many buckets DDP all-reduces a step once it has rebuilt them (its second iteration
+    on): its parameters that take gradients assigned by its own function under its default
+    limits (1 MiB for the first bucket, 25 MiB for the rest), in reverse order as gradients
+    arrive."""
+    import torch.distributed as dist
+    seen, params = set(), []
+    for p in model.parameters():
+        if p.requires_grad and id(p) not in seen:
+            seen.add(id(p))
+            params.append(p)
+    params.reverse()
+    limits = [dist._DEFAULT_FIRST_BUCKET_BYTES, 25 * 1024 * 1024]
+    buckets, _ = dist._compute_bucket_assignment_by_size(params, limits,
+                                                         [False] * len(params))
+    return len(buckets)
+
+
 def _mode(torch, tracer):
     from torch.utils._python_dispatch import TorchDispatchMode
     from torch.utils._pytree import tree_map_only
@@ -353,12 +371,23 @@ def trace(request):
         tr.resized(st, n)
         return out
     torch.UntypedStorage.resize_ = resized
+    # The collectives of the last step (the one with the optimizer's state), by kind.
+    import torch.distributed as dist
+
+    from ._collectives import Collectives
+    counter = Collectives(dist)
     try:
-        with fake, _mode(torch, tr):
-            eng.traced_steps(ids, tr.set_phase, tr.end_phase)
+        with fake, _mode(torch, tr), counter:
+            eng.traced_steps(ids, tr.set_phase, tr.end_phase, on_step=counter.take)
             tr.end_phase()
     finally:
         torch.UntypedStorage.resize_ = resize
+    collectives = counter.take() if parallel is not None else {}
+    if buckets:
+        # DDP all-reduces every bucket once a step (its reducer runs them in C++); from its
+        # second iteration in the buckets it rebuilt, the same bytes.
+        collectives["all_reduce"] = {"calls": _ddp_steady_buckets(torch, eng.model),
+                                     "bytes": sum(buckets)}
     # What the model held before the first step, in the order it was built.
     cap = None
     if device.startswith("cuda") and torch.cuda.is_available():
@@ -366,6 +395,7 @@ def trace(request):
     return {"traced_on": traced_on, "cuda_capability": cap,
             "params": sum(p.numel() for p in params), "param_sizes": sizes(params),
             "buffer_sizes": sizes(eng.model.buffers()), "bucket_sizes": buckets,
+            "collectives": collectives,
             "events": tr.events, "peak": tr.at_peak or {}, "ends": tr.ends,
             "steps": 1,
             "ops": [[ph, op, [list(i) for i in ins], [list(o) for o in outs], list(fl), n]

@@ -47,6 +47,21 @@ def test_bench_records_every_rank_and_keeps_the_worst(memscope_bin, tmp_path, pl
     assert all(f["parameter_bytes"] == local for f in ranks), ranks
     if plan == "fsdp":
         assert whole / 2 <= local < whole / 2 + 4 * 1000 * 128  # padded row shards
+    # The collectives each rank ran in its last step are the ones the trace predicted: bytes
+    # to the byte, and the calls (FSDP2's all-gathers and reduce-scatters counted where it
+    # calls them; DDP's bucket all-reduces read from its reducer).
+    est = tmp_path / "est.json"
+    e = subprocess.run([memscope_bin, "estimate", "--engine", "torch", "--model", "tiny-gpt2",
+                        "--batch", "2", "--seq", "32", "--nproc", "2", "--parallel", plan,
+                        "--link", "25,10", "--json", str(est)],
+                       capture_output=True, text=True, timeout=300)
+    assert e.returncode == 0, e.stderr
+    predicted = load(est)["by_dtype"]["f32"]
+    assert all(f["collectives"] == predicted["collectives"] for f in ranks), \
+        ([f["collectives"] for f in ranks], predicted["collectives"])
+    kinds = {"ddp": ["all_reduce"], "fsdp": ["all_gather", "reduce_scatter"]}[plan]
+    assert sorted(predicted["collectives"]) == kinds
+    assert predicted["communication_ms"]["total"] > 0 and "over --link 25,10" in e.stdout
     assert f"{plan} over 2 ranks: rank {worst[0]['rank']}" in p.stdout, p.stdout
     assert "Ranks (heap;" in p.stdout and "(worst)" in p.stdout, p.stdout
     assert not engines_left()

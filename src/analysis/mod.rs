@@ -5,6 +5,7 @@ pub mod approach;
 pub mod aten_cost;
 pub mod bootstrap;
 pub mod breakdown;
+pub mod collective_time;
 pub mod compare;
 pub mod complete;
 pub mod diff;

@@ -24,6 +24,7 @@ fn figures(rank: usize, r: &Record) -> RankFigures {
             .map(|b| b.measured_bytes),
         step_median_ms: step.map_or(0.0, |t| t.median_ms),
         step_cv_pct: step.and_then(|t| t.cv_pct),
+        collectives: r.collectives.clone(),
         worst: false,
     }
 }

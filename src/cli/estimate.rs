@@ -42,6 +42,9 @@ pub struct EstimateArgs {
     /// A memory budget (16GiB, 512MB, …): does the peak fit, and which single change makes it fit
     #[arg(long, value_name = "BYTES", allow_hyphen_values = true)]
     pub fits: Option<String>,
+    /// With --parallel: the link between ranks as bandwidth and latency, GB/s,µs (100,5): the collectives' time per step by the ring and tree formulas [--engine torch]
+    #[arg(long, value_name = "GB/s,µs")]
+    pub link: Option<String>,
     /// Rows in the hotspot tables
     #[arg(long, default_value_t = 10)]
     pub top: usize,
@@ -212,6 +215,14 @@ fn torch_estimate(
             );
         }
     }
+    let link = a
+        .link
+        .as_deref()
+        .map(crate::analysis::collective_time::Link::parse)
+        .transpose()?;
+    if let (Some(text), None) = (a.link.as_deref(), parallel) {
+        bail!("--link {text}: the link carries a data-parallel job's collectives; add --nproc N --parallel ddp|fsdp");
+    }
     let mut by_dtype = std::collections::BTreeMap::new();
     let mut spec = None;
     let mut times = Vec::new();
@@ -229,7 +240,11 @@ fn torch_estimate(
         let (mut e, ops) = crate::torch::estimate::estimate_with_ops(&s)?;
         e.outside_allocator = outside.clone();
         e.flops = crate::analysis::aten_cost::flops_by_phase(&ops);
-        times.push(predicted_time(&mut e, &ops, *a.threads, dtype.name()));
+        let mut said = predicted_time(&mut e, &ops, *a.threads, dtype.name());
+        if let Some(p) = parallel {
+            said += &report::torch_estimate::communication(&mut e, p, link, a.link.as_deref());
+        }
+        times.push(said);
         by_dtype.insert(dtype.name().to_string(), e);
         spec.get_or_insert(s);
     }

@@ -11,6 +11,7 @@
 //! | torch estimate | [`torch_estimate::TorchEstimateFile`] | `estimate --engine torch --json` |
 //! | torch engine's OOM line | [`torch_oom::OomFacts`] | `python/memscope/engine.py` (stderr), in a sweep row |
 
+pub mod collectives;
 pub mod detect;
 pub mod estimate;
 pub mod leak;

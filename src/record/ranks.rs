@@ -24,6 +24,9 @@ pub struct RankFigures {
     pub step_median_ms: f64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub step_cv_pct: Option<f64>,
+    /// The collectives it ran in its last step, by kind.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub collectives: Option<super::collectives::StepCollectives>,
     /// The rank whose figures the Record holds: the largest peak (the lowest rank on a tie).
     pub worst: bool,
 }

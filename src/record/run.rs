@@ -37,6 +37,9 @@ pub struct Record {
     /// Record is the worst rank's (`worst` marks it). Absent for one process.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ranks: Option<Vec<super::ranks::RankFigures>>,
+    /// A data-parallel rank: the collectives it ran in its last step, by kind.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub collectives: Option<super::collectives::StepCollectives>,
     pub environment: Environment,
     /// Unix time the run started, seconds.
     pub started_at: u64,

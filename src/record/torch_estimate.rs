@@ -69,6 +69,16 @@ pub struct TorchEstimate {
     /// must hold them beside the reserved peak (`--fits` judges the sum).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub outside_allocator: Vec<OutsideLine>,
+    /// A `--parallel` job: the collectives rank 0 runs in one step (the second, with the
+    /// optimizer's state), by kind, from the trace (DDP's from its bucket assignment).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub collectives: crate::record::collectives::StepCollectives,
+    /// `--link`: the collectives' time in one step by kind and `total`, ms (ring and tree
+    /// formulas, `analysis::collective_time`), over the link `link` names.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub communication_ms: BTreeMap<String, f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub link: Option<String>,
     /// FLOPs of one step by phase and `total` (`analysis::aten_cost`, from the traced ops; the
     /// optimizer's included, which memscope's own estimate leaves out).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]

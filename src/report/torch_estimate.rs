@@ -189,3 +189,64 @@ pub fn all_fit(f: &TorchEstimateFile) -> bool {
             .all(|e| e.out_of_memory.is_none() && e.device_total_bytes() <= b),
     }
 }
+
+/// A `--parallel` estimate's collectives: bytes per step by kind (exact, from the trace), and
+/// with `--link` their time by the ring and tree formulas, set beside the predicted compute
+/// step with and without overlap. Sets `e.communication_ms`.
+pub fn communication(
+    e: &mut crate::record::torch_estimate::TorchEstimate,
+    p: crate::spec::Parallel,
+    link: Option<crate::analysis::collective_time::Link>,
+    link_text: Option<&str>,
+) -> String {
+    use crate::analysis::collective_time::step_times;
+    if e.collectives.is_empty() {
+        return String::new();
+    }
+    let n = p.world as f64;
+    let mut out = format!(
+        "\nCollectives of one rank in one step ({} over {} ranks, from the trace; bytes are each collective's whole tensor, a rank sends (N−1)/N of it in a ring, twice for an all-reduce):",
+        p.plan.name(),
+        p.world
+    );
+    for (kind, c) in &e.collectives {
+        let factor = if kind == "all_reduce" { 2.0 } else { 1.0 } * (n - 1.0) / n;
+        out += &format!(
+            "\n  {kind:<15} {:>5} calls  {:>11}  (sent per rank {})",
+            c.calls,
+            bytes(c.bytes as f64),
+            bytes(c.bytes as f64 * factor)
+        );
+    }
+    let Some(link) = link else {
+        out += "\nTheir time: give the link between ranks with --link GB/s,µs (100,5 for 100 GB/s and 5 µs).\n";
+        return out;
+    };
+    let times = step_times(&e.collectives, p.world, link);
+    let total_ms: f64 = times.iter().map(|t| t.seconds * 1e3).sum();
+    let each: Vec<String> = times
+        .iter()
+        .map(|t| format!("{} {:.3} ms ({})", t.kind, t.seconds * 1e3, t.formula))
+        .collect();
+    out += &format!(
+        "\nTheir time over --link {}: {:.3} ms a step ({}).",
+        link_text.unwrap_or(""),
+        total_ms,
+        each.join(", ")
+    );
+    if let Some(step) = e.predicted_ms.get("step").copied() {
+        out += &format!(
+            " With the predicted compute step of {step:.2} ms: {:.2} ms if nothing overlaps (compute + communication), {:.2} ms if communication hides entirely behind compute (the larger of the two); FSDP2 and DDP overlap part of it, so a measured step falls between.",
+            step + total_ms,
+            step.max(total_ms)
+        );
+    }
+    out += "\n";
+    e.communication_ms = times
+        .iter()
+        .map(|t| (t.kind.clone(), t.seconds * 1e3))
+        .chain([("total".to_string(), total_ms)])
+        .collect();
+    e.link = link_text.map(str::to_string);
+    out
+}

@@ -60,6 +60,7 @@ pub fn run_with(
         warnings,
         profile: None,
         ranks: None,
+        collectives: None,
         environment: crate::environment::capture(spec.threads),
         started_at,
         wall_seconds: wall.elapsed().as_secs_f64(),

@@ -31,6 +31,9 @@ pub(crate) struct Trace {
     /// allocated when the model is wrapped and held from then on.
     #[serde(default)]
     bucket_sizes: Vec<u64>,
+    /// `--parallel`: the collectives of the last traced step, by kind.
+    #[serde(default)]
+    collectives: crate::record::collectives::StepCollectives,
     /// `n ≥ 0` allocates n bytes as the next block id; `-(id + 1)` frees block `id`.
     events: Vec<i64>,
     peak: TracePeak,
@@ -265,6 +268,9 @@ fn replay(t: &Trace, device: &str, limit: Option<u64>, workspaces: &[u64]) -> To
         traced_on: t.traced_on.clone(),
         predicted_ms: BTreeMap::new(),
         outside_allocator: Vec::new(),
+        collectives: t.collectives.clone(),
+        communication_ms: BTreeMap::new(),
+        link: None,
         flops: BTreeMap::new(),
     }
 }

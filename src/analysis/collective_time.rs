@@ -1,0 +1,132 @@
+//! The time one step's collectives take over a link of bandwidth β and latency α, by the ring
+//! and tree formulas (Thakur et al.; Patarasuk and Yuan), for N ranks and a collective of B
+//! bytes (its whole tensor):
+//!
+//! | kind | ring | tree |
+//! |---|---|---|
+//! | all-reduce | 2(N−1)/N · B/β + 2(N−1) · α | 2 · B/β + 2⌈log₂N⌉ · α |
+//! | all-gather, reduce-scatter | (N−1)/N · B/β + (N−1) · α | — |
+//! | broadcast | B/β + (N−1) · α | B/β + ⌈log₂N⌉ · α |
+//!
+//! Latency is paid once per call. For an all-reduce the faster of the two is taken, as NCCL
+//! picks between them. Compute and communication overlap or not: both bounds are given.
+
+use crate::record::collectives::StepCollectives;
+
+/// A link: bandwidth in bytes per second, latency in seconds (`--link GB/s,µs`).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Link {
+    pub bytes_per_s: f64,
+    pub latency_s: f64,
+}
+
+impl Link {
+    /// `--link 100,5`: 100 GB/s (10⁹ bytes per second) and 5 µs; units may be written
+    /// (`100GB/s,5us`, `5µs`).
+    pub fn parse(text: &str) -> anyhow::Result<Link> {
+        let bad = || {
+            anyhow::anyhow!(
+                "--link {text}: give the link's bandwidth in GB/s and latency in µs, as 100,5 (100 GB/s, 5 µs)"
+            )
+        };
+        let (bw, lat) = text.split_once(',').ok_or_else(bad)?;
+        let num = |s: &str, units: &[&str]| -> anyhow::Result<f64> {
+            let mut s = s.trim();
+            for u in units {
+                s = s.strip_suffix(u).unwrap_or(s).trim();
+            }
+            s.parse::<f64>()
+                .ok()
+                .filter(|v| v.is_finite())
+                .ok_or_else(bad)
+        };
+        let gbps = num(bw, &["GB/s", "gb/s"])?;
+        let us = num(lat, &["us", "µs"])?;
+        if gbps <= 0.0 || us < 0.0 {
+            anyhow::bail!(
+                "--link {text}: the bandwidth must be above 0 GB/s and the latency at least 0 µs"
+            );
+        }
+        Ok(Link {
+            bytes_per_s: gbps * 1e9,
+            latency_s: us * 1e-6,
+        })
+    }
+}
+
+/// One kind's time in a step, seconds, and the formula used.
+#[derive(Clone, Debug, PartialEq)]
+pub struct KindTime {
+    pub kind: String,
+    pub seconds: f64,
+    pub formula: &'static str,
+}
+
+/// Each kind's time over `link` for `world` ranks.
+pub fn step_times(c: &StepCollectives, world: usize, link: Link) -> Vec<KindTime> {
+    let n = world.max(1) as f64;
+    let log2n = (world.max(1) as f64).log2().ceil();
+    let (bw, a) = (link.bytes_per_s, link.latency_s);
+    c.iter()
+        .map(|(kind, k)| {
+            let (b, calls) = (k.bytes as f64, k.calls as f64);
+            let (seconds, formula) = match kind.as_str() {
+                "all_reduce" => {
+                    let ring = 2.0 * (n - 1.0) / n * b / bw + 2.0 * (n - 1.0) * a * calls;
+                    let tree = 2.0 * b / bw + 2.0 * log2n * a * calls;
+                    if ring <= tree {
+                        (ring, "ring")
+                    } else {
+                        (tree, "tree")
+                    }
+                }
+                "all_gather" | "reduce_scatter" => {
+                    ((n - 1.0) / n * b / bw + (n - 1.0) * a * calls, "ring")
+                }
+                _ => (b / bw + log2n * a * calls, "tree"),
+            };
+            KindTime {
+                kind: kind.clone(),
+                seconds: if world <= 1 { 0.0 } else { seconds },
+                formula,
+            }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::record::collectives::CollectiveCount;
+
+    #[test]
+    fn ring_all_gather_and_all_reduce_by_the_formulas() {
+        let link = Link::parse("100GB/s, 5us").unwrap();
+        assert_eq!(link.bytes_per_s, 1e11);
+        assert!((link.latency_s - 5e-6).abs() < 1e-15);
+        let mut c = StepCollectives::new();
+        c.insert(
+            "all_gather".into(),
+            CollectiveCount {
+                calls: 4,
+                bytes: 4_000_000_000,
+            },
+        );
+        c.insert(
+            "all_reduce".into(),
+            CollectiveCount {
+                calls: 1,
+                bytes: 1_000_000_000,
+            },
+        );
+        let t = step_times(&c, 4, link);
+        // 3/4 · 4 GB / 100 GB/s + 3 · 5 µs · 4 calls.
+        assert!((t[0].seconds - (0.03 + 60e-6)).abs() < 1e-12, "{t:?}");
+        // Ring: 2 · 3/4 · 1 GB / 100 GB/s + 2 · 3 · 5 µs = 15.03 ms; tree 20.02 ms.
+        assert!((t[1].seconds - (0.015 + 30e-6)).abs() < 1e-12, "{t:?}");
+        assert_eq!(t[1].formula, "ring");
+        assert!(Link::parse("fast").is_err());
+        assert!(Link::parse("0,5").is_err());
+        assert!(step_times(&c, 1, link).iter().all(|k| k.seconds == 0.0));
+    }
+}

@@ -40,3 +40,8 @@ def test_two_ranks_two_records_one_report(tmp_path, memscope_bin):
         "-o", page)
     html = page.read_text()
     assert "ddp.rank0.json" in html and "ddp.rank1.json" in html
+    # The ranks side by side, the one with the largest peak marked.
+    assert "Ranks side by side" in html, html[:2000]
+    peaks = [rec["memory"]["heap_peak_bytes"] for rec in recs]
+    worst = max(range(2), key=lambda r: (peaks[r], -r))
+    assert f"<td>{worst} (worst)</td>" in html, html

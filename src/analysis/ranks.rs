@@ -29,21 +29,36 @@ fn figures(rank: usize, r: &Record) -> RankFigures {
     }
 }
 
-/// Rank `i`'s Record at `records[i]` → the worst rank's Record with `ranks` set; None when
-/// there are none.
-pub fn worst_rank(records: Vec<Record>) -> Option<Record> {
+/// The rank a Record says it is (its recorder's torch.distributed rank), else `i`.
+fn rank_of(i: usize, r: &Record) -> usize {
+    r.spec
+        .engine
+        .as_ref()
+        .and_then(|e| e.rank)
+        .map_or(i, |k| k as usize)
+}
+
+/// Each Record's figures, the worst (the largest peak; the lowest rank among equals) marked;
+/// with its index in `records`.
+pub fn side_by_side(records: &[&Record]) -> Option<(Vec<RankFigures>, usize)> {
     let mut figs: Vec<RankFigures> = records
         .iter()
         .enumerate()
-        .map(|(i, r)| figures(i, r))
+        .map(|(i, r)| figures(rank_of(i, r), r))
         .collect();
-    // The largest peak; the lowest rank among equals.
     let worst = figs
         .iter()
         .enumerate()
-        .max_by(|(i, a), (j, b)| a.peak_bytes.cmp(&b.peak_bytes).then(j.cmp(i)))?
+        .max_by(|(_, a), (_, b)| a.peak_bytes.cmp(&b.peak_bytes).then(b.rank.cmp(&a.rank)))?
         .0;
     figs[worst].worst = true;
+    Some((figs, worst))
+}
+
+/// Rank `i`'s Record at `records[i]` → the worst rank's Record with `ranks` set; None when
+/// there are none.
+pub fn worst_rank(records: Vec<Record>) -> Option<Record> {
+    let (figs, worst) = side_by_side(&records.iter().collect::<Vec<_>>())?;
     let mut r = records.into_iter().nth(worst)?;
     r.ranks = Some(figs);
     Some(r)

@@ -328,11 +328,15 @@ pub fn micro_step_table(r: &Record) -> Option<Table> {
 /// A data-parallel run's ranks side by side, the worst marked (its figures are the Record's).
 pub fn ranks_table(r: &Record) -> Option<Table> {
     let ranks = r.ranks.as_ref()?;
-    let what = if r.spec.torch.as_ref().is_some_and(|t| t.is_cuda()) {
-        "CUDA allocated"
-    } else {
-        "heap"
-    };
+    let cuda = r.spec.torch.as_ref().is_some_and(|t| t.is_cuda());
+    Some(rank_table(
+        ranks,
+        if cuda { "CUDA allocated" } else { "heap" },
+    ))
+}
+
+/// Ranks side by side (`what`: what their memory figures measure), the worst marked.
+pub fn rank_table(ranks: &[crate::record::ranks::RankFigures], what: &str) -> Table {
     // CUDA's reserved bytes where a rank has them.
     let reserved = ranks.iter().any(|f| f.reserved_bytes.is_some());
     let rows = ranks
@@ -360,13 +364,13 @@ pub fn ranks_table(r: &Record) -> Option<Table> {
         header.push("reserved after a step, max");
     }
     header.extend(["its parameters", "step median, ms"]);
-    Some(Table {
+    Table {
         title: format!(
             "Ranks ({what}; every other table is the worst rank's, the one with the largest peak)"
         ),
         header: row(&header),
         rows,
-    })
+    }
 }
 
 /// The reconciliation's sentence.

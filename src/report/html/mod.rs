@@ -127,6 +127,10 @@ pub fn render(inputs: &[Named]) -> anyhow::Result<String> {
         "Summary and verdicts".to_string(),
         summary(&table, &leaks, &records),
     )];
+    let ranks = ranks_section(&records);
+    if !ranks.is_empty() {
+        sections.push(("ranks".into(), "Ranks side by side".into(), ranks));
+    }
     let timing = charts_timing::section(&records)?;
     if !timing.is_empty() {
         sections.push((
@@ -184,6 +188,39 @@ pub fn render(inputs: &[Named]) -> anyhow::Result<String> {
         ),
         &sections,
     ))
+}
+
+/// The ranks of a data-parallel job side by side, the worst (largest peak) marked: the Records
+/// the recorder wrote one per rank (`run.rank*.json`), and a Record memscope's engine made of a
+/// whole job (its `ranks`).
+fn ranks_section(records: &[(usize, String, &Record)]) -> String {
+    let mut h = String::new();
+    let per_rank: Vec<&Record> = records
+        .iter()
+        .map(|(_, _, r)| *r)
+        .filter(|r| r.spec.engine.as_ref().is_some_and(|e| e.rank.is_some()) && r.ranks.is_none())
+        .collect();
+    if per_rank.len() >= 2 {
+        if let Some((figs, _)) = crate::analysis::ranks::side_by_side(&per_rank) {
+            let what = per_rank[0]
+                .spec
+                .engine
+                .as_ref()
+                .map_or("heap".to_string(), |e| e.memory.clone());
+            h += &page::table(&crate::report::summary::rank_table(&figs, &what));
+        }
+    }
+    for (i, label, r) in records {
+        if let Some(t) = crate::report::summary::ranks_table(r) {
+            h += &format!(
+                "<h3>#{} {}</h3>\n{}",
+                i + 1,
+                svg::esc(label),
+                page::table(&t)
+            );
+        }
+    }
+    h
 }
 
 /// Records of a recorder session with profiled steps: op kinds, the module tree, hotspots.

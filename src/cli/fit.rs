@@ -155,14 +155,27 @@ pub fn run(a: FitArgs) -> anyhow::Result<ExitCode> {
         )?,
         Some(l) => {
             outln!("max_{vary_name} = {l}")?;
+            let ranks = result
+                .trials
+                .iter()
+                .any(|r| r.spec.torch.as_ref().is_some_and(|t| t.parallel.is_some()));
             if let Some(heap) = result.heap_peak_bytes {
-                outln!(
-                    "peak at {vary_name} {l}: heap peak {}, worker VmHWM {}",
-                    fmt_bytes(heap as f64),
-                    result
-                        .rss_peak_bytes
-                        .map_or("unavailable".into(), |b| fmt_bytes(b as f64))
-                )?;
+                match result.rss_peak_bytes {
+                    Some(rss) => outln!(
+                        "peak at {vary_name} {l}: heap peak {}, worker VmHWM {}",
+                        fmt_bytes(heap as f64),
+                        fmt_bytes(rss as f64)
+                    )?,
+                    None if !ranks => outln!(
+                        "peak at {vary_name} {l}: heap peak {}, worker VmHWM unavailable",
+                        fmt_bytes(heap as f64)
+                    )?,
+                    // A data-parallel job: the worst rank's, counted from before its model.
+                    None => outln!(
+                        "peak at {vary_name} {l}: heap peak {} (the worst rank's, from just before the model was built)",
+                        fmt_bytes(heap as f64)
+                    )?,
+                }
             }
             if let Some(h) = result.headroom_bytes {
                 outln!(

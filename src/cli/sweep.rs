@@ -290,28 +290,8 @@ pub fn run(a: SweepArgs) -> anyhow::Result<ExitCode> {
     }
     let jsonl = a.jsonl.as_deref().map(JsonlStream::appending).transpose()?;
     let enforcement = Enforcement::detect(memory_limit);
-    let on_gpu = planned
-        .iter()
-        .any(|(_, s)| s.torch.as_ref().is_some_and(|t| t.is_cuda()));
-    let ranks_on_cpu = planned.iter().any(|(_, s)| {
-        s.torch
-            .as_ref()
-            .is_some_and(|t| !t.is_cuda() && t.parallel.is_some())
-    });
-    let limits = match memory_limit {
-        // A CPU job's ranks are each held to it by the counting allocator.
-        Some(b) if ranks_on_cpu => format!(
-            "memory limit {} per rank: each rank's heap held to it by memscope's counting allocator (a malloc past it fails, as on a full device)",
-            crate::units::bytes(b as f64)
-        ),
-        // A CUDA worker's cap is on PyTorch's caching allocator, not on the host's memory.
-        Some(b) if on_gpu => format!(
-            "memory limit {} per worker: on CUDA, PyTorch's caching allocator capped at it (torch.cuda.set_per_process_memory_fraction, a smaller card simulated); on the CPU, {}",
-            crate::units::bytes(b as f64),
-            enforcement.describe(memory_limit)
-        ),
-        _ => enforcement.describe(memory_limit),
-    };
+    let specs: Vec<&crate::spec::Spec> = planned.iter().map(|(_, s)| s).collect();
+    let limits = crate::sweep::limits::describe_for(&specs, &enforcement, memory_limit);
     let scratch = Scratch::new()?;
     let opts = RunOptions {
         memory_limit,

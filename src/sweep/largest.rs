@@ -92,9 +92,14 @@ pub fn search(a: &FitRequest) -> anyhow::Result<Option<FitResult>> {
             base.model,
             base.mode.name(),
             base.dtype.name(),
-            enforcement.describe(Some(limit))
+            crate::sweep::limits::describe_for(&[base], &enforcement, Some(limit))
         );
     }
+    // A CPU job's ranks are each held to the limit: the worker's own VmHWM says nothing of them.
+    let ranks = base
+        .torch
+        .as_ref()
+        .is_some_and(|t| !t.is_cuda() && t.parallel.is_some());
     let Some(fits1) = t.run(1)? else {
         return Ok(None);
     };
@@ -103,6 +108,7 @@ pub fn search(a: &FitRequest) -> anyhow::Result<Option<FitResult>> {
         .last()
         .and_then(|r| r.summary.as_ref())
         .and_then(|s| Some(s.rss_peak_bytes?.saturating_sub(s.heap_peak_bytes)))
+        .filter(|_| !ranks)
         .unwrap_or(0);
     let start = fits1
         .then(|| estimated_start(&|x| spec_at(a, x), cap, limit.saturating_sub(beyond_heap)))
@@ -141,14 +147,17 @@ pub fn search(a: &FitRequest) -> anyhow::Result<Option<FitResult>> {
             .find(|r| r.status == Status::Ok && size_of(&r.spec, a.vary) == l)
     });
     let summary = best.and_then(|r| r.summary.clone());
-    let rss = summary.as_ref().and_then(|s| s.rss_peak_bytes);
+    let rss = summary
+        .as_ref()
+        .and_then(|s| s.rss_peak_bytes)
+        .filter(|_| !ranks);
     let result = FitResult {
         vary: vary_name,
         max_batch: (a.vary == Vary::Batch).then_some(lo.unwrap_or(0)),
         max_seq: (a.vary == Vary::Seq).then_some(lo.unwrap_or(0)),
         first_oom: hi,
         memory_limit_bytes: limit,
-        enforcement: enforcement.describe(Some(limit)),
+        enforcement: crate::sweep::limits::describe_for(&[base], &enforcement, Some(limit)),
         heap_peak_bytes: summary.as_ref().map(|s| s.heap_peak_bytes),
         rss_peak_bytes: rss,
         headroom_bytes: rss.map(|r| limit as i64 - r as i64),

@@ -97,6 +97,32 @@ impl Enforcement {
     }
 }
 
+/// The sentence saying how `limit` holds the runs of `specs`: on CUDA PyTorch's caching
+/// allocator capped at it; a CPU data-parallel job's ranks each held to it by the counting
+/// allocator; otherwise the worker's `enforcement`.
+pub fn describe_for(
+    specs: &[&crate::spec::Spec],
+    enforcement: &Enforcement,
+    limit: Option<u64>,
+) -> String {
+    let is = |f: fn(&crate::spec::TorchRun) -> bool| {
+        specs.iter().any(|s| s.torch.as_ref().is_some_and(f))
+    };
+    match limit {
+        Some(b) if is(|t| !t.is_cuda() && t.parallel.is_some()) => format!(
+            "memory limit {} per rank: each rank's heap held to it by memscope's counting allocator (a malloc past it fails, as on a full device)",
+            crate::units::bytes(b as f64)
+        ),
+        // A CUDA worker's cap is on PyTorch's caching allocator, not on the host's memory.
+        Some(b) if is(|t| t.is_cuda()) => format!(
+            "memory limit {} per worker: on CUDA, PyTorch's caching allocator capped at it (torch.cuda.set_per_process_memory_fraction, a smaller card simulated); on the CPU, {}",
+            crate::units::bytes(b as f64),
+            enforcement.describe(limit)
+        ),
+        _ => enforcement.describe(limit),
+    }
+}
+
 /// The cgroup v2 directory of this process when it is writable and offers the memory controller
 /// to children; otherwise why not. Reads only.
 fn delegated_cgroup_v2() -> Result<PathBuf, String> {

@@ -10,7 +10,9 @@
 # `maturin build --release -m python/Cargo.toml`, installed with
 # `pip install --no-deps target/wheels/memscope_torch-*.whl`), torch with CUDA, transformers.
 # Writes everything under OUT (default ./gpu-check). STEPS=2,3 runs those steps alone (default all:
-# 1,2,3,4,5,6); the summary then judges only the steps that ran.
+# 1,2,3,4,5,6); the summary then judges only the steps that ran. STEPS=7 (70 s, outside the
+# default's 8 minutes) runs a data-parallel job of one rank on the GPU under torchrun, DDP and
+# FSDP2, each predicted (`estimate --parallel`, the Record's estimate) against its measurement.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 BIN=${MEMSCOPE_BIN:-target/release/memscope}
@@ -70,6 +72,15 @@ if want 6; then
 echo "== 6. the CUDA roofline: every op's kernel time summed vs the plain step the kernels set"
 MEMSCOPE_CACHE_DIR="$OUT/peaks-cache" timeout 55 "$BIN" roofline --engine torch --device cuda \
   --model gpt2-small --batch 8 --seq 512 --steps 3 --json "$OUT/roofline.json" | tee "$OUT/roofline.txt"
+fi
+
+if want 7; then
+echo "== 7. DDP and FSDP2 with one rank on CUDA under torchrun: predicted vs measured"
+for plan in ddp fsdp; do
+  timeout 35 "$BIN" bench --engine torch --device cuda --nproc 1 --parallel $plan --model gpt2-small \
+    --batch 4 --seq 256 --warmup 1 --steps 3 --json "$OUT/parallel-$plan.json" > "$OUT/parallel-$plan.txt" 2>&1
+  grep -m1 "^memscope bench" "$OUT/parallel-$plan.txt"
+done
 fi
 
 echo "== summary"
@@ -159,6 +170,20 @@ if "6" in wanted:
             f"({err:+.1f}%)", "within 5%", abs(err) <= 5)
     except (ValueError, KeyError, IndexError, ZeroDivisionError):
         add("CUDA roofline (roofline --engine torch --device cuda)", "no figures", "within 5%", False)
+
+if "7" in wanted:
+    for plan in ("ddp", "fsdp"):
+        try:
+            r = json.loads(read(f"parallel-{plan}.json"))
+            m, est = r["memory"], r["memory"]["estimate"]
+            alloc = 100.0 * (est["peak_bytes"] / m["heap_peak_bytes"] - 1.0)
+            reserved = max(s.get("reserved_bytes") or 0 for s in m["series"])
+            res = 100.0 * (est["reserved_peak_bytes"] / reserved - 1.0)
+            add(f"{plan} world 1 on CUDA: allocated, reserved predicted vs measured",
+                f"{alloc:+.1f}%, {res:+.1f}%", "within 2%, 5%", abs(alloc) <= 2 and abs(res) <= 5)
+        except (ValueError, KeyError, TypeError, ZeroDivisionError):
+            add(f"{plan} world 1 on CUDA (bench --nproc 1 --parallel {plan})", "no figures",
+                "within 2%, 5%", False)
 
 w = [max(len(str(r[i])) for r in rows + [("check", "measured", "expected", "")]) for i in range(4)]
 line = lambda r: "| " + " | ".join(str(c).ljust(w[i]) for i, c in enumerate(r)) + " |"

@@ -142,3 +142,14 @@ fn a_link_is_two_numbers_for_a_parallel_job() {
         &["--link 100,5: the link carries a data-parallel job's collectives; add --nproc N --parallel ddp|fsdp"],
     );
 }
+
+#[test]
+fn a_job_on_slurm_is_refused_until_it_is_built() {
+    fails_with(
+        &[
+            "sweep", "--engine", "torch", "--model", "tiny-gpt2", "--nproc", "2", "--parallel",
+            "ddp", "--slurm",
+        ],
+        &["--nproc 2 with --slurm: a data-parallel job on Slurm (srun and torchrun across nodes) is not supported yet"],
+    );
+}

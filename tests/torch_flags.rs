@@ -76,7 +76,14 @@ fn commands() -> Vec<Command> {
     vec![
         Command {
             name: "bench",
-            honoured: with(&["--json", "--csv", "--markdown", "--trace"]),
+            honoured: with(&[
+                "--json",
+                "--csv",
+                "--markdown",
+                "--trace",
+                "--nproc",
+                "--parallel",
+            ]),
             refused: &[WEIGHTS, FUSION_NONE],
         },
         Command {
@@ -101,6 +108,8 @@ fn commands() -> Vec<Command> {
             name: "sweep",
             honoured: with(&[
                 "--yes",
+                "--nproc",
+                "--parallel",
                 "--memory-limit",
                 "--timeout",
                 "--jsonl",
@@ -123,7 +132,15 @@ fn commands() -> Vec<Command> {
         },
         Command {
             name: "fit",
-            honoured: with(&["--vary", "--memory-limit", "--timeout", "--max", "--json"]),
+            honoured: with(&[
+                "--vary",
+                "--memory-limit",
+                "--timeout",
+                "--max",
+                "--json",
+                "--nproc",
+                "--parallel",
+            ]),
             refused: &[WEIGHTS, FUSION_NONE],
         },
         Command {
@@ -141,7 +158,7 @@ fn commands() -> Vec<Command> {
         Command {
             name: "estimate",
             // --threads picks the roofs the predicted step time reads.
-            honoured: with(&["--fits", "--json", "--nproc", "--parallel"]),
+            honoured: with(&["--fits", "--json", "--nproc", "--parallel", "--link"]),
             refused: &[
                 FUSION_NONE,
                 (

@@ -98,6 +98,8 @@ fn write_report(files: &TableFiles, r: &LeakReport, rows: &[TargetRow]) -> anyho
 }
 
 #[derive(Args, Debug)]
+// One process: --nproc/--parallel are refused by name, not offered.
+#[command(mut_arg("nproc", |a| a.hide(true)), mut_arg("parallel", |a| a.hide(true)))]
 pub struct LeakArgs {
     #[command(flatten)]
     pub model: ModelArgs,

@@ -20,6 +20,8 @@ use std::process::ExitCode;
 #[command(mut_arg("seq", |a| a.help(r#"Sequence length; the ranking is also measured at --long-seq"#)))]
 #[command(mut_arg("warmup", |a| a.help(r#"Unmeasured steps per variant (train: the optimizer state exists from the second step)"#).default_value("2")))]
 #[command(mut_arg("steps", |a| a.help(r#"Measured steps per variant (the loss column is the last one's)"#).default_value("5")))]
+// One process: --nproc/--parallel are refused by name, not offered.
+#[command(mut_arg("nproc", |a| a.hide(true)), mut_arg("parallel", |a| a.hide(true)))]
 pub struct OptimizeArgs {
     #[command(flatten)]
     pub model: ModelArgs,

@@ -13,6 +13,8 @@ use std::process::ExitCode;
 #[derive(Args, Debug)]
 #[command(mut_arg("threads", |a| a.help("CPU threads (default: all cores); peaks are cached per thread count")))]
 #[command(mut_arg("seq", |a| a.help(None::<&str>)))]
+// One process: --nproc/--parallel are refused by name, not offered.
+#[command(mut_arg("nproc", |a| a.hide(true)), mut_arg("parallel", |a| a.hide(true)))]
 pub struct PeaksArgs {
     #[command(flatten)]
     pub threads: Threads,

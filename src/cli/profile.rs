@@ -16,6 +16,8 @@ use std::process::ExitCode;
 
 #[derive(Args, Debug)]
 #[command(mut_arg("roofs", |a| a.help(r#"Roofs instead of the cached `memscope peaks` (MATMUL_GFLOPS:BANDWIDTH_GBS)"#)))]
+// One process: --nproc/--parallel are refused by name, not offered.
+#[command(mut_arg("nproc", |a| a.hide(true)), mut_arg("parallel", |a| a.hide(true)))]
 pub struct ProfileArgs {
     #[command(flatten)]
     pub model: ModelArgs,

@@ -246,6 +246,9 @@ pub fn run(a: SweepArgs) -> anyhow::Result<ExitCode> {
         std::fs::create_dir_all(dir)
             .with_context(|| format!("--trace {}: cannot create the directory", dir.display()))?;
     }
+    if let (true, Some(n)) = (a.cluster.slurm, a.variant.engine.nproc) {
+        bail!("--nproc {n} with --slurm: a data-parallel job on Slurm (srun and torchrun across nodes) is not supported yet; run this sweep without --slurm, on one machine");
+    }
     sweep_slurm::check_flags(&a.cluster, a.memory_limit.is_some(), a.timeout.is_some())?;
     let points = plan_points(&a)?;
     if points.is_empty() {

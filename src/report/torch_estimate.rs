@@ -133,37 +133,7 @@ pub fn render(f: &TorchEstimateFile) -> String {
             first.traced_on
         );
     }
-    if !first.outside_allocator.is_empty() {
-        let _ = writeln!(
-            out,
-            "\nOutside PyTorch's allocator (no allocated or reserved figure holds these; the card must hold them beside the reserved peak):"
-        );
-        let mut sources: Vec<&str> = Vec::new();
-        for l in &first.outside_allocator {
-            let _ = writeln!(
-                out,
-                "  {:<28} {:>10}  {}",
-                l.what,
-                bytes(l.bytes as f64),
-                l.note
-            );
-            if !sources.contains(&l.source.as_str()) {
-                sources.push(&l.source);
-            }
-        }
-        let _ = writeln!(out, "  Source: {}", sources.join("; "));
-        for (dtype, e) in &f.by_dtype {
-            let _ = writeln!(
-                out,
-                "Device total ({dtype}): {} (reserved peak {} + {} outside the allocator)",
-                bytes(e.device_total_bytes() as f64),
-                bytes(e.reserved_peak_bytes.unwrap_or(e.peak_bytes) as f64),
-                bytes(
-                    (e.device_total_bytes() - e.reserved_peak_bytes.unwrap_or(e.peak_bytes)) as f64
-                )
-            );
-        }
-    }
+    out += &outside_allocator(f);
     if let Some(b) = f.budget_bytes {
         let _ = writeln!(out);
         for (dtype, e) in &f.by_dtype {
@@ -175,6 +145,46 @@ pub fn render(f: &TorchEstimateFile) -> String {
             };
             let _ = writeln!(out, "--fits {} ({dtype}): {verdict}", bytes(b as f64));
         }
+    }
+    out
+}
+
+/// A CUDA rank's memory outside PyTorch's allocator, each line with its source, and the device
+/// total per dtype; empty when the estimate has none.
+fn outside_allocator(f: &TorchEstimateFile) -> String {
+    let mut out = String::new();
+    let Some(first) = f.by_dtype.values().next() else {
+        return out;
+    };
+    if first.outside_allocator.is_empty() {
+        return out;
+    }
+    let _ = writeln!(
+        out,
+        "\nOutside PyTorch's allocator (no allocated or reserved figure holds these; the card must hold them beside the reserved peak):"
+    );
+    let mut sources: Vec<&str> = Vec::new();
+    for l in &first.outside_allocator {
+        let _ = writeln!(
+            out,
+            "  {:<28} {:>10}  {}",
+            l.what,
+            bytes(l.bytes as f64),
+            l.note
+        );
+        if !sources.contains(&l.source.as_str()) {
+            sources.push(&l.source);
+        }
+    }
+    let _ = writeln!(out, "  Source: {}", sources.join("; "));
+    for (dtype, e) in &f.by_dtype {
+        let _ = writeln!(
+            out,
+            "Device total ({dtype}): {} (reserved peak {} + {} outside the allocator)",
+            bytes(e.device_total_bytes() as f64),
+            bytes(e.reserved_peak_bytes.unwrap_or(e.peak_bytes) as f64),
+            bytes((e.device_total_bytes() - e.reserved_peak_bytes.unwrap_or(e.peak_bytes)) as f64)
+        );
     }
     out
 }

@@ -547,12 +547,15 @@ def open_protocol(what):
     import warnings
     warnings.filterwarnings("ignore", module="transformers")
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
-    # A data-parallel job's ranks: rank 0 speaks the protocol, the others say nothing on it.
+    # torchrun's ranks share no stdin: memscope gives them the request in the environment,
+    # and only then is this process a rank of a job (RANK set by anything else is not ours).
+    global _IN_JOB
+    given = os.environ.pop("MEMSCOPE_REQUEST", None)
+    _IN_JOB = given is not None
+    # A job's ranks: rank 0 speaks the protocol, the others say nothing on it.
     out = os.fdopen(os.dup(1), "w") if _rank()[0] == 0 else open(os.devnull, "w")
     os.dup2(2, 1)
     sys.stdout = sys.stderr
-    # torchrun's ranks share no stdin: memscope gives them the request in the environment.
-    given = os.environ.pop("MEMSCOPE_REQUEST", None)
     try:
         request = json.loads(given) if given is not None else json.load(sys.stdin)
     except ValueError as e:
@@ -638,8 +641,15 @@ def main():
     return 0
 
 
+# This process is a rank of a job memscope launched under torchrun (`open_protocol`).
+_IN_JOB = False
+
+
 def _rank():
-    """(rank, world size) of this process in a torchrun job; (0, 1) outside one."""
+    """(rank, world size) of this process in a torchrun job memscope launched; (0, 1)
+    otherwise."""
+    if not _IN_JOB:
+        return 0, 1
     return int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
 
 
@@ -667,7 +677,7 @@ def _join_job(torch, spec):
     if os.getppid() == 1:
         os._exit(1)  # torchrun died before the signal was armed
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    if "RANK" not in os.environ:
+    if not _IN_JOB or "RANK" not in os.environ:
         raise Refused(f"--parallel {plan.plan}: the engine's ranks run under torchrun, which "
                       "memscope starts (`memscope bench --engine torch --nproc N --parallel …`)")
     rank, world = _rank()

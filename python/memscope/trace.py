@@ -215,14 +215,20 @@ def _ddp_buckets(torch, model):
     import sys as _sys
 
     import torch.distributed as dist
+    params = _grad_params(model)
+    buckets, _ = dist._compute_bucket_assignment_by_size(params, [_sys.maxsize],
+                                                         [False] * len(params))
+    return [sum(params[i].numel() * params[i].element_size() for i in b) for b in buckets]
+
+
+def _grad_params(model):
+    """The parameters DDP reduces: those that take gradients, a shared one once."""
     seen, params = set(), []
     for p in model.parameters():
         if p.requires_grad and id(p) not in seen:
             seen.add(id(p))
             params.append(p)
-    buckets, _ = dist._compute_bucket_assignment_by_size(params, [_sys.maxsize],
-                                                         [False] * len(params))
-    return [sum(params[i].numel() * params[i].element_size() for i in b) for b in buckets]
+    return params
 
 
 def _ddp_steady_buckets(torch, model):
@@ -231,12 +237,7 @@ def _ddp_steady_buckets(torch, model):
     limits (1 MiB for the first bucket, 25 MiB for the rest), in reverse order as gradients
     arrive."""
     import torch.distributed as dist
-    seen, params = set(), []
-    for p in model.parameters():
-        if p.requires_grad and id(p) not in seen:
-            seen.add(id(p))
-            params.append(p)
-    params.reverse()
+    params = _grad_params(model)[::-1]
     limits = [dist._DEFAULT_FIRST_BUCKET_BYTES, 25 * 1024 * 1024]
     buckets, _ = dist._compute_bucket_assignment_by_size(params, limits,
                                                          [False] * len(params))

@@ -102,15 +102,11 @@ pub fn spawn(
                 key.push(line.clone());
             }
             if kept.len() == KEEP {
-                if let Some(old) = kept.pop_front() {
-                    if key.contains(&old) {
-                        key.retain(|k| k != &old);
-                        key.push(old);
-                    }
-                }
+                kept.pop_front();
             }
             kept.push_back(line);
         }
+        // Each line once: the key lines the last lines still hold are said there.
         key.retain(|k| !kept.contains(k));
         key.into_iter().chain(kept).collect::<Vec<_>>()
     });

@@ -16,9 +16,17 @@ TINY = ["--engine", "torch", "--model", "tiny-gpt2", "--seq", "32", "--warmup", 
 
 
 def engines_left():
-    """The engine processes still running (every rank runs `memscope.engine`)."""
-    p = subprocess.run(["pgrep", "-f", "memscope.engine"], capture_output=True, text=True)
-    return p.stdout.split()
+    """The engine processes still running (every rank runs `memscope.engine`), from /proc."""
+    left = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmd = f.read().replace(b"\0", b" ")
+        except OSError:
+            continue  # gone meanwhile
+        if b"memscope.engine" in cmd:
+            left.append(pid)
+    return left
 
 
 @pytest.mark.parametrize("plan", ["ddp", "fsdp"])

@@ -25,22 +25,26 @@ def _nbytes(t):
 
 class Collectives:
     """``with Collectives(dist) as c:`` counts calls and bytes by kind; ``c.take()`` gives the
-    counts since the last take (``{kind: {"calls": n, "bytes": b}}``) and starts again."""
+    counts since the last take (``{kind: {"calls": n, "bytes": b}}``). Inside a step a call
+    only adds to two running totals per kind (made once); ``take()``, between steps, does the
+    rest."""
 
     def __init__(self, dist):
         self.dist = dist
         self.saved = {}
-        self.counts = {}
+        # kind -> [calls, bytes] since the counter was made, and at the last take.
+        self.totals = {kind: [0, 0] for kind, _, _ in WATCHED.values()}
+        self.taken = {kind: (0, 0) for kind in self.totals}
 
     def _wrap(self, name, fn):
         kind, index, keyword = WATCHED[name]
+        total = self.totals[kind]
 
         def counted(*args, **kwargs):
             t = kwargs.get(keyword, args[index] if len(args) > index else None)
             if t is not None:
-                c = self.counts.setdefault(kind, {"calls": 0, "bytes": 0})
-                c["calls"] += 1
-                c["bytes"] += _nbytes(t)
+                total[0] += 1
+                total[1] += _nbytes(t)
             return fn(*args, **kwargs)
         return counted
 
@@ -59,7 +63,12 @@ class Collectives:
         return False
 
     def take(self):
-        out, self.counts = self.counts, {}
+        out = {}
+        for kind, (calls, nbytes) in self.totals.items():
+            c0, b0 = self.taken[kind]
+            if calls > c0:
+                out[kind] = {"calls": calls - c0, "bytes": nbytes - b0}
+            self.taken[kind] = (calls, nbytes)
         return out
 
 

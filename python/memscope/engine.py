@@ -284,7 +284,7 @@ class Engine:
                     break
                 s.step(sum(float(x) for x in losses) if losses else None)
                 if counter is not None:
-                    collectives = self.step_collectives(counter.take())
+                    collectives = counter.take()  # between steps: this step's
                 line = _contract.check("engine_line", series_entry(s.last_step))
                 self.out.write(json.dumps(line) + "\n")
                 self.out.flush()
@@ -292,6 +292,8 @@ class Engine:
                     break
         if counter is not None:
             counter.__exit__(None, None, None)
+            if collectives is not None:
+                collectives = self.step_collectives(collectives)
         record = s.record
         if record is not None and collectives is not None:
             record["collectives"] = collectives
@@ -327,10 +329,10 @@ class Engine:
         self.out.flush()
 
     def step_collectives(self, counted):
-        """One step's collectives by kind: those counted in Python (FSDP2's), and DDP's bucket
-        all-reduces, which its reducer runs in C++ (their sizes from its logging data)."""
-        ddp = getattr(self.torch.nn.parallel, "DistributedDataParallel")
-        if isinstance(self.forward, ddp):
+        """The last step's collectives by kind: those counted in Python (FSDP2's), and DDP's
+        bucket all-reduces, which its reducer runs in C++ (their sizes from its logging data,
+        read once after the loop: its last iteration's buckets)."""
+        if isinstance(self.forward, self.torch.nn.parallel.DistributedDataParallel):
             from ._collectives import ddp_buckets
             sizes = ddp_buckets(self.forward)
             c = counted.setdefault("all_reduce", {"calls": 0, "bytes": 0})

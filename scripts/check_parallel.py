@@ -6,8 +6,12 @@ run's table and how to reproduce it.
 
     MEMSCOPE_BIN=target/release/memscope python3 scripts/check_parallel.py \
         --models gpt2-small,cs336-small --worlds 2 --plans none,ddp,fsdp --batch 2 --seq 64
+    MEMSCOPE_BIN=target/release/memscope python3 scripts/check_parallel.py \
+        --models cs336-small --worlds 2,4 --plans tp,fsdp+tp:2 --batch 2 --seq 64
 
-`none` is each rank training its own copy (the single-process estimate). The measured peak is
+`none` is each rank training its own copy (the single-process estimate); `tp` is tensor
+parallelism over every rank (`tp:N`), `fsdp+tp:T` FSDP2 over groups of T tensor-parallel ranks
+(run where T divides the world size and is less than it). The measured peak is
 the largest of the steady steps' phase peaks (steps after the first two), counted heap bytes from
 just before the model was built; the predicted one the estimate's allocated peak (tensor
 bytes). For FSDP2 rows PyTorch's own `FSDPMemTracker` (torch.distributed._tools, driven as
@@ -115,6 +119,10 @@ def main():
         for model in args.models.split(","):
             for world in map(int, args.worlds.split(",")):
                 for plan in args.plans.split(","):
+                    plan = f"tp:{world}" if plan == "tp" else plan
+                    tp = int(plan.partition(":")[2] or 1)
+                    if world % tp or (plan.startswith("fsdp+tp") and tp == world):
+                        continue  # a plan this world size does not take
                     p, _ = predicted(binary, model, world, plan, args.batch, args.seq,
                                      tmp / "est.json")
                     m = measured(model, world, plan, args.batch, args.seq, args.steps, tmp)

@@ -176,12 +176,27 @@ if "7" in wanted:
         try:
             r = json.loads(read(f"parallel-{plan}.json"))
             m, est = r["memory"], r["memory"]["estimate"]
-            alloc = 100.0 * (est["peak_bytes"] / m["heap_peak_bytes"] - 1.0)
+            steps = [s["heap_peak_bytes"] for s in m["series"] if not s.get("warmup")]
+            # The steady step (the last) against the estimate's peak; the reserved peak of the
+            # run against the one --fits judges (DDP's second step's, with NCCL still holding
+            # the first step's buckets).
+            alloc = 100.0 * (est["peak_bytes"] / steps[-1] - 1.0)
+            rebuild = est.get("ddp_rebuild") or {}
             reserved = max(s.get("reserved_bytes") or 0 for s in m["series"])
-            res = 100.0 * (est["reserved_peak_bytes"] / reserved - 1.0)
-            add(f"{plan} world 1 on CUDA: allocated, reserved predicted vs measured",
+            judged = rebuild.get("reserved_peak_bytes") or est["reserved_peak_bytes"]
+            res = 100.0 * (judged / reserved - 1.0)
+            add(f"{plan} world 1 on CUDA: allocated (last step), reserved (run) predicted vs measured",
                 f"{alloc:+.1f}%, {res:+.1f}%", "within 2%, 5%", abs(alloc) <= 2 and abs(res) <= 5)
-        except (ValueError, KeyError, TypeError, ZeroDivisionError):
+            if rebuild:
+                # Whether NCCL still held the first buckets at the second step depends on its
+                # watchdog's timing: the largest step is one of the two predicted peaks.
+                worst = max(steps)
+                errs = {"steady": 100.0 * (est["peak_bytes"] / worst - 1.0),
+                        "second step, first buckets held": 100.0 * (rebuild["peak_bytes"] / worst - 1.0)}
+                which, err = min(errs.items(), key=lambda kv: abs(kv[1]))
+                add("ddp world 1 on CUDA: the run's largest step vs the nearer predicted peak",
+                    f"{err:+.1f}% ({which})", "within 2%", abs(err) <= 2)
+        except (ValueError, KeyError, TypeError, ZeroDivisionError, IndexError):
             add(f"{plan} world 1 on CUDA (bench --nproc 1 --parallel {plan})", "no figures",
                 "within 2%, 5%", False)
 

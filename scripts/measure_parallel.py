@@ -91,9 +91,13 @@ def worker(args):
     if args.plan == "ddp":
         from torch.nn.parallel import DistributedDataParallel
         model = DistributedDataParallel(model, device_ids=[device.index] if cuda else None)
-    elif args.plan == "fsdp":
-        from memscope.trace import fully_shard_blocks
-        fully_shard_blocks(torch, world, args.device)(model)
+    elif args.plan != "none":  # fsdp, tp:T, fsdp+tp:T: the wrap memscope's ranks put on
+        from types import SimpleNamespace
+
+        from memscope.trace import sharding_wrap
+        name, _, tp = args.plan.partition(":")
+        plan = SimpleNamespace(plan=name, world=world, tp=int(tp or 1))
+        sharding_wrap(torch, plan, args.device)(model)
     params = list(model.parameters())
     try:
         opt, impl = _hf.make_adamw(torch, params, 1e-4, torch.float32)
@@ -102,7 +106,9 @@ def worker(args):
     out["optimizer"] = impl
     out["parameter_bytes_local"] = sum(
         (p.to_local() if hasattr(p, "to_local") else p).numel() * p.element_size() for p in params)
-    g = torch.Generator().manual_seed(rank)
+    # Every data rank its own batch; a tensor-parallel group's ranks share one.
+    tp = int(args.plan.partition(":")[2] or 1)
+    g = torch.Generator().manual_seed(rank // tp)
     ids = torch.randint(0, cfg["vocab_size"], (args.batch, args.seq), generator=g)
     ids = ids.to(device)
 

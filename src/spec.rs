@@ -159,6 +159,29 @@ pub struct Parallel {
     pub plan: ParallelPlan,
     /// Ranks in the job (`--nproc`), at least 1.
     pub world: usize,
+    /// Ranks in one tensor-parallel group (`tp:T`, `fsdp+tp:T`); 1 for `ddp` and `fsdp`.
+    /// Absent in Records written before tensor parallelism: 1.
+    #[serde(default = "one")]
+    pub tp: usize,
+}
+
+fn one() -> usize {
+    1
+}
+
+impl Parallel {
+    /// The plan as `--parallel` takes it: `ddp`, `fsdp`, `tp:2`, `fsdp+tp:2`.
+    pub fn flag(&self) -> String {
+        match self.plan {
+            ParallelPlan::Ddp | ParallelPlan::Fsdp => self.plan.name().to_string(),
+            _ => format!("{}:{}", self.plan.name(), self.tp),
+        }
+    }
+
+    /// Ranks that share one batch's data: 1 under data parallelism, the TP degree under `tp:T`.
+    pub fn data_groups(&self) -> usize {
+        self.world / self.tp.max(1)
+    }
 }
 
 /// How the ranks share the model (`--parallel`).
@@ -172,6 +195,13 @@ pub enum ParallelPlan {
     /// gradients and optimizer state split by rows over the ranks, each block's parameters
     /// gathered while it runs and freed after its forward.
     Fsdp,
+    /// Tensor parallelism over `tp` ranks as transformers plans it for the model (its
+    /// config's `base_model_tp_plan`: attention and MLP projections split by columns, then by
+    /// rows), applied with PyTorch's `parallelize_module`; every rank sees the same batch.
+    Tp,
+    /// FSDP2 over `world / tp` groups of `tp` tensor-parallel ranks (a 2-D device mesh).
+    #[serde(rename = "fsdp+tp")]
+    FsdpTp,
 }
 
 impl ParallelPlan {
@@ -179,6 +209,8 @@ impl ParallelPlan {
         match self {
             ParallelPlan::Ddp => "ddp",
             ParallelPlan::Fsdp => "fsdp",
+            ParallelPlan::Tp => "tp",
+            ParallelPlan::FsdpTp => "fsdp+tp",
         }
     }
 }
@@ -272,6 +304,14 @@ pub enum SpecError {
         plan: &'static str,
         mode: &'static str,
     },
+    #[error("--parallel {plan}: {model} has {heads} attention heads and {kv_heads} key/value heads, and a tensor-parallel rank holds whole heads; use a degree that divides both ({divides})")]
+    TpHeads {
+        plan: String,
+        model: String,
+        heads: usize,
+        kv_heads: usize,
+        divides: String,
+    },
     #[error("--lr must be a finite positive number (got {0})")]
     BadLr(f64),
     #[error("{flag} {value} is more than memscope runs ({max} at most); a leak verdict needs a few hundred steps, timing statistics a few dozen")]
@@ -347,6 +387,20 @@ impl Spec {
                 return Err(SpecError::ParallelNotTrain {
                     plan: p.plan.name(),
                     mode: self.mode.name(),
+                });
+            }
+            if config.n_heads % p.tp != 0 || config.n_kv_heads % p.tp != 0 {
+                let divides = (1..=config.n_kv_heads.min(config.n_heads))
+                    .filter(|d| config.n_heads % d == 0 && config.n_kv_heads % d == 0)
+                    .map(|d| d.to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ");
+                return Err(SpecError::TpHeads {
+                    plan: p.flag(),
+                    model: self.model.clone(),
+                    heads: config.n_heads,
+                    kv_heads: config.n_kv_heads,
+                    divides,
                 });
             }
         }

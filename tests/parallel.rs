@@ -16,7 +16,7 @@ fn with(extra: &[&'static str]) -> Vec<&'static str> {
 fn a_job_needs_both_its_ranks_and_its_plan() {
     fails_with(
         &with(&["--nproc", "4"]),
-        &["--nproc 4: say how the ranks share the model: --parallel ddp or --parallel fsdp"],
+        &["--nproc 4: say how the ranks share the model: --parallel ddp, fsdp, tp:T or fsdp+tp:T"],
     );
     fails_with(
         &with(&["--parallel", "fsdp"]),
@@ -29,18 +29,48 @@ fn a_job_needs_both_its_ranks_and_its_plan() {
 }
 
 #[test]
-fn plans_that_are_not_predicted_are_named() {
+fn plans_and_degrees_that_cannot_run_are_named() {
     fails_with(
-        &with(&["--parallel", "tp:2", "--nproc", "2"]),
-        &["--parallel tp:2: tensor parallelism is not supported yet"],
+        &with(&["--parallel", "tp:2", "--nproc", "4"]),
+        &["--parallel tp:2: tensor parallelism alone puts every rank in one group; use --nproc 2, or --parallel fsdp+tp:2 to shard 4 ranks as groups of 2"],
     );
     fails_with(
-        &with(&["--parallel", "fsdp+tp:2", "--nproc", "4"]),
-        &["--parallel fsdp+tp:2: tensor parallelism is not supported yet"],
+        &with(&["--parallel", "fsdp+tp:3", "--nproc", "4"]),
+        &["--parallel fsdp+tp:3: --nproc 4 ranks do not split into groups of 3"],
+    );
+    fails_with(
+        &with(&["--parallel", "tp:two", "--nproc", "2"]),
+        &["--parallel tp:two: the tensor-parallel degree after ':' is a whole number of ranks"],
     );
     fails_with(
         &with(&["--parallel", "zero3", "--nproc", "2"]),
-        &["--parallel zero3: use ddp or fsdp"],
+        &["--parallel zero3: use ddp, fsdp, tp:T (tensor parallelism over T ranks) or fsdp+tp:T"],
+    );
+}
+
+#[test]
+fn a_tensor_parallel_degree_must_divide_the_heads() {
+    // tiny-llama: 4 attention heads, 2 key/value heads (grouped-query attention).
+    fails_with(
+        &[
+            "estimate", "--engine", "torch", "--model", "tiny-llama", "--nproc", "4", "--parallel",
+            "tp:4",
+        ],
+        &["--parallel tp:4: tiny-llama has 4 attention heads and 2 key/value heads, and a tensor-parallel rank holds whole heads; use a degree that divides both (1, 2)"],
+    );
+    fails_with(
+        &[
+            "estimate",
+            "--engine",
+            "torch",
+            "--model",
+            "cs336-small",
+            "--nproc",
+            "10",
+            "--parallel",
+            "fsdp+tp:5",
+        ],
+        &["--parallel fsdp+tp:5: cs336-small has 12 attention heads and 12 key/value heads"],
     );
 }
 
@@ -139,7 +169,7 @@ fn a_link_is_two_numbers_for_a_parallel_job() {
     );
     fails_with(
         &with(&["--link", "100,5"]),
-        &["--link 100,5: the link carries a data-parallel job's collectives; add --nproc N --parallel ddp|fsdp"],
+        &["--link 100,5: the link carries a data-parallel job's collectives; add --nproc N --parallel ddp|fsdp|tp:T|fsdp+tp:T"],
     );
 }
 

@@ -5,7 +5,9 @@ while a ``Collectives`` is on. Each call's size is the collective's whole tensor
 output of an all-gather, the unreduced input of a reduce-scatter, the tensor of an all-reduce
 or broadcast (what the ring and tree formulas take as B). Under the trace's fake process group
 the tensors are fake and the sizes the same. DDP reduces its buckets in C++, out of Python's
-sight: ``ddp_buckets`` reads the sizes DDP's reducer used from its own logging data."""
+sight: ``ddp_buckets`` reads the sizes DDP's reducer used from its own logging data. DTensor's
+redistributions under tensor parallelism call ``torch.distributed._functional_collectives``
+(``all_reduce``, ``all_gather_tensor``, ``reduce_scatter_tensor``), wrapped the same way."""
 
 # function name -> (the kind reported, which argument holds the sized tensor: index, keyword)
 WATCHED = {
@@ -17,34 +19,69 @@ WATCHED = {
     "broadcast": ("broadcast", 0, "tensor"),
 }
 
+# DTensor's redistributions (tensor parallelism) call the functional collectives: name -> (the
+# kind, the index of the group argument, whether the whole tensor is the input times the
+# group's size: an all-gather's output). The tensor is the first argument of each.
+WATCHED_FUNCTIONAL = {
+    "all_reduce": ("all_reduce", 2, False),
+    "all_gather_tensor": ("all_gather", 2, True),
+    "reduce_scatter_tensor": ("reduce_scatter", 3, False),
+}
+
 
 def _nbytes(t):
     t = getattr(t, "_local_tensor", t)
     return t.numel() * t.element_size()
 
 
+def _group_size(dist, group):
+    """Ranks in a collective's group as the callers give it: a process group (or None, the
+    default one), a device mesh, or DTensor's (mesh, mesh dimension)."""
+    if isinstance(group, tuple) and len(group) == 2:
+        mesh, dim = group
+        return mesh.size(dim)
+    size = getattr(group, "size", None)
+    if callable(size):
+        return size()
+    return dist.get_world_size(group)
+
+
 class Collectives:
     """``with Collectives(dist) as c:`` counts calls and bytes by kind; ``c.take()`` gives the
-    counts since the last take (``{kind: {"calls": n, "bytes": b}}``). Inside a step a call
-    only adds to two running totals per kind (made once); ``take()``, between steps, does the
-    rest."""
+    counts since the last take (``{kind: {"calls": n, "bytes": b, "group": ranks}}``, ranks the
+    largest group a call of that kind ran over). Inside a step a call only adds to running
+    totals per kind (made once); ``take()``, between steps, does the rest."""
 
     def __init__(self, dist):
         self.dist = dist
-        self.saved = {}
-        # kind -> [calls, bytes] since the counter was made, and at the last take.
-        self.totals = {kind: [0, 0] for kind, _, _ in WATCHED.values()}
+        self.saved = []  # (module, name, the function it had)
+        # kind -> [calls, bytes, largest group] since the counter was made, and at the last take.
+        self.totals = {kind: [0, 0, 0] for kind, _, _ in WATCHED.values()}
         self.taken = {kind: (0, 0) for kind in self.totals}
 
     def _wrap(self, name, fn):
         kind, index, keyword = WATCHED[name]
-        total = self.totals[kind]
+        total, dist = self.totals[kind], self.dist
 
         def counted(*args, **kwargs):
             t = kwargs.get(keyword, args[index] if len(args) > index else None)
             if t is not None:
                 total[0] += 1
                 total[1] += _nbytes(t)
+                total[2] = max(total[2], _group_size(dist, kwargs.get("group")))
+            return fn(*args, **kwargs)
+        return counted
+
+    def _wrap_functional(self, name, fn):
+        kind, at, gathered = WATCHED_FUNCTIONAL[name]
+        total, dist = self.totals[kind], self.dist
+
+        def counted(*args, **kwargs):
+            group = kwargs.get("group", args[at] if len(args) > at else None)
+            n = _group_size(dist, group)
+            total[0] += 1
+            total[1] += _nbytes(args[0] if args else kwargs["self"]) * (n if gathered else 1)
+            total[2] = max(total[2], n)
             return fn(*args, **kwargs)
         return counted
 
@@ -52,22 +89,28 @@ class Collectives:
         for name in WATCHED:
             fn = getattr(self.dist, name, None)
             if fn is not None:
-                self.saved[name] = fn
+                self.saved.append((self.dist, name, fn))
                 setattr(self.dist, name, self._wrap(name, fn))
+        import torch.distributed._functional_collectives as functional
+        for name in WATCHED_FUNCTIONAL:
+            fn = getattr(functional, name, None)
+            if fn is not None:
+                self.saved.append((functional, name, fn))
+                setattr(functional, name, self._wrap_functional(name, fn))
         return self
 
     def __exit__(self, *exc):
-        for name, fn in self.saved.items():
-            setattr(self.dist, name, fn)
-        self.saved = {}
+        for module, name, fn in self.saved:
+            setattr(module, name, fn)
+        self.saved = []
         return False
 
     def take(self):
         out = {}
-        for kind, (calls, nbytes) in self.totals.items():
+        for kind, (calls, nbytes, group) in self.totals.items():
             c0, b0 = self.taken[kind]
             if calls > c0:
-                out[kind] = {"calls": calls - c0, "bytes": nbytes - b0}
+                out[kind] = {"calls": calls - c0, "bytes": nbytes - b0, "group": group}
             self.taken[kind] = (calls, nbytes)
         return out
 

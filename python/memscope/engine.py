@@ -45,7 +45,11 @@ def _tokens(np, spec, vocab):
     ``src/input/tokens.rs``), so both engines train on the same windows."""
     b, t = spec.batch, spec.seq
     rank, world = _rank()
-    # Every rank its own batches, as a DistributedSampler gives them.
+    plan = spec.torch.parallel if spec.torch else None
+    if plan is not None and plan.tp > 1:
+        # A tensor-parallel group's ranks work on one batch: the group is the data rank.
+        rank, world = rank // plan.tp, world // plan.tp
+    # Every data rank its own batches, as a DistributedSampler gives them.
     rng = np.random.default_rng(spec.seed + rank)
     data = spec.data
     if not data:
@@ -335,9 +339,10 @@ class Engine:
         if isinstance(self.forward, self.torch.nn.parallel.DistributedDataParallel):
             from ._collectives import ddp_buckets
             sizes = ddp_buckets(self.forward)
-            c = counted.setdefault("all_reduce", {"calls": 0, "bytes": 0})
+            c = counted.setdefault("all_reduce", {"calls": 0, "bytes": 0, "group": 0})
             c["calls"] += len(sizes)
             c["bytes"] += sum(sizes)
+            c["group"] = max(c["group"], _rank()[1])
         return counted
 
     def ids(self, batches):
@@ -670,8 +675,8 @@ def _join_job(torch, spec):
     """This process as one rank of ``spec``'s data-parallel job, started by torchrun: it dies
     with torchrun (Linux's parent-death signal) and at once on torchrun's SIGTERM (a rank blocked
     in a collective never reaches Python's handlers), joins the process group (gloo on the CPU,
-    NCCL on CUDA, one GPU per rank). Returns the function that wraps the model: DDP, or FSDP2's
-    ``fully_shard`` on every block and the root."""
+    NCCL on CUDA, one GPU per rank). Returns the function that wraps the model: DDP, FSDP2's
+    ``fully_shard`` on every block and the root, tensor parallelism, or both."""
     import ctypes
     import signal
     plan = spec.torch.parallel
@@ -707,8 +712,8 @@ def _join_job(torch, spec):
             ids = [torch.cuda.current_device()] if cuda else None
             return DistributedDataParallel(model, device_ids=ids)
         return ddp
-    from .trace import fully_shard_blocks
-    return fully_shard_blocks(torch, world, device_type)
+    from .trace import sharding_wrap
+    return sharding_wrap(torch, plan, device_type)
 
 
 if __name__ == "__main__":

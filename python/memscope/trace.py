@@ -17,6 +17,7 @@ the optimizer's state, not the first that makes it) by signature:
 ``[phase, op, [[shape, dtype] read…], [[shape, dtype] written…], [bool args…], calls]``.
 """
 
+import contextlib
 import sys
 import weakref
 
@@ -48,6 +49,8 @@ class Tracer:
         self.ends = []        # each phase run's end: its live bytes, by phase, gradients
         self.ended = True     # the open phase's end is noted (none is open before the first)
         self.ops = {}         # (phase, op, inputs, outputs, flags) -> calls: the last step's
+        self.stream = 0       # the stream allocations are made on: 0 the compute stream
+        self.side = []        # [block id, stream] of each block made on another stream
 
     def set_phase(self, name):
         if not self.ended:
@@ -92,6 +95,8 @@ class Tracer:
     def _allocate(self, n):
         """n bytes allocated as the next block."""
         b = [self.next_id, n, self.phase, 0]
+        if self.stream:
+            self.side.append([self.next_id, self.stream])
         self.next_id += 1
         self.events.append(n)
         self.cur += n
@@ -188,20 +193,124 @@ def fully_shard_blocks(torch, world, device_type):
     model, then on the root, over ``world`` ranks of ``device_type`` (the trace's wrap; the
     measuring scripts apply the same)."""
     from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.fsdp import fully_shard
 
     # Made before the trace's FakeTensorMode: the mesh's ranks are a real tensor.
-    mesh = init_device_mesh(device_type, (world,))
+    return _shard_blocks(torch, init_device_mesh(device_type, (world,)), "fsdp")
+
+
+def _shard_blocks(torch, mesh, flag):
+    """``fully_shard`` on every block of a model, then on the root, over ``mesh``."""
+    from torch.distributed.fsdp import fully_shard
 
     def wrap(model):
         blocks = transformer_blocks(model)
         if not blocks:
-            raise Refused(f"--parallel fsdp: {type(model).__name__} names no transformer "
+            raise Refused(f"--parallel {flag}: {type(model).__name__} names no transformer "
                           "blocks to shard (its _no_split_modules is empty)")
         for b in blocks:
             fully_shard(b, mesh=mesh)
         fully_shard(model, mesh=mesh)
     return wrap
+
+
+# transformers' names for its tensor-parallel styles (a config's ``base_model_tp_plan``) that
+# PyTorch's parallel styles apply as transformers means them.
+TP_STYLES = {"colwise": "ColwiseParallel", "rowwise": "RowwiseParallel"}
+
+
+def tp_plan(torch, model, flag):
+    """transformers' tensor-parallel plan for ``model``'s blocks (its config's
+    ``base_model_tp_plan``, keyed under the base model) as PyTorch's parallel styles; a model
+    without one, or with a style PyTorch's styles do not apply alike, is refused naming
+    ``flag``."""
+    import torch.distributed.tensor.parallel as tp
+    plan = getattr(model.config, "base_model_tp_plan", None) or {}
+    name = type(model).__name__
+    if not plan:
+        raise Refused(f"--parallel {flag}: transformers gives {name} no tensor-parallel plan (its "
+                      "config's base_model_tp_plan is empty); use --parallel ddp or fsdp")
+    odd = sorted({s for s in plan.values() if s not in TP_STYLES})
+    if odd:
+        raise Refused(f"--parallel {flag}: {name}'s tensor-parallel plan uses {', '.join(odd)}, "
+                      f"which memscope does not apply; it applies {', '.join(TP_STYLES)}")
+    prefix = getattr(model, "base_model_prefix", "")
+    under = f"{prefix}." if prefix and model is not model.base_model else ""
+    return {under + key: getattr(tp, TP_STYLES[style])() for key, style in plan.items()}
+
+
+def sharding_wrap(torch, parallel, device_type):
+    """The wrap a sharded plan puts on the model (the trace's, and each measured rank's):
+    ``fsdp``: ``fully_shard`` on every block, then the root; ``tp``: transformers' plan applied
+    by PyTorch's ``parallelize_module`` over the ranks; ``fsdp+tp``: that within each group of
+    ``tp`` ranks, then FSDP2 across the groups (a 2-D mesh: ``dp`` × ``tp``)."""
+    if parallel.plan == "fsdp":
+        return fully_shard_blocks(torch, parallel.world, device_type)
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor.parallel import parallelize_module
+    flag = f"{parallel.plan}:{parallel.tp}"
+    # Made before the trace's FakeTensorMode: the mesh's ranks are a real tensor.
+    if parallel.plan == "tp":
+        mesh = init_device_mesh(device_type, (parallel.world,))
+        tp_mesh, fsdp = mesh, None
+    else:
+        mesh = init_device_mesh(device_type, (parallel.world // parallel.tp, parallel.tp),
+                                mesh_dim_names=("dp", "tp"))
+        tp_mesh, fsdp = mesh["tp"], _shard_blocks(torch, mesh["dp"], flag)
+
+    def wrap(model):
+        parallelize_module(model, tp_mesh, tp_plan(torch, model, flag))
+        if fsdp is not None:
+            with _real_mesh_tensors():
+                fsdp(model)
+    return wrap
+
+
+@contextlib.contextmanager
+def _real_mesh_tensors():
+    """FSDP2 over tensor-parallel parameters makes device meshes and reads their rank tensors
+    (a few ints, with ops FakeTensorMode cannot run, such as ``nonzero``): under the trace a
+    mesh is made, and its rank tensor read, as the real tensors they are."""
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+    from torch.distributed.device_mesh import DeviceMesh
+    init, prop = DeviceMesh.__init__, DeviceMesh.mesh
+
+    def real_init(self, *args, **kwargs):
+        with unset_fake_temporarily():
+            init(self, *args, **kwargs)
+
+    def real_mesh(self):
+        with unset_fake_temporarily():
+            return prop.fget(self)
+    DeviceMesh.__init__, DeviceMesh.mesh = real_init, property(real_mesh)
+    try:
+        yield
+    finally:
+        DeviceMesh.__init__, DeviceMesh.mesh = init, prop
+
+
+@contextlib.contextmanager
+def _side_streams(torch, device, tr):
+    """Notes the stream each allocation is made on, as CUDA's caching allocator keeps each
+    stream's freed blocks for that stream alone: FSDP2 makes its gradient shards on its
+    reduce-scatter stream, its all-gather buffers on its copy-in stream (``with
+    device_handle.stream(s)``; on the CPU the same calls with streams that do nothing)."""
+    mod = getattr(torch, torch.device(device).type)
+    base, enter, ids = mod.current_stream(), mod.stream, {}
+
+    @contextlib.contextmanager
+    def on(s):
+        prev = tr.stream
+        tr.stream = 0 if s is None or s == base else ids.setdefault(id(s), len(ids) + 1)
+        try:
+            with enter(s):
+                yield
+        finally:
+            tr.stream = prev
+    mod.stream = on
+    try:
+        yield
+    finally:
+        mod.stream = enter
 
 
 def _ddp_buckets(torch, model):
@@ -329,12 +438,14 @@ def trace(request):
     parallel = spec.torch.parallel
     if parallel is not None:
         fake_process_group(torch, parallel.world)
-    fake = FakeTensorMode(allow_non_fake_inputs=False)
+    # FSDP2 over tensor-parallel parameters reads its meshes' rank tensors (real tensors of a
+    # few ints, `_real_mesh_tensors`) while it shards: the one real input the trace lets in.
+    fake = FakeTensorMode(allow_non_fake_inputs=parallel is not None and parallel.plan == "fsdp+tp")
     # Fake parameters cannot be swapped in place by Module.to(): assign the converted ones.
     torch.__future__.set_overwrite_module_params_on_conversion(True)
     eng = Engine(request, out=None, trace=True)
-    if parallel is not None and parallel.plan == "fsdp":
-        eng.wrap = fully_shard_blocks(torch, parallel.world, eng.device.type)
+    if parallel is not None and parallel.plan != "ddp":
+        eng.wrap = sharding_wrap(torch, parallel, eng.device.type)
     with fake:
         eng.build()
     buckets = _ddp_buckets(torch, eng.model) if parallel is not None and \
@@ -378,7 +489,7 @@ def trace(request):
     from ._collectives import Collectives
     counter = Collectives(dist)
     try:
-        with fake, _mode(torch, tr), counter:
+        with fake, _mode(torch, tr), counter, _side_streams(torch, traced_on, tr):
             eng.traced_steps(ids, tr.set_phase, tr.end_phase, on_step=counter.take)
             tr.end_phase()
     finally:
@@ -388,7 +499,7 @@ def trace(request):
         # DDP all-reduces every bucket once a step (its reducer runs them in C++); from its
         # second iteration in the buckets it rebuilt, the same bytes.
         collectives["all_reduce"] = {"calls": _ddp_steady_buckets(torch, eng.model),
-                                     "bytes": sum(buckets)}
+                                     "bytes": sum(buckets), "group": parallel.world}
     # What the model held before the first step, in the order it was built.
     cap = None
     if device.startswith("cuda") and torch.cuda.is_available():
@@ -396,7 +507,7 @@ def trace(request):
     return {"traced_on": traced_on, "cuda_capability": cap,
             "params": sum(p.numel() for p in params), "param_sizes": sizes(params),
             "buffer_sizes": sizes(eng.model.buffers()), "bucket_sizes": buckets,
-            "collectives": collectives,
+            "collectives": collectives, "side_streams": tr.side,
             "events": tr.events, "peak": tr.at_peak or {}, "ends": tr.ends,
             "steps": 1,
             "ops": [[ph, op, [list(i) for i in ins], [list(o) for o in outs], list(fl), n]

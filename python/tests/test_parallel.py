@@ -56,9 +56,40 @@ def test_ddp_adds_its_gradient_buckets_to_one_process_s_peak_to_the_byte(memscop
     assert "gradient buckets" in text, text
 
 
+def test_fsdp_over_tensor_parallel_groups_shards_each_projection_twice_to_the_byte(
+        memscope_bin, tmp_path):
+    # tiny-llama over 4 ranks, groups of 2: a projection split by tensor parallelism (transformers'
+    # plan: q, k, v, gate, up by columns; o, down by rows), then by rows across the 2 groups, is a
+    # quarter on each rank; the embeddings, norms and LM head are halved by rows.
+    import torch
+    import transformers
+    out = tmp_path / "est.json"
+    p = subprocess.run([memscope_bin, "estimate", "--engine", "torch", "--model", "tiny-llama",
+                        "--batch", "2", "--seq", "32", "--nproc", "4", "--parallel", "fsdp+tp:2",
+                        "--json", str(out)], capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    e = json.loads(out.read_text())["by_dtype"]["f32"]
+    text, _ = _native.model_config("tiny-llama", None)
+    cfg = _contract.read_type("ModelConfig", json.loads(text))
+    with torch.device("meta"):
+        model = _hf.build(torch, transformers, cfg, "sdpa")
+    split = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+    local = sum(p.numel() // 4 if name.split(".")[-2] in split
+                else math.ceil(p.shape[0] / 2) * (p.numel() // p.shape[0])
+                for name, p in model.named_parameters()) * 4
+    assert e["categories"]["parameters"] == local, (e["categories"], local)
+    assert e["categories"]["gradients"] == local
+    # The all-reduces run within a group of 2, FSDP2's collectives across the 2 groups.
+    c = e["collectives"]
+    assert sorted(c) == ["all_gather", "all_reduce", "reduce_scatter"], c
+    assert all(k["group"] == 2 for k in c.values()), c
+    assert "over 2 ranks" in p.stdout
+
+
 @pytest.mark.parametrize("extra,needle", [
     (["--nproc", "2"], "--nproc 2: say how the ranks share the model"),
-    (["--nproc", "2", "--parallel", "tp:2"], "tensor parallelism is not supported yet"),
+    (["--nproc", "2", "--parallel", "tp:2"],
+     "--parallel tp:2: transformers gives GPT2LMHeadModel no tensor-parallel plan"),
 ])
 def test_a_job_the_trace_cannot_honour_is_refused_by_flag(memscope_bin, extra, needle):
     p = subprocess.run([memscope_bin, "estimate", "--engine", "torch", "--model", "tiny-gpt2",

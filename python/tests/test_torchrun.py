@@ -29,11 +29,13 @@ def engines_left():
     return left
 
 
-@pytest.mark.parametrize("plan", ["ddp", "fsdp"])
-def test_bench_records_every_rank_and_keeps_the_worst(memscope_bin, tmp_path, plan):
+# Tensor parallelism on tiny-llama: transformers plans no tensor parallelism for GPT-2.
+@pytest.mark.parametrize("plan,model", [("ddp", "tiny-gpt2"), ("fsdp", "tiny-gpt2"),
+                                        ("tp:2", "tiny-llama")])
+def test_bench_records_every_rank_and_keeps_the_worst(memscope_bin, tmp_path, plan, model):
     out = tmp_path / "run.json"
-    p = subprocess.run([memscope_bin, "bench", *TINY, "--batch", "2", "--nproc", "2",
-                        "--parallel", plan, "--json", str(out)],
+    flags = [*TINY, "--batch", "2", "--nproc", "2", "--parallel", plan, "--model", model]
+    p = subprocess.run([memscope_bin, "bench", *flags, "--json", str(out)],
                        capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr
     r = load(out)
@@ -43,7 +45,8 @@ def test_bench_records_every_rank_and_keeps_the_worst(memscope_bin, tmp_path, pl
     assert len(worst) == 1
     assert worst[0]["peak_bytes"] == max(f["peak_bytes"] for f in ranks) \
         == r["memory"]["heap_peak_bytes"]
-    assert r["spec"]["torch"]["parallel"] == {"plan": plan, "world": 2}
+    name, _, tp = plan.partition(":")
+    assert r["spec"]["torch"]["parallel"] == {"plan": name, "world": 2, "tp": int(tp or 1)}
     # Each rank's parameters, gradients and AdamW state are its own (a shard under FSDP2, the
     # whole model under DDP), measured from the tensors, and the trace of one rank under the
     # fake process group predicted them to the byte.
@@ -51,15 +54,21 @@ def test_bench_records_every_rank_and_keeps_the_worst(memscope_bin, tmp_path, pl
     for cat in ("parameters", "gradients", "optimizer_state"):
         assert b[cat]["measured_bytes"] == b[cat]["estimated_bytes"], (cat, b[cat])
     whole = r["model"]["param_bytes"]
-    local = {"ddp": whole, "fsdp": b["parameters"]["estimated_bytes"]}[plan]
+    local = whole if plan == "ddp" else b["parameters"]["estimated_bytes"]
     assert all(f["parameter_bytes"] == local for f in ranks), ranks
     if plan == "fsdp":
         assert whole / 2 <= local < whole / 2 + 4 * 1000 * 128  # padded row shards
+    if plan == "tp:2":
+        # The projections split in two; embeddings, norms and the LM head whole on each rank.
+        # 4 blocks: q and o 128×128, k and v 128×64 (2 key/value heads of 32), gate, up and
+        # down 128×352, in f32.
+        blocks = 4 * (2 * 128 * 128 + 2 * 128 * 64 + 3 * 128 * 352) * 4
+        assert local == whole - blocks // 2, (local, whole)
     # The collectives each rank ran in its last step are the ones the trace predicted: bytes
     # to the byte, and the calls (FSDP2's all-gathers and reduce-scatters counted where it
     # calls them; DDP's bucket all-reduces read from its reducer).
     est = tmp_path / "est.json"
-    e = subprocess.run([memscope_bin, "estimate", "--engine", "torch", "--model", "tiny-gpt2",
+    e = subprocess.run([memscope_bin, "estimate", "--engine", "torch", "--model", model,
                         "--batch", "2", "--seq", "32", "--nproc", "2", "--parallel", plan,
                         "--link", "25,10", "--json", str(est)],
                        capture_output=True, text=True, timeout=300)
@@ -67,10 +76,14 @@ def test_bench_records_every_rank_and_keeps_the_worst(memscope_bin, tmp_path, pl
     predicted = load(est)["by_dtype"]["f32"]
     assert all(f["collectives"] == predicted["collectives"] for f in ranks), \
         ([f["collectives"] for f in ranks], predicted["collectives"])
-    kinds = {"ddp": ["all_reduce"], "fsdp": ["all_gather", "reduce_scatter"]}[plan]
+    kinds = {"ddp": ["all_reduce"], "fsdp": ["all_gather", "reduce_scatter"],
+             "tp:2": ["all_reduce"]}[plan]
+    assert all(c["group"] == 2 for c in predicted["collectives"].values())
     assert sorted(predicted["collectives"]) == kinds
     assert predicted["communication_ms"]["total"] > 0 and "over --link 25,10" in e.stdout
     assert f"{plan} over 2 ranks: rank {worst[0]['rank']}" in p.stdout, p.stdout
+    if plan == "tp:2":
+        assert "this rank's shards of 994,432 params" in p.stdout, p.stdout
     assert "Ranks (heap;" in p.stdout and "(worst)" in p.stdout, p.stdout
     assert not engines_left()
 

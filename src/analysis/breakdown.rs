@@ -215,6 +215,7 @@ mod tests {
             single_micro_batch_peak_bytes: None,
             reserved_peak_bytes: None,
             predicted_ms: Default::default(),
+            ddp_rebuild: None,
         });
         let b = breakdown(&m, Mode::Train);
         assert_eq!(b["gradients"].measured_bytes, 100);

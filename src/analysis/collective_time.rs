@@ -62,13 +62,15 @@ pub struct KindTime {
     pub formula: &'static str,
 }
 
-/// Each kind's time over `link` for `world` ranks.
+/// Each kind's time over `link`, over the ranks of its group (`world` when the count does not
+/// say).
 pub fn step_times(c: &StepCollectives, world: usize, link: Link) -> Vec<KindTime> {
-    let n = world.max(1) as f64;
-    let log2n = (world.max(1) as f64).log2().ceil();
     let (bw, a) = (link.bytes_per_s, link.latency_s);
     c.iter()
         .map(|(kind, k)| {
+            let group = k.group_or(world);
+            let n = group.max(1) as f64;
+            let log2n = n.log2().ceil();
             let (b, calls) = (k.bytes as f64, k.calls as f64);
             let (seconds, formula) = match kind.as_str() {
                 "all_reduce" => {
@@ -87,7 +89,7 @@ pub fn step_times(c: &StepCollectives, world: usize, link: Link) -> Vec<KindTime
             };
             KindTime {
                 kind: kind.clone(),
-                seconds: if world <= 1 { 0.0 } else { seconds },
+                seconds: if group <= 1 { 0.0 } else { seconds },
                 formula,
             }
         })
@@ -110,6 +112,7 @@ mod tests {
             CollectiveCount {
                 calls: 4,
                 bytes: 4_000_000_000,
+                group: None,
             },
         );
         c.insert(
@@ -117,6 +120,7 @@ mod tests {
             CollectiveCount {
                 calls: 1,
                 bytes: 1_000_000_000,
+                group: None,
             },
         );
         let t = step_times(&c, 4, link);
@@ -128,5 +132,10 @@ mod tests {
         assert!(Link::parse("fast").is_err());
         assert!(Link::parse("0,5").is_err());
         assert!(step_times(&c, 1, link).iter().all(|k| k.seconds == 0.0));
+        // A tensor-parallel all-reduce over 2 of the job's 4 ranks: 2 · 1/2 · 1 GB / 100 GB/s
+        // + 2 · 1 · 5 µs.
+        c.get_mut("all_reduce").unwrap().group = Some(2);
+        let t = step_times(&c, 4, link);
+        assert!((t[1].seconds - (0.01 + 10e-6)).abs() < 1e-12, "{t:?}");
     }
 }

@@ -115,7 +115,7 @@ pub struct EngineArgs {
     /// Ranks of a data-parallel job (with --parallel and --engine torch): estimate traces one rank under a fake process group; bench, sweep and fit launch them with torchrun (gloo on the CPU, NCCL on CUDA)
     #[arg(long, value_name = "N")]
     pub nproc: Option<usize>,
-    /// How the --nproc ranks share the model: ddp (DistributedDataParallel) or fsdp (FSDP2, fully_shard on every block and the root) [--engine torch]
+    /// How the --nproc ranks share the model: ddp (DistributedDataParallel), fsdp (FSDP2, fully_shard on every block and the root), tp:T (tensor parallelism over T ranks, transformers' plan for the model) or fsdp+tp:T (FSDP2 over groups of T tensor-parallel ranks) [--engine torch]
     #[arg(long, value_name = "PLAN")]
     pub parallel: Option<String>,
 }
@@ -137,7 +137,7 @@ impl EngineArgs {
                 if let Some(p) = self.parallel()? {
                     bail!(
                         "--parallel {}: a data-parallel job runs on PyTorch; add --engine torch",
-                        p.plan.name()
+                        p.flag()
                     );
                 }
                 Ok(None)
@@ -151,27 +151,46 @@ impl EngineArgs {
         let (plan, world) = match (self.parallel.as_deref(), self.nproc) {
             (None, None) => return Ok(None),
             (None, Some(n)) => bail!(
-                "--nproc {n}: say how the ranks share the model: --parallel ddp or --parallel fsdp"
+                "--nproc {n}: say how the ranks share the model: --parallel ddp, fsdp, tp:T or fsdp+tp:T"
             ),
             (Some(p), None) => {
                 bail!("--parallel {p}: give the job's number of ranks with --nproc N")
             }
             (Some(p), Some(n)) => (p, n),
         };
-        let plan = match plan {
-            "ddp" => ParallelPlan::Ddp,
-            "fsdp" => ParallelPlan::Fsdp,
-            p if p.starts_with("tp") || p.contains("+tp") => bail!(
-                "--parallel {p}: tensor parallelism is not supported yet; use --parallel ddp or fsdp"
-            ),
-            p => bail!("--parallel {p}: use ddp or fsdp"),
-        };
         if world == 0 {
             bail!("--nproc 0: a job has at least 1 rank");
         }
-        Ok(Some(Parallel { plan, world }))
+        let (plan, tp) = match plan.split_once(':') {
+            None if plan == "ddp" => (ParallelPlan::Ddp, 1),
+            None if plan == "fsdp" => (ParallelPlan::Fsdp, 1),
+            Some(("tp", t)) => (ParallelPlan::Tp, tp_degree(plan, t)?),
+            Some(("fsdp+tp", t)) => (ParallelPlan::FsdpTp, tp_degree(plan, t)?),
+            _ => bail!("--parallel {plan}: use ddp, fsdp, tp:T (tensor parallelism over T ranks) or fsdp+tp:T (FSDP2 over groups of T tensor-parallel ranks)"),
+        };
+        match plan {
+            ParallelPlan::Tp if tp != world => bail!(
+                "--parallel {plan_text}: tensor parallelism alone puts every rank in one group; use --nproc {tp}, or --parallel fsdp+tp:{tp} to shard {world} ranks as groups of {tp}",
+                plan_text = self.parallel.as_deref().unwrap_or_default()
+            ),
+            ParallelPlan::FsdpTp if world % tp != 0 => bail!(
+                "--parallel fsdp+tp:{tp}: --nproc {world} ranks do not split into groups of {tp}; use a --nproc that {tp} divides"
+            ),
+            _ => {}
+        }
+        Ok(Some(Parallel { plan, world, tp }))
     }
+}
 
+/// `T` of `--parallel tp:T` / `fsdp+tp:T`: a whole number of ranks, at least 1.
+fn tp_degree(plan: &str, t: &str) -> anyhow::Result<usize> {
+    match t.parse::<usize>() {
+        Ok(n) if n >= 1 => Ok(n),
+        _ => bail!("--parallel {plan}: the tensor-parallel degree after ':' is a whole number of ranks, at least 1 (as in tp:2)"),
+    }
+}
+
+impl EngineArgs {
     /// Refuses --nproc/--parallel in a command that does not run a data-parallel job.
     pub fn refuse_parallel(&self, command: &str) -> anyhow::Result<()> {
         if let Some(p) = self.parallel.as_deref() {

@@ -221,7 +221,7 @@ fn torch_estimate(
         .map(crate::analysis::collective_time::Link::parse)
         .transpose()?;
     if let (Some(text), None) = (a.link.as_deref(), parallel) {
-        bail!("--link {text}: the link carries a data-parallel job's collectives; add --nproc N --parallel ddp|fsdp");
+        bail!("--link {text}: the link carries a data-parallel job's collectives; add --nproc N --parallel ddp|fsdp|tp:T|fsdp+tp:T");
     }
     let mut by_dtype = std::collections::BTreeMap::new();
     let mut spec = None;

@@ -239,6 +239,11 @@ pub struct EstimatedMemory {
     /// `step`.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub predicted_ms: BTreeMap<String, f64>,
+    /// `--parallel ddp` on CUDA: the second step's peak while NCCL may still hold the first
+    /// step's buckets (`torch_estimate::DdpRebuild`); the measured steps before it is let go
+    /// reach this one, the later ones `peak_bytes`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ddp_rebuild: Option<crate::record::torch_estimate::DdpRebuild>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]

@@ -178,7 +178,7 @@ pub fn label(s: &Spec) -> String {
         out.push_str(&format!(" ga{}", s.grad_accum));
     }
     if let Some(p) = s.torch.as_ref().and_then(|t| t.parallel) {
-        out.push_str(&format!(" {}×{}", p.plan.name(), p.world));
+        out.push_str(&format!(" {}×{}", p.flag(), p.world));
     }
     out
 }

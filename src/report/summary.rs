@@ -30,7 +30,7 @@ pub fn headline(r: &Record) -> String {
         (Some(ranks), Some(p)) => ranks.iter().find(|f| f.worst).map_or(String::new(), |w| {
             format!(
                 " · {} over {} ranks: rank {} (the largest peak)",
-                p.plan.name(),
+                p.flag(),
                 p.world,
                 w.rank
             )
@@ -198,16 +198,25 @@ pub fn predicted_line(r: &Record) -> Option<String> {
 pub fn memory_table(r: &Record) -> Table {
     let m = &r.memory;
     let mut rows = vec![
-        vec![
-            "parameters".into(),
-            bytes(m.param_bytes as f64),
+        vec!["parameters".into(), bytes(m.param_bytes as f64), {
+            let sharded = r
+                .spec
+                .torch
+                .as_ref()
+                .and_then(|t| t.parallel)
+                .is_some_and(|p| p.plan != crate::spec::ParallelPlan::Ddp);
             format!(
-                "exact: {} params × {} B ({})",
+                "exact: {}{} params × {} B ({})",
+                if sharded {
+                    "this rank's shards of "
+                } else {
+                    ""
+                },
                 thousands(r.model.params),
                 r.spec.dtype.size_bytes(),
                 r.spec.dtype.name()
-            ),
-        ],
+            )
+        }],
         vec![
             "model load".into(),
             bytes(m.load_bytes as f64),

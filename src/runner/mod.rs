@@ -191,6 +191,7 @@ fn estimated(spec: &Spec) -> Option<EstimatedMemory> {
             single_micro_batch_peak_bytes: None,
             reserved_peak_bytes: e.reserved_peak_bytes,
             predicted_ms,
+            ddp_rebuild: e.ddp_rebuild,
         });
     }
     let req = crate::estimate::Request::for_spec(spec);
@@ -223,6 +224,7 @@ fn estimated(spec: &Spec) -> Option<EstimatedMemory> {
         single_micro_batch_peak_bytes: single,
         reserved_peak_bytes: None,
         predicted_ms: Default::default(),
+        ddp_rebuild: None,
     })
 }
 

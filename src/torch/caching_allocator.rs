@@ -9,6 +9,9 @@
 //!   block is split off as a free block when at least 512 B remain (small pool) or more than
 //!   1 MiB (large pool);
 //! - a freed block merges with free neighbours in its segment and stays reserved;
+//! - a segment belongs to the stream that asked for it, and its free blocks serve only requests
+//!   made on that stream (`get_free_block` compares streams): FSDP2's gradient shards, made on
+//!   its reduce-scatter stream, never reuse the compute stream's freed activations;
 //! - when a new segment would pass the cap (`set_per_process_memory_fraction`), the segments that
 //!   are wholly free are released first; if it still does not fit, the request fails (OOM).
 
@@ -48,6 +51,7 @@ pub struct Handle {
 struct Segment {
     size: u64,
     small: bool,
+    stream: u32,
     /// offset → (size, free)
     blocks: BTreeMap<u64, (u64, bool)>,
 }
@@ -64,8 +68,9 @@ pub struct OutOfMemory {
 pub struct CachingAllocator {
     limit: Option<u64>,
     segments: Vec<Option<Segment>>,
-    /// Free blocks by pool (0 large, 1 small): (size, segment, offset), smallest first.
-    free: [BTreeSet<(u64, usize, u64)>; 2],
+    /// Free blocks by pool (0 large, 1 small): (stream, size, segment, offset), each stream's
+    /// smallest first.
+    free: [BTreeSet<(u32, u64, usize, u64)>; 2],
     pub allocated: u64,
     pub reserved: u64,
     pub peak_allocated: u64,
@@ -81,17 +86,26 @@ impl CachingAllocator {
         }
     }
 
+    /// `n` bytes on the compute stream.
     pub fn malloc(&mut self, n: u64) -> Result<Handle, OutOfMemory> {
+        self.malloc_on(n, 0)
+    }
+
+    /// `n` bytes on `stream` (0 the compute stream; others numbered as the trace met them).
+    pub fn malloc_on(&mut self, n: u64, stream: u32) -> Result<Handle, OutOfMemory> {
         let size = round_size(n);
         let small = size <= SMALL_SIZE;
         let pool = small as usize;
-        let found = self.free[pool].range((size, 0, 0)..).next().copied();
+        let found = self.free[pool]
+            .range((stream, size, 0, 0)..(stream + 1, 0, 0, 0))
+            .next()
+            .copied();
         let (bsize, seg, offset) = match found {
             Some(b) => {
                 self.free[pool].remove(&b);
-                b
+                (b.1, b.2, b.3)
             }
-            None => self.new_segment(size, small)?,
+            None => self.new_segment(size, small, stream)?,
         };
         let remaining = bsize - size;
         let split = if small {
@@ -102,7 +116,7 @@ impl CachingAllocator {
         let s = self.segments[seg].as_mut().expect("live segment");
         let taken = if split {
             s.blocks.insert(offset + size, (remaining, true));
-            self.free[pool].insert((remaining, seg, offset + size));
+            self.free[pool].insert((stream, remaining, seg, offset + size));
             size
         } else {
             bsize
@@ -113,7 +127,12 @@ impl CachingAllocator {
         Ok(Handle { seg, offset })
     }
 
-    fn new_segment(&mut self, size: u64, small: bool) -> Result<(u64, usize, u64), OutOfMemory> {
+    fn new_segment(
+        &mut self,
+        size: u64,
+        small: bool,
+        stream: u32,
+    ) -> Result<(u64, usize, u64), OutOfMemory> {
         let alloc = segment_size(size);
         if self.limit.is_some_and(|l| self.reserved + alloc > l) {
             self.release_cached();
@@ -129,6 +148,7 @@ impl CachingAllocator {
         self.segments.push(Some(Segment {
             size: alloc,
             small,
+            stream,
             blocks: BTreeMap::from([(0, (alloc, true))]),
         }));
         self.reserved += alloc;
@@ -144,7 +164,7 @@ impl CachingAllocator {
                 .is_some_and(|s| s.blocks.len() == 1 && s.blocks[&0].1);
             if whole {
                 let s = self.segments[i].take().expect("checked");
-                self.free[s.small as usize].remove(&(s.size, i, 0));
+                self.free[s.small as usize].remove(&(s.stream, s.size, i, 0));
                 self.reserved -= s.size;
             }
         }
@@ -154,7 +174,7 @@ impl CachingAllocator {
         let s = self.segments[h.seg]
             .as_mut()
             .expect("a live block's segment");
-        let pool = s.small as usize;
+        let (pool, stream) = (s.small as usize, s.stream);
         let (mut size, was_free) = s.blocks[&h.offset];
         debug_assert!(!was_free, "double free");
         self.allocated -= size;
@@ -162,17 +182,17 @@ impl CachingAllocator {
         // Merge with the next block, then the previous one, when free.
         if let Some(&(nsize, true)) = s.blocks.get(&(offset + size)) {
             s.blocks.remove(&(offset + size));
-            self.free[pool].remove(&(nsize, h.seg, offset + size));
+            self.free[pool].remove(&(stream, nsize, h.seg, offset + size));
             size += nsize;
         }
         if let Some((&poff, &(psize, true))) = s.blocks.range(..offset).next_back() {
             s.blocks.remove(&offset);
-            self.free[pool].remove(&(psize, h.seg, poff));
+            self.free[pool].remove(&(stream, psize, h.seg, poff));
             offset = poff;
             size += psize;
         }
         s.blocks.insert(offset, (size, true));
-        self.free[pool].insert((size, h.seg, offset));
+        self.free[pool].insert((stream, size, h.seg, offset));
     }
 }
 
@@ -190,6 +210,21 @@ mod tests {
         assert_eq!(segment_size(MIB + 512), LARGE_BUFFER);
         assert_eq!(segment_size(10 * MIB), 10 * MIB);
         assert_eq!(segment_size(11 * MIB + 1), 12 * MIB);
+    }
+
+    #[test]
+    fn a_block_freed_on_one_stream_serves_only_that_stream() {
+        let mut a = CachingAllocator::new(None);
+        let x = a.malloc(30 * MIB).unwrap();
+        a.free(x);
+        // The compute stream's free 30 MiB does not serve the reduce-scatter stream's request.
+        let y = a.malloc_on(30 * MIB, 1).unwrap();
+        assert_eq!(a.reserved, 60 * MIB);
+        a.free(y);
+        // Each stream takes its own block back.
+        a.malloc(30 * MIB).unwrap();
+        a.malloc_on(30 * MIB, 1).unwrap();
+        assert_eq!(a.reserved, 60 * MIB);
     }
 
     #[test]

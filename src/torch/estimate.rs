@@ -4,10 +4,10 @@
 //! category on the CPU and CUDA, and on CUDA the reserved peak through the caching allocator's
 //! rules (`caching_allocator.rs`).
 
-use super::caching_allocator::{round_size, CachingAllocator};
+use super::caching_allocator::{round_size, segment_size, CachingAllocator};
 use super::oneshot::answer;
 use super::python::Request;
-use crate::record::torch_estimate::TorchEstimate;
+use crate::record::torch_estimate::{DdpRebuild, TorchEstimate};
 use crate::spec::Spec;
 use anyhow::{bail, Context};
 use serde::Deserialize;
@@ -36,6 +36,10 @@ pub(crate) struct Trace {
     collectives: crate::record::collectives::StepCollectives,
     /// `n ≥ 0` allocates n bytes as the next block id; `-(id + 1)` frees block `id`.
     events: Vec<i64>,
+    /// (block id, stream) of each block made on a stream other than the compute stream
+    /// (FSDP2's reduce-scatter and all-gather streams), numbered as the trace met them.
+    #[serde(default)]
+    side_streams: Vec<(usize, u32)>,
     peak: TracePeak,
     /// Each phase run's end, in order.
     #[serde(default)]
@@ -176,43 +180,47 @@ fn replay(t: &Trace, device: &str, limit: Option<u64>, workspaces: &[u64]) -> To
     let mut alloc = CachingAllocator::new(limit);
     let mut oom = None;
     let mut handles = Vec::with_capacity(t.events.len());
-    let try_malloc = |a: &mut CachingAllocator, n: u64, oom: &mut Option<String>| match a.malloc(n)
-    {
-        Ok(h) => Some(h),
-        Err(e) => {
-            oom.get_or_insert_with(|| {
-                let b = |v: u64| crate::units::bytes(v as f64);
-                format!(
-                    "out of memory under the cap: {} requested with {} allocated, {} reserved",
-                    b(e.requested),
-                    b(e.allocated),
-                    b(e.reserved)
-                )
-            });
-            None
-        }
-    };
+    let try_malloc =
+        |a: &mut CachingAllocator, n: u64, stream: u32, oom: &mut Option<String>| match a
+            .malloc_on(n, stream)
+        {
+            Ok(h) => Some(h),
+            Err(e) => {
+                oom.get_or_insert_with(|| {
+                    let b = |v: u64| crate::units::bytes(v as f64);
+                    format!(
+                        "out of memory under the cap: {} requested with {} allocated, {} reserved",
+                        b(e.requested),
+                        b(e.allocated),
+                        b(e.reserved)
+                    )
+                });
+                None
+            }
+        };
     for &n in t
         .param_sizes
         .iter()
         .chain(&t.buffer_sizes)
         .chain(&t.bucket_sizes)
     {
-        try_malloc(&mut alloc, n, &mut oom);
+        try_malloc(&mut alloc, n, 0, &mut oom);
     }
     for &n in workspaces {
-        try_malloc(&mut alloc, n, &mut oom);
+        try_malloc(&mut alloc, n, 0, &mut oom);
     }
     let workspaces: u64 = workspaces.iter().map(|&n| round_size(n)).sum();
     let (mut live, mut peak) = (0u64, 0u64);
     let mut sizes = Vec::with_capacity(t.events.len());
+    let streams: std::collections::HashMap<usize, u32> = t.side_streams.iter().copied().collect();
     for &v in &t.events {
         if v >= 0 {
             let n = v as u64;
+            let stream = streams.get(&sizes.len()).copied().unwrap_or(0);
             sizes.push(count(n));
             live += count(n);
             peak = peak.max(live);
-            handles.push(try_malloc(&mut alloc, n, &mut oom));
+            handles.push(try_malloc(&mut alloc, n, stream, &mut oom));
         } else {
             let id = (-v - 1) as usize;
             live -= sizes.get(id).copied().unwrap_or(0);
@@ -256,11 +264,12 @@ fn replay(t: &Trace, device: &str, limit: Option<u64>, workspaces: &[u64]) -> To
     if !t.bucket_sizes.is_empty() {
         categories.insert("gradient_buckets".to_string(), bucket_bytes);
     }
+    let peak_total = param_bytes + buffer_bytes + bucket_bytes + workspaces + peak;
     TorchEstimate {
         device: device.to_string(),
         params: t.params,
         categories,
-        peak_bytes: param_bytes + buffer_bytes + bucket_bytes + workspaces + peak,
+        peak_bytes: peak_total,
         peak_phase: p.phase.clone(),
         reserved_peak_bytes: cuda.then_some(alloc.peak_reserved),
         out_of_memory: oom,
@@ -272,6 +281,15 @@ fn replay(t: &Trace, device: &str, limit: Option<u64>, workspaces: &[u64]) -> To
         communication_ms: BTreeMap::new(),
         link: None,
         flops: BTreeMap::new(),
+        ddp_rebuild: (cuda && bucket_bytes > 0).then(|| DdpRebuild {
+            bucket_bytes,
+            peak_bytes: peak_total + bucket_bytes,
+            reserved_peak_bytes: alloc.peak_reserved
+                + t.bucket_sizes
+                    .iter()
+                    .map(|&n| segment_size(round_size(n)))
+                    .sum::<u64>(),
+        }),
     }
 }
 

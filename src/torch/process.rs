@@ -79,7 +79,7 @@ pub fn check_local(target: &TorchRun) -> anyhow::Result<()> {
             "--nproc {}: this machine lets memscope use {cores} cores and a CPU rank needs one; use --nproc {cores} or fewer (`memscope estimate --engine torch --nproc {} --parallel {}` predicts the larger job)",
             p.world,
             p.world,
-            p.plan.name()
+            p.flag()
         );
     }
     Ok(())

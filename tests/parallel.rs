@@ -183,3 +183,50 @@ fn a_job_on_slurm_is_refused_until_it_is_built() {
         &["--nproc 2 with --slurm: a data-parallel job on Slurm (srun and torchrun across nodes) is not supported yet"],
     );
 }
+
+#[test]
+fn the_link_is_measured_between_torch_ranks_only() {
+    fails_with(
+        &["peaks", "--collectives"],
+        &["--collectives: the link is measured with PyTorch's collectives under torchrun; add --engine torch"],
+    );
+    fails_with(
+        &[
+            "peaks",
+            "--engine",
+            "torch",
+            "--collectives",
+            "--nproc",
+            "1",
+        ],
+        &["--nproc 1: a link needs two ranks at least; use --nproc 2"],
+    );
+    fails_with(
+        &[
+            "peaks",
+            "--engine",
+            "torch",
+            "--collectives",
+            "--nproc",
+            "2",
+            "--parallel",
+            "ddp",
+        ],
+        &["--parallel ddp: peaks --collectives times one all-reduce between --nproc ranks"],
+    );
+    fails_with(
+        &["peaks", "--engine", "torch", "--nproc", "2"],
+        &["--nproc 2: peaks times one process; --nproc sets the ranks of `peaks --engine torch --collectives`"],
+    );
+    fails_with(
+        &[
+            "peaks",
+            "--engine",
+            "torch",
+            "--collectives",
+            "--nproc",
+            "4096",
+        ],
+        &["--nproc 4096: this machine lets memscope use"],
+    );
+}

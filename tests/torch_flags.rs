@@ -188,6 +188,8 @@ fn commands() -> Vec<Command> {
                 "--config",
                 "--batch",
                 "--seq",
+                "--collectives",
+                "--nproc",
             ],
             refused: &[(
                 "--weights",

@@ -671,19 +671,26 @@ def _hold_heap(limit):
         raise Refused(f"--memory-limit: {e}") from None
 
 
+def die_with_torchrun():
+    """A rank of a job memscope launched dies with torchrun (Linux's parent-death signal) and at
+    once on torchrun's SIGTERM (a rank blocked in a collective never reaches Python's
+    handlers)."""
+    import ctypes
+    import signal
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    if os.getppid() == 1:
+        os._exit(1)  # torchrun died before the signal was armed
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
 def _join_job(torch, spec):
     """This process as one rank of ``spec``'s data-parallel job, started by torchrun: it dies
     with torchrun (Linux's parent-death signal) and at once on torchrun's SIGTERM (a rank blocked
     in a collective never reaches Python's handlers), joins the process group (gloo on the CPU,
     NCCL on CUDA, one GPU per rank). Returns the function that wraps the model: DDP, FSDP2's
     ``fully_shard`` on every block and the root, tensor parallelism, or both."""
-    import ctypes
-    import signal
     plan = spec.torch.parallel
-    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    if os.getppid() == 1:
-        os._exit(1)  # torchrun died before the signal was armed
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    die_with_torchrun()
     if not _IN_JOB or "RANK" not in os.environ:
         raise Refused(f"--parallel {plan.plan}: the engine's ranks run under torchrun, which "
                       "memscope starts (`memscope bench --engine torch --nproc N --parallel …`)")

@@ -34,7 +34,8 @@ def engines_left():
                                         ("tp:2", "tiny-llama")])
 def test_bench_records_every_rank_and_keeps_the_worst(memscope_bin, tmp_path, plan, model):
     out = tmp_path / "run.json"
-    flags = [*TINY, "--batch", "2", "--nproc", "2", "--parallel", plan, "--model", model]
+    flags = [model if a == "tiny-gpt2" else a for a in TINY]
+    flags += ["--batch", "2", "--nproc", "2", "--parallel", plan]
     p = subprocess.run([memscope_bin, "bench", *flags, "--json", str(out)],
                        capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr
@@ -119,3 +120,35 @@ def test_a_rank_hung_in_a_collective_is_a_timeout_row(memscope_bin, tmp_path):
     rows = [json.loads(line) for line in rows_path.read_text().splitlines()]
     assert [r["status"] for r in rows] == ["timeout"], rows
     assert not engines_left()
+
+
+def test_the_link_measured_by_peaks_collectives_times_the_estimate_s_collectives(memscope_bin,
+                                                                                  tmp_path):
+    # Two gloo ranks under torchrun all-reduce 8 B to 64 MiB; the fitted link is cached and an
+    # estimate of a job without --link takes it.
+    env = {**os.environ, "MEMSCOPE_CACHE_DIR": str(tmp_path / "cache")}
+    out = tmp_path / "link.json"
+    p = subprocess.run([memscope_bin, "peaks", "--engine", "torch", "--collectives", "--json",
+                        str(out)], capture_output=True, text=True, timeout=300, env=env)
+    assert p.returncode == 0, p.stderr
+    link = load(out)
+    assert (link["backend"], link["world"]) == ("gloo", 2)
+    assert [s["bytes"] for s in link["sizes"]] == [8, 1024, 64 << 10, 1 << 20, 4 << 20,
+                                                   16 << 20, 64 << 20]
+    assert all(s["calls"] >= 5 and 0 < s["min_s"] <= s["median_s"] <= s["max_s"]
+               for s in link["sizes"])
+    assert link["gb_per_s"] > 0 and link["latency_us"] >= 0
+    assert "ring formula" in p.stdout and not engines_left()
+    est = tmp_path / "est.json"
+    e = subprocess.run([memscope_bin, "estimate", "--engine", "torch", "--model", "tiny-gpt2",
+                        "--batch", "2", "--seq", "32", "--nproc", "2", "--parallel", "ddp",
+                        "--json", str(est)], capture_output=True, text=True, timeout=300, env=env)
+    assert e.returncode == 0, e.stderr
+    predicted = load(est)["by_dtype"]["f32"]
+    assert "measured by `peaks --collectives` (gloo, 2 ranks" in e.stdout, e.stdout
+    # One all-reduce of the buckets' bytes per bucket, by the ring formula on the fitted link.
+    c = predicted["collectives"]["all_reduce"]
+    ms = (c["bytes"] / (link["gb_per_s"] * 1e9) + 2 * c["calls"] * link["latency_us"] * 1e-6) \
+        * 1e3
+    assert abs(predicted["communication_ms"]["all_reduce"] - ms) < 1e-6 * max(ms, 1), \
+        (predicted["communication_ms"], ms)

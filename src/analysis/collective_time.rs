@@ -54,6 +54,39 @@ impl Link {
     }
 }
 
+impl Link {
+    /// The ring all-reduce's latency and bandwidth fitted to `sizes` ((bytes, median seconds),
+    /// `world` ranks): the latency from the smallest call (2(N−1) · α, its bytes' share taken
+    /// off with the bandwidth of the largest), the bandwidth from the largest (the time left
+    /// after its latency carries 2(N−1)/N · B). None without two sizes, or when the largest
+    /// call took no longer than its latency.
+    pub fn fit_all_reduce(world: usize, sizes: &[(u64, f64)]) -> Option<Link> {
+        let n = world.max(2) as f64;
+        let (small, large) = (
+            sizes.iter().min_by_key(|s| s.0)?,
+            sizes.iter().max_by_key(|s| s.0)?,
+        );
+        if small.0 == large.0 {
+            return None;
+        }
+        let share = 2.0 * (n - 1.0) / n;
+        let hops = 2.0 * (n - 1.0);
+        // Two equations, t = share · B / β + hops · α, at the smallest and largest size.
+        let per_byte = (large.1 - small.1) / (share * (large.0 - small.0) as f64);
+        let latency = (small.1 - share * small.0 as f64 * per_byte) / hops;
+        (per_byte > 0.0).then(|| Link {
+            bytes_per_s: 1.0 / per_byte,
+            latency_s: latency.max(0.0),
+        })
+    }
+
+    /// One ring all-reduce of `bytes` over `world` ranks on this link, seconds.
+    pub fn ring_all_reduce_s(&self, world: usize, bytes: u64) -> f64 {
+        let n = world.max(1) as f64;
+        2.0 * (n - 1.0) / n * bytes as f64 / self.bytes_per_s + 2.0 * (n - 1.0) * self.latency_s
+    }
+}
+
 /// One kind's time in a step, seconds, and the formula used.
 #[derive(Clone, Debug, PartialEq)]
 pub struct KindTime {
@@ -137,5 +170,18 @@ mod tests {
         c.get_mut("all_reduce").unwrap().group = Some(2);
         let t = step_times(&c, 4, link);
         assert!((t[1].seconds - (0.01 + 10e-6)).abs() < 1e-12, "{t:?}");
+    }
+
+    #[test]
+    fn a_link_fitted_to_its_own_formula_comes_back() {
+        let link = Link::parse("5,40").unwrap();
+        let sizes: Vec<(u64, f64)> = [8u64, 1 << 20, 64 << 20]
+            .iter()
+            .map(|&b| (b, link.ring_all_reduce_s(2, b)))
+            .collect();
+        let fit = Link::fit_all_reduce(2, &sizes).unwrap();
+        assert!((fit.bytes_per_s / 5e9 - 1.0).abs() < 1e-9, "{fit:?}");
+        assert!((fit.latency_s / 40e-6 - 1.0).abs() < 1e-9, "{fit:?}");
+        assert!(Link::fit_all_reduce(2, &sizes[..1]).is_none());
     }
 }

@@ -215,7 +215,7 @@ fn torch_estimate(
             );
         }
     }
-    let link = a
+    let given = a
         .link
         .as_deref()
         .map(crate::analysis::collective_time::Link::parse)
@@ -223,6 +223,19 @@ fn torch_estimate(
     if let (Some(text), None) = (a.link.as_deref(), parallel) {
         bail!("--link {text}: the link carries a data-parallel job's collectives; add --nproc N --parallel ddp|fsdp|tp:T|fsdp+tp:T");
     }
+    // No --link: the link `peaks --collectives` measured on this machine, when it has.
+    let measured = match (given, parallel) {
+        (None, Some(_)) => {
+            let device = workload.variant.engine.device.as_deref().unwrap_or("cpu");
+            crate::torch::link::cached(device)
+        }
+        _ => None,
+    };
+    let link = given.or(measured.as_ref().map(|m| m.link()));
+    let link_text = match &measured {
+        Some(m) => Some(format!("the link {}", m.describe())),
+        None => a.link.as_ref().map(|t| format!("--link {t}")),
+    };
     let mut by_dtype = std::collections::BTreeMap::new();
     let mut spec = None;
     let mut times = Vec::new();
@@ -242,7 +255,7 @@ fn torch_estimate(
         e.flops = crate::analysis::aten_cost::flops_by_phase(&ops);
         let mut said = predicted_time(&mut e, &ops, *a.threads, dtype.name());
         if let Some(p) = parallel {
-            said += &report::torch_estimate::communication(&mut e, p, link, a.link.as_deref());
+            said += &report::torch_estimate::communication(&mut e, p, link, link_text.as_deref());
         }
         times.push(said);
         by_dtype.insert(dtype.name().to_string(), e);

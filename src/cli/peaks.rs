@@ -13,8 +13,9 @@ use std::process::ExitCode;
 #[derive(Args, Debug)]
 #[command(mut_arg("threads", |a| a.help("CPU threads (default: all cores); peaks are cached per thread count")))]
 #[command(mut_arg("seq", |a| a.help(None::<&str>)))]
-// One process: --nproc/--parallel are refused by name, not offered.
-#[command(mut_arg("nproc", |a| a.hide(true)), mut_arg("parallel", |a| a.hide(true)))]
+// --nproc sets --collectives' ranks; --parallel is refused by name, not offered.
+#[command(mut_arg("nproc", |a| a.help("Ranks --collectives runs under torchrun (default 2; on the CPU at most the cores, on CUDA one GPU each)")))]
+#[command(mut_arg("parallel", |a| a.hide(true)))]
 pub struct PeaksArgs {
     #[command(flatten)]
     pub threads: Threads,
@@ -34,9 +35,18 @@ pub struct PeaksArgs {
     pub quiet: Quiet,
     #[command(flatten)]
     pub engine: EngineArgs,
+    /// Measure the link between ranks instead: PyTorch's all-reduce under torchrun (gloo on the CPU, NCCL on CUDA), 8 B to 64 MiB, its bandwidth and latency fitted to the ring formula and cached for `estimate --parallel` [--engine torch]
+    #[arg(long)]
+    pub collectives: bool,
 }
 
 pub fn run(a: PeaksArgs) -> anyhow::Result<ExitCode> {
+    if a.collectives {
+        return link_peaks(&a);
+    }
+    if let (Some(n), None) = (a.engine.nproc, a.engine.parallel.as_deref()) {
+        bail!("--nproc {n}: peaks times one process; --nproc sets the ranks of `peaks --engine torch --collectives`");
+    }
     a.engine.refuse_parallel("peaks")?;
     use crate::measure::peaks;
     let threads = a.threads.unwrap_or_else(all_cores);
@@ -117,6 +127,41 @@ fn torch_peaks(
         }
     };
     finish(a, &p, crate::report::peaks::render_torch(&p, &source))
+}
+
+/// `--collectives`: the link between `--nproc` ranks (default 2), measured or cached.
+fn link_peaks(a: &PeaksArgs) -> anyhow::Result<ExitCode> {
+    use crate::torch::link;
+    if let Some(p) = a.engine.parallel.as_deref() {
+        bail!("--parallel {p}: peaks --collectives times one all-reduce between --nproc ranks; leave --parallel out");
+    }
+    if a.engine.engine != crate::spec::Engine::Torch {
+        bail!("--collectives: the link is measured with PyTorch's collectives under torchrun; add --engine torch");
+    }
+    let device = crate::spec::parse_device(a.engine.device.as_deref().unwrap_or("cpu"))?;
+    check_outputs::<&std::path::Path>(&[("--json", a.json.as_deref())], &[])?;
+    let world = a.engine.nproc.unwrap_or(2);
+    if world < 2 {
+        bail!("--nproc {world}: a link needs two ranks at least; use --nproc 2");
+    }
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    if !device.starts_with("cuda") && world > cores {
+        bail!("--nproc {world}: this machine lets memscope use {cores} cores and a CPU rank needs one; use --nproc {cores} or fewer");
+    }
+    let cached = link::cached(&device).filter(|p| !a.refresh && p.world == world);
+    let (p, source) = match cached {
+        Some(p) => {
+            let path = crate::export::cache_path(&p.fingerprint);
+            let source = format!("cached in {} (--refresh to measure again)", path.display());
+            (p, source)
+        }
+        None => {
+            let p = link::measure(&device, world)?;
+            let source = save_peaks(&p.fingerprint, &serde_json::to_string_pretty(&p)?);
+            (p, source)
+        }
+    };
+    finish(a, &p, crate::report::peaks::render_link(&p, &source))
 }
 
 /// Either engine's peaks: `--json`, then the tables.

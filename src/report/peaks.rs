@@ -178,3 +178,56 @@ pub fn render_torch(p: &TorchPeaks, source: &str) -> String {
     );
     out
 }
+
+/// `peaks --engine torch --collectives`: each size's all-reduce, measured beside the ring
+/// formula fitted to it, and the fit.
+pub fn render_link(p: &crate::torch::link::LinkPeaks, source: &str) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "memscope peaks --engine torch --collectives · {} ({}) · {} over {} ranks · PyTorch {} · {source}\n",
+        p.device, p.device_name, p.backend, p.world, p.torch
+    );
+    let link = p.link();
+    let n = p.world as f64;
+    let rows = p
+        .sizes
+        .iter()
+        .map(|s| {
+            let model = link.ring_all_reduce_s(p.world, s.bytes);
+            vec![
+                crate::units::bytes(s.bytes as f64),
+                s.calls.to_string(),
+                format!("{:.1}", s.median_s * 1e6),
+                format!("{:.1}–{:.1}", s.min_s * 1e6, s.max_s * 1e6),
+                format!(
+                    "{:.3}",
+                    2.0 * (n - 1.0) / n * s.bytes as f64 / s.median_s.max(1e-12) / 1e9
+                ),
+                format!("{:.1}", model * 1e6),
+                format!("{:+.1}%", 100.0 * (model / s.median_s.max(1e-12) - 1.0)),
+            ]
+        })
+        .collect();
+    out += &render_table(&Table {
+        title: "All-reduce (torch.distributed.all_reduce, f32, in place), each call timed on rank 0 between barriers".into(),
+        header: [
+            "size",
+            "calls",
+            "median µs",
+            "spread (min–max) µs",
+            "bus GB/s (median)",
+            "ring formula µs",
+            "formula vs median",
+        ]
+        .map(String::from)
+        .to_vec(),
+        rows,
+    });
+    let _ = writeln!(
+        out,
+        "\nThe link, fitted to the smallest and largest medians by the ring all-reduce's time 2(N−1)/N · B/β + 2(N−1) · α: β = {:.3} GB/s, α = {:.1} µs. `estimate --engine torch --nproc N --parallel PLAN` uses it when no --link is given (as --link {:.3},{:.1}).",
+        p.gb_per_s, p.latency_us, p.gb_per_s, p.latency_us
+    );
+    out
+}

@@ -250,7 +250,7 @@ pub fn communication(
         );
     }
     let Some(link) = link else {
-        out += "\nTheir time: give the link between ranks with --link GB/s,µs (100,5 for 100 GB/s and 5 µs).\n";
+        out += "\nTheir time: give the link between ranks with --link GB/s,µs (100,5 for 100 GB/s and 5 µs), or measure this machine's once with `memscope peaks --engine torch --collectives`.\n";
         return out;
     };
     let times = step_times(&e.collectives, p.world, link);
@@ -260,7 +260,7 @@ pub fn communication(
         .map(|t| format!("{} {:.3} ms ({})", t.kind, t.seconds * 1e3, t.formula))
         .collect();
     out += &format!(
-        "\nTheir time over --link {}: {:.3} ms a step ({}).",
+        "\nTheir time over {}: {:.3} ms a step ({}).",
         link_text.unwrap_or(""),
         total_ms,
         each.join(", ")

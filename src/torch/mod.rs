@@ -11,6 +11,8 @@
 //!   replayed: the allocated peak by category, and on CUDA the reserved peak through
 //!   `caching_allocator.rs`, PyTorch's CUDA caching allocator's rules.
 //! - `peaks.rs`: `peaks --engine torch`, the device's roofs as PyTorch reaches them, cached.
+//! - `link.rs`: `peaks --engine torch --collectives`, the link between ranks as PyTorch's
+//!   all-reduce reaches it under torchrun, cached.
 //! - `optime.rs`: `roofline` and `profile --engine torch`, the workload run with every ATen op
 //!   timed and charged to its module.
 //! - `oneshot.rs`: a module of the package run once (the trace, the peaks): request in, one
@@ -20,6 +22,7 @@
 
 pub mod caching_allocator;
 pub mod estimate;
+pub mod link;
 pub mod oneshot;
 pub mod optime;
 pub mod peaks;

@@ -10,8 +10,19 @@ use std::os::unix::process::ExitStatusExt;
 /// Runs `python -m MODULE` with `request` on stdin; returns what it printed after its `started`
 /// line. `what` names it in errors ("the torch estimator's trace").
 pub fn answer(module: &str, request: &str, what: &str) -> anyhow::Result<String> {
+    answer_from(&["-m", module], request, &[], what)
+}
+
+/// As `answer`, for `python ARGS` with `env` set (a torchrun job: its ranks read the request
+/// from `MEMSCOPE_REQUEST`; rank 0 answers).
+pub fn answer_from(
+    args: &[&str],
+    request: &str,
+    env: &[(&str, &str)],
+    what: &str,
+) -> anyhow::Result<String> {
     let limit = start_limit()?;
-    let (mut child, stderr) = spawn(&["-m", module], request, &[])?;
+    let (mut child, stderr) = spawn(args, request, env)?;
     let dog = Watchdog::start(child.id(), limit, never);
     let mut out = BufReader::new(child.stdout.take().expect("piped"));
     let mut first = String::new();

@@ -174,13 +174,29 @@ fn a_link_is_two_numbers_for_a_parallel_job() {
 }
 
 #[test]
-fn a_job_on_slurm_is_refused_until_it_is_built() {
+fn on_slurm_only_a_cpu_job_s_ranks_hold_memory_limit_themselves() {
+    // A CPU job's ranks hold --memory-limit themselves (the counting allocator) on Slurm too; a
+    // CUDA job on Slurm takes its budget from --mem and --gres, as any task does.
     fails_with(
         &[
-            "sweep", "--engine", "torch", "--model", "tiny-gpt2", "--nproc", "2", "--parallel",
-            "ddp", "--slurm",
+            "sweep",
+            "--engine",
+            "torch",
+            "--device",
+            "cuda",
+            "--model",
+            "tiny-gpt2",
+            "--nproc",
+            "2",
+            "--parallel",
+            "ddp",
+            "--slurm",
+            "--work-dir",
+            "w",
+            "--memory-limit",
+            "1GiB",
         ],
-        &["--nproc 2 with --slurm: a data-parallel job on Slurm (srun and torchrun across nodes) is not supported yet"],
+        &["--memory-limit is for local sweeps; with --slurm give each task --mem"],
     );
 }
 

@@ -440,7 +440,8 @@ def trace(request):
         fake_process_group(torch, parallel.world)
     # FSDP2 over tensor-parallel parameters reads its meshes' rank tensors (real tensors of a
     # few ints, `_real_mesh_tensors`) while it shards: the one real input the trace lets in.
-    fake = FakeTensorMode(allow_non_fake_inputs=parallel is not None and parallel.plan == "fsdp+tp")
+    two_d = parallel is not None and parallel.plan == "fsdp+tp"
+    fake = FakeTensorMode(allow_non_fake_inputs=two_d)
     # Fake parameters cannot be swapped in place by Module.to(): assign the converted ones.
     torch.__future__.set_overwrite_module_params_on_conversion(True)
     eng = Engine(request, out=None, trace=True)

@@ -6,6 +6,7 @@ a `timeout` row, and no process of the job outlives the sweep."""
 import json
 import os
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -106,6 +107,39 @@ def test_a_rank_out_of_memory_is_an_oom_row_naming_it_and_no_rank_outlives_it(me
     assert f"out of memory on rank {oom['torch_oom']['rank']} (cpu)" in oom["reason"], oom
     assert "per rank" in ok["enforcement"] and "per rank" in p.stderr + p.stdout
     assert "ddp×2" in p.stdout, p.stdout
+    assert not engines_left()
+
+
+def test_on_slurm_each_task_runs_its_job_s_ranks_and_an_oom_row_names_the_rank(memscope_bin,
+                                                                               tmp_path):
+    # The repository's single-node test Slurm (tests/slurm/start.sh: 2 CPUs; started, or reused
+    # when tests/slurm.rs left it up). Each array task runs torchrun on its node with both ranks
+    # (--cpus-per-task 2), each rank's heap held to --memory-limit by the counting allocator.
+    start = Path(__file__).resolve().parents[2] / "tests" / "slurm" / "start.sh"
+    up = subprocess.run([str(start)], capture_output=True, text=True, timeout=300)
+    assert up.returncode == 0, (
+        "the test Slurm did not start (install it with `apt-get install -y slurm-wlm munge`):\n"
+        + up.stdout + up.stderr)
+    conf = next(line.split("=", 1)[1] for line in up.stdout.splitlines()
+                if line.startswith("SLURM_CONF="))
+    rows_path = tmp_path / "rows.jsonl"
+    p = subprocess.run([memscope_bin, "sweep", *TINY, "--batch", "1,512,1024", "--nproc", "2",
+                        "--parallel", "ddp", "--memory-limit", "400MiB", "--slurm",
+                        "--work-dir", str(tmp_path / "work"), "--jsonl", str(rows_path)],
+                       capture_output=True, text=True, timeout=600,
+                       env=dict(os.environ, SLURM_CONF=conf))
+    assert p.returncode == 0, p.stderr
+    rows = sorted((json.loads(line) for line in rows_path.read_text().splitlines()),
+                  key=lambda r: r["index"])
+    # The largest is cancelled when the follower sees the oom before Slurm starts it, else it
+    # runs out of memory too.
+    assert [r["status"] for r in rows][:2] == ["ok", "oom"], rows
+    assert rows[2]["status"] in ("skipped", "oom"), rows
+    ok, oom = rows[:2]
+    assert ok["slurm"]["state"] == "COMPLETED" and len(ok["summary"]["ranks"]) == 2, ok
+    assert oom["slurm"]["state"] == "FAILED", oom
+    assert f"out of memory on rank {oom['torch_oom']['rank']} (cpu)" in oom["reason"], oom
+    assert "each rank's heap held to --memory-limit 400" in p.stdout + p.stderr
     assert not engines_left()
 
 

@@ -80,6 +80,19 @@ impl Link {
         })
     }
 
+    /// The link `peaks --collectives` measured: fitted to its medians (None when they do not
+    /// fit), or as cached.
+    pub fn of_measured(p: &crate::torch::link::LinkPeaks) -> Option<Link> {
+        if p.gb_per_s > 0.0 {
+            return Some(Link {
+                bytes_per_s: p.gb_per_s * 1e9,
+                latency_s: p.latency_us * 1e-6,
+            });
+        }
+        let medians: Vec<(u64, f64)> = p.sizes.iter().map(|s| (s.bytes, s.median_s)).collect();
+        Link::fit_all_reduce(p.world, &medians)
+    }
+
     /// One ring all-reduce of `bytes` over `world` ranks on this link, seconds.
     pub fn ring_all_reduce_s(&self, world: usize, bytes: u64) -> f64 {
         let n = world.max(1) as f64;

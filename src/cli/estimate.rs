@@ -231,7 +231,9 @@ fn torch_estimate(
         }
         _ => None,
     };
-    let link = given.or(measured.as_ref().map(|m| m.link()));
+    let link = given.or(measured
+        .as_ref()
+        .and_then(crate::analysis::collective_time::Link::of_measured));
     let link_text = match &measured {
         Some(m) => Some(format!("the link {}", m.describe())),
         None => a.link.as_ref().map(|t| format!("--link {t}")),

@@ -246,10 +246,19 @@ pub fn run(a: SweepArgs) -> anyhow::Result<ExitCode> {
         std::fs::create_dir_all(dir)
             .with_context(|| format!("--trace {}: cannot create the directory", dir.display()))?;
     }
-    if let (true, Some(n)) = (a.cluster.slurm, a.variant.engine.nproc) {
-        bail!("--nproc {n} with --slurm: a data-parallel job on Slurm (srun and torchrun across nodes) is not supported yet; run this sweep without --slurm, on one machine");
-    }
-    sweep_slurm::check_flags(&a.cluster, a.memory_limit.is_some(), a.timeout.is_some())?;
+    // A data-parallel job on the CPU holds each rank's heap to --memory-limit itself (the
+    // counting allocator), on Slurm as on this machine.
+    let ranks_hold_limit = a.variant.engine.nproc.is_some()
+        && a.variant
+            .engine
+            .device
+            .as_deref()
+            .is_none_or(|d| d == "cpu");
+    sweep_slurm::check_flags(
+        &a.cluster,
+        a.memory_limit.is_some() && !ranks_hold_limit,
+        a.timeout.is_some(),
+    )?;
     let points = plan_points(&a)?;
     if points.is_empty() {
         bail!("nothing to run: every axis needs at least one value");
@@ -277,7 +286,27 @@ pub fn run(a: SweepArgs) -> anyhow::Result<ExitCode> {
     if a.cluster.slurm {
         let progress = SweepProgress::new(planned.len(), *a.quiet);
         let started = Instant::now();
-        let threads = planned.first().map_or(1, |(_, s)| s.threads);
+        // A task runs its job's every rank on its node (torchrun --standalone): the CPUs of all.
+        let threads = planned.first().map_or(1, |(_, s)| {
+            s.threads
+                * s.torch
+                    .as_ref()
+                    .and_then(|t| t.parallel)
+                    .filter(|_| !s.torch.as_ref().is_some_and(|t| t.is_cuda()))
+                    .map_or(1, |p| p.world)
+        });
+        let planned: Vec<(Point, Spec)> = match memory_limit {
+            Some(limit) => planned
+                .into_iter()
+                .map(|(p, mut s)| {
+                    if let Some(t) = s.torch.as_mut() {
+                        t.heap_limit_bytes = Some(limit);
+                    }
+                    (p, s)
+                })
+                .collect(),
+            None => planned,
+        };
         let outcome = sweep_slurm::submit_and_follow(
             &a.cluster,
             &planned,
@@ -288,7 +317,14 @@ pub fn run(a: SweepArgs) -> anyhow::Result<ExitCode> {
             *a.quiet,
         )?;
         progress.done();
-        let how = slurm_describe(&a.cluster);
+        let mut how = slurm_describe(&a.cluster);
+        if let Some(limit) = memory_limit {
+            how += &format!(
+                "; each rank's heap held to --memory-limit {} ({})",
+                crate::units::fmt_bytes(limit as f64),
+                crate::sweep::limits::RANK_HEAP_CAP
+            );
+        }
         return finish(&a, outcome, &how, started);
     }
     let jsonl = a.jsonl.as_deref().map(JsonlStream::appending).transpose()?;

@@ -188,7 +188,10 @@ pub fn render_link(p: &crate::torch::link::LinkPeaks, source: &str) -> String {
         "memscope peaks --engine torch --collectives · {} ({}) · {} over {} ranks · PyTorch {} · {source}\n",
         p.device, p.device_name, p.backend, p.world, p.torch
     );
-    let link = p.link();
+    let link = crate::analysis::collective_time::Link {
+        bytes_per_s: p.gb_per_s * 1e9,
+        latency_s: p.latency_us * 1e-6,
+    };
     let n = p.world as f64;
     let rows = p
         .sizes

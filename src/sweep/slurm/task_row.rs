@@ -40,6 +40,7 @@ pub fn finished_row(
                 || l.contains("panicked at")
                 || l.contains("memory allocation of")
                 || l.starts_with("error: ")
+                || l.starts_with(crate::record::torch_oom::PREFIX)
         })
         .take(8)
         .map(|s| s.to_string())
@@ -102,7 +103,7 @@ pub fn finished_row(
             max_rss_bytes,
             max_rss_source,
         }),
-        torch_oom: None,
+        torch_oom: crate::record::torch_oom::OomFacts::find(&evidence),
     }
 }
 

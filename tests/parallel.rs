@@ -200,6 +200,15 @@ fn on_slurm_only_a_cpu_job_s_ranks_hold_memory_limit_themselves() {
     );
 }
 
+/// `peaks --engine torch` and `extra`.
+fn torch_peaks(extra: &[&'static str]) -> Vec<&'static str> {
+    ["peaks", "--engine", "torch"]
+        .iter()
+        .chain(extra)
+        .copied()
+        .collect()
+}
+
 #[test]
 fn the_link_is_measured_between_torch_ranks_only() {
     fails_with(
@@ -207,42 +216,19 @@ fn the_link_is_measured_between_torch_ranks_only() {
         &["--collectives: the link is measured with PyTorch's collectives under torchrun; add --engine torch"],
     );
     fails_with(
-        &[
-            "peaks",
-            "--engine",
-            "torch",
-            "--collectives",
-            "--nproc",
-            "1",
-        ],
+        &torch_peaks(&["--collectives", "--nproc", "1"]),
         &["--nproc 1: a link needs two ranks at least; use --nproc 2"],
     );
     fails_with(
-        &[
-            "peaks",
-            "--engine",
-            "torch",
-            "--collectives",
-            "--nproc",
-            "2",
-            "--parallel",
-            "ddp",
-        ],
+        &torch_peaks(&["--collectives", "--nproc", "2", "--parallel", "ddp"]),
         &["--parallel ddp: peaks --collectives times one all-reduce between --nproc ranks"],
     );
     fails_with(
-        &["peaks", "--engine", "torch", "--nproc", "2"],
+        &torch_peaks(&["--nproc", "2"]),
         &["--nproc 2: peaks times one process; --nproc sets the ranks of `peaks --engine torch --collectives`"],
     );
     fails_with(
-        &[
-            "peaks",
-            "--engine",
-            "torch",
-            "--collectives",
-            "--nproc",
-            "4096",
-        ],
+        &torch_peaks(&["--collectives", "--nproc", "4096"]),
         &["--nproc 4096: this machine lets memscope use"],
     );
 }

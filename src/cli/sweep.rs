@@ -30,7 +30,7 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 #[derive(Args, Debug)]
-#[command(mut_arg("threads", |a| a.help(r#"CPU threads per worker (default: all cores; with --slurm 1, and each task gets --cpus-per-task THREADS)"#)))]
+#[command(mut_arg("threads", |a| a.help(r#"CPU threads per worker (default: all cores; with --slurm 1, and each task gets --cpus-per-task THREADS, times the ranks of a CPU --nproc job)"#)))]
 #[command(mut_arg("memory_limit", |a| a.help(r#"Memory budget per worker: 512MiB, 8GiB, 2GB, … (cgroup v2 where delegated, else RLIMIT_DATA; plus a PSS watchdog)"#)))]
 #[command(mut_arg("timeout", |a| a.help(r#"Time limit per configuration: 90s, 10m, 1h"#)))]
 #[command(mut_arg("jsonl", |a| a.help(r#"Append one JSON row per configuration, flushed as each one ends"#)))]
@@ -287,14 +287,14 @@ pub fn run(a: SweepArgs) -> anyhow::Result<ExitCode> {
         let progress = SweepProgress::new(planned.len(), *a.quiet);
         let started = Instant::now();
         // A task runs its job's every rank on its node (torchrun --standalone): the CPUs of all.
-        let threads = planned.first().map_or(1, |(_, s)| {
-            s.threads
-                * s.torch
-                    .as_ref()
-                    .and_then(|t| t.parallel)
-                    .filter(|_| !s.torch.as_ref().is_some_and(|t| t.is_cuda()))
-                    .map_or(1, |p| p.world)
-        });
+        let cpu_ranks = |s: &Spec| {
+            s.torch
+                .as_ref()
+                .filter(|t| !t.is_cuda())
+                .and_then(|t| t.parallel)
+                .map_or(1, |p| p.world)
+        };
+        let threads = planned.first().map_or(1, |(_, s)| s.threads * cpu_ranks(s));
         let planned: Vec<(Point, Spec)> = match memory_limit {
             Some(limit) => planned
                 .into_iter()

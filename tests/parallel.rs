@@ -228,6 +228,10 @@ fn the_link_is_measured_between_torch_ranks_only() {
         &["--nproc 2: peaks times one process; --nproc sets the ranks of `peaks --engine torch --collectives`"],
     );
     fails_with(
+        &torch_peaks(&["--collectives", "--batch", "8"]),
+        &["the argument '--collectives' cannot be used with '--batch <BATCH>'"],
+    );
+    fails_with(
         &torch_peaks(&["--collectives", "--nproc", "4096"]),
         &["--nproc 4096: this machine lets memscope use"],
     );

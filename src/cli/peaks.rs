@@ -36,7 +36,8 @@ pub struct PeaksArgs {
     #[command(flatten)]
     pub engine: EngineArgs,
     /// Measure the link between ranks instead: PyTorch's all-reduce under torchrun (gloo on the CPU, NCCL on CUDA), 8 B to 64 MiB, its bandwidth and latency fitted to the ring formula and cached for `estimate --parallel` [--engine torch]
-    #[arg(long)]
+    // The model's shapes and the thread count say nothing about the link: refused, not ignored.
+    #[arg(long, conflicts_with_all = ["model", "config", "weights", "batch", "seq", "threads"])]
     pub collectives: bool,
 }
 

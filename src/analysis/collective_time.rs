@@ -80,15 +80,9 @@ impl Link {
         })
     }
 
-    /// The link `peaks --collectives` measured: fitted to its medians (None when they do not
-    /// fit), or as cached.
+    /// The link `peaks --collectives` measured, fitted to its medians (None when they do not
+    /// fit).
     pub fn of_measured(p: &crate::torch::link::LinkPeaks) -> Option<Link> {
-        if p.gb_per_s > 0.0 {
-            return Some(Link {
-                bytes_per_s: p.gb_per_s * 1e9,
-                latency_s: p.latency_us * 1e-6,
-            });
-        }
         let medians: Vec<(u64, f64)> = p.sizes.iter().map(|s| (s.bytes, s.median_s)).collect();
         Link::fit_all_reduce(p.world, &medians)
     }

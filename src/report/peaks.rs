@@ -188,9 +188,8 @@ pub fn render_link(p: &crate::torch::link::LinkPeaks, source: &str) -> String {
         "memscope peaks --engine torch --collectives · {} ({}) · {} over {} ranks · PyTorch {} · {source}\n",
         p.device, p.device_name, p.backend, p.world, p.torch
     );
-    let link = crate::analysis::collective_time::Link {
-        bytes_per_s: p.gb_per_s * 1e9,
-        latency_s: p.latency_us * 1e-6,
+    let Some(link) = crate::analysis::collective_time::Link::of_measured(p) else {
+        return out;
     };
     let n = p.world as f64;
     let rows = p

@@ -1,7 +1,7 @@
 //! `peaks --engine torch --collectives`: the link between this machine's ranks, measured by
 //! PyTorch's own all-reduce under torchrun (gloo on the CPU, NCCL on CUDA; timed by
 //! `python/memscope/link.py`, seconds only); its latency and bandwidth are the ring formula's
-//! fitted to them (`analysis::collective_time::Link::fit`, by `peaks`). Cached per machine and
+//! fitted to them (`analysis::collective_time::Link::of_measured`; `peaks` writes the fit in). Cached per machine and
 //! device; `estimate --parallel` takes it when no `--link` is given.
 
 use super::oneshot::answer_from;
@@ -28,7 +28,8 @@ pub struct LinkPeaks {
     pub torch: String,
     /// Each size's all-reduce: its bytes and the seconds of each call (rank 0's clock).
     pub sizes: Vec<LinkSize>,
-    /// The ring formula's bandwidth, GB/s (10⁹ B/s), fitted to the medians (0 until fitted).
+    /// The ring formula's bandwidth, GB/s (10⁹ B/s), fitted to the medians: written for the
+    /// reader of the file (`Link::of_measured` fits them again from `sizes`); 0 until fitted.
     pub gb_per_s: f64,
     /// The ring formula's latency per hop, µs.
     pub latency_us: f64,

@@ -67,6 +67,8 @@ struct Watch {
     timed_out: bool,
     interrupted: bool,
     cgroup_oom_kills: u64,
+    /// The processes below the worker (torchrun's ranks run in sessions of their own).
+    tree: super::reap::Tree,
 }
 
 /// The result of one worker run: the row, or `None` when the run was interrupted (the caller
@@ -124,8 +126,13 @@ pub fn run_worker(
         live,
     };
     let (status, mut watch) = running.watch(&exit_rx, &progress_rx, tick)?;
-    // No process of the group survives its leader (the worker starts none; be sure anyway).
+    // No process of the group survives its leader, nor any process seen below it (torchrun's
+    // ranks, in sessions of their own): killed, and waited for until gone.
     kill_group(pid, libc::SIGKILL);
+    let left = watch.tree.kill_and_wait();
+    if !left.is_empty() {
+        eprintln!("memscope: processes {left:?} of worker {pid} still run after SIGKILL");
+    }
     let wall_seconds = started.elapsed().as_secs_f64();
     let _ = waiter.join();
     if let Some(t) = out_thread {
@@ -411,15 +418,16 @@ impl Running<'_> {
                 self.live.total.store(total, Ordering::Relaxed);
             }
             tick();
+            watch.tree.note(pid, false);
             if self.interrupted.load(Ordering::Relaxed) && !watch.interrupted {
                 watch.interrupted = true;
-                kill_group(pid, libc::SIGKILL);
+                kill_tree(pid, &mut watch.tree, libc::SIGKILL);
             }
             if let (Some(limit), None) = (opts.memory_limit, watch.watchdog_pss) {
                 if let Some(pss) = crate::measure::procfs::tree_pss_bytes(pid as i32) {
                     if pss > limit {
                         watch.watchdog_pss = Some(pss);
-                        kill_group(pid, libc::SIGKILL);
+                        kill_tree(pid, &mut watch.tree, libc::SIGKILL);
                     }
                 }
             }
@@ -428,10 +436,10 @@ impl Running<'_> {
                     None if self.started.elapsed() > t => {
                         watch.timed_out = true;
                         term_sent = Some(Instant::now());
-                        kill_group(pid, libc::SIGTERM);
+                        kill_tree(pid, &mut watch.tree, libc::SIGTERM);
                     }
                     Some(at) if at.elapsed() > GRACE => {
-                        kill_group(pid, libc::SIGKILL);
+                        kill_tree(pid, &mut watch.tree, libc::SIGKILL);
                     }
                     _ => {}
                 }
@@ -439,6 +447,13 @@ impl Running<'_> {
         };
         Ok((status, watch))
     }
+}
+
+/// `sig` to the worker's group and to every process noted below it (noted again first).
+fn kill_tree(pgid: u32, tree: &mut super::reap::Tree, sig: i32) {
+    tree.note(pgid, true);
+    kill_group(pgid, sig);
+    tree.signal(sig);
 }
 
 fn kill_group(pgid: u32, sig: i32) {

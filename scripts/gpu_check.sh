@@ -10,7 +10,7 @@
 # `maturin build --release -m python/Cargo.toml`, installed with
 # `pip install --no-deps target/wheels/memscope_torch-*.whl`), torch with CUDA, transformers.
 # Writes everything under OUT (default ./gpu-check). STEPS=2,3 runs those steps alone (default all:
-# 1,2,3,4,5,6); the summary then judges only the steps that ran. STEPS=7 (70 s, outside the
+# 1,2,3,4,5,6); the summary then judges only the steps that ran. STEPS=7 (96 s at most, outside the
 # default's 8 minutes) runs a data-parallel job of one rank on the GPU under torchrun, DDP and
 # FSDP2, each predicted (`estimate --parallel`, the Record's estimate) against its measurement.
 set -uo pipefail
@@ -77,7 +77,7 @@ fi
 if want 7; then
 echo "== 7. DDP and FSDP2 with one rank on CUDA under torchrun: predicted vs measured"
 for plan in ddp fsdp; do
-  timeout 35 "$BIN" bench --engine torch --device cuda --nproc 1 --parallel $plan --model gpt2-small \
+  timeout 48 "$BIN" bench --engine torch --device cuda --nproc 1 --parallel $plan --model gpt2-small \
     --batch 4 --seq 256 --warmup 1 --steps 3 --json "$OUT/parallel-$plan.json" > "$OUT/parallel-$plan.txt" 2>&1
   grep -m1 "^memscope bench" "$OUT/parallel-$plan.txt"
 done

@@ -163,6 +163,10 @@ pub struct Parallel {
     /// Absent in Records written before tensor parallelism: 1.
     #[serde(default = "one")]
     pub tp: usize,
+    /// Nodes the ranks are spread over (`sweep --slurm --nodes M`), `world / nodes` on each;
+    /// absent in Records written before jobs across nodes: 1.
+    #[serde(default = "one")]
+    pub nodes: usize,
 }
 
 fn one() -> usize {
@@ -176,6 +180,11 @@ impl Parallel {
             ParallelPlan::Ddp | ParallelPlan::Fsdp => self.plan.name().to_string(),
             _ => format!("{}:{}", self.plan.name(), self.tp),
         }
+    }
+
+    /// Ranks on one node: `world / nodes`.
+    pub fn per_node(&self) -> usize {
+        self.world / self.nodes.max(1)
     }
 
     /// Ranks that share one batch's data: 1 under data parallelism, the TP degree under `tp:T`.
@@ -312,6 +321,8 @@ pub enum SpecError {
         kv_heads: usize,
         divides: String,
     },
+    #[error("--nodes {nodes}: --nproc {world} ranks do not split evenly over {nodes} nodes; use a --nproc that {nodes} divides")]
+    NodesSplit { nodes: usize, world: usize },
     #[error("--lr must be a finite positive number (got {0})")]
     BadLr(f64),
     #[error("{flag} {value} is more than memscope runs ({max} at most); a leak verdict needs a few hundred steps, timing statistics a few dozen")]
@@ -387,6 +398,12 @@ impl Spec {
                 return Err(SpecError::ParallelNotTrain {
                     plan: p.plan.name(),
                     mode: self.mode.name(),
+                });
+            }
+            if p.nodes == 0 || p.world % p.nodes != 0 {
+                return Err(SpecError::NodesSplit {
+                    nodes: p.nodes,
+                    world: p.world,
                 });
             }
             if config.n_heads % p.tp != 0 || config.n_kv_heads % p.tp != 0 {

@@ -200,6 +200,41 @@ fn on_slurm_only_a_cpu_job_s_ranks_hold_memory_limit_themselves() {
     );
 }
 
+#[test]
+fn a_job_across_nodes_is_a_slurm_sweep_whose_nodes_split_its_ranks() {
+    let sweep = |extra: &[&'static str]| -> Vec<&'static str> {
+        [
+            "sweep",
+            "--engine",
+            "torch",
+            "--model",
+            "tiny-gpt2",
+            "--yes",
+        ]
+        .iter()
+        .chain(extra)
+        .copied()
+        .collect()
+    };
+    let slurm = ["--slurm", "--work-dir", "w", "--nodes"];
+    fails_with(
+        &sweep(&["--nproc", "2", "--parallel", "ddp", "--nodes", "2"]),
+        &["--nodes", "--slurm"],
+    );
+    fails_with(
+        &sweep(&[&slurm[..], &["2"]].concat()),
+        &["--nodes 2: a job across nodes is a data-parallel job; give it --engine torch --nproc N --parallel PLAN"],
+    );
+    fails_with(
+        &sweep(&[&slurm[..], &["2", "--nproc", "3", "--parallel", "ddp"]].concat()),
+        &["--nodes 2: --nproc 3 ranks do not split evenly over 2 nodes; use a --nproc that 2 divides"],
+    );
+    fails_with(
+        &sweep(&[&slurm[..], &["0", "--nproc", "2", "--parallel", "ddp"]].concat()),
+        &["--nodes 0: a job runs on at least 1 node"],
+    );
+}
+
 /// `peaks --engine torch` and `extra`.
 fn torch_peaks(extra: &[&'static str]) -> Vec<&'static str> {
     ["peaks", "--engine", "torch"]

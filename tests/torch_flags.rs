@@ -123,6 +123,7 @@ fn commands() -> Vec<Command> {
                 "--gres",
                 "--time",
                 "--mem",
+                "--nodes",
                 "--max-parallel",
                 "--sbatch-arg",
                 "--attach",

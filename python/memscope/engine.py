@@ -700,9 +700,10 @@ def _join_job(torch, spec):
     cuda = spec.torch.device.startswith("cuda")
     if cuda:
         have = torch.cuda.device_count()
-        if plan.world > have:
-            raise Refused(f"--nproc {plan.world}: this machine has {have} CUDA GPU(s) and a "
-                          f"rank needs one; use --nproc {have} or fewer")
+        here = int(os.environ.get("LOCAL_WORLD_SIZE", plan.world))  # this node's ranks
+        if here > have:
+            raise Refused(f"--nproc {plan.world}: {here} ranks on this machine, which has {have} "
+                          f"CUDA GPU(s), and a rank needs one; use --nproc {have} or fewer a node")
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", rank)))
     import torch.distributed as dist
     dist.init_process_group("nccl" if cuda else "gloo")

@@ -110,27 +110,38 @@ def test_a_rank_out_of_memory_is_an_oom_row_naming_it_and_no_rank_outlives_it(me
     assert not engines_left()
 
 
-def test_on_slurm_each_task_runs_its_job_s_ranks_and_an_oom_row_names_the_rank(memscope_bin,
-                                                                               tmp_path):
-    # The repository's single-node test Slurm (tests/slurm/start.sh: 2 CPUs; started, or reused
-    # when tests/slurm.rs left it up). Each array task runs torchrun on its node with both ranks
-    # (--cpus-per-task 2), each rank's heap held to --memory-limit by the counting allocator.
+def slurm_conf():
+    """SLURM_CONF of the repository's test Slurm (tests/slurm/start.sh: nodes of 2 CPUs on this
+    machine, the host in partition `debug`, the host and a second slurmd's node in `two`;
+    started, or reused when tests/slurm.rs left it up)."""
     start = Path(__file__).resolve().parents[2] / "tests" / "slurm" / "start.sh"
     up = subprocess.run([str(start)], capture_output=True, text=True, timeout=300)
     assert up.returncode == 0, (
         "the test Slurm did not start (install it with `apt-get install -y slurm-wlm munge`):\n"
         + up.stdout + up.stderr)
-    conf = next(line.split("=", 1)[1] for line in up.stdout.splitlines()
+    return next(line.split("=", 1)[1] for line in up.stdout.splitlines()
                 if line.startswith("SLURM_CONF="))
+
+
+def slurm_ddp_sweep(memscope_bin, tmp_path, batches, *flags):
+    """A DDP sweep of tiny-gpt2 over 2 ranks on the test Slurm, each rank's heap held to 400 MiB:
+    its rows in index order and memscope's output."""
     rows_path = tmp_path / "rows.jsonl"
-    p = subprocess.run([memscope_bin, "sweep", *TINY, "--batch", "1,512,1024", "--nproc", "2",
-                        "--parallel", "ddp", "--memory-limit", "400MiB", "--slurm",
+    p = subprocess.run([memscope_bin, "sweep", *TINY, "--batch", batches, "--nproc", "2",
+                        "--parallel", "ddp", "--memory-limit", "400MiB", "--slurm", *flags,
                         "--work-dir", str(tmp_path / "work"), "--jsonl", str(rows_path)],
                        capture_output=True, text=True, timeout=600,
-                       env=dict(os.environ, SLURM_CONF=conf))
+                       env=dict(os.environ, SLURM_CONF=slurm_conf()))
     assert p.returncode == 0, p.stderr
     rows = sorted((json.loads(line) for line in rows_path.read_text().splitlines()),
                   key=lambda r: r["index"])
+    return rows, p.stdout + p.stderr
+
+
+def test_on_slurm_each_task_runs_its_job_s_ranks_and_an_oom_row_names_the_rank(memscope_bin,
+                                                                               tmp_path):
+    # Each array task runs torchrun on its node with both ranks (--cpus-per-task 2).
+    rows, out = slurm_ddp_sweep(memscope_bin, tmp_path, "1,512,1024")
     # The largest is cancelled when the follower sees the oom before Slurm starts it, else it
     # runs out of memory too.
     assert [r["status"] for r in rows][:2] == ["ok", "oom"], rows
@@ -139,7 +150,26 @@ def test_on_slurm_each_task_runs_its_job_s_ranks_and_an_oom_row_names_the_rank(m
     assert ok["slurm"]["state"] == "COMPLETED" and len(ok["summary"]["ranks"]) == 2, ok
     assert oom["slurm"]["state"] == "FAILED", oom
     assert f"out of memory on rank {oom['torch_oom']['rank']} (cpu)" in oom["reason"], oom
-    assert "each rank's heap held to --memory-limit 400" in p.stdout + p.stderr
+    assert "each rank's heap held to --memory-limit 400" in out
+    assert not engines_left()
+
+
+def test_on_slurm_a_job_across_two_nodes_runs_a_rank_on_each(memscope_bin, tmp_path):
+    # --nodes 2: sbatch --nodes 2, srun starts torchrun on each node (one rank a node), the
+    # nodes meet at the first; rank 1 lives on the second node, and its Record reaches rank 0.
+    rows, out = slurm_ddp_sweep(memscope_bin, tmp_path, "1,512", "--nodes", "2",
+                                "--partition", "two")
+    assert [r["status"] for r in rows] == ["ok", "oom"], rows
+    ok, oom = rows
+    nodes = ok["slurm"]["node"].split(",")
+    assert len(nodes) == 2 and "memscope-n2" in nodes, ok["slurm"]
+    assert ok["spec"]["torch"]["parallel"]["nodes"] == 2, ok["spec"]
+    ranks = ok["summary"]["ranks"]
+    assert [f["rank"] for f in ranks] == [0, 1] and all(f["peak_bytes"] > 0 for f in ranks), ranks
+    # Either node's rank may be the one that runs out first; the row names it, and srun stops
+    # the other node's.
+    assert f"out of memory on rank {oom['torch_oom']['rank']} (cpu)" in oom["reason"], oom
+    assert "ddp×2 on 2 nodes" in out and "across 2 nodes" in out, out
     assert not engines_left()
 
 

@@ -178,7 +178,12 @@ impl EngineArgs {
             ),
             _ => {}
         }
-        Ok(Some(Parallel { plan, world, tp }))
+        Ok(Some(Parallel {
+            plan,
+            world,
+            tp,
+            nodes: 1,
+        }))
     }
 }
 

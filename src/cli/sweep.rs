@@ -282,17 +282,19 @@ pub fn run(a: SweepArgs) -> anyhow::Result<ExitCode> {
         .map(|p| spec_for(&a, &p).map(|s| (p, s)))
         .collect::<anyhow::Result<Vec<_>>>()?;
     refuse_up_front(&a, &planned)?;
+    let mut planned = planned;
+    sweep_slurm::spread_over_nodes(&a.cluster, &mut planned)?;
     install_interrupt_handler();
     if a.cluster.slurm {
         let progress = SweepProgress::new(planned.len(), *a.quiet);
         let started = Instant::now();
-        // A task runs its job's every rank on its node (torchrun --standalone): the CPUs of all.
+        // A task runs its job's ranks on each of its nodes under torchrun: their CPUs.
         let cpu_ranks = |s: &Spec| {
             s.torch
                 .as_ref()
                 .filter(|t| !t.is_cuda())
                 .and_then(|t| t.parallel)
-                .map_or(1, |p| p.world)
+                .map_or(1, |p| p.per_node())
         };
         let threads = planned.first().map_or(1, |(_, s)| s.threads * cpu_ranks(s));
         let planned: Vec<(Point, Spec)> = match memory_limit {
@@ -400,8 +402,16 @@ fn refuse_up_front(a: &SweepArgs, planned: &[(Point, Spec)]) -> anyhow::Result<(
 
 /// How a Slurm sweep's tasks are limited, for the report's first line.
 fn slurm_describe(s: &SlurmArgs) -> String {
+    // sbatch's --mem is per node: a task across nodes has it on each.
+    let (nodes, per) = match s.nodes {
+        Some(m) if m > 1 => (
+            format!(", each task across {m} nodes (srun, one torchrun a node)"),
+            "node",
+        ),
+        _ => (String::new(), "task"),
+    };
     format!(
-        "Slurm job array: memory per task {}, time per task {}",
+        "Slurm job array{nodes}: memory per {per} {}, time per task {}",
         s.mem
             .as_deref()
             .map_or("the partition's default (--mem)".to_string(), |m| format!(

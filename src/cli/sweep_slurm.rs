@@ -44,6 +44,9 @@ pub struct SlurmArgs {
     /// With --slurm: sbatch --mem per task (32G, 500M); a task killed for exceeding it is `oom`
     #[arg(long, value_name = "SIZE", requires = "slurm", help_heading = "Slurm")]
     pub mem: Option<String>,
+    /// With --slurm and --nproc N: run each configuration's N ranks across M nodes, N/M on each (sbatch --nodes M --ntasks-per-node 1; srun starts torchrun on every node, which meet at the first)
+    #[arg(long, value_name = "M", requires = "slurm", help_heading = "Slurm")]
+    pub nodes: Option<usize>,
     /// With --slurm: at most N tasks at once (--array=0-(N-1)%max_parallel)
     #[arg(long, value_name = "N", requires = "slurm", help_heading = "Slurm")]
     pub max_parallel: Option<usize>,
@@ -89,6 +92,25 @@ pub fn check_flags(s: &SlurmArgs, memory_limit: bool, timeout: bool) -> anyhow::
     Ok(())
 }
 
+/// `--nodes M`: every planned job's ranks spread over M nodes; refused, naming the flag, for a
+/// sweep without --nproc or a --nproc that M does not divide.
+pub fn spread_over_nodes(s: &SlurmArgs, planned: &mut [(Point, Spec)]) -> anyhow::Result<()> {
+    let Some(m) = s.nodes else {
+        return Ok(());
+    };
+    if m == 0 {
+        bail!("--nodes 0: a job runs on at least 1 node");
+    }
+    for (_, spec) in planned.iter_mut() {
+        let Some(p) = spec.torch.as_mut().and_then(|t| t.parallel.as_mut()) else {
+            bail!("--nodes {m}: a job across nodes is a data-parallel job; give it --engine torch --nproc N --parallel PLAN");
+        };
+        p.nodes = m;
+        spec.validate()?;
+    }
+    Ok(())
+}
+
 /// Writes the plan, submits the array and follows it.
 pub fn submit_and_follow(
     s: &SlurmArgs,
@@ -112,6 +134,7 @@ pub fn submit_and_follow(
         mem: s.mem.clone(),
         max_parallel: s.max_parallel,
         cpus_per_task: threads,
+        nodes: s.nodes.unwrap_or(1),
         extra: s.sbatch_arg.clone(),
     };
     let mut meta = write_plan(&dir, planned, no_skip, jsonl, &opts)?;

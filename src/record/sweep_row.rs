@@ -179,6 +179,9 @@ pub fn label(s: &Spec) -> String {
     }
     if let Some(p) = s.torch.as_ref().and_then(|t| t.parallel) {
         out.push_str(&format!(" {}×{}", p.flag(), p.world));
+        if p.nodes > 1 {
+            out.push_str(&format!(" on {} nodes", p.nodes));
+        }
     }
     out
 }

@@ -28,8 +28,13 @@ pub fn headline(r: &Record) -> String {
     // A data-parallel run: which rank these figures are.
     let job = match (&r.ranks, s.torch.as_ref().and_then(|t| t.parallel)) {
         (Some(ranks), Some(p)) => ranks.iter().find(|f| f.worst).map_or(String::new(), |w| {
+            let nodes = if p.nodes > 1 {
+                format!(" on {} nodes", p.nodes)
+            } else {
+                String::new()
+            };
             format!(
-                " · {} over {} ranks: rank {} (the largest peak)",
+                " · {} over {} ranks{nodes}: rank {} (the largest peak)",
                 p.flag(),
                 p.world,
                 w.rank

@@ -127,6 +127,13 @@ pub fn run(args: WorkerOptions) -> anyhow::Result<ExitCode> {
     };
     let spec: Spec =
         serde_json::from_str(&text).with_context(|| format!("parsing the Spec on {from}"))?;
+    if follower_node(&spec)? {
+        // Another node of a job across nodes: it runs its node's ranks; their Records go to
+        // rank 0 on node 0, whose task writes the Record, the series and the start.
+        spec.validate()?;
+        crate::torch::run(&spec, &AtomicUsize::new(0), &mut |_| {}, || false)?;
+        return Ok(ExitCode::SUCCESS);
+    }
     if let Some(p) = &args.start_file {
         crate::sweep::slurm::workdir::write_json(
             p,
@@ -187,6 +194,14 @@ pub fn run(args: WorkerOptions) -> anyhow::Result<ExitCode> {
     crate::export::write_atomic(&args.out, &json)
         .with_context(|| format!("--out {}", args.out.display()))?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// Whether this process is a Slurm task on a node other than node 0 of a job across nodes.
+fn follower_node(spec: &Spec) -> anyhow::Result<bool> {
+    let Some(p) = spec.torch.as_ref().and_then(|t| t.parallel) else {
+        return Ok(false);
+    };
+    Ok(crate::torch::nodes::this_node(&p)?.is_some_and(|n| n.rank > 0))
 }
 
 /// One JSON line on stdout, flushed (the parent reads it as it comes).

@@ -23,6 +23,7 @@
 pub mod caching_allocator;
 pub mod estimate;
 pub mod link;
+pub mod nodes;
 pub mod oneshot;
 pub mod optime;
 pub mod peaks;

@@ -10,6 +10,7 @@
 //! same engine with the request in `MEMSCOPE_REQUEST`; rank 0 writes the step lines and then
 //! `{"ranks": [Record, …]}`, every rank's Record in rank order.
 
+use super::nodes::{this_node, torchrun_flags, Node};
 use super::python::{failure, python, spawn, Request};
 use super::watchdog::{start_limit, Watchdog};
 use crate::record::{Record, StepMemory};
@@ -42,7 +43,7 @@ pub(crate) enum Line {
 /// The engine's command line: on the CPU under the counting allocator (exact malloc bytes); on
 /// CUDA without it (the caching allocator's own statistics; the host's malloc left alone). A
 /// data-parallel job: that command as every rank of torchrun's job on this machine.
-fn engine_args(target: &TorchRun) -> Vec<String> {
+fn engine_args(target: &TorchRun, node: Option<&Node>) -> Vec<String> {
     let engine: &[&str] = if target.is_cuda() {
         &["-m", "memscope.engine"]
     } else {
@@ -51,16 +52,8 @@ fn engine_args(target: &TorchRun) -> Vec<String> {
     let mut args: Vec<String> = Vec::new();
     if let Some(p) = target.parallel {
         // `-m` once more: torchrun starts `python -m memscope …` in every rank.
-        args.extend(
-            [
-                "-m",
-                "torch.distributed.run",
-                "--standalone",
-                "--nproc-per-node",
-            ]
-            .map(String::from),
-        );
-        args.push(p.world.to_string());
+        args.extend(["-m", "torch.distributed.run"].map(String::from));
+        args.extend(torchrun_flags(&p, node));
     }
     args.extend(engine.iter().map(|a| a.to_string()));
     args
@@ -74,7 +67,7 @@ pub fn check_local(target: &TorchRun) -> anyhow::Result<()> {
         return Ok(());
     };
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    if !target.is_cuda() && p.world > cores {
+    if !target.is_cuda() && p.nodes <= 1 && p.world > cores {
         bail!(
             "--nproc {}: this machine lets memscope use {cores} cores and a CPU rank needs one; use --nproc {cores} or fewer (`memscope estimate --engine torch --nproc {} --parallel {}` predicts the larger job)",
             p.world,
@@ -99,9 +92,14 @@ pub fn run(
         bail!("internal: torch::run needs a Spec with --engine torch");
     };
     check_local(target)?;
+    let node = target
+        .parallel
+        .map(|p| this_node(&p))
+        .transpose()?
+        .flatten();
     let request = Request::new(spec)?;
     let limit = start_limit()?;
-    let args = engine_args(target);
+    let args = engine_args(target, node.as_ref());
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     // torchrun's ranks read the request from the environment; OMP_NUM_THREADS set, torchrun
     // does not set its own and say so (the engine sets its threads from the Spec anyway).
@@ -144,5 +142,10 @@ pub fn run(
             failure("the torch engine", status.code(), status.signal(), &last)
         );
     }
-    record.context("the torch engine exited 0 without writing its Record")
+    match (record, node) {
+        (Some(r), _) => Ok(r),
+        // A node other than node 0 of a job across nodes: its ranks' Records went to rank 0.
+        (None, Some(n)) if n.rank > 0 => Ok(Vec::new()),
+        (None, _) => bail!("the torch engine exited 0 without writing its Record"),
+    }
 }

@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # A real single-node Slurm on localhost for tests/slurm.rs: munged, slurmctld and slurmd from Debian's
 # `slurm-wlm` and `munge`, with a generated slurm.conf and every state file under one directory.
+# The host is node $HOST (partition `debug`, the default) and, through a second slurmd (`slurmd
+# -N`), node memscope-n2 as well: partition `two` holds both, for jobs across nodes
+# (`sweep --slurm --nodes 2`) on this one machine.
 #
 #   tests/slurm/start.sh [DIR]   start (or reuse) the cluster; prints `SLURM_CONF=DIR/slurm.conf`
 #   tests/slurm/stop.sh  [DIR]   stop the daemons this script started (by their pid files)
@@ -17,13 +20,14 @@ set -euo pipefail
 DIR="${1:-${MEMSCOPE_SLURM_DIR:-/tmp/memscope-slurm}}"
 CTLD_PORT="${MEMSCOPE_SLURMCTLD_PORT:-16817}"
 SLURMD_PORT="${MEMSCOPE_SLURMD_PORT:-16818}"
+N2=memscope-n2
 HOST="$(hostname -s)"
 CONF="$DIR/slurm.conf"
 export SLURM_CONF="$CONF"
 
 die() {
   echo "tests/slurm/start.sh: $*" >&2
-  for log in "$DIR"/munged.log "$DIR"/slurmctld.log "$DIR"/slurmd.log; do
+  for log in "$DIR"/munged.log "$DIR"/slurmctld.log "$DIR"/slurmd-*.log; do
     [ -s "$log" ] && { echo "--- last lines of $log:" >&2; tail -n 15 "$log" >&2; }
   done
   exit 1
@@ -37,15 +41,18 @@ done
 alive() { [ -s "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
 
 node_idle() {
-  sinfo -h -N -n "$HOST" -o '%T' 2>/dev/null | grep -qiE '^(idle|mixed|allocated)'
+  # One line per node and partition: the host is in two.
+  [ "$(sinfo -h -N -n "$HOST,$N2" -o '%N %T' 2>/dev/null | grep -iE ' (idle|mixed|allocated)' |
+    sort -u | cut -d' ' -f1 | uniq | wc -l)" = 2 ]
 }
 
-if alive "$DIR/munged.pid" && alive "$DIR/slurmctld.pid" && alive "$DIR/slurmd.pid" && node_idle; then
+if alive "$DIR/munged.pid" && alive "$DIR/slurmctld.pid" && alive "$DIR/slurmd-$HOST.pid" &&
+  alive "$DIR/slurmd-$N2.pid" && node_idle; then
   echo "SLURM_CONF=$CONF"
   exit 0
 fi
 
-mkdir -p "$DIR"/{ctld,spool,munge}
+mkdir -p "$DIR"/{ctld,"spool-$HOST","spool-$N2",munge}
 chmod 700 "$DIR/munge"
 
 # munge: a key of our own, a socket of our own (the system's munged, if any, is left alone).
@@ -72,11 +79,11 @@ AuthInfo=socket=$DIR/munge/munge.socket
 SlurmUser=root
 SlurmdUser=root
 StateSaveLocation=$DIR/ctld
-SlurmdSpoolDir=$DIR/spool
+SlurmdSpoolDir=$DIR/spool-%n
 SlurmctldPidFile=$DIR/slurmctld.pid
-SlurmdPidFile=$DIR/slurmd.pid
+SlurmdPidFile=$DIR/slurmd-%n.pid
 SlurmctldLogFile=$DIR/slurmctld.log
-SlurmdLogFile=$DIR/slurmd.log
+SlurmdLogFile=$DIR/slurmd-%n.log
 SlurmctldDebug=info
 SlurmdDebug=info
 ProctrackType=proctrack/linuxproc
@@ -98,14 +105,19 @@ OverTimeLimit=0
 MinJobAge=3600
 MaxArraySize=10001
 NodeName=$HOST CPUs=2 RealMemory=$MEM_MB State=UNKNOWN
+NodeName=$N2 NodeHostname=$HOST Port=$((SLURMD_PORT + 1)) CPUs=2 RealMemory=$MEM_MB State=UNKNOWN
 PartitionName=debug Nodes=$HOST Default=YES MaxTime=INFINITE State=UP
+PartitionName=two Nodes=$HOST,$N2 Default=NO MaxTime=INFINITE State=UP
 CONF
 
 if ! alive "$DIR/slurmctld.pid"; then
   slurmctld -f "$CONF" -c -i || die "slurmctld did not start"
 fi
-if ! alive "$DIR/slurmd.pid"; then
+if ! alive "$DIR/slurmd-$HOST.pid"; then
   slurmd -f "$CONF" || die "slurmd did not start"
+fi
+if ! alive "$DIR/slurmd-$N2.pid"; then
+  slurmd -f "$CONF" -N "$N2" || die "the second slurmd (node $N2) did not start"
 fi
 
 for _ in $(seq 1 60); do
@@ -114,7 +126,7 @@ for _ in $(seq 1 60); do
     exit 0
   fi
   # A node left DOWN/DRAINED by an earlier run: bring it back.
-  scontrol update NodeName="$HOST" State=RESUME >/dev/null 2>&1 || true
+  scontrol update NodeName="$HOST,$N2" State=RESUME >/dev/null 2>&1 || true
   sleep 0.5
 done
-die "the node $HOST never became idle (sinfo: $(sinfo -h -N -o '%N %T %E' 2>&1))"
+die "the nodes $HOST and $N2 never became idle (sinfo: $(sinfo -h -N -o '%N %T %E' 2>&1))"

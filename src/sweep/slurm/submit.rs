@@ -18,6 +18,9 @@ pub struct SubmitOptions {
     pub mem: Option<String>,
     pub max_parallel: Option<usize>,
     pub cpus_per_task: usize,
+    /// Nodes of each task (`--nodes M`): sbatch `--nodes=M --ntasks-per-node=1`, the script
+    /// starting the worker once a node with srun. 0 or 1: one node, no srun.
+    pub nodes: usize,
     /// Passed to sbatch as they are, before the script.
     pub extra: Vec<String>,
 }
@@ -72,22 +75,29 @@ pub fn write_plan(
         mem: opts.mem.clone(),
     };
     dir.write_meta(&meta)?;
-    crate::export::write_atomic(&dir.script(), &batch_script(dir)?)
+    crate::export::write_atomic(&dir.script(), &batch_script(dir, opts.nodes)?)
         .with_context(|| format!("writing {}", dir.script().display()))?;
     Ok(meta)
 }
 
-/// The batch script: every task runs this binary (by its absolute path, which the nodes must see).
-fn batch_script(dir: &WorkDir) -> anyhow::Result<String> {
+/// The batch script: every task runs this binary (by its absolute path, which the nodes must see);
+/// a task of several nodes runs it once a node under srun (one node failing stops the others).
+fn batch_script(dir: &WorkDir, nodes: usize) -> anyhow::Result<String> {
     let exe = std::env::current_exe().context("finding this memscope binary's path")?;
     let logs = dir.root.join("logs");
+    // srun does not inherit sbatch's --cpus-per-task (Slurm 22.05 on): asked again.
+    let launch = if nodes > 1 {
+        "exec srun --kill-on-bad-exit=1 --cpus-per-task=\"$SLURM_CPUS_PER_TASK\" "
+    } else {
+        "exec "
+    };
     Ok(format!(
         "#!/bin/sh\n\
          # Written by `memscope sweep --slurm`: array task i runs configuration i of {plan}.\n\
          #SBATCH --job-name=memscope-sweep\n\
          #SBATCH --output={out}\n\
          #SBATCH --error={err}\n\
-         exec {exe} worker --plan {dir} --index \"$SLURM_ARRAY_TASK_ID\"\n",
+         {launch}{exe} worker --plan {dir} --index \"$SLURM_ARRAY_TASK_ID\"\n",
         plan = dir.meta().display(),
         out = logs.join("%a.out").display(),
         err = logs.join("%a.err").display(),
@@ -107,6 +117,10 @@ pub fn sbatch_args(dir: &WorkDir, n: usize, opts: &SubmitOptions) -> Vec<String>
     let throttle = opts.max_parallel.map_or(String::new(), |p| format!("%{p}"));
     a.push(format!("--array=0-{}{throttle}", n.saturating_sub(1)));
     a.push(format!("--cpus-per-task={}", opts.cpus_per_task));
+    if opts.nodes > 1 {
+        a.push(format!("--nodes={}", opts.nodes));
+        a.push("--ntasks-per-node=1".to_string());
+    }
     // The logs are named by the script's #SBATCH lines; the job starts in the work directory.
     a.push(format!("--chdir={}", dir.root.display()));
     for (flag, v) in [
@@ -179,5 +193,22 @@ mod tests {
             ]
         );
         assert_eq!(quote("a'b"), r"'a'\''b'");
+        let across = SubmitOptions {
+            cpus_per_task: 2,
+            nodes: 2,
+            ..SubmitOptions::default()
+        };
+        assert_eq!(
+            sbatch_args(&dir, 1, &across)[2..5],
+            ["--cpus-per-task=2", "--nodes=2", "--ntasks-per-node=1"]
+        );
+        let script = batch_script(&dir, 2).unwrap();
+        assert!(
+            script.contains(
+                "exec srun --kill-on-bad-exit=1 --cpus-per-task=\"$SLURM_CPUS_PER_TASK\" "
+            ),
+            "{script}"
+        );
+        assert!(batch_script(&dir, 1).unwrap().contains("\nexec '"));
     }
 }

@@ -27,6 +27,36 @@ def unique_bytes(tensors, device, exclude=()):
     return sum(seen.values()), seen
 
 
+def fsdp_params(model):
+    """FSDP2's parameters of ``model`` (its ``FSDPParam`` objects, PyTorch's own bookkeeping of
+    each sharded parameter), or [] for a model FSDP2 does not shard."""
+    out = []
+    for m in model.modules():
+        get = getattr(m, "_get_fsdp_state", None)
+        if get is None:
+            continue
+        state = get()
+        # PyTorch 2.11 keeps one group a module, later releases a list.
+        groups = getattr(state, "_fsdp_param_groups", None)
+        if groups is None:
+            one = getattr(state, "_fsdp_param_group", None)
+            groups = [one] if one is not None else []
+        for g in groups:
+            out.extend(g.fsdp_params)
+    return out
+
+
+def gathered_tensors(params):
+    """The gathered (unsharded) parameters of FSDP2's ``params`` now: each one's all-gather
+    output and its unsharded parameter (a view into it). FSDP2 frees them by resizing their
+    storages to nothing when it reshards, so only the gathered ones have bytes."""
+    for fp in params:
+        yield from getattr(fp, "all_gather_outputs", None) or ()
+        u = getattr(fp, "_unsharded_param", None)
+        if u is not None:
+            yield u
+
+
 def optimizer_tensors(optimizer, torch):
     if optimizer is None:
         return
@@ -63,15 +93,23 @@ class SavedTensors:
                 return
         self.entries[ptr] = [n, module, [weakref.ref(t)]]
 
-    def alive(self):
-        """(bytes of saved storages still alive, bytes by module); forgets the dead ones."""
-        total, by_module, dead = 0, {}, []
+    def alive(self, exclude=()):
+        """(bytes of saved storages still alive, bytes by module), those in ``exclude`` (FSDP2's
+        gathered parameters, a category of their own) left out; forgets the dead ones. A
+        storage is read as it is now: FSDP2 resizes a gathered parameter's storage to nothing
+        when it reshards (the tensor autograd saved lives on, its bytes do not)."""
+        total, by_module, dead, seen = 0, {}, [], set()
         for ptr, (n, module, refs) in self.entries.items():
-            if any(r() is not None for r in refs):
-                total += n
-                by_module[module] = by_module.get(module, 0) + n
-            else:
+            t = next((x for x in (r() for r in refs) if x is not None), None)
+            if t is None:
                 dead.append(ptr)
+                continue
+            now, n = _storage(t)
+            if not now or now in exclude or now in seen:
+                continue
+            seen.add(now)
+            total += n
+            by_module[module] = by_module.get(module, 0) + n
         for ptr in dead:
             del self.entries[ptr]
         return total, by_module

@@ -21,7 +21,8 @@ import weakref
 from contextlib import contextmanager
 
 from . import _native
-from ._categories import SavedTensors, optimizer_tensors, unique_bytes
+from ._categories import (SavedTensors, fsdp_params, gathered_tensors, optimizer_tensors,
+                          unique_bytes)
 from ._memory import reader_for, rss_bytes
 from ._outputs import check_paths, move_previous
 from ._record import _dtype, build_record, step_from_line
@@ -173,6 +174,8 @@ class Session:
         _dtype(self.param_dtype)
         self.saved = SavedTensors(device)
         self.saved.exclude = self._param_ptrs
+        # FSDP2's own record of each sharded parameter: its gathered copy is a category.
+        self._fsdp = fsdp_params(model)
         self._cuda = device.type == "cuda"
         self._handles = []
         self._sth = None
@@ -497,9 +500,14 @@ class Session:
         grads, _ = unique_bytes((p.grad for p in self._params), dev)
         opt, _ = unique_bytes(optimizer_tensors(self.optimizer, self.torch), dev,
                               exclude=self._param_ptrs)
-        act, by_module = self.saved.alive()
+        gathered, gathered_ptrs = unique_bytes(gathered_tensors(self._fsdp), dev)
+        act, by_module = self.saved.alive(exclude=gathered_ptrs)
         c = {"parameters": self.param_bytes, "gradients": grads, "optimizer_state": opt,
              "activations": act}
+        if self._fsdp:
+            # FSDP2's gathered (unsharded) parameters while their block runs (the root's from
+            # its forward to its backward); autograd saves them too, counted once, here.
+            c["gathered_parameters"] = gathered
         if self.extra_categories is not None:
             # A caller's own categories (the torch engine's KV cache), exact bytes too.
             c.update(self.extra_categories())

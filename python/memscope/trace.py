@@ -21,6 +21,7 @@ import contextlib
 import sys
 import weakref
 
+from ._categories import fsdp_params, gathered_tensors
 from .engine import Refused, _cache_tensors, answer_once
 
 REPLAYED_MICRO_BATCHES = 3
@@ -466,11 +467,15 @@ def trace(request):
                 out.append(st.nbytes())
         return out
 
+    sharded = fsdp_params(eng.model)
+
     def figures():
-        # Gradients, and the KV cache's keys and values: the storages the recorder counts in a
-        # run (engine.py's _cache_tensors), so the two are counted alike.
+        # Gradients, the KV cache's keys and values, and FSDP2's gathered parameters: the
+        # storages the recorder counts in a run (engine.py's _cache_tensors, session.py's
+        # categories), so the two are counted alike.
         return {"gradients": sum(sizes(p.grad for p in params if p.grad is not None)),
-                "kv_cache": sum(sizes(_cache_tensors(eng._past, torch)))}
+                "kv_cache": sum(sizes(_cache_tensors(eng._past, torch))),
+                "gathered_parameters": sum(sizes(gathered_tensors(sharded)))}
     tr.on_peak = figures
     ids = torch.randint(0, spec.config.vocab_size, (spec.batch, spec.seq))
     with fake:

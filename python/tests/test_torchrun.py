@@ -48,7 +48,8 @@ def test_bench_records_every_rank_and_keeps_the_worst(memscope_bin, tmp_path, pl
     assert worst[0]["peak_bytes"] == max(f["peak_bytes"] for f in ranks) \
         == r["memory"]["heap_peak_bytes"]
     name, _, tp = plan.partition(":")
-    assert r["spec"]["torch"]["parallel"] == {"plan": name, "world": 2, "tp": int(tp or 1)}
+    assert r["spec"]["torch"]["parallel"] == {"plan": name, "world": 2, "tp": int(tp or 1),
+                                              "nodes": 1}
     # Each rank's parameters, gradients and AdamW state are its own (a shard under FSDP2, the
     # whole model under DDP), measured from the tensors, and the trace of one rank under the
     # fake process group predicted them to the byte.
@@ -86,6 +87,18 @@ def test_bench_records_every_rank_and_keeps_the_worst(memscope_bin, tmp_path, pl
     assert f"{plan} over 2 ranks: rank {worst[0]['rank']}" in p.stdout, p.stdout
     if plan == "tp:2":
         assert "this rank's shards of 994,432 params" in p.stdout, p.stdout
+    if plan == "fsdp":
+        # FSDP2's gathered parameters are a category of their own, read from FSDP2's own
+        # parameters: as the forward ends only the root's are gathered (kept to its backward):
+        # wte 1000×128, wpe 256×128 and ln_f, whole, f32 (autograd saved them too: not counted
+        # again as activations). The trace's peak, in the last block's backward, holds the root's
+        # and that block's: 12·128² + 13·128 parameters.
+        root = (1000 * 128 + 256 * 128 + 2 * 128) * 4
+        block = (12 * 128 * 128 + 13 * 128) * 4
+        forward = [m for m in r["memory"]["series"][-1]["phases"] if m["phase"] == "forward"]
+        assert forward[-1]["heap_live_by_category"]["gathered_parameters"] == root, forward
+        assert predicted["categories"]["gathered_parameters"] == root + block, predicted
+        assert "gathered parameters (FSDP2's root)" in p.stdout, p.stdout
     assert "Ranks (heap;" in p.stdout and "(worst)" in p.stdout, p.stdout
     assert not engines_left()
 

@@ -35,6 +35,18 @@ fn retained(m: &MemoryRecord, phase: &str, last: bool) -> u64 {
         .max(0) as u64
 }
 
+/// FSDP2's gathered parameters as the last forward ended (the root's, kept gathered to its
+/// backward), from the recorder's categories at that mark; 0 for a model FSDP2 does not shard.
+fn gathered_after_forward(m: &MemoryRecord) -> u64 {
+    m.series
+        .iter()
+        .rev()
+        .flat_map(|s| s.phases.iter().rev())
+        .find(|p| p.phase == "forward")
+        .and_then(|p| p.heap_live_by_category.get("gathered_parameters").copied())
+        .unwrap_or(0)
+}
+
 /// What was live before load (gemm's per-thread slabs, allocated at start-up), library
 /// buffers kept after the first forward (first run's retained minus the last run's), and what
 /// load kept beyond the parameters (containers).
@@ -69,7 +81,13 @@ fn alive_at(m: &MemoryRecord, mode: Mode, phase: &str) -> Vec<(String, u64)> {
                 if m.series.len() > 1 {
                     v.push(("optimizer state".into(), opt));
                 }
+                // The recorder's activations leave FSDP2's gathered parameters out (a category
+                // of their own), though autograd saved them too.
                 v.push(("activations".into(), retained(m, "forward", true)));
+                let gathered = gathered_after_forward(m);
+                if gathered > 0 {
+                    v.push(("gathered parameters (FSDP2's root)".into(), gathered));
+                }
             }
         }
     }

@@ -6,10 +6,11 @@ use crate::units::{bytes, thousands};
 use comfy_table::{presets::UTF8_FULL_CONDENSED, CellAlignment, Table};
 use std::fmt::Write;
 
-const CATEGORIES: [&str; 8] = [
+const CATEGORIES: [&str; 9] = [
     "parameters",
     "gradients",
     "optimizer_state",
+    "gathered_parameters",
     "activations",
     "kv_cache",
     "temporaries",
@@ -52,8 +53,10 @@ pub fn render(f: &TorchEstimateFile) -> String {
     header.extend(f.by_dtype.keys().cloned());
     t.set_header(header);
     for c in CATEGORIES {
-        // DDP's buckets only where a plan has them.
-        if c == "gradient_buckets" && !f.by_dtype.values().any(|e| e.categories.contains_key(c)) {
+        // DDP's buckets and FSDP2's gathered parameters only where a plan has them.
+        if matches!(c, "gradient_buckets" | "gathered_parameters")
+            && !f.by_dtype.values().any(|e| e.categories.contains_key(c))
+        {
             continue;
         }
         let mut row = vec![c.replace('_', " ")];
@@ -103,6 +106,15 @@ pub fn render(f: &TorchEstimateFile) -> String {
                 _ => "the optimizer's state and the activations",
             })
     );
+    if f.by_dtype
+        .values()
+        .any(|e| e.categories.contains_key("gathered_parameters"))
+    {
+        let _ = writeln!(
+            out,
+            "Gathered parameters: FSDP2's unsharded copies live at the peak (the root's, gathered from its forward to its backward, and the block that runs), read from FSDP2's own parameters in the trace as a run's recorder reads them; autograd saves them too, counted here and not again as activations."
+        );
+    }
     let _ = writeln!(
         out,
         "How: the workload's first steps traced under PyTorch's FakeTensorMode (every op dispatched as on {}, the same kernels and saved tensors; nothing allocated or computed), {} storages allocated and freed, replayed{}.",

@@ -90,6 +90,10 @@ pub(crate) struct TracePeak {
     /// The KV cache's keys and values (a generation's), as the recorder counts them in a run.
     #[serde(default)]
     kv_cache: u64,
+    /// FSDP2's gathered (unsharded) parameters: the root's from its forward to its backward,
+    /// each block's while it runs.
+    #[serde(default)]
+    gathered_parameters: u64,
 }
 
 /// Traces `spec` (which has `torch`) and replays it.
@@ -236,7 +240,14 @@ fn replay(t: &Trace, device: &str, limit: Option<u64>, workspaces: &[u64]) -> To
     let last = |phase: &str| t.ends.iter().rev().find(|e| e.phase == phase);
     let kept =
         |phase: &str, by: &str| last(phase).map_or(0, |e| e.by_phase.get(by).copied().unwrap_or(0));
-    let activations = kept("forward", "forward");
+    // FSDP2's gathered parameters are their own category: the root's, gathered in the forward
+    // and kept to its backward, leave the forward's bytes; at the peak, whatever is gathered.
+    let gathered_after_forward = last("forward").map_or(0, |e| e.gathered_parameters);
+    let activations = kept("forward", "forward").saturating_sub(gathered_after_forward);
+    let gathered = match p.phase.as_str() {
+        "forward" | "backward" => p.gathered_parameters,
+        _ => 0,
+    };
     let gradients = last("backward").map_or(0, |e| e.gradients);
     let optimizer = t
         .ends
@@ -259,8 +270,14 @@ fn replay(t: &Trace, device: &str, limit: Option<u64>, workspaces: &[u64]) -> To
         ("activations".to_string(), activations),
         ("kv_cache".to_string(), kv_cache),
         ("runtime_buffers".to_string(), buffer_bytes + workspaces),
-        ("temporaries".to_string(), p.live.saturating_sub(named)),
+        (
+            "temporaries".to_string(),
+            p.live.saturating_sub(named + gathered),
+        ),
     ]);
+    if t.ends.iter().any(|e| e.gathered_parameters > 0) {
+        categories.insert("gathered_parameters".to_string(), gathered);
+    }
     if !t.bucket_sizes.is_empty() {
         categories.insert("gradient_buckets".to_string(), bucket_bytes);
     }

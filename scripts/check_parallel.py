@@ -14,7 +14,8 @@ parallelism over every rank (`tp:N`), `fsdp+tp:T` FSDP2 over groups of T tensor-
 (run where T divides the world size and is less than it). The measured peak is
 the largest of the steady steps' phase peaks (steps after the first two), counted heap bytes from
 just before the model was built; the predicted one the estimate's allocated peak (tensor
-bytes). For FSDP2 rows PyTorch's own `FSDPMemTracker` (torch.distributed._tools, driven as
+bytes). For FSDP2 rows (`fsdp`, and `fsdp+tp:T`: FSDP2 over the tensor-parallel parameters,
+sharded the same way) PyTorch's own `FSDPMemTracker` (torch.distributed._tools, driven as
 torchtitan's memory estimation drives it: FakeTensorMode, the fake process group, two steps, its
 statistics reset after the first) is run on the same workload and its peak's error printed beside
 memscope's. Exits 1 when a row of memscope's is off by more than --tolerance percent.
@@ -24,6 +25,7 @@ import argparse
 import json
 import os
 import subprocess
+import types
 import sys
 import tempfile
 from pathlib import Path
@@ -41,28 +43,32 @@ def predicted(binary, model, world, plan, batch, seq, out):
     return e["peak_bytes"], e["categories"]
 
 
-def tracker(model, world, batch, seq):
-    """FSDPMemTracker's peak (its `Total`) for rank 0 of `world` FSDP2 ranks, in a subprocess."""
+def tracker(model, world, plan, batch, seq):
+    """FSDPMemTracker's peak (its `Total`) for rank 0 of `world` FSDP2 ranks (`fsdp`, or FSDP2
+    over tensor-parallel groups: `fsdp+tp:T`), in a subprocess."""
     out = subprocess.run([sys.executable, __file__, "--tracker", model, "--worlds", str(world),
-                          "--batch", str(batch), "--seq", str(seq)],
+                          "--plans", plan, "--batch", str(batch), "--seq", str(seq)],
                          check=True, capture_output=True, text=True)
     return int(out.stdout.split()[-1])
 
 
-def tracker_worker(model, world, batch, seq):
+def tracker_worker(model, world, plan, batch, seq):
     import torch
     import transformers
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.distributed._tools.fsdp2_mem_tracker import FSDPMemTracker
 
     from memscope import _contract, _hf, _native
-    from memscope.trace import fake_process_group, fully_shard_blocks
+    from memscope.trace import fake_process_group, sharding_wrap
     text, _ = _native.model_config(model, None)
     cfg = _contract.read_type("ModelConfig", json.loads(text))
     fake_process_group(torch, world)
-    shard = fully_shard_blocks(torch, world, "cpu")
+    name, _, tp = plan.partition(":")
+    job = types.SimpleNamespace(plan=name, world=world, tp=int(tp or 1))
+    shard = sharding_wrap(torch, job, "cpu")
     torch.__future__.set_overwrite_module_params_on_conversion(True)
-    with FakeTensorMode():
+    # FSDP2 over DTensor parameters reads its meshes' rank tensors, real ints (as the trace).
+    with FakeTensorMode(allow_non_fake_inputs=name == "fsdp+tp"):
         m = _hf.build(torch, transformers, cfg, "sdpa")
         shard(m)
         opt, _ = _hf.make_adamw(torch, m.parameters(), 1e-4, torch.float32)
@@ -107,7 +113,7 @@ def main():
     ap.add_argument("--tracker", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.tracker:
-        return tracker_worker(args.tracker, int(args.worlds), args.batch, args.seq)
+        return tracker_worker(args.tracker, int(args.worlds), args.plans, args.batch, args.seq)
     binary = os.environ.get("MEMSCOPE_BIN", "target/release/memscope")
     mib = 2.0 ** 20
     print("| model | ranks | plan | predicted peak | measured peak (worst rank) | error | "
@@ -131,8 +137,8 @@ def main():
                     bad += abs(err) > args.tolerance
                     ranks = " / ".join(f"{m[r] / mib:,.1f}" for r in sorted(m))
                     anchor = "—"
-                    if plan == "fsdp":
-                        t = tracker(model, world, args.batch, args.seq)
+                    if plan.startswith("fsdp"):
+                        t = tracker(model, world, plan, args.batch, args.seq)
                         anchor = f"{t / mib:,.1f} MiB ({(t - worst) / worst * 100:+.2f}%)"
                     print(f"| {model} | {world} | {plan} | {p / mib:,.1f} MiB | "
                           f"{worst / mib:,.1f} MiB | {err:+.2f}% | {anchor} | {ranks} MiB |",

@@ -77,3 +77,45 @@ fn report_compare_and_diff_read_it() {
         );
     }
 }
+
+#[test]
+fn the_memory_table_names_what_the_heap_figures_count() {
+    use memscope::report::summary::memory_table;
+    let labels = |r: &Record| -> Vec<String> {
+        memory_table(r)
+            .rows
+            .iter()
+            .flat_map(|row| [row[0].clone(), row[2].clone()])
+            .collect()
+    };
+    // Counted on the CPU: the counting allocator's heap.
+    let cpu = labels(&record());
+    assert!(cpu.contains(&"heap peak".to_string()), "{cpu:?}");
+    assert!(
+        cpu.contains(&"counting allocator, whole run".to_string()),
+        "{cpu:?}"
+    );
+    // The same Record as if measured on CUDA: the caching allocator's allocated bytes, named.
+    let mut r = record();
+    r.spec.engine.as_mut().unwrap().memory = "cuda allocated".into();
+    let cuda = labels(&r);
+    assert!(
+        cuda.contains(&"CUDA allocated peak".to_string()),
+        "{cuda:?}"
+    );
+    assert!(
+        cuda.contains(&"PyTorch's caching allocator, allocated bytes, whole run".to_string()),
+        "{cuda:?}"
+    );
+    assert!(memscope::report::summary::phase_memory_table(&r)
+        .title
+        .starts_with("CUDA allocated by phase"));
+    // Its load, peak and end rows (RSS, the host process's, keeps its own words).
+    let device_rows = &cuda[2..8];
+    assert!(
+        !device_rows
+            .iter()
+            .any(|l| l.contains("heap") || l.contains("counting")),
+        "{cuda:?}"
+    );
+}

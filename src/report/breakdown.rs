@@ -104,7 +104,11 @@ pub fn reconciliation(r: &Record) -> Option<(Table, String)> {
         bytes(temps as f64)
     );
     let table = Table {
-        title: format!("Heap peak reconciled ({} phase)", rec.peak_phase),
+        title: format!(
+            "{} peak reconciled ({} phase)",
+            crate::report::summary::capitalized(crate::report::summary::heap_kind(r).0),
+            rec.peak_phase
+        ),
         header: ["alive at the peak", "bytes", "share"]
             .map(String::from)
             .to_vec(),

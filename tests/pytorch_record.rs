@@ -119,3 +119,27 @@ fn the_memory_table_names_what_the_heap_figures_count() {
         "{cuda:?}"
     );
 }
+
+/// A Record measured on a GPU: `bench --engine torch --device cuda --nproc 1 --parallel ddp
+/// --model gpt2-small --batch 4 --seq 256` on one NVIDIA H100 (scripts/gpu_check.sh step 7).
+fn cuda_ddp_record() -> Record {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/cuda-ddp-record.json");
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
+#[test]
+fn a_cuda_ddp_run_s_peak_is_set_against_the_nearer_predicted_peak() {
+    use memscope::report::breakdown::breakdown_table;
+    let r = cuda_ddp_record();
+    // Its first two steps held DDP's first buckets (4,334,146,560 B allocated): the estimate's
+    // second-step line (4,313,110,528 B), not the steady step's (3,815,351,296 B), is its match.
+    let t = breakdown_table(&r);
+    let peak = t.rows.last().unwrap();
+    assert_eq!(peak[0], "CUDA allocated peak");
+    assert!(
+        peak[2].contains("DDP's second step, first buckets held"),
+        "{peak:?}"
+    );
+    assert_eq!(peak[3], "-0.5%", "{peak:?}");
+}

@@ -45,15 +45,21 @@ pub fn breakdown_table(r: &Record) -> Table {
         })
         .chain(r.memory.estimate.as_ref().map(|e| {
             let m = r.memory.heap_peak_bytes;
+            // A DDP job on CUDA has two predicted peaks, the steady step's and its second
+            // step's (the first buckets still held): the run's peak is set against the nearer.
+            let (predicted, when) = match &e.ddp_rebuild {
+                Some(d) if d.peak_bytes.abs_diff(m) < e.peak_bytes.abs_diff(m) => (
+                    d.peak_bytes,
+                    "DDP's second step, first buckets held".to_string(),
+                ),
+                _ => (e.peak_bytes, e.peak_phase.clone()),
+            };
             vec![
-                "heap peak".into(),
+                format!("{} peak", crate::report::summary::heap_kind(r).0),
                 bytes(m as f64),
-                format!("{} ({})", bytes(e.peak_bytes as f64), e.peak_phase),
+                format!("{} ({when})", bytes(predicted as f64)),
                 if m > 0 {
-                    format!(
-                        "{:+.1}%",
-                        100.0 * (e.peak_bytes as f64 - m as f64) / m as f64
-                    )
+                    format!("{:+.1}%", 100.0 * (predicted as f64 - m as f64) / m as f64)
                 } else {
                     "—".into()
                 },

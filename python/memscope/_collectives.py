@@ -9,6 +9,8 @@ sight: ``ddp_buckets`` reads the sizes DDP's reducer used from its own logging d
 redistributions under tensor parallelism call ``torch.distributed._functional_collectives``
 (``all_reduce``, ``all_gather_tensor``, ``reduce_scatter_tensor``), wrapped the same way."""
 
+import weakref
+
 # function name -> (the kind reported, which argument holds the sized tensor: index, keyword)
 WATCHED = {
     "all_gather_single": ("all_gather", 0, "output_tensor"),
@@ -52,9 +54,13 @@ class Collectives:
     largest group a call of that kind ran over). Inside a step a call only adds to running
     totals per kind (made once); ``take()``, between steps, does the rest."""
 
-    def __init__(self, dist):
+    def __init__(self, dist, keep_buffers=False):
         self.dist = dist
         self.saved = []  # (module, name, the function it had)
+        # With keep_buffers: weak references to the tensors the watched calls were given (an
+        # all-gather's flat input and output, a reduce-scatter's unreduced input and its output),
+        # which the trace counts while they live (``live_buffers``).
+        self.kept = [] if keep_buffers else None
         # kind -> [calls, bytes, largest group] since the counter was made, and at the last take.
         self.totals = {kind: [0, 0, 0] for kind, _, _ in WATCHED.values()}
         self.taken = {kind: (0, 0) for kind in self.totals}
@@ -63,12 +69,17 @@ class Collectives:
         kind, index, keyword = WATCHED[name]
         total, dist = self.totals[kind], self.dist
 
+        kept = self.kept
+
         def counted(*args, **kwargs):
             t = kwargs.get(keyword, args[index] if len(args) > index else None)
             if t is not None:
                 total[0] += 1
                 total[1] += _nbytes(t)
                 total[2] = max(total[2], _group_size(dist, kwargs.get("group")))
+            if kept is not None:
+                kept.extend(weakref.ref(a) for a in (*args, *kwargs.values())
+                            if hasattr(a, "untyped_storage"))
             return fn(*args, **kwargs)
         return counted
 
@@ -104,6 +115,14 @@ class Collectives:
             setattr(module, name, fn)
         self.saved = []
         return False
+
+    def live_buffers(self):
+        """The tensors the watched calls were given that are still alive (with keep_buffers)."""
+        if self.kept is None:
+            return []
+        alive = [(r, r()) for r in self.kept]
+        self.kept[:] = [r for r, t in alive if t is not None]
+        return [t for _, t in alive if t is not None]
 
     def take(self):
         out = {}

@@ -468,14 +468,29 @@ def trace(request):
         return out
 
     sharded = fsdp_params(eng.model)
+    # The collectives of the last step (the one with the optimizer's state), by kind, and the
+    # buffers they were given.
+    import torch.distributed as dist
+
+    from ._collectives import Collectives
+    counter = Collectives(dist, keep_buffers=True)
 
     def figures():
         # Gradients, the KV cache's keys and values, and FSDP2's gathered parameters: the
         # storages the recorder counts in a run (engine.py's _cache_tensors, session.py's
-        # categories), so the two are counted alike.
-        return {"gradients": sum(sizes(p.grad for p in params if p.grad is not None)),
+        # categories), so the two are counted alike. Then the collectives' buffers still alive
+        # (FSDP2's flat all-gather buffers until their copy-out, a reduce-scatter's unreduced
+        # input until the next one), storages of the other categories left out (a
+        # reduce-scatter's output becomes the sharded gradients).
+        grads = [p.grad for p in params if p.grad is not None]
+        gathered = list(gathered_tensors(sharded))
+        other = {_local(t).untyped_storage()._cdata for t in grads + gathered + params}
+        buffers = (t for t in counter.live_buffers()
+                   if _local(t).untyped_storage()._cdata not in other)
+        return {"gradients": sum(sizes(grads)),
                 "kv_cache": sum(sizes(_cache_tensors(eng._past, torch))),
-                "gathered_parameters": sum(sizes(gathered_tensors(sharded)))}
+                "gathered_parameters": sum(sizes(gathered)),
+                "collective_buffers": sum(sizes(buffers))}
     tr.on_peak = figures
     ids = torch.randint(0, spec.config.vocab_size, (spec.batch, spec.seq))
     with fake:
@@ -489,11 +504,6 @@ def trace(request):
         tr.resized(st, n)
         return out
     torch.UntypedStorage.resize_ = resized
-    # The collectives of the last step (the one with the optimizer's state), by kind.
-    import torch.distributed as dist
-
-    from ._collectives import Collectives
-    counter = Collectives(dist)
     try:
         with fake, _mode(torch, tr), counter, _side_streams(torch, traced_on, tr):
             eng.traced_steps(ids, tr.set_phase, tr.end_phase, on_step=counter.take)

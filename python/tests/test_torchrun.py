@@ -98,6 +98,11 @@ def test_bench_records_every_rank_and_keeps_the_worst(memscope_bin, tmp_path, pl
         forward = [m for m in r["memory"]["series"][-1]["phases"] if m["phase"] == "forward"]
         assert forward[-1]["heap_live_by_category"]["gathered_parameters"] == root, forward
         assert predicted["categories"]["gathered_parameters"] == root + block, predicted
+        # Beside them at that peak, the collectives' buffers (a rank's f32, flat, padded to
+        # 2 × 99,136): the reduce-scatter input of the block just reduced, which FSDP2 holds
+        # until the next reduce-scatter, and the prefetched block's all-gather output before its
+        # copy-out.
+        assert predicted["categories"]["collective_buffers"] == 2 * 2 * 99136 * 4 == 2 * block
         assert "gathered parameters (FSDP2's root)" in p.stdout, p.stdout
     assert "Ranks (heap;" in p.stdout and "(worst)" in p.stdout, p.stdout
     assert not engines_left()

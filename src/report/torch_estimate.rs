@@ -6,11 +6,12 @@ use crate::units::{bytes, thousands};
 use comfy_table::{presets::UTF8_FULL_CONDENSED, CellAlignment, Table};
 use std::fmt::Write;
 
-const CATEGORIES: [&str; 9] = [
+const CATEGORIES: [&str; 10] = [
     "parameters",
     "gradients",
     "optimizer_state",
     "gathered_parameters",
+    "collective_buffers",
     "activations",
     "kv_cache",
     "temporaries",
@@ -53,9 +54,11 @@ pub fn render(f: &TorchEstimateFile) -> String {
     header.extend(f.by_dtype.keys().cloned());
     t.set_header(header);
     for c in CATEGORIES {
-        // DDP's buckets and FSDP2's gathered parameters only where a plan has them.
-        if matches!(c, "gradient_buckets" | "gathered_parameters")
-            && !f.by_dtype.values().any(|e| e.categories.contains_key(c))
+        // DDP's buckets, FSDP2's gathered parameters and buffers only where a plan has them.
+        if matches!(
+            c,
+            "gradient_buckets" | "gathered_parameters" | "collective_buffers"
+        ) && !f.by_dtype.values().any(|e| e.categories.contains_key(c))
         {
             continue;
         }
@@ -112,7 +115,7 @@ pub fn render(f: &TorchEstimateFile) -> String {
     {
         let _ = writeln!(
             out,
-            "Gathered parameters: FSDP2's unsharded copies live at the peak (the root's, gathered from its forward to its backward, and the block that runs), read from FSDP2's own parameters in the trace as a run's recorder reads them; autograd saves them too, counted here and not again as activations."
+            "Gathered parameters: FSDP2's unsharded copies live at the peak (the root's, gathered from its forward to its backward, and the block that runs), read from FSDP2's own parameters in the trace as a run's recorder reads them; autograd saves them too, counted here and not again as activations. Collective buffers: what FSDP2 gave its all-gathers and reduce-scatters, still alive at the peak (a flat all-gather buffer before its copy-out, the last reduce-scatter's unreduced gradients, which FSDP2 holds until the next one), gradients and gathered parameters left out."
         );
     }
     let _ = writeln!(

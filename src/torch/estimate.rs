@@ -94,6 +94,10 @@ pub(crate) struct TracePeak {
     /// each block's while it runs.
     #[serde(default)]
     gathered_parameters: u64,
+    /// The buffers FSDP2's collectives were given, still alive (flat all-gather buffers before
+    /// their copy-out, a reduce-scatter's unreduced input until the next one).
+    #[serde(default)]
+    collective_buffers: u64,
 }
 
 /// Traces `spec` (which has `torch`) and replays it.
@@ -244,9 +248,9 @@ fn replay(t: &Trace, device: &str, limit: Option<u64>, workspaces: &[u64]) -> To
     // and kept to its backward, leave the forward's bytes; at the peak, whatever is gathered.
     let gathered_after_forward = last("forward").map_or(0, |e| e.gathered_parameters);
     let activations = kept("forward", "forward").saturating_sub(gathered_after_forward);
-    let gathered = match p.phase.as_str() {
-        "forward" | "backward" => p.gathered_parameters,
-        _ => 0,
+    let (gathered, collective) = match p.phase.as_str() {
+        "forward" | "backward" => (p.gathered_parameters, p.collective_buffers),
+        _ => (0, 0),
     };
     let gradients = last("backward").map_or(0, |e| e.gradients);
     let optimizer = t
@@ -272,11 +276,13 @@ fn replay(t: &Trace, device: &str, limit: Option<u64>, workspaces: &[u64]) -> To
         ("runtime_buffers".to_string(), buffer_bytes + workspaces),
         (
             "temporaries".to_string(),
-            p.live.saturating_sub(named + gathered),
+            p.live.saturating_sub(named + gathered + collective),
         ),
     ]);
     if t.ends.iter().any(|e| e.gathered_parameters > 0) {
+        // FSDP2's: its gathered parameters and its collectives' buffers.
         categories.insert("gathered_parameters".to_string(), gathered);
+        categories.insert("collective_buffers".to_string(), collective);
     }
     if !t.bucket_sizes.is_empty() {
         categories.insert("gradient_buckets".to_string(), bucket_bytes);

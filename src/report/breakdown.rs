@@ -55,7 +55,7 @@ pub fn breakdown_table(r: &Record) -> Table {
                 _ => (e.peak_bytes, e.peak_phase.clone()),
             };
             vec![
-                format!("{} peak", crate::report::summary::heap_kind(r).0),
+                format!("{} peak", crate::report::heap_kind::heap_kind(r).0),
                 bytes(m as f64),
                 format!("{} ({when})", bytes(predicted as f64)),
                 if m > 0 {
@@ -112,7 +112,7 @@ pub fn reconciliation(r: &Record) -> Option<(Table, String)> {
     let table = Table {
         title: format!(
             "{} peak reconciled ({} phase)",
-            crate::report::summary::capitalized(crate::report::summary::heap_kind(r).0),
+            crate::report::heap_kind::capitalized(crate::report::heap_kind::heap_kind(r).0),
             rec.peak_phase
         ),
         header: ["alive at the peak", "bytes", "share"]

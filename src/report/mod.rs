@@ -6,6 +6,7 @@ pub mod compare;
 pub mod csv;
 pub mod diff;
 pub mod estimate;
+pub mod heap_kind;
 pub mod html;
 pub mod json;
 pub mod leak;

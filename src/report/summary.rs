@@ -200,23 +200,9 @@ pub fn predicted_line(r: &Record) -> Option<String> {
     })
 }
 
-/// What a Record's heap figures count, as a row's name and its source: memscope's counting
-/// allocator, unless another engine's Record says otherwise (on CUDA, the caching allocator's
-/// allocated bytes; without the preloaded allocator, RSS).
-pub fn heap_kind(r: &Record) -> (&'static str, &'static str) {
-    match r.spec.engine.as_ref().map(|e| e.memory.as_str()) {
-        Some("cuda allocated") => (
-            "CUDA allocated",
-            "PyTorch's caching allocator, allocated bytes",
-        ),
-        Some("rss") => ("RSS", "resident set size (no counting allocator)"),
-        _ => ("heap", "counting allocator"),
-    }
-}
-
 pub fn memory_table(r: &Record) -> Table {
     let m = &r.memory;
-    let (heap, counted_by) = heap_kind(r);
+    let (heap, counted_by) = crate::report::heap_kind::heap_kind(r);
     let mut rows = vec![
         vec!["parameters".into(), bytes(m.param_bytes as f64), {
             let sharded = r
@@ -319,7 +305,7 @@ pub fn phase_memory_table(r: &Record) -> Table {
     Table {
         title: format!(
             "{} by phase (peak while it ran; bytes it allocated still live at its end)",
-            capitalized(heap_kind(r).0)
+            crate::report::heap_kind::capitalized(crate::report::heap_kind::heap_kind(r).0)
         ),
         header: row(&[
             "phase",
@@ -473,11 +459,4 @@ pub fn tables(r: &Record) -> Vec<Table> {
     t.extend(crate::report::breakdown::hotspot_tables(r, 8));
     t.extend(crate::report::op_profile::tables(r));
     t
-}
-
-/// `heap` → `Heap`; names already capitalized as they are.
-pub fn capitalized(s: &str) -> String {
-    let mut c = s.chars();
-    c.next()
-        .map_or(String::new(), |f| f.to_uppercase().chain(c).collect())
 }

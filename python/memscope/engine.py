@@ -626,6 +626,12 @@ def main():
             engine.stop = stop
             engine.wrap = wrap
             engine.run()
+        if wrap is not None:
+            # Every rank past its last collective before any tears its process group down: a
+            # rank that destroys gloo's pairs while a peer still reads from them (rank 0
+            # gathering the Records) aborted now and then in a job across nodes.
+            import torch.distributed as dist
+            dist.barrier()
     except (Refused, _contract.ContractError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -67,9 +67,7 @@ class Collectives:
 
     def _wrap(self, name, fn):
         kind, index, keyword = WATCHED[name]
-        total, dist = self.totals[kind], self.dist
-
-        kept = self.kept
+        total, dist, kept = self.totals[kind], self.dist, self.kept
 
         def counted(*args, **kwargs):
             t = kwargs.get(keyword, args[index] if len(args) > index else None)

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# A real single-node Slurm on localhost for tests/slurm.rs: munged, slurmctld and slurmd from Debian's
+# A real Slurm on localhost for tests/slurm.rs and the Python tests: munged, slurmctld and slurmd from Debian's
 # `slurm-wlm` and `munge`, with a generated slurm.conf and every state file under one directory.
 # The host is node $HOST (partition `debug`, the default) and, through a second slurmd (`slurmd
 # -N`), node memscope-n2 as well: partition `two` holds both, for jobs across nodes

@@ -2,7 +2,7 @@
 # Stops the daemons tests/slurm/start.sh started for DIR (by their pid files) and removes DIR.
 set -uo pipefail
 DIR="${1:-${MEMSCOPE_SLURM_DIR:-/tmp/memscope-slurm}}"
-for f in "$DIR"/slurmd-*.pid "$DIR"/slurmctld.pid "$DIR"/munged.pid; do
+for f in "$DIR"/slurmd*.pid "$DIR"/slurmctld.pid "$DIR"/munged.pid; do
   if [ -s "$f" ]; then
     pid="$(cat "$f")"
     kill "$pid" 2>/dev/null

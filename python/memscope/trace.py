@@ -484,7 +484,7 @@ def trace(request):
         # reduce-scatter's output becomes the sharded gradients).
         grads = [p.grad for p in params if p.grad is not None]
         gathered = list(gathered_tensors(sharded))
-        other = {_local(t).untyped_storage()._cdata for t in grads + gathered + params}
+        other = tr.held | {_local(t).untyped_storage()._cdata for t in grads + gathered}
         buffers = (t for t in counter.live_buffers()
                    if _local(t).untyped_storage()._cdata not in other)
         return {"gradients": sum(sizes(grads)),

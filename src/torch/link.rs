@@ -1,8 +1,8 @@
 //! `peaks --engine torch --collectives`: the link between this machine's ranks, measured by
 //! PyTorch's own all-reduce under torchrun (gloo on the CPU, NCCL on CUDA; timed by
 //! `python/memscope/link.py`, seconds only); its latency and bandwidth are the ring formula's
-//! fitted to them (`analysis::collective_time::Link::of_measured`; `peaks` writes the fit in). Cached per machine and
-//! device; `estimate --parallel` takes it when no `--link` is given.
+//! fitted to them (`analysis::collective_time::Link::of_measured`; `peaks` writes the fit in).
+//! Cached per machine and device; `estimate --parallel` takes it when no `--link` is given.
 
 use super::oneshot::answer_from;
 use crate::export::cache_path;

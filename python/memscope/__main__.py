@@ -6,6 +6,7 @@ run without it.
 Any other command (``python -m memscope report run.json -o run.html``) is the ``memscope``
 command-line tool the wheel installed beside this Python (its scripts directory), run as is."""
 
+import importlib.util
 import os
 import runpy
 import shutil
@@ -24,6 +25,24 @@ def _cli():
     return own if os.access(own, os.X_OK) else shutil.which("memscope")
 
 
+def _missing(args):
+    """Why ``run ARGS`` has nothing to run (a script that is not a file, a module Python cannot
+    find), else None: said before the interpreter is started again, not as runpy's traceback."""
+    if args[0] == "-m":
+        if len(args) < 2:
+            return "-m needs a module name"
+        try:
+            found = importlib.util.find_spec(args[1]) is not None
+        except (ImportError, ValueError):
+            found = False
+        return None if found else (f"no module named {args[1]!r} in this Python "
+                                   f"({sys.executable}); install it or check the name")
+    if not os.path.isfile(args[0]):
+        what = "is a directory" if os.path.isdir(args[0]) else "no such file"
+        return f"{args[0]}: {what}; give the training script's path (or -m MODULE)"
+    return None
+
+
 def main(argv):
     if argv and argv[0] not in ("run", "_exec"):
         cli = _cli()
@@ -36,7 +55,14 @@ def main(argv):
     if len(argv) < 2:
         print(USAGE, file=sys.stderr)
         return 2
+    if argv[0] == "run" and argv[1] in ("-h", "--help"):
+        print(USAGE)
+        return 0
     if argv[0] == "run":
+        missing = _missing(argv[1:])
+        if missing:
+            print(f"python -m memscope run: {missing}\n{USAGE}", file=sys.stderr)
+            return 2
         lib = _native.__file__
         env = dict(os.environ)
         env["LD_PRELOAD"] = lib + (" " + env["LD_PRELOAD"] if env.get("LD_PRELOAD") else "")

@@ -191,6 +191,12 @@ def build_record(s, ending):
             "and the script's data held then (beyond the model's parameters, gradients and "
             "optimizer state) are left out, as memscope's torch engine leaves out what was live "
             "before its model was built")
+    if s.baseline_freed:
+        warnings.append(
+            f"the process freed {s.baseline_freed / 2**20:.1f} MiB ({s.baseline_freed} B) of "
+            "what it held before the session started while the loop ran: the left-out baseline "
+            "was lowered by that much when it was freed, so heap figures before and after that "
+            "moment count from different baselines")
     if s._shadowed:
         warnings.append(s._shadowed)
     losses = [json_loss(x["loss"]) for x in steps if x.get("loss") is not None]

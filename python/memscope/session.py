@@ -30,6 +30,23 @@ from ._record import _dtype, build_record, step_from_line
 # Sessions started and not yet closed: closed at the interpreter's exit (an exception nobody
 # caught, a KeyboardInterrupt, sys.exit inside a trainer), so their Record is written.
 _OPEN = weakref.WeakSet()
+# Autograd calls only the innermost saved_tensors_hooks: with two Sessions open, the innermost
+# one's pack hook hands each saved tensor to the session whose model is running its forward
+# (innermost last), else to the one whose model ran last, so neither records the other's model.
+_RUNNING = []
+_LAST = []
+
+
+def _forget_in_child():
+    """A process forked inside a Session is not the one it records: its copies of the open
+    sessions stop (hooks removed, nothing written), so the two processes' steps never mix."""
+    _RUNNING.clear()
+    _LAST.clear()
+    for s in list(_OPEN):
+        s.abandon()
+
+
+os.register_at_fork(after_in_child=_forget_in_child)
 
 
 @atexit.register
@@ -45,11 +62,17 @@ def _close_open_sessions():
 
 
 def _rank(torch):
-    """(rank, world size) under torch.distributed with more than one process, else None."""
+    """(rank, world size) under torch.distributed with more than one process, else from the
+    launcher's environment (torchrun sets RANK and WORLD_SIZE before the script has called
+    init_process_group, or where it never does), else None."""
     d = torch.distributed
     if d.is_available() and d.is_initialized() and d.get_world_size() > 1:
         return d.get_rank(), d.get_world_size()
-    return None
+    try:
+        rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    except (KeyError, ValueError):
+        return None
+    return (rank, world) if world > 1 and 0 <= rank < world else None
 
 
 def _per_rank(path, rank):
@@ -191,6 +214,9 @@ class Session:
         # was live before its model was built; the Record says how much.
         self._exclude_baseline = exclude_baseline and device.type == "cpu"
         self.baseline = 0
+        # What of that the process freed later (the script's data dropped in the loop): the
+        # baseline is lowered by it, so no heap figure reads less than the parameters.
+        self.baseline_freed = 0
         self._counts_own = self.reader.memory == "malloc usable"
         # Phases timed per call (the mean of a step's calls), not summed: generate's decode.
         self.mean_phases = set()
@@ -248,6 +274,7 @@ class Session:
         self._start_reading = self._read()
         m = self.model
         self._handles.append(m.register_forward_pre_hook(self._on_root_forward, with_kwargs=True))
+        self._handles.append(m.register_forward_hook(self._on_root_forward_end, always_call=True))
         if self.by_module:
             for name, sub in m.named_modules():
                 if sub is m:
@@ -302,6 +329,20 @@ class Session:
         self.record = build_record(self, ending)
         self._report()
         return self.record
+
+    def abandon(self):
+        """Stops this session without a Record (a forked child's copy of it): its hooks are
+        removed and nothing is written; the parent's session goes on."""
+        self._closed = True
+        _OPEN.discard(self)
+        if self._sth is not None:
+            self._sth.__exit__(None, None, None)
+            self._sth = None
+        for h in self._handles:
+            h.remove()
+        self._handles.clear()
+        self._jsonl = None  # the parent's file: never written or closed from here
+        self.record_path = None
 
     def discard_step(self, why="the step under way was left out"):
         """Drops the phases since the last ``step()``: a step interrupted by an exception or a
@@ -422,12 +463,18 @@ class Session:
         return self.auto and self._explicit == 0
 
     def _on_root_forward(self, module, args, kwargs):
+        _RUNNING.append(self)
+        _LAST[:] = [weakref.ref(self)]
         if self._shadowed is None and self.torch.is_grad_enabled():
             self._check_hooks()
         if self.batch is None:
             self._infer_shape(args, kwargs)
         if self._auto() and module.training and self.torch.is_grad_enabled():
             self.begin_phase("forward")
+
+    def _on_root_forward_end(self, module, args, output):
+        if self in _RUNNING:
+            del _RUNNING[len(_RUNNING) - 1 - _RUNNING[::-1].index(self)]
 
     def _infer_shape(self, args, kwargs):
         """Batch from the first tensor input; a sequence length only where the input is token
@@ -450,9 +497,9 @@ class Session:
         if hooks is None or hooks[0] == self._pack:
             return
         pack = hooks[0]
-        owner = getattr(pack, "__self__", None)
-        name = "another memscope Session" if isinstance(owner, Session) else \
-            getattr(pack, "__qualname__", repr(pack)).replace(".<locals>", "")
+        if isinstance(getattr(pack, "__self__", None), Session):
+            return  # another Session's: it hands this model's saved tensors to this one
+        name = getattr(pack, "__qualname__", repr(pack)).replace(".<locals>", "")
         self._shadowed = (
             f"activations and the backward phase could not be seen: another saved_tensors_hooks "
             f"({name}) was open over the recorder's, and PyTorch calls only the innermost; "
@@ -469,19 +516,45 @@ class Session:
             self._module_stack.pop()
 
     def _pack(self, t):
+        owner = _RUNNING[-1] if _RUNNING else (_LAST[0]() if _LAST else None)
+        if owner is None or owner._closed:
+            owner = self
+        owner.saved_by_autograd(t)
+        # Detached (the same storage, no grad_fn): autograd passes an op's own output to the
+        # hook as it is, and what the hook returns the op's node holds — the output itself
+        # would hold the node back (output → grad_fn → node → output), a cycle through C++
+        # that Python's collector cannot see, so a forward never followed by a backward (a
+        # validation pass without no_grad) would keep its whole graph.
+        return owner, t.detach()
+
+    @staticmethod
+    def _unpack(packed):
+        owner, t = packed
+        if not owner._closed:
+            owner.unpacked_by_autograd()
+        return t
+
+    def saved_by_autograd(self, t):
+        """A tensor autograd saved while this session's model (or the code after it) ran."""
         if self._auto() and self._phase is None:
             self.begin_phase("forward")
         module = self._module_stack[-1] if self._module_stack else "(outside the model's modules)"
         self.saved.note(t, module)
-        return t
 
-    def _unpack(self, t):
+    def unpacked_by_autograd(self):
+        """Backward read one of them: the backward phase starts at the first."""
         if self._auto() and (self._phase is None or self._phase["name"] == "forward"):
             self.begin_phase("backward")
             self.torch.autograd.Variable._execution_engine.queue_callback(self._backward_done)
-        return t
 
-    def _backward_done(self):
+    def _backward_done(self, again=True):
+        """Autograd's engine runs its final callbacks in the order queued, and runs those that
+        callbacks queue too: queued once more, backward ends after the callbacks queued after
+        its start (DDP's reducer waits there for its last all-reduce), not before them."""
+        if again:
+            self.torch.autograd.Variable._execution_engine.queue_callback(
+                lambda: self._backward_done(again=False))
+            return
         if self._auto() and self._phase is not None and self._phase["name"] == "backward":
             self.end_phase()
 
@@ -596,6 +669,13 @@ class Session:
     def _read(self):
         """The reader's figures less the recorder's own retained bookkeeping (counted heap)."""
         r = self.reader.read()
+        if self.baseline:
+            # Below the parameters once the baseline is left out: the process freed memory it
+            # held before the session started; that much was never the loop's to leave out.
+            over = self.baseline - max(r["live"] - self._own - self.param_bytes, 0)
+            if over > 0:
+                self.baseline -= over
+                self.baseline_freed += over
         less = self._own + self.baseline
         if less:
             r = dict(r)

@@ -306,6 +306,10 @@ pub enum SpecError {
     CompileNeedsTorch,
     #[error("--weights {0}: the torch engine builds transformers' model with seeded random weights and does not load memscope's weight files; drop --weights, or run memscope's own engine (--engine candle) on them")]
     WeightsOnTorch(String),
+    #[error("--seq 1: {model} predicts each next token, and one position has none to predict (transformers' loss over no targets is NaN); use --seq 2 or more")]
+    SeqOneCausal { model: String },
+    #[error("--fusion compile with --parallel {plan}: the torch engine compiles one process's model, not the {plan}-wrapped one, so the job would run without {plan}; drop --fusion compile for a data-parallel job")]
+    CompileParallel { plan: String },
     #[error("--fusion none is memscope's op-by-op candle path; the torch engine runs PyTorch eager (--fusion full, the default) or torch.compile (--fusion compile)")]
     FusionNoneOnTorch,
     #[error("--parallel {plan}: a data-parallel job trains; use --mode train (its {mode} has no gradients to share)")]
@@ -499,6 +503,17 @@ impl Spec {
                 }
                 if self.variant.fusion == crate::model::variant::Fusion::None {
                     return Err(SpecError::FusionNoneOnTorch);
+                }
+                if let Some(p) = t.parallel {
+                    if self.variant.fusion == crate::model::variant::Fusion::Compile {
+                        return Err(SpecError::CompileParallel { plan: p.flag() });
+                    }
+                }
+                if self.seq == 1 && self.mode != Mode::Generate && config.family != Family::Bert
+                {
+                    return Err(SpecError::SeqOneCausal {
+                        model: self.model.clone(),
+                    });
                 }
             }
             None if self.variant.fusion == crate::model::variant::Fusion::Compile => {

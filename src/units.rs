@@ -1,8 +1,8 @@
 //! Units for the whole tool: byte quantities (exact parsing of sizes such as "1.5GiB", "500 MB",
 //! "12,345"; the size flags; human formatting) and durations (the duration flags; short forms).
 //!
-//! Invariants: decimal units are powers of 1000 (KB, MB, GB, TB), binary units powers of 1024 (KiB, MiB,
-//! GiB, TiB). A parsed size is finite and ≥ 0: "NaN", "inf", "1e400" and negative numbers are errors
+//! Invariants: decimal units are powers of 1000 (KB … EB), binary units powers of 1024 (KiB …
+//! EiB). A parsed size is finite and ≥ 0: "NaN", "inf", "1e400" and negative numbers are errors
 //! (Rust's `f64::from_str` accepts "NaN" and "inf", so the grammar is checked before parsing).
 //! Conversion is exact up to the one rounding of the final `f64`: a decimal unit shifts the decimal
 //! exponent of the text before the (correctly rounded) parse, a binary unit multiplies by a power of two.
@@ -21,14 +21,18 @@ pub enum Unit {
     MB,
     GB,
     TB,
+    PB,
+    EB,
     KiB,
     MiB,
     GiB,
     TiB,
+    PiB,
+    EiB,
 }
 
 /// The spellings accepted for units, for error messages.
-pub const UNIT_NAMES: &str = "B, KB, MB, GB, TB, KiB, MiB, GiB, TiB";
+pub const UNIT_NAMES: &str = "B, KB, MB, GB, TB, PB, EB, KiB, MiB, GiB, TiB, PiB, EiB";
 
 impl Unit {
     /// `(decimal exponent, binary exponent)`: the unit is 10^dec × 2^bin bytes.
@@ -39,10 +43,14 @@ impl Unit {
             Unit::MB => (6, 0),
             Unit::GB => (9, 0),
             Unit::TB => (12, 0),
+            Unit::PB => (15, 0),
+            Unit::EB => (18, 0),
             Unit::KiB => (0, 10),
             Unit::MiB => (0, 20),
             Unit::GiB => (0, 30),
             Unit::TiB => (0, 40),
+            Unit::PiB => (0, 50),
+            Unit::EiB => (0, 60),
         }
     }
 
@@ -59,10 +67,14 @@ impl Unit {
             Unit::MB => "MB",
             Unit::GB => "GB",
             Unit::TB => "TB",
+            Unit::PB => "PB",
+            Unit::EB => "EB",
             Unit::KiB => "KiB",
             Unit::MiB => "MiB",
             Unit::GiB => "GiB",
             Unit::TiB => "TiB",
+            Unit::PiB => "PiB",
+            Unit::EiB => "EiB",
         }
     }
 
@@ -75,10 +87,14 @@ impl Unit {
             "mb" => Unit::MB,
             "gb" => Unit::GB,
             "tb" => Unit::TB,
+            "pb" => Unit::PB,
+            "eb" => Unit::EB,
             "kib" => Unit::KiB,
             "mib" => Unit::MiB,
             "gib" => Unit::GiB,
             "tib" => Unit::TiB,
+            "pib" => Unit::PiB,
+            "eib" => Unit::EiB,
             _ => return None,
         })
     }
@@ -215,13 +231,22 @@ enum SizeError {
 
 /// The one size grammar of memscope's flags (`--memory-limit`, `--fits`, `--budget`, `--max-peak`,
 /// …): a plain non-negative number as [`check_number`] reads it (`1.5`, `.5`, `1e9`, `12,345`),
-/// then an optional unit: B, KB, MB, GB, TB (powers of 1000; `K`, `M`, `G`, `T` alone mean the
-/// same) or KiB, MiB, GiB, TiB (powers of 1024), any case, spaces allowed. A bare number is bytes.
+/// then an optional unit: B, KB, MB, GB, TB, PB, EB (powers of 1000; `K`, `M`, `G`, `T` alone mean
+/// the same) or KiB, MiB, GiB, TiB, PiB, EiB (powers of 1024), any case, spaces allowed. A bare
+/// number is bytes.
 fn size_in_bytes(s: &str) -> Result<f64, SizeError> {
     let t = s.trim();
+    // An `e` is the number's exponent when a digit or a sign follows it (`1e9`), else the
+    // unit's first letter (`1EiB`, `2EB`).
+    let exponent = |i: usize| {
+        t[i + 1..]
+            .chars()
+            .next()
+            .is_some_and(|n| n.is_ascii_digit() || n == '+' || n == '-')
+    };
     let split = t
         .char_indices()
-        .find(|&(_, c)| c.is_ascii_alphabetic() && c != 'e' && c != 'E')
+        .find(|&(i, c)| c.is_ascii_alphabetic() && !(matches!(c, 'e' | 'E') && exponent(i)))
         .map(|(i, _)| i)
         .unwrap_or(t.len());
     let (num, unit) = (t[..split].trim(), t[split..].trim());
@@ -424,9 +449,14 @@ pub fn rate(v: f64) -> String {
 /// Parses a byte count for `flag` (the grammar of [`size_in_bytes`]): a whole number of bytes
 /// from 1 B to 16 EiB, rounded to the byte; errors start with the flag and the text.
 pub fn parse_bytes(flag: &str, text: &str) -> anyhow::Result<u64> {
-    let hint = "use a number with B, KB, MB, GB, KiB, MiB or GiB, e.g. 512MiB or 8GiB";
+    let hint = "use a number with B, KB, MB, GB, TB, KiB, MiB, GiB, TiB (… EiB), e.g. 512MiB or 8GiB";
     let b = match size_in_bytes(text) {
-        Ok(b) => b.round(),
+        Ok(b) => {
+            if let Some(note) = bare_decimal_note(flag, text, b) {
+                eprintln!("{note}");
+            }
+            b.round()
+        }
         Err(SizeError::Negative) => bail!("{flag} {text}: sizes are positive; e.g. 512MiB or 8GiB"),
         Err(SizeError::UnknownUnit(u)) => bail!("{flag} {text}: unknown unit \"{u}\"; {hint}"),
         Err(SizeError::Empty | SizeError::Number(_)) => {
@@ -437,6 +467,27 @@ pub fn parse_bytes(flag: &str, text: &str) -> anyhow::Result<u64> {
         bail!("{flag} {text}: must be between 1 B and 16 EiB; {hint}");
     }
     Ok(b as u64)
+}
+
+/// A size written with a bare `K`, `M`, `G` or `T` (`80G`) is read in powers of 1000, which
+/// people often mean as 1024's: the note that says so, with both readings.
+fn bare_decimal_note(flag: &str, text: &str, b: f64) -> Option<String> {
+    let t = text.trim();
+    let last = t.chars().last()?.to_ascii_uppercase();
+    if !matches!(last, 'K' | 'M' | 'G' | 'T') {
+        return None;
+    }
+    let before = t[..t.len() - 1].trim_end().chars().last()?;
+    if !before.is_ascii_digit() && before != '.' {
+        return None;
+    }
+    Some(format!(
+        "note: {flag} {text} is read as {t}B, powers of 1000 ({} B = {}); write {}{}iB for powers of 1024",
+        thousands(b.round() as u64),
+        fmt_bytes(b),
+        t[..t.len() - 1].trim_end(),
+        last
+    ))
 }
 
 /// Parses a duration: a number with ms, s, m or h (a bare number is seconds), e.g. 50ms, 90s, 10m,
@@ -568,6 +619,24 @@ mod tests {
         assert!(parse_bytes("--m", "").is_err());
         assert!(parse_bytes("--m", "0").is_err());
         assert!(parse_bytes("--m", "-1GiB").is_err());
+        // Up to the 16 EiB the range message names.
+        assert_eq!(parse_bytes("--m", "1EiB").unwrap(), 1 << 60);
+        assert_eq!(parse_bytes("--m", "1PiB").unwrap(), 1 << 50);
+        assert_eq!(parse_bytes("--m", "2PB").unwrap(), 2_000_000_000_000_000);
+        let e = parse_bytes("--m", "16EiB").unwrap_err().to_string();
+        assert!(e.contains("between 1 B and 16 EiB"), "{e}");
+    }
+
+    #[test]
+    fn a_bare_decimal_letter_is_said_in_both_readings() {
+        let note = bare_decimal_note("--fits", "80G", 80e9).unwrap();
+        assert_eq!(
+            note,
+            "note: --fits 80G is read as 80GB, powers of 1000 (80,000,000,000 B = 74.5 GiB); write 80GiB for powers of 1024"
+        );
+        for quiet in ["80GiB", "80GB", "512", "1e9"] {
+            assert_eq!(bare_decimal_note("--fits", quiet, 1.0), None, "{quiet}");
+        }
     }
 
     #[test]

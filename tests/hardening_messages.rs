@@ -255,6 +255,14 @@ fn messages_say_what_to_do() {
         "{text}"
     );
     assert!(!text.contains("(--optimizer sgd)"), "{text}");
+    // A causal model's one position has no next token: refused before Python starts, on
+    // every command that runs the torch engine.
+    for cmd in ["estimate", "bench"] {
+        fails_with(
+            &[cmd, "--engine", "torch", "--model", "tiny-gpt2", "--seq", "1"],
+            &["--seq 1: tiny-gpt2 predicts each next token", "use --seq 2 or more"],
+        );
+    }
     // scaling on a Record says what the file is.
     let record = format!("{FIXTURES}/bench-train.json");
     fails_with(

@@ -271,3 +271,17 @@ fn the_link_is_measured_between_torch_ranks_only() {
         &["--nproc 4096: this machine lets memscope use"],
     );
 }
+
+#[test]
+fn compile_is_refused_for_a_job_it_would_run_without_its_plan() {
+    // The engine compiles one process's model: a DDP job compiled so ran without DDP.
+    for cmd in ["estimate", "bench"] {
+        fails_with(
+            &[
+                cmd, "--engine", "torch", "--model", "tiny-gpt2", "--nproc", "2", "--parallel",
+                "ddp", "--fusion", "compile",
+            ],
+            &["--fusion compile with --parallel ddp", "drop --fusion compile"],
+        );
+    }
+}

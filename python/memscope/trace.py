@@ -50,6 +50,7 @@ class Tracer:
         self.ends = []        # each phase run's end: its live bytes, by phase, gradients
         self.ended = True     # the open phase's end is noted (none is open before the first)
         self.ops = {}         # (phase, op, inputs, outputs, flags) -> calls: the last step's
+        self.micro_ops = {}   # the same, of the last micro-batch's forward and backward
         self.stream = 0       # the stream allocations are made on: 0 the compute stream
         self.side = []        # [block id, stream] of each block made on another stream
 
@@ -58,6 +59,8 @@ class Tracer:
             self.end_phase()
         if name == "forward" and self.phases[self.phase] == "optimizer":
             self.ops.clear()  # a new step: the ops counted are the last step's
+        if name == "forward":
+            self.micro_ops = {}  # a new micro-batch
         self.ended = False
         if name not in self.phases:
             self.phases.append(name)
@@ -124,8 +127,21 @@ class Tracer:
 
     def count_op(self, func, args, out):
         """One dispatched op by its signature, for the step time memscope predicts."""
-        key = (self.phases[self.phase],) + signature(func, args, out)
+        phase = self.phases[self.phase]
+        key = (phase,) + signature(func, args, out)
         self.ops[key] = self.ops.get(key, 0) + 1
+        if phase in ("forward", "backward"):
+            self.micro_ops[key] = self.micro_ops.get(key, 0) + 1
+
+    def step_ops(self, micro_batches, traced):
+        """The last step's ops for ``micro_batches`` micro-batches when ``traced`` of them ran:
+        each one past the traced ones dispatches what the last traced one did (its gradients
+        summed into those already there), so the FLOPs and the predicted time scale with
+        --grad-accum while the trace does not."""
+        ops = dict(self.ops)
+        for key, n in self.micro_ops.items():
+            ops[key] = ops.get(key, 0) + (micro_batches - traced) * n
+        return ops
 
     def in_backward(self):
         return self.phases[self.phase] == "backward"
@@ -423,9 +439,10 @@ def trace(request):
 
     from .engine import Engine
     spec = request.spec
+    micro_batches = spec.grad_accum
     # Micro-batches after the second leave the trace exactly as they found it (gradients
     # accumulate in place), so at most three are traced, as memscope's own estimate replays
-    # them: an estimate's cost does not grow with --grad-accum.
+    # them: an estimate's cost does not grow with --grad-accum (its ops are scaled up to it).
     if spec.grad_accum > REPLAYED_MICRO_BATCHES:
         spec = spec.replace(grad_accum=REPLAYED_MICRO_BATCHES)
         request = request.replace(spec=spec)
@@ -492,9 +509,11 @@ def trace(request):
                 "gathered_parameters": sum(sizes(gathered)),
                 "collective_buffers": sum(sizes(buffers))}
     tr.on_peak = figures
-    ids = torch.randint(0, spec.config.vocab_size, (spec.batch, spec.seq))
+    # Made under the fake mode, as the model's tensors are: nothing of the token batch is
+    # allocated, whatever --batch × --seq (a real one of 2^40 ids would not fit).
     with fake:
-        ids = fake.from_tensor(ids).to(eng.device)
+        ids = torch.randint(0, spec.config.vocab_size, (spec.batch, spec.seq),
+                            device=eng.device)
     # FSDP2 frees a gathered parameter by resizing its storage to nothing, and gathers it again
     # into the same storage: each resize is an allocation or a free.
     resize = torch.UntypedStorage.resize_
@@ -527,7 +546,8 @@ def trace(request):
             "events": tr.events, "peak": tr.at_peak or {}, "ends": tr.ends,
             "steps": 1,
             "ops": [[ph, op, [list(i) for i in ins], [list(o) for o in outs], list(fl), n]
-                    for (ph, op, ins, outs, fl), n in tr.ops.items()]}
+                    for (ph, op, ins, outs, fl), n in
+                    tr.step_ops(micro_batches, spec.grad_accum).items()]}
 
 
 def main():

@@ -179,12 +179,9 @@ pub fn cublas_workspace_bytes(config: Option<&str>, capability: Option<(u32, u32
 
 /// `workspaces`: cuBLAS's workspaces on CUDA, allocated before the step's tensors and never
 /// freed (runtime buffers).
-fn replay(t: &Trace, device: &str, limit: Option<u64>, workspaces: &[u64]) -> TorchEstimate {
-    let cuda = device.starts_with("cuda");
-    let count = |n: u64| if cuda { round_size(n) } else { n };
-    let param_bytes: u64 = t.param_sizes.iter().map(|&n| count(n)).sum();
-    let buffer_bytes: u64 = t.buffer_sizes.iter().map(|&n| count(n)).sum();
-    let bucket_bytes: u64 = t.bucket_sizes.iter().map(|&n| count(n)).sum();
+/// The trace's allocations and frees through the caching allocator under `limit`: its reserved
+/// peak and, where an allocation failed under the cap, the first failure.
+fn allocator_replay(t: &Trace, limit: Option<u64>, workspaces: &[u64]) -> (u64, Option<String>) {
     let mut alloc = CachingAllocator::new(limit);
     let mut oom = None;
     let mut handles = Vec::with_capacity(t.events.len());
@@ -211,32 +208,48 @@ fn replay(t: &Trace, device: &str, limit: Option<u64>, workspaces: &[u64]) -> To
         .iter()
         .chain(&t.buffer_sizes)
         .chain(&t.bucket_sizes)
+        .chain(workspaces)
     {
         try_malloc(&mut alloc, n, 0, &mut oom);
     }
-    for &n in workspaces {
-        try_malloc(&mut alloc, n, 0, &mut oom);
-    }
-    let workspaces: u64 = workspaces.iter().map(|&n| round_size(n)).sum();
-    let (mut live, mut peak) = (0u64, 0u64);
-    let mut sizes = Vec::with_capacity(t.events.len());
     let streams: std::collections::HashMap<usize, u32> = t.side_streams.iter().copied().collect();
     for &v in &t.events {
         if v >= 0 {
-            let n = v as u64;
-            let stream = streams.get(&sizes.len()).copied().unwrap_or(0);
-            sizes.push(count(n));
-            live += count(n);
-            peak = peak.max(live);
-            handles.push(try_malloc(&mut alloc, n, stream, &mut oom));
-        } else {
-            let id = (-v - 1) as usize;
-            live -= sizes.get(id).copied().unwrap_or(0);
-            if let Some(Some(h)) = handles.get_mut(id).map(Option::take) {
-                alloc.free(h);
-            }
+            let stream = streams.get(&handles.len()).copied().unwrap_or(0);
+            handles.push(try_malloc(&mut alloc, v as u64, stream, &mut oom));
+        } else if let Some(Some(h)) = handles.get_mut((-v - 1) as usize).map(Option::take) {
+            alloc.free(h);
         }
     }
+    (alloc.peak_reserved, oom)
+}
+
+fn replay(t: &Trace, device: &str, limit: Option<u64>, workspaces: &[u64]) -> TorchEstimate {
+    let cuda = device.starts_with("cuda");
+    let count = |n: u64| if cuda { round_size(n) } else { n };
+    let param_bytes: u64 = t.param_sizes.iter().map(|&n| count(n)).sum();
+    let buffer_bytes: u64 = t.buffer_sizes.iter().map(|&n| count(n)).sum();
+    let bucket_bytes: u64 = t.bucket_sizes.iter().map(|&n| count(n)).sum();
+    let workspace_bytes: u64 = workspaces.iter().map(|&n| round_size(n)).sum();
+    let (mut live, mut peak) = (0u64, 0u64);
+    let mut sizes = Vec::with_capacity(t.events.len());
+    for &v in &t.events {
+        if v >= 0 {
+            sizes.push(count(v as u64));
+            live += count(v as u64);
+            peak = peak.max(live);
+        } else {
+            live -= sizes.get((-v - 1) as usize).copied().unwrap_or(0);
+        }
+    }
+    let (mut peak_reserved, oom) = allocator_replay(t, limit, workspaces);
+    if oom.is_some() {
+        // Under the cap the replay stopped at the first failed allocation, so its reserved
+        // figure is the cap's, not the run's: the reserved peak is the uncapped replay's (what
+        // the run would need), beside the out-of-memory line.
+        peak_reserved = allocator_replay(t, None, workspaces).0;
+    }
+    let workspaces = workspace_bytes;
     // The categories as a run's Record measures them (`analysis::breakdown`): what the last
     // forward left live (activations), the gradients the last backward made, the optimizer's
     // state, the KV cache a generation keeps; temporaries the rest of the peak.
@@ -294,7 +307,7 @@ fn replay(t: &Trace, device: &str, limit: Option<u64>, workspaces: &[u64]) -> To
         categories,
         peak_bytes: peak_total,
         peak_phase: p.phase.clone(),
-        reserved_peak_bytes: cuda.then_some(alloc.peak_reserved),
+        reserved_peak_bytes: cuda.then_some(peak_reserved),
         out_of_memory: oom,
         events: t.events.len(),
         traced_on: t.traced_on.clone(),
@@ -307,7 +320,7 @@ fn replay(t: &Trace, device: &str, limit: Option<u64>, workspaces: &[u64]) -> To
         ddp_rebuild: (cuda && bucket_bytes > 0).then(|| DdpRebuild {
             bucket_bytes,
             peak_bytes: peak_total + bucket_bytes,
-            reserved_peak_bytes: alloc.peak_reserved
+            reserved_peak_bytes: peak_reserved
                 + t.bucket_sizes
                     .iter()
                     .map(|&n| segment_size(round_size(n)))
@@ -318,7 +331,26 @@ fn replay(t: &Trace, device: &str, limit: Option<u64>, workspaces: &[u64]) -> To
 
 #[cfg(test)]
 mod tests {
-    use super::cublas_workspace_bytes;
+    use super::{cublas_workspace_bytes, replay, Trace};
+
+    #[test]
+    fn over_the_cap_the_reserved_peak_is_what_the_run_would_need() {
+        // Three 100 MiB blocks live at once under a 256 MiB cap: the third fails. The reserved
+        // peak is the uncapped replay's (never under the allocated peak), beside the failure.
+        let mib = 1u64 << 20;
+        let t: Trace = serde_json::from_value(serde_json::json!({
+            "traced_on": "cuda", "params": 0, "param_sizes": [], "buffer_sizes": [],
+            "events": [100 * mib, 100 * mib, 100 * mib, -1, -2, -3], "peak": {"phase": "forward"},
+        }))
+        .unwrap();
+        let e = replay(&t, "cuda", Some(256 * mib), &[]);
+        assert!(e.out_of_memory.is_some());
+        assert_eq!(e.peak_bytes, 300 * mib);
+        assert!(e.reserved_peak_bytes.unwrap() >= e.peak_bytes, "{e:?}");
+        let fits = replay(&t, "cuda", Some(400 * mib), &[]);
+        assert!(fits.out_of_memory.is_none());
+        assert_eq!(fits.reserved_peak_bytes, e.reserved_peak_bytes);
+    }
 
     #[test]
     fn cublas_workspaces_follow_the_config_then_the_gpu() {

@@ -509,8 +509,7 @@ impl Spec {
                         return Err(SpecError::CompileParallel { plan: p.flag() });
                     }
                 }
-                if self.seq == 1 && self.mode != Mode::Generate && config.family != Family::Bert
-                {
+                if self.seq == 1 && self.mode != Mode::Generate && config.family != Family::Bert {
                     return Err(SpecError::SeqOneCausal {
                         model: self.model.clone(),
                     });

@@ -449,7 +449,8 @@ pub fn rate(v: f64) -> String {
 /// Parses a byte count for `flag` (the grammar of [`size_in_bytes`]): a whole number of bytes
 /// from 1 B to 16 EiB, rounded to the byte; errors start with the flag and the text.
 pub fn parse_bytes(flag: &str, text: &str) -> anyhow::Result<u64> {
-    let hint = "use a number with B, KB, MB, GB, TB, KiB, MiB, GiB, TiB (… EiB), e.g. 512MiB or 8GiB";
+    let hint =
+        "use a number with B, KB, MB, GB, TB, KiB, MiB, GiB, TiB (… EiB), e.g. 512MiB or 8GiB";
     let b = match size_in_bytes(text) {
         Ok(b) => {
             if let Some(note) = bare_decimal_note(flag, text, b) {

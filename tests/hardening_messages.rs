@@ -259,10 +259,48 @@ fn messages_say_what_to_do() {
     // every command that runs the torch engine.
     for cmd in ["estimate", "bench"] {
         fails_with(
-            &[cmd, "--engine", "torch", "--model", "tiny-gpt2", "--seq", "1"],
-            &["--seq 1: tiny-gpt2 predicts each next token", "use --seq 2 or more"],
+            &[
+                cmd,
+                "--engine",
+                "torch",
+                "--model",
+                "tiny-gpt2",
+                "--seq",
+                "1",
+            ],
+            &[
+                "--seq 1: tiny-gpt2 predicts each next token",
+                "use --seq 2 or more",
+            ],
         );
     }
+    // estimate --engine torch --json is read by report (its categories as bars) and named by
+    // compare and diff, as memscope's own estimate is.
+    let torch_estimate = format!("{FIXTURES}/torch-estimate.json");
+    let html = tempfile::tempdir().unwrap();
+    let page = html.path().join("estimate.html");
+    let out = memscope()
+        .args(["report", &torch_estimate, "-o", page.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = std::fs::read_to_string(&page).unwrap();
+    assert!(text.contains("tiny-gpt2 train b2 s32 f32 on cpu, torch engine"));
+    fails_with(
+        &[
+            "compare",
+            &torch_estimate,
+            &format!("{FIXTURES}/bench-train.json"),
+        ],
+        &[
+            "is a torch estimate and",
+            "a Record: compare takes two Records",
+        ],
+    );
     // scaling on a Record says what the file is.
     let record = format!("{FIXTURES}/bench-train.json");
     fails_with(

@@ -278,10 +278,22 @@ fn compile_is_refused_for_a_job_it_would_run_without_its_plan() {
     for cmd in ["estimate", "bench"] {
         fails_with(
             &[
-                cmd, "--engine", "torch", "--model", "tiny-gpt2", "--nproc", "2", "--parallel",
-                "ddp", "--fusion", "compile",
+                cmd,
+                "--engine",
+                "torch",
+                "--model",
+                "tiny-gpt2",
+                "--nproc",
+                "2",
+                "--parallel",
+                "ddp",
+                "--fusion",
+                "compile",
             ],
-            &["--fusion compile with --parallel ddp", "drop --fusion compile"],
+            &[
+                "--fusion compile with --parallel ddp",
+                "drop --fusion compile",
+            ],
         );
     }
 }

@@ -90,11 +90,11 @@ pub fn run(a: CompareArgs) -> anyhow::Result<ExitCode> {
         (Input::Record(x), Input::Record(y)) => records(x, y, threshold, &p),
         (Input::Sweep(x), Input::Sweep(y)) => sweeps(x, y, threshold, &p),
         (x, y) => bail!(
-            "{} is a {} and {} a {}: compare takes two Records or two sweep JSONL files",
+            "{} is {} and {} {}: compare takes two Records or two sweep JSONL files",
             b.name,
-            x.kind(),
+            x.a_kind(),
             n.name,
-            y.kind()
+            y.a_kind()
         ),
     };
     if !c.workloads_differ.is_empty() && !a.allow_different {

@@ -31,11 +31,11 @@ pub fn run(a: DiffArgs) -> anyhow::Result<ExitCode> {
     let (b, n) = (load(&a.base)?, load(&a.new)?);
     let (Input::Record(x), Input::Record(y)) = (&b.input, &n.input) else {
         bail!(
-            "{} is a {} and {} a {}: diff takes two Records (bench --json, leak --record)",
+            "{} is {} and {} {}: diff takes two Records (bench --json, leak --record)",
             b.name,
-            b.input.kind(),
+            b.input.a_kind(),
             n.name,
-            n.input.kind()
+            n.input.a_kind()
         );
     };
     for (r, named) in [(x, &b), (y, &n)] {

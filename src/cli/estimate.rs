@@ -275,6 +275,9 @@ fn torch_estimate(
         parallel,
     };
     out!("{}", report::torch_estimate::render(&file))?;
+    if spec.variant.fusion == crate::model::variant::Fusion::Compile {
+        out!("\n--fusion compile: the figures above are the eager step's. The trace dispatches each ATen op as eager PyTorch does; torch.compile's fused kernels keep fewer intermediates and run fewer ops, so the compiled step's peak and time differ from these, usually downward, by an amount only a run shows: `memscope bench --engine torch --fusion compile` measures it.\n")?;
+    }
     for t in times {
         out!("\n{t}")?;
     }

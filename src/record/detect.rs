@@ -5,6 +5,7 @@
 //! - a benchmark Record: `bench --json`, `leak --record` (has `schema_version`);
 //! - a leak verdict: `leak --json`, `analyze --json` (has `verdict` and `sentence`);
 //! - an estimate: `estimate --json` (has `categories` and `peak_bytes`, no `schema_version`);
+//! - a torch estimate: `estimate --engine torch --json` (`"kind": "torch-estimate"`);
 //! - a sweep: `sweep --jsonl` (one row per line, each with `status` and `spec`);
 //! - a roofline: `roofline --json` (has `run.roofs` and `sections`);
 //! - a watch: `watch --json` (has `"schema": "memscope-watch"`).
@@ -13,6 +14,7 @@ use crate::record::estimate::EstimateFile;
 use crate::record::leak::LeakReport;
 use crate::record::roofline::RooflineFile;
 use crate::record::sweep_row::Row;
+use crate::record::torch_estimate::TorchEstimateFile;
 use crate::record::watch::{WatchFile, WATCH_SCHEMA};
 use crate::record::{Record, SCHEMA_VERSION};
 use anyhow::{bail, Context};
@@ -24,6 +26,7 @@ pub enum Input {
     Record(Box<Record>),
     Leak(Box<LeakReport>),
     Estimate(Box<EstimateFile>),
+    TorchEstimate(Box<TorchEstimateFile>),
     Sweep(Vec<Row>),
     Roofline(Box<RooflineFile>),
     Watch(Box<WatchFile>),
@@ -35,10 +38,20 @@ impl Input {
             Input::Record(_) => "Record",
             Input::Leak(_) => "leak verdict",
             Input::Estimate(_) => "estimate",
+            Input::TorchEstimate(_) => "torch estimate",
             Input::Sweep(_) => "sweep JSONL",
             Input::Roofline(_) => "roofline",
             Input::Watch(_) => "watch",
         }
+    }
+}
+
+impl Input {
+    /// Its kind with its article: "a Record", "an estimate".
+    pub fn a_kind(&self) -> String {
+        let k = self.kind();
+        let an = k.starts_with(['a', 'e', 'i', 'o', 'u']);
+        format!("{} {k}", if an { "an" } else { "a" })
     }
 }
 
@@ -50,8 +63,8 @@ pub struct Named {
 }
 
 const WHAT: &str = "expected a memscope Record (bench --json, leak --record), a leak verdict \
-                    (leak --json, analyze --json), an estimate (estimate --json), a sweep's --jsonl, a \
-                    roofline --json or a watch --json";
+                    (leak --json, analyze --json), an estimate (estimate --json, either engine), a \
+                    sweep's --jsonl, a roofline --json or a watch --json";
 
 /// Parses one file's text; `name` is the file as the user gave it, used in every error.
 pub fn parse(name: &str, text: &str) -> anyhow::Result<Input> {
@@ -121,6 +134,15 @@ fn parse_value(name: &str, v: Value) -> anyhow::Result<Input> {
             .with_context(|| format!("{name}: schema_version {ver} but not a valid Record"))?;
         return Ok(Input::Record(Box::new(r)));
     }
+    if obj.get("kind").and_then(|k| k.as_str()) == Some(TorchEstimateFile::KIND) {
+        let e: TorchEstimateFile = serde_json::from_value(v).with_context(|| {
+            format!(
+                "{name}: says {} but is not an estimate --engine torch --json file",
+                TorchEstimateFile::KIND
+            )
+        })?;
+        return Ok(Input::TorchEstimate(Box::new(e)));
+    }
     if obj.contains_key("verdict") && obj.contains_key("sentence") {
         let r: LeakReport = serde_json::from_value(v)
             .with_context(|| format!("{name}: has `verdict` but is not a leak verdict"))?;
@@ -144,7 +166,7 @@ fn parse_value(name: &str, v: Value) -> anyhow::Result<Input> {
         return Ok(Input::Roofline(Box::new(r)));
     }
     bail!(
-        "{name}: no `schema_version`, `verdict`, `categories`, `status` or `run.roofs` field; {WHAT}"
+        "{name}: no `schema_version`, `kind`, `verdict`, `categories`, `status` or `run.roofs` field; {WHAT}"
     )
 }
 

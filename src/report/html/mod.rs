@@ -76,6 +76,20 @@ pub fn render(inputs: &[Named]) -> anyhow::Result<String> {
                 leaks.push((i, format!("watch {cmd}"), w.verdict.clone()));
                 watches.push((i, &**w));
             }
+            Input::TorchEstimate(v) => {
+                for (dtype, e) in &v.by_dtype {
+                    let label = format!(
+                        "{} {} b{} s{} {dtype} on {}, torch engine",
+                        v.model, v.mode, v.batch, v.seq, e.device
+                    );
+                    table.push((i, n.name.clone(), format!("estimate: {label}")));
+                    bars.push(Bars {
+                        index: i,
+                        label: format!("#{} estimated ({label})", i + 1),
+                        categories: e.categories.clone(),
+                    });
+                }
+            }
             Input::Estimate(v) => {
                 let label = estimate_label(v);
                 table.push((i, n.name.clone(), format!("estimate: {label}")));

@@ -60,6 +60,23 @@ def read_type(name, value):
     return View(value, root["$defs"][name], name)
 
 
+def check_record_field(section, name, value):
+    """Raises ContractError unless the Record's ``section`` (``spec``, ``model``,
+    ``environment``) has a field ``name`` that ``value`` fits: a caller's ``record_fields``
+    checked when the session is made, not when its Record is written."""
+    root = schema()
+    defs = root["$defs"]
+    sec = _properties(_resolved(root["properties"]["record"], defs), defs).get(section)
+    props = _properties(sec, defs) if sec is not None else {}
+    where = f"record_fields[{section!r}][{name!r}]"
+    if name not in props:
+        raise ContractError(f"{where}: the Record's {section} has no field {name!r} "
+                            f"(it has {', '.join(sorted(props))})")
+    err = _first_error(props[name], value, where, defs)
+    if err:
+        raise ContractError(f"{err} (contract.schema.json)")
+
+
 class View:
     """A checked message read by its contract's field names. A field that is an object is itself a
     View; any other value (numbers, strings, lists, None) is given as it is. A field the message

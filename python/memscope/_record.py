@@ -123,8 +123,10 @@ def build_record(s, ending):
     lr = 0.0
     if s.optimizer is not None and s.optimizer.param_groups:
         lr = float(s.optimizer.param_groups[0].get("lr", 0.0))
-    dist = None
-    if torch.distributed.is_available() and torch.distributed.is_initialized():
+    # The rank the session's files are named by (torch.distributed's, else torchrun's
+    # environment), else the process group's as it is now.
+    dist = s.rank
+    if dist is None and torch.distributed.is_available() and torch.distributed.is_initialized():
         dist = (torch.distributed.get_rank(), torch.distributed.get_world_size())
     engine = {"name": "pytorch", "version": torch.__version__, "device": str(s.device),
               "model_class": type(s.model).__name__, "memory": s.reader.memory}

@@ -23,6 +23,7 @@ from contextlib import contextmanager
 from . import _native
 from ._categories import (SavedTensors, fsdp_params, gathered_tensors, optimizer_tensors,
                           unique_bytes)
+from ._contract import check_record_field
 from ._memory import reader_for, rss_bytes
 from ._outputs import check_paths, move_previous
 from ._record import _dtype, build_record, step_from_line
@@ -89,11 +90,20 @@ def _per_rank(path, rank):
 
 
 def _number(loss):
+    """The loss as a float; a ValueError naming what was given when it is not one number."""
     if loss is None:
         return None
     if hasattr(loss, "detach"):
         loss = loss.detach()
-    return float(loss)
+        if loss.numel() != 1:
+            raise ValueError(f"ms.step(loss): give the step's loss as a number or a one-element "
+                             f"tensor (got a tensor of shape {tuple(loss.shape)}: reduce it, "
+                             "e.g. loss.mean())")
+    try:
+        return float(loss)
+    except (TypeError, ValueError):
+        raise ValueError(f"ms.step(loss): give the step's loss as a number or a one-element "
+                         f"tensor (got {type(loss).__name__})") from None
 
 
 def json_loss(x):
@@ -141,6 +151,10 @@ class Session:
                  name=None, record_fields=None, exclude_baseline=True, profile=None):
         import torch
 
+        if not isinstance(model, torch.nn.Module):
+            raise TypeError(f"Session(model=…): give the torch.nn.Module the loop trains (got "
+                            f"{type(model).__name__} {getattr(model, '__name__', '')!s}".rstrip()
+                            + "); a function that builds it must be called first")
         self.torch = torch
         self.model = model
         self.optimizer = optimizer
@@ -177,6 +191,13 @@ class Session:
         if unknown:
             raise ValueError(f"record_fields: {sorted(unknown)} cannot be set; give fields of "
                              "'spec', 'model' or 'environment'")
+        for section, fields in self.record_fields.items():
+            if not isinstance(fields, dict):
+                raise ValueError(f"record_fields[{section!r}]: give a dict of the Record's "
+                                 f"{section} fields, not {type(fields).__name__}")
+            for name, value in fields.items():
+                # Checked now, naming the field, rather than failing the Record at close.
+                check_record_field(section, name, value)
         self.profiler = None
         if profile is not None:
             from ._profile import StepProfiler, window
@@ -325,6 +346,7 @@ class Session:
             if self._jsonl is not None:
                 self._jsonl.close()
         if not self.steps_closed:
+            self._say_nothing_recorded(ending)
             return None
         self.record = build_record(self, ending)
         self._report()
@@ -388,6 +410,17 @@ class Session:
             f"ms.step() was never called: the session ended a step at each {end} phase "
             f"({self.steps_closed} steps); call ms.step(loss) after each optimizer step to "
             "record the loss and the series as the loop runs")
+
+    def _say_nothing_recorded(self, ending):
+        """No step closed: no Record, and one line on stderr saying why, never silence."""
+        if self.record_path is None:
+            return
+        why = ending or ("no training step was seen: a step's phases start at a forward in "
+                         "train mode with autograd on, a backward or an optimizer step; for an "
+                         "inference loop mark them with `with ms.phase(\"forward\"):` and call "
+                         "ms.step() after each")
+        print(f"memscope: no step recorded, so no Record written to {self.record_path} ({why})",
+              file=sys.stderr)
 
     def _report(self):
         """One line on stderr: where the Record went and what to run next."""
@@ -593,6 +626,7 @@ class Session:
         """Closes a training step (after the optimizer's step): one line in the JSONL series.
         ``loss`` (a number or a scalar tensor) goes into the Record's loss list; a NaN or an
         infinity is kept (as "NaN" / "Infinity") and counted in the Record's warnings."""
+        loss = _number(loss)  # checked before the step is closed: a bad loss loses nothing
         self._user_steps += 1
         self._close_step(loss)
 

@@ -47,11 +47,41 @@ def test_errors_name_what_to_fix():
         memscope.Session(m, opt, record_fields={"memory": {}})
     with pytest.raises(ValueError, match="warmup"):
         memscope.Session(m, opt, warmup=-1)
-    ms = memscope.Session(m, opt, record=None, record_fields={"spec": {"batch": "eight"}})
-    with pytest.raises(ValueError, match="does not fit its schema"):
-        with ms:
-            m(torch.randn(2, 16)).sum().backward()
-            ms.step()
+    # A caller's field of the wrong type, or one the Record does not have, is refused when the
+    # session is made, naming it, not when the Record is written after the loop.
+    with pytest.raises(ValueError, match=r"record_fields\['spec'\]\['batch'\]: expected integer"):
+        memscope.Session(m, opt, record=None, record_fields={"spec": {"batch": "eight"}})
+    with pytest.raises(ValueError, match=r"the Record's model has no field 'nmae'"):
+        memscope.Session(m, opt, record=None, record_fields={"model": {"nmae": "x"}})
+    # A function where the model goes, a loss that is not one number: said by the API's names.
+    with pytest.raises(TypeError, match=r"Session\(model=…\): give the torch.nn.Module"):
+        memscope.Session(tiny, opt, record=None)
+    with memscope.Session(m, opt, record=None, warmup=0) as ms:
+        loss = m(torch.randn(2, 16))
+        loss.sum().backward()
+        with pytest.raises(ValueError, match=r"got a tensor of shape \(2, 4\): reduce it"):
+            ms.step(loss)
+        ms.step(loss.sum())
+    assert len(ms.record["memory"]["series"]) == 1
     # Refused when the session is made, before the loop runs.
     with pytest.raises(ValueError, match="float64"):
         memscope.Session(m.double(), opt, record=None)
+
+
+def test_no_step_recorded_is_said_not_silent(tmp_path):
+    script = tmp_path / "eval_only.py"
+    script.write_text("""
+import torch, torch.nn as nn, memscope
+m = nn.Linear(4, 4)
+with memscope.Session(m, None, record="run.json"):
+    with torch.no_grad():
+        m(torch.randn(2, 4))
+""")
+    import subprocess
+    import sys
+    p = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True,
+                       text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert "no step recorded, so no Record written to" in p.stderr, p.stderr
+    assert "ms.phase(" in p.stderr, p.stderr
+    assert not (tmp_path / "run.json").exists()

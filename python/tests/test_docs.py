@@ -27,3 +27,25 @@ def test_the_plain_loop_in_the_docs_runs_as_written(tmp_path, memscope_bin):
         assert len((tmp_path / "run.steps.jsonl").read_text().splitlines()) == 20
         cli(memscope_bin, "report", "run.json", "-o", "run.html", cwd=tmp_path)
         cli(memscope_bin, "analyze", "run.steps.jsonl", cwd=tmp_path)
+
+
+def test_the_torchrun_recipe_in_the_docs_writes_one_record_per_rank(tmp_path, memscope_bin):
+    # The plain loop as written (no init_process_group) under the docs' torchrun line: each rank
+    # its own Record, and report reads both.
+    (tmp_path / "train.py").write_text(first_python_block())
+    text = (ROOT / "docs" / "pytorch.md").read_text()
+    line = re.search(r"^torchrun (.*) -m memscope run train.py$", text, re.M)
+    assert line, "docs/pytorch.md has no torchrun line for train.py"
+    p = subprocess.run([sys.executable, "-m", "torch.distributed.run"] + line.group(1).split()
+                       + ["-m", "memscope", "run", "train.py"], cwd=tmp_path,
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    for rank in (0, 1):
+        r = load(tmp_path / f"run.rank{rank}.json")
+        assert r["spec"]["engine"]["memory"] == "malloc usable"
+        assert (r["spec"]["engine"]["rank"], r["spec"]["engine"]["world_size"]) == (rank, 2)
+        assert len(r["memory"]["series"]) == 20
+    assert not (tmp_path / "run.json").exists()
+    report = re.search(r"^memscope report (run\.rank0\.json run\.rank1\.json) -o (\S+)", text,
+                       re.M)
+    cli(memscope_bin, "report", *report.group(1).split(), "-o", report.group(2), cwd=tmp_path)

@@ -204,6 +204,10 @@ def build_record(s, ending):
     losses = [json_loss(x["loss"]) for x in steps if x.get("loss") is not None]
     env = json.loads(_native.environment(threads))
     env["allocator"] = s.reader.allocator
+    # The kernels that ran are PyTorch's, chosen by its own CPU dispatch (memscope's native
+    # module, built without its engine, would name its own build's).
+    cap = torch.backends.cpu.get_cpu_capability() if hasattr(torch.backends, "cpu") else None
+    env["isa"] = f"{cap.lower()} (PyTorch's CPU kernels)" if cap else "PyTorch's CPU kernels"
     env["candle_version"] = "not used (PyTorch run)"
     record = {
         "schema_version": _native.SCHEMA_VERSION, "spec": spec, "model": model, "timing": {},

@@ -31,6 +31,7 @@ def test_hand_marked_phases_no_file_and_caller_fields(tmp_path):
     r = ms.record
     assert (r["spec"]["model"], r["spec"]["seed"]) == ("tiny-mlp", 7)
     assert r["spec"]["engine"]["memory"] == "rss"
+    assert r["environment"]["isa"].endswith("(PyTorch's CPU kernels)"), r["environment"]
     assert any("RSS" in w for w in r["warnings"])
     assert [p["phase"] for p in r["memory"]["series"][0]["phases"]] == \
         ["forward", "backward", "optimizer"]

@@ -219,6 +219,20 @@ fn short_coarse_log_with_slowly_falling_plateau() {
 }
 
 #[test]
+fn a_falling_series_says_its_interval_ends_below_zero() {
+    // Heap falling by 600 B a step with little noise: the interval lies below zero, and the
+    // sentence says so rather than "ends at 0 B/step" beside a negative interval.
+    let r = run(&make(12, 200, 1, 64.0, |t| 64.0 * MIB - 600.0 * t));
+    let ci = r.slope_ci_bytes_per_step.expect("an interval");
+    if ci[1] < 0.0 {
+        assert!(r.sentence.contains("ends below zero"), "{}", r.sentence);
+        assert!(!r.sentence.contains("ends at 0 B/step"), "{}", r.sentence);
+    }
+    assert!(ci[1] < 0.0, "{:?}: {}", ci, r.sentence);
+    assert_eq!(r.verdict, Verdict::Plateau, "{}", r.sentence);
+}
+
+#[test]
 fn log_cut_off_mid_warmup_is_never_plateau() {
     let s = make(12, 25, 10, 20.0 * MIB, |t| {
         3.0 * GIB + 8.0 * GIB * (1.0 - (-t / 150.0).exp())

@@ -117,11 +117,21 @@ pub(crate) fn sentence(r: &LeakReport, ctx: &Context) -> String {
                     group(horizon as u64)
                 )),
                 _ => {
-                    if let (Some(b), Some(dp)) = (bound, r.margin_plateau_bytes) {
+                    if let (Some(b), Some(_)) = (bound, r.margin_plateau_bytes) {
+                        if b < 0.0 {
+                            // Said as it is: a falling series' interval ends below zero, not
+                            // at a clamped 0 beside the interval printed elsewhere.
+                            s.push_str(&format!(
+                                " The slope's {conf} interval ends below zero, at {}: memory is falling, not growing.",
+                                rate(b)
+                            ));
+                        }
+                    }
+                    if let (Some(b), Some(dp)) = (bound.filter(|b| *b >= 0.0), r.margin_plateau_bytes) {
                         s.push_str(&format!(
                             " The slope's {conf} interval ends at {}{}: less than {} of growth over the next {} steps.",
-                            rate(b.max(0.0)),
-                            per_hour(b.max(0.0)),
+                            rate(b),
+                            per_hour(b),
                             fmt_bytes(dp),
                             group(horizon as u64)
                         ));

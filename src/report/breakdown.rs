@@ -67,8 +67,10 @@ pub fn breakdown_table(r: &Record) -> Table {
         }))
         .collect();
     Table {
-        title: "Breakdown: measured (counting allocator, by phase) beside `memscope estimate`"
-            .into(),
+        title: format!(
+            "Breakdown: measured ({}, by phase) beside `memscope estimate`",
+            crate::report::heap_kind::heap_kind(r).1
+        ),
         header: ["category", "measured", "estimated", "estimate vs measured"]
             .map(String::from)
             .to_vec(),

@@ -70,7 +70,7 @@ pub fn to_markdown(base: &str, new: &str, d: &MemoryDiff) -> String {
     );
     out += &table(
         "By category (measured)",
-        "heap bytes per category as the counting allocator attributes them (docs/record.md).",
+        "bytes per category as each Record's own measure attributes them (docs/record.md).",
         &d.categories,
         usize::MAX,
     );

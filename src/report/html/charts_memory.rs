@@ -118,16 +118,18 @@ pub fn timeline(records: &[(usize, String, &Record)]) -> anyhow::Result<String> 
         Ok(())
     })?;
     let mut caption = String::from(
-        "heap live: bytes allocated and not freed after each step (counting allocator); heap \
+        "heap live: bytes allocated and not freed after each step (each Record's own measure, \
+         named below: memscope's counting allocator, PyTorch's CUDA allocated bytes, or RSS); heap \
          peak in step: the most live at any moment of that step (▲ the run's highest); RSS: \
          resident set of the process after each step (/proc), which includes freed memory the \
          allocator keeps.<br>",
     );
     for (i, label, r) in &with {
         caption += &format!(
-            "#{} {}: heap peak {} (whole run, load included), heap live at end {}, RSS peak {}.",
+            "#{} {} ({}): peak {} (whole run, load included), live at end {}, RSS peak {}.",
             i + 1,
             esc(label),
+            crate::report::heap_kind::heap_kind(r).1,
             fmt_bytes(r.memory.heap_peak_bytes as f64),
             fmt_bytes(r.memory.heap_live_end_bytes as f64),
             r.memory
@@ -245,8 +247,8 @@ pub fn breakdown(groups: &[Bars]) -> anyhow::Result<String> {
         Ok(())
     })?;
     let mut caption = String::from(
-        "Measured: heap bytes by category as the counting allocator attributes them \
-         (docs/record.md). Estimated: memscope estimate's prediction for the same run.<br>",
+        "Measured: bytes by category as each Record's own measure attributes them (memscope's \
+         counting allocator, or a PyTorch Record's; docs/record.md). Estimated: memscope estimate's prediction for the same run.<br>",
     );
     caption += "Each category is its own size at its own moment (activations as a forward \
                 ends, gradients as a backward ends, the optimizer's state after its step, \

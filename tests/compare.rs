@@ -219,3 +219,30 @@ fn different_workloads_are_refused_unless_allowed_and_then_flagged() {
         );
     }
 }
+
+#[test]
+fn runs_of_two_plans_or_variants_are_said_to_differ_by_their_flags() {
+    // The H100's DDP Record against the same Record made FSDP2 with checkpointing: refused as
+    // unlike runs, naming the plans and the variants by their flags (not Rust's debug text).
+    let dir = tempfile::tempdir().unwrap();
+    let mut v: Value =
+        serde_json::from_str(&std::fs::read_to_string(fixture("cuda-ddp-record.json")).unwrap())
+            .unwrap();
+    std::fs::write(dir.path().join("ddp.json"), v.to_string()).unwrap();
+    v["spec"]["torch"]["parallel"]["plan"] = "fsdp".into();
+    v["spec"]["variant"] = serde_json::json!({"checkpoint": true});
+    std::fs::write(dir.path().join("fsdp.json"), v.to_string()).unwrap();
+    let (code, _, err) = compare(dir.path(), "ddp.json", "fsdp.json", &[]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains(
+            "parallel plan: base --parallel ddp over 1 rank, new --parallel fsdp over 1 rank"
+        ),
+        "{err}"
+    );
+    assert!(
+        err.contains("engine variant: base --attention fused --fusion full --precision pure, new --attention fused --fusion full --precision pure --checkpoint"),
+        "{err}"
+    );
+    assert!(!err.contains("Variant {"), "{err}");
+}

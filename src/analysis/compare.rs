@@ -164,11 +164,8 @@ pub fn workloads_differ(b: &crate::spec::Spec, n: &crate::spec::Spec) -> Vec<Str
             n.new_tokens.to_string(),
         );
     }
-    diff(
-        "engine variant",
-        format!("{:?}", b.variant),
-        format!("{:?}", n.variant),
-    );
+    diff("engine variant", b.variant.flags(), n.variant.flags());
+    diff("parallel plan", plan_of(b), plan_of(n));
     out
 }
 
@@ -178,6 +175,19 @@ fn engine_of(s: &crate::spec::Spec) -> String {
     match &s.engine {
         Some(e) => format!("{} on {}", e.name, e.device),
         None => "memscope's own (candle) on cpu".into(),
+    }
+}
+
+/// A run's data-parallel plan as its flags say it, or one process.
+fn plan_of(s: &crate::spec::Spec) -> String {
+    match s.torch.as_ref().and_then(|t| t.parallel) {
+        Some(p) => format!(
+            "--parallel {} over {} rank{}",
+            p.flag(),
+            p.world,
+            if p.world == 1 { "" } else { "s" }
+        ),
+        None => "one process".into(),
     }
 }
 

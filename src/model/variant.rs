@@ -100,6 +100,21 @@ impl Variant {
     pub fn is_default(&self) -> bool {
         *self == Variant::default()
     }
+
+    /// The variant as the flags that give it: `--attention fused --fusion full --precision
+    /// pure` (and `--checkpoint` when on), for messages that set two variants side by side.
+    pub fn flags(&self) -> String {
+        let mut s = format!(
+            "--attention {} --fusion {} --precision {}",
+            value_name(&self.attention),
+            value_name(&self.fusion),
+            value_name(&self.precision)
+        );
+        if self.checkpoint {
+            s += " --checkpoint";
+        }
+        s
+    }
 }
 
 #[cfg(test)]
@@ -115,4 +130,10 @@ mod tests {
         assert_eq!(v.attention, Attention::Naive);
         assert!(v.checkpoint && v.fusion == Fusion::Full && v.precision == Precision::Pure);
     }
+}
+
+/// A flag value's name as clap spells it.
+fn value_name<T: clap::ValueEnum>(v: &T) -> String {
+    v.to_possible_value()
+        .map_or_else(|| "?".into(), |p| p.get_name().to_string())
 }

@@ -21,6 +21,13 @@ def window(profile):
     ValueError saying what to give."""
     if profile is None:
         return None
+    if isinstance(profile, range):
+        # Kept as a range (membership in O(1)): range(2, 10**7) is not made into ten million
+        # indices.
+        if len(profile) == 0 or profile.start < 0 or profile.step < 0:
+            raise ValueError(f"profile={profile!r}: give the steps to profile as indices from 0 "
+                             "(warm-up included), e.g. range(5, 8)")
+        return profile
     try:
         given = list(profile)
         steps = sorted({int(i) for i in given})
@@ -40,7 +47,7 @@ class StepProfiler:
         """``live``: the bytes live now, for each module's temporaries (None: not measured)."""
         self.torch, self.model, self.device = torch, model, device
         self.live = live
-        self.window = set(steps)
+        self.window = steps if isinstance(steps, range) else set(steps)
         self.asked = steps
         self.timer = None
         self.mode = None
@@ -97,9 +104,21 @@ class StepProfiler:
             self.hooks = []
         self.timer.settle()
 
-    def result(self, plain_ms):
+    def described(self):
+        """The window as the user gave it, short: its steps when few, else the range."""
+        if isinstance(self.asked, range) and len(self.asked) > 20:
+            return repr(self.asked)
+        return repr(list(self.asked))
+
+    def asked_within(self, steps):
+        """The asked steps among the run's ``steps`` (the Record holds those, not a window's
+        whole reach past the run's end)."""
+        return [i for i in range(steps) if i in self.window]
+
+    def result(self, plain_ms, steps):
         """The Record's ``profile`` (None when no step of the window ran); ``plain_ms``: the
-        measured steps' times outside the window, for the cost of profiling."""
+        measured steps' times outside the window, for the cost of profiling; ``steps``: the
+        steps the run closed."""
         self.stop()
         if not self.done:
             return None
@@ -108,7 +127,7 @@ class StepProfiler:
                 "outputs": [list(o) for o in outs], "flags": list(fl), "calls": c / n,
                 "seconds": secs / n}
                for (ph, mod, op, ins, outs, fl), (c, secs) in self.timer.ops.items() if ph]
-        return {"steps": [i for i, _ in self.done], "asked": self.asked,
+        return {"steps": [i for i, _ in self.done], "asked": self.asked_within(steps),
                 "device": str(self.device), "torch": self.torch.__version__,
                 "profiled_step_ms": _median(ms for _, ms in self.done),
                 "plain_step_ms": _median(plain_ms) if plain_ms else None,

@@ -219,7 +219,7 @@ def build_record(s, ending):
         profiled = {i for i, _ in s.profiler.done}
         plain = [x["times_ms"]["step"] for x in measured
                  if x["step"] not in profiled and "step" in x["times_ms"]]
-        p = s.profiler.result(plain)
+        p = s.profiler.result(plain, len(steps))
         if p is not None:
             record["profile"] = p
             timed = [x for x in measured if x["step"] not in profiled]
@@ -229,8 +229,12 @@ def build_record(s, ending):
                                 f"the timing statistics are the other {len(timed)} measured "
                                 "steps'")
                 measured = timed
+            else:
+                warnings.append(f"every measured step was profiled (steps {sorted(profiled)}): "
+                                "the timing statistics include the op timer's own cost; "
+                                "profile fewer steps than the run measures for plain timings")
         else:
-            warnings.append(f"profile={s.profiler.asked}: no step of the window ran (the run "
+            warnings.append(f"profile={s.profiler.described()}: no step of the window ran (the run "
                             f"closed {len(steps)} steps)")
     for section, fields in s.record_fields.items():
         record[section].update(fields)

@@ -34,6 +34,23 @@ def test_a_window_the_run_never_reaches_is_said(tmp_path):
     assert any("profile=[10, 11]: no step of the window ran" in w for w in r["warnings"])
 
 
+def test_a_window_past_the_run_is_not_made_into_its_steps(tmp_path):
+    # range(2, 10**7) on a 5-step run: the Record holds the window's steps the run had, and
+    # every measured step profiled is said (their times include the op timer's).
+    model = torch.nn.Linear(8, 8)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with memscope.Session(model, opt, record=tmp_path / "r.json", warmup=2,
+                          profile=range(2, 10**7)) as ms:
+        for _ in range(5):
+            model(torch.randn(2, 8)).sum().backward()
+            opt.step()
+            ms.step()
+    assert (tmp_path / "r.json").stat().st_size < 2**20
+    r = json.loads((tmp_path / "r.json").read_text())
+    assert r["profile"]["asked"] == [2, 3, 4] and r["profile"]["steps"] == [2, 3, 4]
+    assert any("every measured step was profiled" in w for w in r["warnings"]), r["warnings"]
+
+
 def test_the_window_adds_ops_by_module_and_the_report_draws_them(memscope_bin, tmp_path):
     run_script("profiled.py", tmp_path, tmp_path / "run.json")
     r = json.loads((tmp_path / "run.json").read_text())

@@ -523,6 +523,42 @@ impl Spec {
         Ok(())
     }
 
+    /// The columns a table row of this run carries so rows of unlike runs are told apart: the
+    /// engine (`candle`, `torch`, or a recorded loop's `pytorch`), the device, the data-parallel
+    /// plan as `--parallel` takes it (empty for one process), the ranks, and what the row's heap
+    /// figures count.
+    pub fn run_columns(&self) -> [String; 5] {
+        let (engine, device, memory) = match (&self.engine, &self.torch) {
+            (Some(e), _) => (e.name.clone(), e.device.clone(), e.memory.clone()),
+            (None, Some(t)) => (
+                "torch".into(),
+                t.device.clone(),
+                if t.is_cuda() {
+                    "cuda allocated".into()
+                } else {
+                    "malloc usable".into()
+                },
+            ),
+            (None, None) => (
+                "candle".into(),
+                "cpu".into(),
+                "heap (counting allocator)".into(),
+            ),
+        };
+        let parallel = self.torch.as_ref().and_then(|t| t.parallel);
+        [
+            engine,
+            device,
+            parallel.map_or(String::new(), |p| p.flag()),
+            parallel.map_or(1, |p| p.world).to_string(),
+            memory,
+        ]
+    }
+
+    /// Their column names.
+    pub const RUN_COLUMNS: [&'static str; 5] =
+        ["engine", "device", "plan", "world", "heap_measures"];
+
     /// The architecture to build. Every Spec that runs passed [`Spec::validate`], which refuses
     /// one without a config (only a Python-recorded Record's Spec lacks it).
     pub fn arch(&self) -> &ModelConfig {

@@ -89,6 +89,17 @@ fn bench_train_writes_a_complete_record_csv_and_markdown() {
             "terminal summary lacks {needle:?}:\n{text}"
         );
     }
+    let csv_text = std::fs::read_to_string(&c).unwrap();
+    let mut csv_lines = csv_text.lines();
+    let (head, row) = (csv_lines.next().unwrap(), csv_lines.next().unwrap());
+    assert!(
+        head.ends_with(",engine,device,plan,world,heap_measures"),
+        "{head}"
+    );
+    assert!(
+        row.ends_with(",candle,cpu,,1,heap (counting allocator)"),
+        "{row}"
+    );
     let r = read_json(&j);
     assert_eq!(r["schema_version"], 1);
     for k in [

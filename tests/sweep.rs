@@ -123,7 +123,20 @@ fn one_configuration_over_the_memory_limit_is_an_oom_row_and_the_sweep_carries_o
     assert!(r[0]["summary"]["heap_peak_bytes"].as_u64().unwrap() > 0);
     assert_eq!(r[0]["enforcement"], "RLIMIT_DATA + PSS watchdog");
     assert!(stdout.contains("enforced by RLIMIT_DATA"), "{stdout}");
-    assert_eq!(std::fs::read_to_string(&csv).unwrap().lines().count(), 5);
+    let csv_text = std::fs::read_to_string(&csv).unwrap();
+    assert_eq!(csv_text.lines().count(), 5);
+    // Each row says which engine, device and plan made it, and what its heap figures count.
+    let lines: Vec<&str> = csv_text.lines().collect();
+    assert!(
+        lines[0].ends_with(",engine,device,plan,world,heap_measures"),
+        "{}",
+        lines[0]
+    );
+    assert!(
+        lines[1].ends_with(",candle,cpu,,1,heap (counting allocator)"),
+        "{}",
+        lines[1]
+    );
     assert!(std::fs::read_to_string(&md).unwrap().contains("| oom |"));
 
     // `memscope scaling` reads the rows back.

@@ -63,6 +63,7 @@ impl Export for Csv {
                 "optimizer_retained_bytes",
             ]
             .iter()
+            .chain(&crate::spec::Spec::RUN_COLUMNS)
             .map(|s| s.to_string()),
         );
         let mut table = Table::new(header);
@@ -120,6 +121,7 @@ impl Export for Csv {
                 retained("backward"),
                 retained("optimizer"),
             ]);
+            row.extend(s.run_columns());
             table.push(row);
         }
         table.csv()

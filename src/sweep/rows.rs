@@ -92,12 +92,12 @@ const CSV_HEADER: [&str; 22] = [
 ];
 
 pub fn to_csv(rows: &[Row]) -> anyhow::Result<String> {
-    let mut table = Table::new(CSV_HEADER);
+    let mut table = Table::new(CSV_HEADER.into_iter().chain(crate::spec::Spec::RUN_COLUMNS));
     let opt = |v: Option<String>| v.unwrap_or_default();
     for r in rows {
         let s = r.summary.as_ref();
         let ranks = s.and_then(|s| s.ranks.as_ref());
-        table.push([
+        let mut row = vec![
             r.index.to_string(),
             r.status.name().to_string(),
             opt(r.reason.clone()),
@@ -129,7 +129,9 @@ pub fn to_csv(rows: &[Row]) -> anyhow::Result<String> {
                     .collect::<Vec<_>>()
                     .join(" ")
             })),
-        ]);
+        ];
+        row.extend(r.spec.run_columns());
+        table.push(row);
     }
     table.csv()
 }

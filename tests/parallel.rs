@@ -26,6 +26,13 @@ fn a_job_needs_both_its_ranks_and_its_plan() {
         &with(&["--parallel", "ddp", "--nproc", "0"]),
         &["--nproc 0: a job has at least 1 rank"],
     );
+    // A bound, said before a trace that would run for many minutes without a word.
+    for plan in ["fsdp", "fsdp+tp:2"] {
+        fails_with(
+            &with(&["--parallel", plan, "--nproc", "100000"]),
+            &["--nproc 100000: at most 16384 ranks"],
+        );
+    }
 }
 
 #[test]

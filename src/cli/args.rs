@@ -161,6 +161,12 @@ impl EngineArgs {
         if world == 0 {
             bail!("--nproc 0: a job has at least 1 rank");
         }
+        if world > MAX_WORLD {
+            bail!("--nproc {world}: at most {MAX_WORLD} ranks (the largest published training jobs, Llama 3's 16,384 GPUs); PyTorch's mesh set-up under the fake process group grows with the ranks (4,000 take about 30 s on 2 cores), so a larger job would trace for many minutes");
+        }
+        if world > 1024 {
+            eprintln!("note: --nproc {world}: setting up a {world}-rank mesh takes PyTorch a while (4,000 ranks about 30 s on 2 cores) before the step is traced");
+        }
         let (plan, tp) = match plan.split_once(':') {
             None if plan == "ddp" => (ParallelPlan::Ddp, 1),
             None if plan == "fsdp" => (ParallelPlan::Fsdp, 1),
@@ -186,6 +192,9 @@ impl EngineArgs {
         }))
     }
 }
+
+/// The most ranks `--nproc` takes.
+pub const MAX_WORLD: usize = 16_384;
 
 /// `T` of `--parallel tp:T` / `fsdp+tp:T`: a whole number of ranks, at least 1.
 fn tp_degree(plan: &str, t: &str) -> anyhow::Result<usize> {

@@ -303,6 +303,12 @@ fn predicted_time(
 ) -> String {
     let threads = threads.unwrap_or_else(crate::measure::threads::all_cores);
     let Some(peaks) = crate::torch::peaks::cached(&e.device, threads) else {
+        if let Some(why) = crate::torch::peaks::cache_problem(&e.device, threads) {
+            return format!(
+                "No predicted step time: {why}; `memscope peaks --engine torch --device {} --threads {threads} --refresh` measures them again.",
+                e.device
+            );
+        }
         return format!(
             "No predicted step time: no roofs measured for {} at {threads} threads; `memscope peaks --engine torch --device {} --threads {threads}` measures them once (seconds), then this estimate predicts the step's time.",
             e.device, e.device

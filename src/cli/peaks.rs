@@ -79,6 +79,7 @@ pub fn run(a: PeaksArgs) -> anyhow::Result<ExitCode> {
             format!("cached in {} (--refresh to measure again)", path.display()),
         ),
         None => {
+            let _lock = measure_lock(&peaks::fingerprint(threads))?;
             let p = peaks::measure(threads, rows, &shapes)?;
             let source = save_peaks(&p.fingerprint, &serde_json::to_string_pretty(&p)?);
             (p, source)
@@ -122,12 +123,20 @@ fn torch_peaks(
             (p, source)
         }
         None => {
+            let _lock = measure_lock(&peaks::fingerprint(device, threads))?;
             let p = peaks::measure(device, threads, &shapes)?;
             let source = save_peaks(&p.fingerprint, &serde_json::to_string_pretty(&p)?);
             (p, source)
         }
     };
     finish(a, &p, crate::report::peaks::render_torch(&p, &source))
+}
+
+/// The measuring lock of `fingerprint`, saying on stderr when another `peaks` holds it.
+fn measure_lock(fingerprint: &str) -> anyhow::Result<crate::export::MeasureLock> {
+    crate::export::measure_lock(fingerprint, || {
+        eprintln!("memscope peaks: another `memscope peaks` is measuring this machine; waiting for it, so the two do not time each other's contention");
+    })
 }
 
 /// `--collectives`: the link between `--nproc` ranks (default 2), measured or cached.

@@ -36,3 +36,30 @@ pub fn save_peaks(fingerprint: &str, text: &str) -> String {
         Err(e) => format!("measured now; not cached ({e:#}; set MEMSCOPE_CACHE_DIR)"),
     }
 }
+
+/// Held while one process measures a machine's peaks: a second `memscope peaks` for the same
+/// fingerprint waits for it rather than measuring beside it (two measuring at once contend for
+/// the cores and cache each other's contended roofs). Released when dropped.
+pub struct MeasureLock(#[allow(dead_code)] std::fs::File);
+
+/// Takes the measuring lock of `fingerprint` (a `.lock` file beside its cache file), waiting
+/// for another process that holds it; `waiting` is called once when it has to wait.
+pub fn measure_lock(fingerprint: &str, waiting: impl FnOnce()) -> anyhow::Result<MeasureLock> {
+    use std::os::fd::AsRawFd;
+    std::fs::create_dir_all(cache_dir())?;
+    let path = cache_path(fingerprint).with_extension("lock");
+    let f = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .map_err(|e| anyhow::anyhow!("{}: {e}; set MEMSCOPE_CACHE_DIR", path.display()))?;
+    // SAFETY: flock on a descriptor this function owns; no memory is passed.
+    if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+        waiting();
+        if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX) } != 0 {
+            anyhow::bail!("{}: {}", path.display(), std::io::Error::last_os_error());
+        }
+    }
+    Ok(MeasureLock(f))
+}

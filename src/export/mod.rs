@@ -30,7 +30,7 @@ mod stdout;
 pub mod table;
 mod write;
 
-pub use cache::{cache_dir, cache_path, save_peaks};
+pub use cache::{cache_dir, cache_path, measure_lock, save_peaks, MeasureLock};
 pub use paths::{check_outputs, check_parent_dir, is_stdout};
 #[cfg(feature = "engine")]
 pub use safetensors::write_safetensors;

@@ -23,9 +23,14 @@ impl Rate {
         }
     }
 
-    /// Best finite and positive, median finite and not negative (a cache worth reading).
+    /// Best finite, from 10⁻⁶ to 10¹² (GFLOP/s, GB/s or calls/s: beyond any machine either
+    /// way; a hand-edited 1e-300 or 1e308 is not a roof), median finite and not negative (a
+    /// cache worth reading).
     pub fn plausible(&self) -> bool {
-        self.best.is_finite() && self.best > 0.0 && self.median.is_finite() && self.median >= 0.0
+        self.best.is_finite()
+            && (1e-6..=1e12).contains(&self.best)
+            && self.median.is_finite()
+            && self.median >= 0.0
     }
 }
 

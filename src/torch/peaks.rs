@@ -140,6 +140,32 @@ pub fn cached(device: &str, threads: usize) -> Option<TorchPeaks> {
     (p.fingerprint == fp && p.plausible()).then_some(p)
 }
 
+/// Why the cache file for `device` and `threads`, which exists, gives no roofs (not JSON, cut
+/// off, another machine's, implausible rates), naming the file; None when there is no file or it
+/// is fine.
+pub fn cache_problem(device: &str, threads: usize) -> Option<String> {
+    let fp = fingerprint(device, threads);
+    let path = cache_path(&fp);
+    if !path.exists() {
+        return None;
+    }
+    let why = match crate::capped::read_capped_string(&path, 16 << 20, "peaks cache") {
+        Err(e) => format!("{e:#}"),
+        Ok(text) => match serde_json::from_str::<TorchPeaks>(&text) {
+            Err(e) => format!("not a peaks file ({e})"),
+            Ok(p) if p.fingerprint != fp => "measured on another machine or set-up".into(),
+            Ok(p) if !p.plausible() => {
+                "its rates are not plausible (each must lie between 1e-6 and 1e12)".into()
+            }
+            Ok(_) => return None,
+        },
+    };
+    Some(format!(
+        "the cache file {} gives no roofs: {why}",
+        path.display()
+    ))
+}
+
 /// Measures the roofs on `device` (`cpu`, `cuda`, `cuda:N`) with `threads` CPU threads, timing
 /// `shapes` ((name, rows, in, out)) too.
 pub fn measure(

@@ -301,6 +301,22 @@ fn messages_say_what_to_do() {
             "a Record: compare takes two Records",
         ],
     );
+    // A Record with a field of the wrong kind: the field is named.
+    let mut v: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(format!("{FIXTURES}/bench-train.json")).unwrap(),
+    )
+    .unwrap();
+    v["memory"]["heap_peak_bytes"] = (-5).into();
+    let neg = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(neg.path(), v.to_string()).unwrap();
+    fails_with(
+        &[
+            "diff",
+            neg.path().to_str().unwrap(),
+            &format!("{FIXTURES}/bench-train.json"),
+        ],
+        &["field `memory.heap_peak_bytes`: invalid value: integer `-5`, expected u64"],
+    );
     // scaling on a Record says what the file is.
     let record = format!("{FIXTURES}/bench-train.json");
     fails_with(

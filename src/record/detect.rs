@@ -104,8 +104,8 @@ pub fn parse(name: &str, text: &str) -> anyhow::Result<Input> {
                 i + 1
             );
         }
-        let row: Row = serde_json::from_value(v)
-            .with_context(|| format!("{name}: line {}: not a sweep row", i + 1))?;
+        let row: Row =
+            typed(v).with_context(|| format!("{name}: line {}: not a sweep row", i + 1))?;
         rows.push(row);
     }
     Ok(Input::Sweep(rows))
@@ -116,7 +116,7 @@ fn parse_value(name: &str, v: Value) -> anyhow::Result<Input> {
         bail!("{name}: the JSON is not an object; {WHAT}");
     };
     if obj.get("schema").and_then(|s| s.as_str()) == Some(WATCH_SCHEMA) {
-        let w: WatchFile = serde_json::from_value(v).with_context(|| {
+        let w: WatchFile = typed(v).with_context(|| {
             format!("{name}: says memscope-watch but is not a watch --json file")
         })?;
         return Ok(Input::Watch(Box::new(w)));
@@ -130,12 +130,12 @@ fn parse_value(name: &str, v: Value) -> anyhow::Result<Input> {
                  that wrote it)"
             );
         }
-        let r: Record = serde_json::from_value(v)
+        let r: Record = typed(v)
             .with_context(|| format!("{name}: schema_version {ver} but not a valid Record"))?;
         return Ok(Input::Record(Box::new(r)));
     }
     if obj.get("kind").and_then(|k| k.as_str()) == Some(TorchEstimateFile::KIND) {
-        let e: TorchEstimateFile = serde_json::from_value(v).with_context(|| {
+        let e: TorchEstimateFile = typed(v).with_context(|| {
             format!(
                 "{name}: says {} but is not an estimate --engine torch --json file",
                 TorchEstimateFile::KIND
@@ -144,23 +144,23 @@ fn parse_value(name: &str, v: Value) -> anyhow::Result<Input> {
         return Ok(Input::TorchEstimate(Box::new(e)));
     }
     if obj.contains_key("verdict") && obj.contains_key("sentence") {
-        let r: LeakReport = serde_json::from_value(v)
-            .with_context(|| format!("{name}: has `verdict` but is not a leak verdict"))?;
+        let r: LeakReport =
+            typed(v).with_context(|| format!("{name}: has `verdict` but is not a leak verdict"))?;
         return Ok(Input::Leak(Box::new(r)));
     }
     if obj.contains_key("categories") && obj.contains_key("peak_bytes") {
-        let e: EstimateFile = serde_json::from_value(v).with_context(|| {
+        let e: EstimateFile = typed(v).with_context(|| {
             format!("{name}: has `categories` and `peak_bytes` but is not an estimate --json file")
         })?;
         return Ok(Input::Estimate(Box::new(e)));
     }
     if obj.contains_key("status") && obj.contains_key("spec") {
-        let row: Row = serde_json::from_value(v)
-            .with_context(|| format!("{name}: has `status` but is not a sweep row"))?;
+        let row: Row =
+            typed(v).with_context(|| format!("{name}: has `status` but is not a sweep row"))?;
         return Ok(Input::Sweep(vec![row]));
     }
     if obj.get("run").is_some_and(|r| r.get("roofs").is_some()) && obj.contains_key("sections") {
-        let r: RooflineFile = serde_json::from_value(v).with_context(|| {
+        let r: RooflineFile = typed(v).with_context(|| {
             format!("{name}: has `run.roofs` but is not a roofline --json file")
         })?;
         return Ok(Input::Roofline(Box::new(r)));
@@ -168,6 +168,20 @@ fn parse_value(name: &str, v: Value) -> anyhow::Result<Input> {
     bail!(
         "{name}: no `schema_version`, `kind`, `verdict`, `categories`, `status` or `run.roofs` field; {WHAT}"
     )
+}
+
+/// `v` as `T`, an error naming the field that does not fit (`memory.heap_peak_bytes: invalid
+/// value: integer \`-5\`, expected u64`), not serde's message alone.
+fn typed<T: serde::de::DeserializeOwned>(v: Value) -> anyhow::Result<T> {
+    serde_path_to_error::deserialize(v).map_err(|e| {
+        let path = e.path().to_string();
+        let inner = e.into_inner();
+        if path == "." {
+            anyhow::anyhow!("{inner}")
+        } else {
+            anyhow::anyhow!("field `{path}`: {inner}")
+        }
+    })
 }
 
 /// Reads and parses `path`.

@@ -236,7 +236,7 @@ pub fn parse_device(text: &str) -> Result<String, SpecError> {
         || text == "cuda"
         || text
             .strip_prefix("cuda:")
-            .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()));
+            .is_some_and(|n| n.parse::<u16>().is_ok_and(|i| i < 1024) && !n.starts_with('+'));
     if ok {
         Ok(text.to_string())
     } else {
@@ -298,7 +298,7 @@ pub enum SpecError {
     },
     #[error("spec.config is missing: this Spec comes from the Record of a user's own PyTorch model ({0}), which memscope cannot build or run; run a preset (--model) or a config file (--config)")]
     NoConfig(String),
-    #[error("--device {0}: use cpu, cuda or cuda:N (N: the GPU's index)")]
+    #[error("--device {0}: use cpu, cuda or cuda:N (N: the GPU's index, 0 to 1023)")]
     BadDevice(String),
     #[error("--device {0} needs --engine torch: memscope's own engine runs on the CPU")]
     DeviceNeedsTorch(String),

@@ -301,6 +301,19 @@ fn messages_say_what_to_do() {
             "a Record: compare takes two Records",
         ],
     );
+    // A GPU index no machine has is refused before Python starts.
+    fails_with(
+        &[
+            "estimate",
+            "--engine",
+            "torch",
+            "--model",
+            "tiny-gpt2",
+            "--device",
+            "cuda:99999",
+        ],
+        &["--device cuda:99999: use cpu, cuda or cuda:N (N: the GPU's index, 0 to 1023)"],
+    );
     // A Record with a field of the wrong kind: the field is named.
     let mut v: serde_json::Value = serde_json::from_str(
         &std::fs::read_to_string(format!("{FIXTURES}/bench-train.json")).unwrap(),

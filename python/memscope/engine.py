@@ -97,6 +97,11 @@ class Engine:
             if self.device.index is None:
                 index = int(os.environ.get("LOCAL_RANK", torch.cuda.current_device()))
                 self.device = torch.device("cuda", index)
+            count = torch.cuda.device_count()
+            if self.device.index >= count:
+                raise Refused(f"--device {target.device}: this machine has {count} CUDA "
+                              f"GPU{'s' if count != 1 else ''} (cuda:0 to cuda:{count - 1}); "
+                              "pick one of them, or --device cuda for the first")
             torch.cuda.set_device(self.device)
             limit = target.gpu_memory_limit_bytes
             if limit:

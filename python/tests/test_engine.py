@@ -228,6 +228,19 @@ def test_device_flags_are_checked(memscope_bin, tmp_path):
     assert "--fusion compile is torch.compile: it needs --engine torch" in p.stderr
 
 
+def test_counting_switched_off_is_honoured_by_the_torch_engine(memscope_bin, tmp_path):
+    # MEMSCOPE_NO_COUNT=1: the engine runs without the counting allocator and its Record says
+    # its figures are RSS, as memscope's own engine's says it counted nothing.
+    env = {**os.environ, "MEMSCOPE_NO_COUNT": "1"}
+    p = subprocess.run([memscope_bin, "bench", "--engine", "torch", "--model", "tiny-gpt2",
+                        "--seq", "32", "--warmup", "1", "--steps", "2", "--json",
+                        str(tmp_path / "r.json")], env=env, capture_output=True, text=True,
+                       timeout=300)
+    assert p.returncode == 0, p.stderr
+    r = json.loads((tmp_path / "r.json").read_text())
+    assert (r["spec"]["engine"]["memory"], r["memory"]["counting"]) == ("rss", False)
+
+
 def test_a_missing_interpreter_is_named(memscope_bin, tmp_path):
     p = subprocess.run([memscope_bin, "bench", "--engine", "torch", "--model", "tiny-gpt2"],
                        capture_output=True, text=True,

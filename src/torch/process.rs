@@ -40,11 +40,13 @@ pub(crate) enum Line {
     Step(StepMemory),
 }
 
-/// The engine's command line: on the CPU under the counting allocator (exact malloc bytes); on
-/// CUDA without it (the caching allocator's own statistics; the host's malloc left alone). A
-/// data-parallel job: that command as every rank of torchrun's job on this machine.
+/// The engine's command line: on the CPU under the counting allocator (exact malloc bytes), unless
+/// `MEMSCOPE_NO_COUNT` switched memscope's counting off (the engine's figures are then RSS, and
+/// its Record says so); on CUDA without it (the caching allocator's own statistics; the host's
+/// malloc left alone). A data-parallel job: that command as every rank of torchrun's job on this
+/// machine.
 fn engine_args(target: &TorchRun, node: Option<&Node>) -> Vec<String> {
-    let engine: &[&str] = if target.is_cuda() {
+    let engine: &[&str] = if target.is_cuda() || !crate::instrument::alloc::counting() {
         &["-m", "memscope.engine"]
     } else {
         &["-m", "memscope", "run", "-m", "memscope.engine"]
@@ -63,6 +65,9 @@ fn engine_args(target: &TorchRun, node: Option<&Node>) -> Vec<String> {
 /// rank is a process of at least one thread; `estimate --nproc` predicts larger jobs). CUDA
 /// jobs are checked by the ranks (one GPU each).
 pub fn check_local(target: &TorchRun) -> anyhow::Result<()> {
+    if target.heap_limit_bytes.is_some() && !crate::instrument::alloc::counting() {
+        anyhow::bail!("--memory-limit: a CPU rank's limit is held by memscope's counting allocator, which MEMSCOPE_NO_COUNT switched off; unset MEMSCOPE_NO_COUNT");
+    }
     let Some(p) = target.parallel else {
         return Ok(());
     };

@@ -1,5 +1,6 @@
 //! What to run: model, workload and sizes. Validated once; serialisable, so it is the only thing
-//! a worker process needs.
+//! a worker process needs. Over 600 lines because the Spec, its one validation and every
+//! refusal's message (each naming its flag) are one idea: what may run.
 
 use crate::model::config::{Family, ModelConfig};
 use crate::model::purpose::Purpose;
@@ -496,68 +497,35 @@ impl Spec {
             return Err(SpecError::BadLr(self.lr));
         }
         match &self.torch {
-            Some(t) => {
-                parse_device(&t.device)?;
-                if let Some(w) = &self.weights {
-                    return Err(SpecError::WeightsOnTorch(w.display().to_string()));
-                }
-                if self.variant.fusion == crate::model::variant::Fusion::None {
-                    return Err(SpecError::FusionNoneOnTorch);
-                }
-                if let Some(p) = t.parallel {
-                    if self.variant.fusion == crate::model::variant::Fusion::Compile {
-                        return Err(SpecError::CompileParallel { plan: p.flag() });
-                    }
-                }
-                if self.seq == 1 && self.mode != Mode::Generate && config.family != Family::Bert {
-                    return Err(SpecError::SeqOneCausal {
-                        model: self.model.clone(),
-                    });
-                }
-            }
+            Some(t) => self.validate_torch(t, config),
             None if self.variant.fusion == crate::model::variant::Fusion::Compile => {
-                return Err(SpecError::CompileNeedsTorch)
+                Err(SpecError::CompileNeedsTorch)
             }
-            None => {}
+            None => Ok(()),
+        }
+    }
+
+    /// What only the torch engine refuses.
+    fn validate_torch(&self, t: &TorchRun, config: &ModelConfig) -> Result<(), SpecError> {
+        parse_device(&t.device)?;
+        if let Some(w) = &self.weights {
+            return Err(SpecError::WeightsOnTorch(w.display().to_string()));
+        }
+        if self.variant.fusion == crate::model::variant::Fusion::None {
+            return Err(SpecError::FusionNoneOnTorch);
+        }
+        if let Some(p) = t.parallel {
+            if self.variant.fusion == crate::model::variant::Fusion::Compile {
+                return Err(SpecError::CompileParallel { plan: p.flag() });
+            }
+        }
+        if self.seq == 1 && self.mode != Mode::Generate && config.family != Family::Bert {
+            return Err(SpecError::SeqOneCausal {
+                model: self.model.clone(),
+            });
         }
         Ok(())
     }
-
-    /// The columns a table row of this run carries so rows of unlike runs are told apart: the
-    /// engine (`candle`, `torch`, or a recorded loop's `pytorch`), the device, the data-parallel
-    /// plan as `--parallel` takes it (empty for one process), the ranks, and what the row's heap
-    /// figures count.
-    pub fn run_columns(&self) -> [String; 5] {
-        let (engine, device, memory) = match (&self.engine, &self.torch) {
-            (Some(e), _) => (e.name.clone(), e.device.clone(), e.memory.clone()),
-            (None, Some(t)) => (
-                "torch".into(),
-                t.device.clone(),
-                if t.is_cuda() {
-                    "cuda allocated".into()
-                } else {
-                    "malloc usable".into()
-                },
-            ),
-            (None, None) => (
-                "candle".into(),
-                "cpu".into(),
-                "heap (counting allocator)".into(),
-            ),
-        };
-        let parallel = self.torch.as_ref().and_then(|t| t.parallel);
-        [
-            engine,
-            device,
-            parallel.map_or(String::new(), |p| p.flag()),
-            parallel.map_or(1, |p| p.world).to_string(),
-            memory,
-        ]
-    }
-
-    /// Their column names.
-    pub const RUN_COLUMNS: [&'static str; 5] =
-        ["engine", "device", "plan", "world", "heap_measures"];
 
     /// The architecture to build. Every Spec that runs passed [`Spec::validate`], which refuses
     /// one without a config (only a Python-recorded Record's Spec lacks it).

@@ -244,7 +244,8 @@ def build_record(s, ending):
             if k not in names:
                 names.append(k)
     samples = [(k, [x["times_ms"][k] for x in measured if k in x["times_ms"]]) for k in names]
-    text = _native.finish_record(json.dumps(record), samples, s.record_path)
+    text = _native.finish_record(json.dumps(record), samples, s.record_path,
+                                 cli_advice=s.advice == "cli")
     return json.loads(text)
 
 

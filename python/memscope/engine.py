@@ -253,6 +253,7 @@ class Engine:
                     batch=spec.batch, seq=seq, auto_phases=False,
                     by_module=spec.variant.fusion != "compile",
                     name=spec.model, record_fields=fields, exclude_baseline=False)
+        s.advice = "cli"  # the user ran memscope's command: its warnings name its flags
         if self.mode == "generate":
             s.mean_phases.add("decode")
             # The KV cache is its own category: the unique storages of the cache's keys and

@@ -255,6 +255,9 @@ class Session:
         self.moved = []          # a previous run's files moved aside at start
         # A callable -> {category: bytes} read at every phase end beside the session's own.
         self.extra_categories = None
+        # Whose knobs the Record's advice names: "python" (Session(warmup=…)) for a user's
+        # loop, "cli" (--warmup, --steps) when memscope's command line drives the session.
+        self.advice = "python"
         # Per step.
         self._phase = None
         self._explicit = 0

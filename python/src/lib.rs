@@ -74,20 +74,25 @@ fn leak_verdict(steps: Vec<u64>, values: Vec<f64>, label: String) -> PyResult<St
 /// (`analysis::complete`: timing statistics from the raw samples, throughput over its Spec's
 /// batch, sequence length and micro-batches, the breakdown), checks it against the schema, and
 /// writes it atomically to `path` when given. Returns the Record's JSON.
+/// ``cli_advice``: the run was started from memscope's command line (the torch engine), so its
+/// warnings name the CLI's flags; else (a user's own loop) Python's knobs.
 #[pyfunction]
-#[pyo3(signature = (record_json, samples, path=None))]
+#[pyo3(signature = (record_json, samples, path=None, cli_advice=false))]
 fn finish_record(
     record_json: &str,
     samples: Vec<(String, Vec<f64>)>,
     path: Option<String>,
+    cli_advice: bool,
 ) -> PyResult<String> {
     let mut r: Record = serde_json::from_str(record_json)
         .map_err(|e| PyValueError::new_err(format!("the Record does not fit its schema: {e}")))?;
     let first_new = r.warnings.len();
     complete::complete(&mut r, &samples);
-    // The statistics' advice names Python's knobs, not the CLI's.
-    for w in &mut r.warnings[first_new..] {
-        *w = python_advice(std::mem::take(w));
+    // A user's loop: the statistics' advice names Python's knobs, not the CLI's.
+    if !cli_advice {
+        for w in &mut r.warnings[first_new..] {
+            *w = python_advice(std::mem::take(w));
+        }
     }
     let text = serde_json::to_string_pretty(&r).map_err(val)? + "\n";
     if let Some(p) = path {

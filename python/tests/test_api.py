@@ -86,3 +86,20 @@ with memscope.Session(m, None, record="run.json"):
     assert "no step recorded, so no Record written to" in p.stderr, p.stderr
     assert "ms.phase(" in p.stderr, p.stderr
     assert not (tmp_path / "run.json").exists()
+
+
+@pytest.mark.parametrize("advice, knob", [("python", "raise Session(warmup=…)"),
+                                          ("cli", "add --warmup")])
+def test_the_records_advice_names_the_knobs_of_who_ran_it(advice, knob):
+    # A slow first measured step: a user's loop is told Session(warmup=…), memscope's command
+    # line (the torch engine sets advice="cli") its --warmup flag.
+    import time
+    m, opt, x = tiny()
+    ms = memscope.Session(m, opt, record=None, warmup=0, auto_phases=False)
+    ms.advice = advice
+    with ms:
+        for i in range(6):
+            with ms.phase("forward"):
+                time.sleep(0.05 if i == 0 else 0.005)
+            ms.step()
+    assert any(knob in w for w in ms.record["warnings"]), ms.record["warnings"]

@@ -22,6 +22,7 @@ pub mod ranks;
 pub mod rates;
 pub mod roofline;
 mod run;
+pub mod run_columns;
 pub mod sweep_row;
 pub mod torch_estimate;
 pub mod torch_oom;

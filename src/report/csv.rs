@@ -63,7 +63,7 @@ impl Export for Csv {
                 "optimizer_retained_bytes",
             ]
             .iter()
-            .chain(&crate::spec::Spec::RUN_COLUMNS)
+            .chain(&crate::record::run_columns::RUN_COLUMNS)
             .map(|s| s.to_string()),
         );
         let mut table = Table::new(header);
@@ -121,7 +121,7 @@ impl Export for Csv {
                 retained("backward"),
                 retained("optimizer"),
             ]);
-            row.extend(s.run_columns());
+            row.extend(crate::record::run_columns::run_columns(s));
             table.push(row);
         }
         table.csv()

@@ -92,7 +92,11 @@ const CSV_HEADER: [&str; 22] = [
 ];
 
 pub fn to_csv(rows: &[Row]) -> anyhow::Result<String> {
-    let mut table = Table::new(CSV_HEADER.into_iter().chain(crate::spec::Spec::RUN_COLUMNS));
+    let mut table = Table::new(
+        CSV_HEADER
+            .into_iter()
+            .chain(crate::record::run_columns::RUN_COLUMNS),
+    );
     let opt = |v: Option<String>| v.unwrap_or_default();
     for r in rows {
         let s = r.summary.as_ref();
@@ -130,7 +134,7 @@ pub fn to_csv(rows: &[Row]) -> anyhow::Result<String> {
                     .join(" ")
             })),
         ];
-        row.extend(r.spec.run_columns());
+        row.extend(crate::record::run_columns::run_columns(&r.spec));
         table.push(row);
     }
     table.csv()

@@ -117,14 +117,20 @@ pub fn timeline(records: &[(usize, String, &Record)]) -> anyhow::Result<String> 
             .draw()?;
         Ok(())
     })?;
+    let caption = timeline_caption(&with);
+    Ok(figure("memory-timeline", "Memory per step", &svg, &caption))
+}
+
+/// The timeline's caption: what each line measures, and each Record's peaks.
+fn timeline_caption(with: &[&(usize, String, &Record)]) -> String {
     let mut caption = String::from(
         "heap live: bytes allocated and not freed after each step (each Record's own measure, \
-         named below: memscope's counting allocator, PyTorch's CUDA allocated bytes, or RSS); heap \
-         peak in step: the most live at any moment of that step (▲ the run's highest); RSS: \
+         named below); heap peak in step: the most live at any moment of that step (▲ the run's \
+         highest); RSS: \
          resident set of the process after each step (/proc), which includes freed memory the \
          allocator keeps.<br>",
     );
-    for (i, label, r) in &with {
+    for (i, label, r) in with.iter().copied() {
         caption += &format!(
             "#{} {} ({}): peak {} (whole run, load included), live at end {}, RSS peak {}.",
             i + 1,
@@ -159,7 +165,7 @@ pub fn timeline(records: &[(usize, String, &Record)]) -> anyhow::Result<String> 
         }
         caption += "<br>";
     }
-    Ok(figure("memory-timeline", "Memory per step", &svg, &caption))
+    caption
 }
 
 /// One group of bars: a label and (category → bytes).

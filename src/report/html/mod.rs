@@ -21,6 +21,7 @@ pub mod svg;
 use crate::record::detect::{record_label, Input, Named};
 use crate::record::estimate::EstimateFile;
 use crate::record::sweep_row::Row;
+use crate::record::torch_estimate::TorchEstimateFile;
 use crate::record::Record;
 use charts_memory::Bars;
 use std::collections::BTreeMap;
@@ -77,17 +78,9 @@ pub fn render(inputs: &[Named]) -> anyhow::Result<String> {
                 watches.push((i, &**w));
             }
             Input::TorchEstimate(v) => {
-                for (dtype, e) in &v.by_dtype {
-                    let label = format!(
-                        "{} {} b{} s{} {dtype} on {}, torch engine",
-                        v.model, v.mode, v.batch, v.seq, e.device
-                    );
+                for (label, b) in torch_estimate_bars(i, v) {
                     table.push((i, n.name.clone(), format!("estimate: {label}")));
-                    bars.push(Bars {
-                        index: i,
-                        label: format!("#{} estimated ({label})", i + 1),
-                        categories: e.categories.clone(),
-                    });
+                    bars.push(b);
                 }
             }
             Input::Estimate(v) => {
@@ -108,32 +101,7 @@ pub fn render(inputs: &[Named]) -> anyhow::Result<String> {
         }
     }
     leaks.sort_by_key(|l| l.0);
-    let mut measured: Vec<Bars> = Vec::new();
-    for (i, label, r) in &records {
-        let b = &r.memory.breakdown;
-        if b.is_empty() {
-            continue;
-        }
-        measured.push(Bars {
-            index: *i,
-            label: format!("#{} measured ({label})", i + 1),
-            categories: b
-                .iter()
-                .map(|(k, v)| (k.clone(), v.measured_bytes))
-                .collect(),
-        });
-        let est: BTreeMap<String, u64> = b
-            .iter()
-            .filter_map(|(k, v)| Some((k.clone(), v.estimated_bytes?)))
-            .collect();
-        if !est.is_empty() {
-            measured.push(Bars {
-                index: *i,
-                label: format!("#{} estimated ({label})", i + 1),
-                categories: est,
-            });
-        }
-    }
+    let mut measured = record_bars(&records);
     measured.extend(bars);
 
     let mut sections = vec![(
@@ -265,6 +233,56 @@ fn summary(
         h += &page::records_table(records);
     }
     h
+}
+
+/// Each Record's measured categories as bars, with its estimate's beside them when it has one.
+fn record_bars(records: &[(usize, String, &Record)]) -> Vec<Bars> {
+    let mut measured: Vec<Bars> = Vec::new();
+    for (i, label, r) in records {
+        let b = &r.memory.breakdown;
+        if b.is_empty() {
+            continue;
+        }
+        measured.push(Bars {
+            index: *i,
+            label: format!("#{} measured ({label})", i + 1),
+            categories: b
+                .iter()
+                .map(|(k, v)| (k.clone(), v.measured_bytes))
+                .collect(),
+        });
+        let est: BTreeMap<String, u64> = b
+            .iter()
+            .filter_map(|(k, v)| Some((k.clone(), v.estimated_bytes?)))
+            .collect();
+        if !est.is_empty() {
+            measured.push(Bars {
+                index: *i,
+                label: format!("#{} estimated ({label})", i + 1),
+                categories: est,
+            });
+        }
+    }
+    measured
+}
+
+/// An `estimate --engine torch --json` file's bars, one per dtype, with their labels.
+fn torch_estimate_bars(i: usize, v: &TorchEstimateFile) -> Vec<(String, Bars)> {
+    v.by_dtype
+        .iter()
+        .map(|(dtype, e)| {
+            let label = format!(
+                "{} {} b{} s{} {dtype} on {}, torch engine",
+                v.model, v.mode, v.batch, v.seq, e.device
+            );
+            let bars = Bars {
+                index: i,
+                label: format!("#{} estimated ({label})", i + 1),
+                categories: e.categories.clone(),
+            };
+            (label, bars)
+        })
+        .collect()
 }
 
 fn estimate_label(e: &EstimateFile) -> String {

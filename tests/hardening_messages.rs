@@ -391,3 +391,43 @@ fn leak_stopped_by_sigint_writes_the_steps_it_measured() {
         serde_json::from_str(&std::fs::read_to_string(&verdict).unwrap()).unwrap();
     assert!(v["verdict"].is_string(), "{v}");
 }
+
+#[test]
+fn fit_stopped_by_sigint_says_and_keeps_the_trials_it_finished() {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("fit.json");
+    let child = std::process::Command::new(assert_cmd::cargo::cargo_bin("memscope"))
+        .args([
+            "fit",
+            "--model",
+            "tiny-gpt2",
+            "--seq",
+            "64",
+            "--steps",
+            "40",
+            "--memory-limit",
+            "8GiB",
+        ])
+        .arg("--json")
+        .arg(&json)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_secs(6));
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let out = child.wait_with_output().unwrap();
+    let e = stderr_of(&out);
+    assert_eq!(out.status.code(), Some(130), "{e}");
+    assert!(e.contains("memscope fit: interrupted after"), "{e}");
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert_eq!(v["interrupted"], true, "{v}");
+    let trials = v["trials"].as_array().unwrap();
+    assert!(
+        trials
+            .iter()
+            .all(|t| t["status"] == "ok" || t["status"] == "oom"),
+        "{v}"
+    );
+}

@@ -9,7 +9,7 @@ use crate::export::{check_outputs, write_atomic};
 use crate::outln;
 use crate::spec::Mode;
 use crate::sweep::interrupt::EXIT_INTERRUPTED;
-use crate::sweep::largest::{search, FitRequest, Vary};
+use crate::sweep::largest::{search, FitRequest, Searched, Vary};
 use crate::units::bytes as fmt_bytes;
 use anyhow::{bail, Context};
 use clap::Args;
@@ -134,16 +134,16 @@ pub fn run(a: FitArgs) -> anyhow::Result<ExitCode> {
             fmt_bytes(total as f64)
         );
     }
-    let Some(result) = search(&FitRequest {
+    let result = match search(&FitRequest {
         base,
         vary: a.vary,
         cap,
         limit,
         timeout,
         quiet: *a.quiet,
-    })?
-    else {
-        return Ok(ExitCode::from(EXIT_INTERRUPTED));
+    })? {
+        Searched::Done(r) => r,
+        Searched::Interrupted(trials) => return interrupted(&a, &trials),
     };
     let vary_name = result.vary;
     let lo = result.max_batch.or(result.max_seq).filter(|&l| l > 0);
@@ -204,4 +204,39 @@ pub fn run(a: FitArgs) -> anyhow::Result<ExitCode> {
             .with_context(|| format!("--json {}", p.display()))?;
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Stopped by SIGINT/SIGTERM: the trials that finished, said on stderr and written to `--json`
+/// (`"interrupted": true`), so a long search's measurements are not lost; exit 130.
+fn interrupted(a: &FitArgs, trials: &[crate::record::sweep_row::Row]) -> anyhow::Result<ExitCode> {
+    let done: Vec<String> = trials
+        .iter()
+        .map(|r| {
+            let size = match a.vary {
+                Vary::Batch => r.spec.batch,
+                Vary::Seq => r.spec.seq,
+            };
+            format!("{} {size} {}", a.vary.name(), r.status.name())
+        })
+        .collect();
+    eprintln!(
+        "memscope fit: interrupted after {} finished trials ({}); no answer{}",
+        trials.len(),
+        if done.is_empty() {
+            "none".into()
+        } else {
+            done.join(", ")
+        },
+        if a.json.is_some() {
+            "; the trials are in --json"
+        } else {
+            ""
+        }
+    );
+    if let Some(p) = &*a.json {
+        let v = serde_json::json!({"interrupted": true, "vary": a.vary.name(), "trials": trials});
+        write_atomic(p, &serde_json::to_string_pretty(&v)?)
+            .with_context(|| format!("--json {}", p.display()))?;
+    }
+    Ok(ExitCode::from(EXIT_INTERRUPTED))
 }

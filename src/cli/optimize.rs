@@ -10,7 +10,7 @@ use crate::report::optimize::markdown;
 use crate::spec::{Dtype, Mode};
 use crate::sweep::interrupt::EXIT_INTERRUPTED;
 use crate::sweep::variant_figures::figures;
-use crate::sweep::variants::{candidates, run, Options};
+use crate::sweep::variants::{candidates, run, Options, Ran};
 use anyhow::{bail, Context};
 use clap::Args;
 use std::process::ExitCode;
@@ -162,8 +162,21 @@ pub fn run_optimize(a: OptimizeArgs) -> anyhow::Result<ExitCode> {
         if let Some(d) = &spec.data {
             crate::input::tokens::Tokens::open(d)?.check_window(seq)?;
         }
-        let Some(outcomes) = run(&candidates(&spec), &opts)? else {
-            return Ok(ExitCode::from(EXIT_INTERRUPTED));
+        let outcomes = match run(&candidates(&spec), &opts)? {
+            Ran::Done(o) => o,
+            Ran::Interrupted(done) => {
+                // The variants that finished, said rather than lost with the ranking.
+                let said: Vec<String> = done
+                    .iter()
+                    .map(|v| format!("{} {}", v.name, v.row.status.name()))
+                    .collect();
+                eprintln!(
+                    "memscope optimize: interrupted at seq {seq} after {} finished variants ({}); no ranking: run it again to finish",
+                    done.len(),
+                    if said.is_empty() { "none".into() } else { said.join(", ") }
+                );
+                return Ok(ExitCode::from(EXIT_INTERRUPTED));
+            }
         };
         let figs = figures(&outcomes);
         text += &markdown(

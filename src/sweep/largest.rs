@@ -62,14 +62,20 @@ pub struct FitResult {
     pub trials: Vec<Row>,
 }
 
-/// Runs the search; `None` when SIGINT/SIGTERM stopped it.
+/// How a search ended: its answer, or stopped by SIGINT/SIGTERM with the trials it had run.
+pub enum Searched {
+    Done(FitResult),
+    Interrupted(Vec<Row>),
+}
+
+/// Runs the search.
 ///
 /// Size 1 first: it measures what the worker holds beyond its heap (code, libraries, the
 /// allocator's retention: the limit applies to all of it). Then start where the estimate puts the
 /// heap peak at the limit minus that, gallop away from it until the outcome flips, bisect between
 /// the last size that fits and the first that does not, and confirm the answer with a second run.
-pub fn search(a: &FitRequest) -> anyhow::Result<Option<FitResult>> {
-    let (base, cap, limit) = (&a.base, a.cap, a.limit);
+pub fn search(a: &FitRequest) -> anyhow::Result<Searched> {
+    let (base, limit) = (&a.base, a.limit);
     let enforcement = Enforcement::detect(Some(limit));
     let scratch = Scratch::new()?;
     let mut t = Trials {
@@ -95,6 +101,21 @@ pub fn search(a: &FitRequest) -> anyhow::Result<Option<FitResult>> {
             crate::sweep::limits::describe_for(&[base], &enforcement, Some(limit))
         );
     }
+    match run_search(a, &mut t, &enforcement)? {
+        Some(r) => Ok(Searched::Done(r)),
+        None => Ok(Searched::Interrupted(std::mem::take(&mut t.rows))),
+    }
+}
+
+/// The search over `t`'s trials; `None` when SIGINT/SIGTERM stopped it (its trials so far in
+/// `t.rows`).
+fn run_search(
+    a: &FitRequest,
+    t: &mut Trials,
+    enforcement: &Enforcement,
+) -> anyhow::Result<Option<FitResult>> {
+    let (base, cap, limit) = (&a.base, a.cap, a.limit);
+    let vary_name = a.vary.name();
     // A CPU job's ranks are each held to the limit: the worker's own VmHWM says nothing of them.
     let ranks = base
         .torch
@@ -131,11 +152,11 @@ pub fn search(a: &FitRequest) -> anyhow::Result<Option<FitResult>> {
         };
         f
     };
-    let Some((mut lo, mut hi)) = gallop(&mut t, x0, fits)? else {
+    let Some((mut lo, mut hi)) = gallop(t, x0, fits)? else {
         return Ok(None);
     };
     if let (Some(l), Some(h)) = (lo, hi) {
-        let Some((l, h)) = bisect_and_confirm(&mut t, l, h)? else {
+        let Some((l, h)) = bisect_and_confirm(t, l, h)? else {
             return Ok(None);
         };
         lo = (l > 0).then_some(l);
@@ -157,12 +178,12 @@ pub fn search(a: &FitRequest) -> anyhow::Result<Option<FitResult>> {
         max_seq: (a.vary == Vary::Seq).then_some(lo.unwrap_or(0)),
         first_oom: hi,
         memory_limit_bytes: limit,
-        enforcement: crate::sweep::limits::describe_for(&[base], &enforcement, Some(limit)),
+        enforcement: crate::sweep::limits::describe_for(&[base], enforcement, Some(limit)),
         heap_peak_bytes: summary.as_ref().map(|s| s.heap_peak_bytes),
         rss_peak_bytes: rss,
         headroom_bytes: rss.map(|r| limit as i64 - r as i64),
         estimated_start: start,
-        trials: t.rows,
+        trials: std::mem::take(&mut t.rows),
     };
     Ok(Some(result))
 }

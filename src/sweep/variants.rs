@@ -7,7 +7,7 @@ use crate::model::variant::{Attention, Fusion, Precision, Variant};
 use crate::record::sweep_row::{Row, Status};
 use crate::spec::{Dtype, Mode, Spec};
 use crate::sweep::interrupt::{install_interrupt_handler, INTERRUPTED};
-use crate::sweep::largest::{search, FitRequest, Vary};
+use crate::sweep::largest::{search, FitRequest, Searched, Vary};
 use crate::sweep::limits::Enforcement;
 use crate::sweep::scratch::Scratch;
 use crate::sweep::spawn::{run_worker, RunOptions, WorkerProgress};
@@ -116,7 +116,7 @@ pub struct Options {
 
 /// Runs every candidate (then, with a budget, its fit search) → the outcomes in candidate
 /// order; `None` when SIGINT/SIGTERM stopped it.
-pub fn run(cands: &[Candidate], o: &Options) -> anyhow::Result<Option<Vec<VariantOutcome>>> {
+pub fn run(cands: &[Candidate], o: &Options) -> anyhow::Result<Ran> {
     let scratch = Scratch::new()?;
     let opts = RunOptions {
         memory_limit: o.memory_limit,
@@ -137,23 +137,22 @@ pub fn run(cands: &[Candidate], o: &Options) -> anyhow::Result<Option<Vec<Varian
             Err(e) => Row::not_run(Status::Error, e.to_string(), i, c.spec.clone()),
             Ok(()) => match run_worker(&c.spec, i, &opts, &INTERRUPTED, &live, || {})? {
                 Some(row) => row,
-                None => return Ok(None),
+                None => return Ok(Ran::Interrupted(out)),
             },
         };
         let max_batch = match o.memory_limit {
             Some(limit) if row.status == Status::Ok || row.status == Status::Oom => {
-                let Some(fit) = search(&FitRequest {
+                match search(&FitRequest {
                     base: c.spec.clone(),
                     vary: Vary::Batch,
                     cap: o.max_batch,
                     limit,
                     timeout: o.timeout,
                     quiet: true,
-                })?
-                else {
-                    return Ok(None);
-                };
-                fit.max_batch
+                })? {
+                    Searched::Done(fit) => fit.max_batch,
+                    Searched::Interrupted(_) => return Ok(Ran::Interrupted(out)),
+                }
             }
             _ => None,
         };
@@ -165,7 +164,14 @@ pub fn run(cands: &[Candidate], o: &Options) -> anyhow::Result<Option<Vec<Varian
             estimated_peak_bytes: crate::estimate::estimate(&req).ok().map(|e| e.peak_bytes),
         });
     }
-    Ok(Some(out))
+    Ok(Ran::Done(out))
+}
+
+/// How `run` ended: every candidate's outcome, or stopped by SIGINT/SIGTERM with those that
+/// finished.
+pub enum Ran {
+    Done(Vec<VariantOutcome>),
+    Interrupted(Vec<VariantOutcome>),
 }
 
 /// The flags that run a candidate with `memscope bench`.

@@ -25,6 +25,12 @@ pub fn capture(threads: usize) -> Environment {
     }
 }
 
+/// `MEMSCOPE_NO_COUNT` set (to anything but `0`): memscope's heap counting is off, in its own
+/// process (`main.rs`) and in the torch engine's it starts.
+pub fn counting_switched_off() -> bool {
+    std::env::var_os("MEMSCOPE_NO_COUNT").is_some_and(|v| v != "0")
+}
+
 /// The widest vector instructions memscope's kernels use on this CPU: `avx512 + avx512_bf16`,
 /// `avx512`, `avx2`, `sse2` on x86-64 (gemm and `kernels::simd` choose theirs at run time), with
 /// `+ amx_bf16` where bf16 products run on AMX tiles (or why they do not: `MEMSCOPE_AMX=0`,

@@ -22,7 +22,7 @@ static NOTE_CLOSED_STDOUT: extern "C" fn() = note_closed_stdout;
 fn main() -> ExitCode {
     keep_freed_memory();
     memscope::export::guard_stdout();
-    if std::env::var_os("MEMSCOPE_NO_COUNT").is_some_and(|v| v != "0") {
+    if memscope::environment::counting_switched_off() {
         set_counting(false);
     }
     match memscope::cli::run() {

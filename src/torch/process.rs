@@ -46,7 +46,7 @@ pub(crate) enum Line {
 /// malloc left alone). A data-parallel job: that command as every rank of torchrun's job on this
 /// machine.
 fn engine_args(target: &TorchRun, node: Option<&Node>) -> Vec<String> {
-    let engine: &[&str] = if target.is_cuda() || !crate::instrument::alloc::counting() {
+    let engine: &[&str] = if target.is_cuda() || crate::environment::counting_switched_off() {
         &["-m", "memscope.engine"]
     } else {
         &["-m", "memscope", "run", "-m", "memscope.engine"]
@@ -65,7 +65,7 @@ fn engine_args(target: &TorchRun, node: Option<&Node>) -> Vec<String> {
 /// rank is a process of at least one thread; `estimate --nproc` predicts larger jobs). CUDA
 /// jobs are checked by the ranks (one GPU each).
 pub fn check_local(target: &TorchRun) -> anyhow::Result<()> {
-    if target.heap_limit_bytes.is_some() && !crate::instrument::alloc::counting() {
+    if target.heap_limit_bytes.is_some() && crate::environment::counting_switched_off() {
         anyhow::bail!("--memory-limit: a CPU rank's limit is held by memscope's counting allocator, which MEMSCOPE_NO_COUNT switched off; unset MEMSCOPE_NO_COUNT");
     }
     let Some(p) = target.parallel else {

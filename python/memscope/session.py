@@ -555,13 +555,15 @@ class Session:
         owner = _RUNNING[-1] if _RUNNING else (_LAST[0]() if _LAST else None)
         if owner is None or owner._closed:
             owner = self
-        owner.saved_by_autograd(t)
         # Detached (the same storage, no grad_fn): autograd passes an op's own output to the
         # hook as it is, and what the hook returns the op's node holds — the output itself
         # would hold the node back (output → grad_fn → node → output), a cycle through C++
         # that Python's collector cannot see, so a forward never followed by a backward (a
-        # validation pass without no_grad) would keep its whole graph.
-        return owner, t.detach()
+        # validation pass without no_grad) would keep its whole graph. The detached tensor is
+        # the one noted: it lives exactly as long as the graph keeps it.
+        saved = t.detach()
+        owner.saved_by_autograd(saved)
+        return owner, saved
 
     @staticmethod
     def _unpack(packed):

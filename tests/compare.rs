@@ -246,3 +246,25 @@ fn runs_of_two_plans_or_variants_are_said_to_differ_by_their_flags() {
     );
     assert!(!err.contains("Variant {"), "{err}");
 }
+
+#[test]
+fn a_run_that_raised_is_said_beside_the_comparison() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut v: Value =
+        serde_json::from_str(&std::fs::read_to_string(fixture("bench-train.json")).unwrap())
+            .unwrap();
+    v["warnings"].as_array_mut().unwrap().push(
+        "the training loop raised RuntimeError: the Record holds the 20 steps that finished before it"
+            .into(),
+    );
+    std::fs::write(dir.path().join("raised.json"), v.to_string()).unwrap();
+    let base = fixture("bench-train.json");
+    let (code, md, err) = compare(dir.path(), base.to_str().unwrap(), "raised.json", &[]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        md.contains(
+            "Note: raised.json did not run to its end (the training loop raised RuntimeError"
+        ),
+        "{md}"
+    );
+}

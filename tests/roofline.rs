@@ -109,6 +109,12 @@ fn roofline_json_has_the_step_and_every_op_with_its_class() {
     ] {
         assert!(names.contains(&n), "{n} missing from {names:?}");
     }
+    // The optimizer's update runs in its own step, not in the model's forward.
+    let update = ops
+        .iter()
+        .find(|o| o["name"] == "optimizer update")
+        .unwrap();
+    assert_eq!(update["pass"], "optimizer step", "{update}");
     for o in ops {
         for k in [
             "flops",
@@ -122,7 +128,7 @@ fn roofline_json_has_the_step_and_every_op_with_its_class() {
         }
         let b = o["bound"].as_str().unwrap();
         assert!(["compute-bound", "memory-bound", "overhead-bound"].contains(&b));
-        assert!(["forward", "backward"].contains(&o["pass"].as_str().unwrap()));
+        assert!(["forward", "backward", "optimizer step"].contains(&o["pass"].as_str().unwrap()));
     }
     // Per-op times sum to no more than the step: the rest is the stated unattributed remainder.
     let step = &v["sections"][0]["step"];
@@ -165,10 +171,20 @@ fn roofline_svg_has_both_roofs_and_a_point_per_drawable_op() {
         })
         .collect();
     assert!(drawable.len() >= 8, "{} drawable ops", drawable.len());
-    // Forward points are circles, backward triangles (polygons); plus one of each in the legend.
+    // Forward and optimizer-step points are circles, backward triangles (polygons); plus one of
+    // each series in the legend.
     let fwd = drawable.iter().filter(|o| o["pass"] == "forward").count();
-    let bwd = drawable.len() - fwd;
-    assert_eq!(s.matches("<circle").count(), fwd + 1, "forward points");
+    let opt = drawable
+        .iter()
+        .filter(|o| o["pass"] == "optimizer step")
+        .count();
+    assert_eq!(opt, 1, "the optimizer's update, a series of its own");
+    let bwd = drawable.len() - fwd - opt;
+    assert_eq!(
+        s.matches("<circle").count(),
+        fwd + opt + 2,
+        "forward and optimizer points"
+    );
     assert_eq!(s.matches("<polygon").count(), bwd + 1, "backward points");
     for o in &drawable {
         let name = o["name"].as_str().unwrap();

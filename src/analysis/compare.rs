@@ -178,6 +178,16 @@ fn engine_of(s: &crate::spec::Spec) -> String {
     }
 }
 
+/// The warning of a Record whose run did not end cleanly (the recorder's loop raised or was
+/// stopped; the engine was stopped by a signal), if it has one: its timings are of the steps
+/// before that.
+pub fn ended_early(r: &Record) -> Option<&str> {
+    r.warnings
+        .iter()
+        .find(|w| w.contains(": the Record holds the ") || w.starts_with("stopped by "))
+        .map(String::as_str)
+}
+
 /// A run's data-parallel plan as its flags say it, or one process.
 fn plan_of(s: &crate::spec::Spec) -> String {
     match s.torch.as_ref().and_then(|t| t.parallel) {

@@ -63,6 +63,9 @@ pub struct MeasuredOp {
     pub ms: f64,
 }
 
+/// The optimizer's update as a row names it.
+pub const OPTIMIZER_UPDATE: &str = "optimizer update";
+
 /// The kind users read: which projection a linear layer (or, on the torch engine, a matrix
 /// product) is, by the module it ran in.
 pub fn display_kind(module: &str, kind: &str) -> String {
@@ -77,7 +80,7 @@ pub fn display_kind(module: &str, kind: &str) -> String {
         ("residual add", _) => "residual adds".into(),
         ("embedding" | "position add", _) => "embedding".into(),
         ("cross-entropy", _) => "loss".into(),
-        ("adamw" | "optimizer", _) => "optimizer update".into(),
+        ("adamw" | "optimizer", _) => OPTIMIZER_UPDATE.into(),
         ("rope", _) => "RoPE".into(),
         (k, _) => k.into(),
     }
@@ -107,6 +110,13 @@ pub fn op_rows(costs: &[OpCost], measured: &[MeasuredOp], roofs: &Roofs) -> Vec<
     let mut keys: Vec<(String, String)> = Vec::new();
     let mut sums: Vec<[f64; 3]> = Vec::new();
     let mut add = |name: String, pass: &str, f: f64, b: f64, ms: f64| {
+        // The optimizer's update runs in neither pass of the model: its own step, whichever
+        // pass its op timer or trace filed it under.
+        let pass = if name == OPTIMIZER_UPDATE {
+            "optimizer step"
+        } else {
+            pass
+        };
         let k = (name, pass.to_string());
         let i = match keys.iter().position(|x| *x == k) {
             Some(i) => i,

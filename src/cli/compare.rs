@@ -111,6 +111,16 @@ pub fn run(a: CompareArgs) -> anyhow::Result<ExitCode> {
     if let Some(note) = note {
         md.push_str(&format!("\nNote: {note}.\n"));
     }
+    for named in [&b, &n] {
+        if let Input::Record(r) = &named.input {
+            if let Some(w) = crate::analysis::compare::ended_early(r) {
+                md.push_str(&format!(
+                    "\nNote: {} did not run to its end ({w}); its figures are of the steps before that.\n",
+                    named.name
+                ));
+            }
+        }
+    }
     if let Some(path) = &*a.json {
         write_atomic(path, &to_json(&b.name, &n.name, &c)?)
             .with_context(|| format!("--json {}", path.display()))?;

@@ -90,11 +90,13 @@ pub fn svg(h: &Head, secs: &[SectionReport]) -> anyhow::Result<String> {
         )))?;
         let mut labels: Vec<(String, (i32, i32), RGBColor)> = Vec::new();
         for (si, s) in secs.iter().enumerate() {
-            for (pi, (pass, tri)) in [("forward", false), ("backward", true)]
-                .into_iter()
-                .enumerate()
-            {
-                let c = color(2 * si + pi);
+            let passes = [
+                ("forward", false),
+                ("backward", true),
+                ("optimizer step", false),
+            ];
+            for (pi, (pass, tri)) in passes.into_iter().enumerate() {
+                let c = color(3 * si + pi);
                 let rows: Vec<_> = s.ops.iter().filter(|r| r.pass == pass).collect();
                 let xy: Vec<(f64, f64)> = rows.iter().filter_map(|r| point(r)).collect();
                 if xy.is_empty() {

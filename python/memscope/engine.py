@@ -713,6 +713,12 @@ def _join_job(torch, spec):
     if cuda:
         have = torch.cuda.device_count()
         here = int(os.environ.get("LOCAL_WORLD_SIZE", plan.world))  # this node's ranks
+        if have == 0:
+            flag = plan.plan if plan.tp in (None, 1) else f"{plan.plan}:{plan.tp}"
+            raise Refused(f"--device {spec.torch.device}: this PyTorch ({torch.__version__}) sees "
+                          "no CUDA GPU here, and each rank of a CUDA job needs one; use --device "
+                          "cpu, or predict the job without GPUs: memscope estimate --engine "
+                          f"torch --device cuda --nproc {plan.world} --parallel {flag}")
         if here > have:
             raise Refused(f"--nproc {plan.world}: {here} ranks on this machine, which has {have} "
                           f"CUDA GPU(s), and a rank needs one; use --nproc {have} or fewer a node")

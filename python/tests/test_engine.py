@@ -241,6 +241,17 @@ def test_counting_switched_off_is_honoured_by_the_torch_engine(memscope_bin, tmp
     assert (r["spec"]["engine"]["memory"], r["memory"]["counting"]) == ("rss", False)
 
 
+def test_a_cuda_job_without_a_gpu_says_so(memscope_bin, tmp_path):
+    # Not "use --nproc 0 or fewer", which is itself refused: the device, and what to run instead.
+    p = subprocess.run([memscope_bin, "bench", "--engine", "torch", "--device", "cuda",
+                        "--nproc", "2", "--parallel", "ddp", "--model", "tiny-gpt2", "--seq",
+                        "32", "--steps", "1"], capture_output=True, text=True, timeout=300)
+    assert p.returncode == 2, p.stderr
+    assert "--device cuda: this PyTorch" in p.stderr and "sees no CUDA GPU here" in p.stderr, \
+        p.stderr
+    assert "--nproc 0" not in p.stderr, p.stderr
+
+
 def test_a_missing_interpreter_is_named(memscope_bin, tmp_path):
     p = subprocess.run([memscope_bin, "bench", "--engine", "torch", "--model", "tiny-gpt2"],
                        capture_output=True, text=True,

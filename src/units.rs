@@ -478,16 +478,15 @@ fn bare_decimal_note(flag: &str, text: &str, b: f64) -> Option<String> {
     if !matches!(last, 'K' | 'M' | 'G' | 'T') {
         return None;
     }
-    let before = t[..t.len() - 1].trim_end().chars().last()?;
+    let number = t[..t.len() - 1].trim_end();
+    let before = number.chars().last()?;
     if !before.is_ascii_digit() && before != '.' {
         return None;
     }
     Some(format!(
-        "note: {flag} {text} is read as {t}B, powers of 1000 ({} B = {}); write {}{}iB for powers of 1024",
+        "note: {flag} {text} is read as {number}{last}B, powers of 1000 ({} B = {}); write {number}{last}iB for powers of 1024",
         thousands(b.round() as u64),
         fmt_bytes(b),
-        t[..t.len() - 1].trim_end(),
-        last
     ))
 }
 
@@ -635,6 +634,9 @@ mod tests {
             note,
             "note: --fits 80G is read as 80GB, powers of 1000 (80,000,000,000 B = 74.5 GiB); write 80GiB for powers of 1024"
         );
+        assert!(bare_decimal_note("--fits", "2g", 2e9)
+            .unwrap()
+            .starts_with("note: --fits 2g is read as 2GB,"));
         for quiet in ["80GiB", "80GB", "512", "1e9"] {
             assert_eq!(bare_decimal_note("--fits", quiet, 1.0), None, "{quiet}");
         }

@@ -134,20 +134,23 @@ pub fn fingerprint(device: &str, threads: usize) -> String {
 
 /// The cached peaks for `device` and `threads`, if measured before and plausible.
 pub fn cached(device: &str, threads: usize) -> Option<TorchPeaks> {
-    let fp = fingerprint(device, threads);
-    let text = crate::capped::read_capped_string(&cache_path(&fp), 16 << 20, "peaks cache").ok()?;
-    let p: TorchPeaks = serde_json::from_str(&text).ok()?;
-    (p.fingerprint == fp && p.plausible()).then_some(p)
+    read_cache(device, threads).ok().flatten()
 }
 
-/// Why the cache file for `device` and `threads`, which exists, gives no roofs (not JSON, cut
-/// off, another machine's, implausible rates), naming the file; None when there is no file or it
-/// is fine.
+/// Why the cache file for `device` and `threads`, which exists, gives no roofs (unreadable, not
+/// a peaks file, another machine's, implausible rates), naming the file; None when there is no
+/// file or it is fine.
 pub fn cache_problem(device: &str, threads: usize) -> Option<String> {
+    read_cache(device, threads).err()
+}
+
+/// The cache file's peaks: `Ok(None)` when there is none, `Err` saying why the file there gives
+/// no roofs.
+fn read_cache(device: &str, threads: usize) -> Result<Option<TorchPeaks>, String> {
     let fp = fingerprint(device, threads);
     let path = cache_path(&fp);
     if !path.exists() {
-        return None;
+        return Ok(None);
     }
     let why = match crate::capped::read_capped_string(&path, 16 << 20, "peaks cache") {
         Err(e) => format!("{e:#}"),
@@ -157,10 +160,10 @@ pub fn cache_problem(device: &str, threads: usize) -> Option<String> {
             Ok(p) if !p.plausible() => {
                 "its rates are not plausible (each must lie between 1e-6 and 1e12)".into()
             }
-            Ok(_) => return None,
+            Ok(p) => return Ok(Some(p)),
         },
     };
-    Some(format!(
+    Err(format!(
         "the cache file {} gives no roofs: {why}",
         path.display()
     ))

@@ -29,6 +29,7 @@ pub mod report;
 pub mod runner;
 pub mod signals;
 pub mod spec;
+pub mod stop;
 #[cfg(feature = "engine")]
 pub mod sweep;
 pub mod torch;

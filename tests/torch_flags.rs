@@ -83,6 +83,7 @@ fn commands() -> Vec<Command> {
                 "--trace",
                 "--nproc",
                 "--parallel",
+                "--timeout",
             ]),
             refused: &[WEIGHTS, FUSION_NONE],
         },

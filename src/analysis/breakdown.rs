@@ -35,25 +35,41 @@ fn retained(m: &MemoryRecord, phase: &str, last: bool) -> u64 {
         .max(0) as u64
 }
 
-/// FSDP2's gathered parameters as the last forward ended (the root's, kept gathered to its
-/// backward), from the recorder's categories at that mark; 0 for a model FSDP2 does not shard.
-fn gathered_after_forward(m: &MemoryRecord) -> u64 {
+/// A category the recorder read at the last mark of `phase` (any phase: `None`); 0 when it
+/// never read it.
+fn at_last_mark(m: &MemoryRecord, phase: Option<&str>, category: &str) -> u64 {
     m.series
         .iter()
         .rev()
         .flat_map(|s| s.phases.iter().rev())
-        .find(|p| p.phase == "forward")
-        .and_then(|p| p.heap_live_by_category.get("gathered_parameters").copied())
+        .find(|p| phase.is_none_or(|ph| p.phase == ph))
+        .and_then(|p| p.heap_live_by_category.get(category).copied())
         .unwrap_or(0)
+}
+
+/// FSDP2's gathered parameters as the last forward ended (the root's, kept gathered to its
+/// backward), from the recorder's categories at that mark; 0 for a model FSDP2 does not shard.
+fn gathered_after_forward(m: &MemoryRecord) -> u64 {
+    at_last_mark(m, Some("forward"), "gathered_parameters")
+}
+
+/// DDP's gradient buckets (its reducer's flat buckets, alive from the wrap on), as the
+/// recorder read them; 0 without DDP.
+fn gradient_buckets(m: &MemoryRecord) -> u64 {
+    at_last_mark(m, None, "gradient_buckets")
 }
 
 /// What was live before load (gemm's per-thread slabs, allocated at start-up), library
 /// buffers kept after the first forward (first run's retained minus the last run's), and what
-/// load kept beyond the parameters (containers).
+/// load kept beyond the parameters (containers) and DDP's buckets (made as the model was
+/// wrapped, after its parameters).
 pub fn unattributed(m: &MemoryRecord) -> u64 {
     let fwd = retained(m, "forward", false).saturating_sub(retained(m, "forward", true))
         + retained(m, "prefill", false).saturating_sub(retained(m, "prefill", true));
-    m.start_bytes + fwd + m.load_bytes.saturating_sub(m.param_bytes)
+    m.start_bytes
+        + fwd
+        + m.load_bytes
+            .saturating_sub(m.param_bytes + gradient_buckets(m))
 }
 
 /// The phase whose window holds the run's heap peak.
@@ -94,6 +110,10 @@ fn alive_at(m: &MemoryRecord, mode: Mode, phase: &str) -> Vec<(String, u64)> {
     if let Some(kv) = m.kv_cache_bytes {
         v.push(("KV cache".into(), kv));
     }
+    let buckets = gradient_buckets(m);
+    if buckets > 0 {
+        v.push(("gradient buckets (DDP)".into(), buckets));
+    }
     v.push(("unattributed (library buffers)".into(), unattributed(m)));
     v
 }
@@ -119,7 +139,7 @@ pub fn breakdown(m: &MemoryRecord, mode: Mode) -> BTreeMap<String, BreakdownEntr
         .and_then(|r| r.parts.iter().find(|(n, _)| n == "temporaries"))
         .map_or(0, |(_, b)| *b);
     let train = mode == Mode::Train;
-    let measured: [(&str, u64); 7] = [
+    let measured: [(&str, u64); 10] = [
         ("parameters", m.param_bytes),
         (
             "gradients",
@@ -148,10 +168,28 @@ pub fn breakdown(m: &MemoryRecord, mode: Mode) -> BTreeMap<String, BreakdownEntr
         ("kv_cache", m.kv_cache_bytes.unwrap_or(0)),
         ("temporaries", temporaries),
         ("unattributed", unattributed(m)),
+        ("gradient_buckets", gradient_buckets(m)),
+        ("gathered_parameters", gathered_after_forward(m)),
+        // Not measured on its own: FSDP2's all-gather and reduce-scatter buffers are
+        // temporaries of the phase that holds them.
+        ("collective_buffers", 0),
     ];
     let est = m.estimate.as_ref();
+    // A job's own categories are listed where the run or its estimate has them.
+    let job_only = [
+        "gradient_buckets",
+        "gathered_parameters",
+        "collective_buffers",
+    ];
     measured
         .iter()
+        .filter(|(name, bytes)| {
+            !job_only.contains(name)
+                || *bytes > 0
+                || est
+                    .and_then(|e| e.categories.get(*name))
+                    .is_some_and(|b| *b > 0)
+        })
         .map(|(name, bytes)| {
             let key = if *name == "unattributed" {
                 "runtime_buffers"

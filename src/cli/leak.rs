@@ -194,11 +194,11 @@ pub fn leak(mut a: LeakArgs) -> anyhow::Result<ExitCode> {
         *a.quiet,
     );
     // Ctrl-C ends the run after the step under way; the steps measured are analysed and written.
-    crate::measure::stop::stop_on_signals();
+    crate::stop::stop_on_signals();
     let result = crate::runner::run(&spec, &progress.steps);
     progress.finish();
     let record = result?;
-    let stopped = crate::measure::stop::requested();
+    let stopped = crate::stop::requested();
     if let Some(p) = &a.record {
         let text = record.to_json()?;
         write_atomic(p, &text).with_context(|| format!("--record {}", p.display()))?;

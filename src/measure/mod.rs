@@ -7,7 +7,6 @@ pub mod peaks;
 pub mod phases;
 pub mod process_tree;
 pub mod procfs;
-pub mod stop;
 pub mod threads;
 pub mod workload;
 

@@ -290,7 +290,7 @@ impl Steps<'_> {
     ) -> anyhow::Result<()> {
         let warmup = run.spec.warmup;
         for step in 0..self.total {
-            if step > warmup && crate::measure::stop::requested() {
+            if step > warmup && crate::stop::requested() {
                 break; // SIGINT/SIGTERM under `leak`: keep the measured steps
             }
             if step == warmup {

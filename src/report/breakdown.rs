@@ -7,15 +7,25 @@ use crate::record::Record;
 use crate::report::table::Table;
 use crate::units::bytes;
 
-const ORDER: [(&str, &str); 7] = [
+const ORDER: [(&str, &str); 10] = [
     ("parameters", "parameters"),
     ("gradients", "gradients"),
     ("optimizer_state", "optimizer state"),
     ("activations", "activations (saved for backward)"),
     ("kv_cache", "KV cache"),
+    ("gradient_buckets", "gradient buckets (DDP)"),
+    (
+        "gathered_parameters",
+        "gathered parameters (FSDP2; measured as the forward ends, estimated at the peak)",
+    ),
+    ("collective_buffers", "collective buffers (FSDP2)"),
     ("temporaries", "temporaries at the peak"),
     ("unattributed", "unattributed (library buffers)"),
 ];
+
+/// Categories whose measured and estimated figures are not one moment's (or not measured on
+/// their own): no percentage between them.
+const NOT_COMPARED: [&str; 2] = ["gathered_parameters", "collective_buffers"];
 
 /// The label every table and chart gives a category key (`optimizer_state` → "optimizer
 /// state"); an unknown key as it is.
@@ -36,11 +46,25 @@ pub fn breakdown_table(r: &Record) -> Table {
             if e.measured_bytes == 0 && e.estimated_bytes.unwrap_or(0) == 0 {
                 return None;
             }
+            let measured = if *key == "collective_buffers" {
+                "— (within temporaries)".into()
+            } else {
+                bytes(e.measured_bytes as f64)
+            };
+            // FSDP2's measured temporaries hold its collective buffers and the gathered block,
+            // which the estimate names apart.
+            let pct = if *key == "temporaries" && b.contains_key("collective_buffers") {
+                "— (measured holds the collective buffers)".into()
+            } else if NOT_COMPARED.contains(key) {
+                "—".into()
+            } else {
+                diff_pct(e).map_or("—".into(), |d| format!("{d:+.1}%"))
+            };
             Some(vec![
                 label.to_string(),
-                bytes(e.measured_bytes as f64),
+                measured,
                 e.estimated_bytes.map_or("—".into(), |v| bytes(v as f64)),
-                diff_pct(e).map_or("—".into(), |d| format!("{d:+.1}%")),
+                pct,
             ])
         })
         .chain(r.memory.estimate.as_ref().map(|e| {

@@ -16,14 +16,19 @@ fn signed(v: i64) -> String {
     }
 }
 
-fn table(title: &str, what: &str, rows: &[Pair], limit: usize) -> String {
+fn table(title: &str, what: &str, rows: &[Pair], limit: usize, name: fn(&str) -> String) -> String {
     if rows.is_empty() {
         return String::new();
     }
     // The first header cell is blank: `| | base | new | change |`.
     let mut t = Table::new(["", "base", "new", "change"]);
     for p in rows.iter().take(limit) {
-        t.push([escape(&p.name), b(p.base), b(p.new), signed(p.diff())]);
+        t.push([
+            escape(&name(&p.name)),
+            b(p.base),
+            b(p.new),
+            signed(p.diff()),
+        ]);
     }
     let mut out = format!(
         "### {title}\n\n{what}\n\n{}",
@@ -50,9 +55,16 @@ pub fn to_markdown(base: &str, new: &str, d: &MemoryDiff) -> String {
     );
     out += &match &d.moved_by {
         Some((kind, p)) => format!(
-            "**What moved the peak**: {kind} {} ({} → {}, {}), the largest change among what was \
+            "**What moved the peak**: {} ({} → {}, {}), the largest change among what was \
              alive at the steady-step peak.\n\n",
-            p.name,
+            if p.name == "temporaries" {
+                format!(
+                    "the bytes {}",
+                    crate::report::moment_parts::part_name(&p.name)
+                )
+            } else {
+                format!("{kind} {}", p.name)
+            },
             b(p.base),
             b(p.new),
             signed(p.diff())
@@ -64,33 +76,38 @@ pub fn to_markdown(base: &str, new: &str, d: &MemoryDiff) -> String {
     };
     out += &table(
         "Alive at the steady-step peak, by allocating phase",
-        "heap live at the highest phase peak of a steady step, by the phase that allocated it (load = parameters).",
+        &format!("heap live at the highest phase peak of a steady step, by the phase that allocated it (load = parameters). {}", crate::report::moment_parts::WHY_TWO_FIGURES),
         &d.peak_by_phase,
         usize::MAX,
+        crate::report::moment_parts::part_name,
     );
     out += &table(
         "By category (measured)",
         "bytes per category as each Record's own measure attributes them (docs/record.md).",
         &d.categories,
         usize::MAX,
+        str::to_string,
     );
     out += &table(
         "Heap peak per phase",
         "the most heap live while each phase ran (over all its runs).",
         &d.phase_peaks,
         usize::MAX,
+        str::to_string,
     );
     out += &table(
         "Retained per phase",
         "heap bytes a phase's first run allocated and left alive (forward: saved activations; backward: gradients; optimizer: its state).",
         &d.phase_retained,
         usize::MAX,
+        str::to_string,
     );
     out += &table(
         "Alive at the peak by module (largest changes first)",
         "heap live at that moment by model module.",
         &d.peak_by_module,
         10,
+        str::to_string,
     );
     out += "Both timelines on one axis: `memscope report BASE NEW -o report.html`.\n";
     out

@@ -12,6 +12,7 @@ pub mod json;
 pub mod leak;
 pub mod markdown;
 pub mod models;
+pub mod moment_parts;
 pub mod op_profile;
 pub mod optimize;
 pub mod peaks;

@@ -36,7 +36,8 @@ pub fn run_with(
     let mut spec_run = spec.clone();
     if measured < spec.steps {
         m.warnings.push(format!(
-            "stopped by a signal after {measured} of {} measured steps; the figures are those steps'",
+            "stopped by {} after {measured} of {} measured steps; the figures are those steps'",
+            crate::stop::cause(),
             spec.steps
         ));
         spec_run.steps = measured;
@@ -77,7 +78,7 @@ fn run_torch(
     progress: &AtomicUsize,
     on_step: &mut dyn FnMut(&StepMemory),
 ) -> anyhow::Result<Record> {
-    let records = crate::torch::run(spec, progress, on_step, crate::measure::stop::requested)?;
+    let records = crate::torch::run(spec, progress, on_step, crate::stop::requested)?;
     // A data-parallel job: the worst rank's Record, holding every rank's figures.
     let parallel = spec.torch.as_ref().is_some_and(|t| t.parallel.is_some());
     let mut r = if parallel {
@@ -100,7 +101,8 @@ fn run_torch(
     let measured = r.timing.values().map(|t| t.n).max().unwrap_or(0);
     if measured < spec.steps {
         r.warnings.push(format!(
-            "stopped after {measured} of {} measured steps; the figures are those steps'",
+            "stopped by {} after {measured} of {} measured steps; the figures are those steps'",
+            crate::stop::cause(),
             spec.steps
         ));
         r.spec.steps = measured;
@@ -115,9 +117,9 @@ fn run_torch(
     r.compute.fraction_of_peak = r.compute.achieved_gflops.zip(peak).map(|(a, p)| a / p);
     // Stopped by a signal (`leak`): the user asked to stop, so the estimate's trace (a second
     // Python process, seconds) is not started; what was measured is kept.
-    if crate::measure::stop::requested() {
+    if crate::stop::requested() {
         r.warnings.push(
-            "no estimate beside the measured figures: the torch estimator's trace was not started after the stop".into(),
+            format!("no estimate beside the measured figures: the torch estimator's trace was not started after the stop ({})", crate::stop::cause()),
         );
     } else {
         r.memory.estimate = estimated(spec);

@@ -15,6 +15,8 @@
 //!   all-reduce reaches it under torchrun, cached.
 //! - `optime.rs`: `roofline` and `profile --engine torch`, the workload run with every ATen op
 //!   timed and charged to its module.
+//! - `torchrun_report.rs`: torchrun's report of a failed job, read as the rank that failed and
+//!   how.
 //! - `oneshot.rs`: a module of the package run once (the trace, the peaks): request in, one
 //!   JSON answer out.
 //!
@@ -29,6 +31,7 @@ pub mod optime;
 pub mod peaks;
 pub mod process;
 pub mod python;
+pub mod torchrun_report;
 pub mod watchdog;
 
 pub use process::run;

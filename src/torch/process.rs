@@ -141,11 +141,21 @@ pub fn run(
     if let Some(e) = timed_out {
         bail!("{e}");
     }
+    // A job stopped (`bench --timeout`): its ranks ended their step and rank 0 sent the
+    // Records, and torchrun, stopped too, then exits 1.
+    let stopped_job = crate::stop::requested() && target.parallel.is_some();
+    if stopped_job && record.is_some() {
+        return Ok(record.unwrap_or_default());
+    }
     if !status.success() {
-        bail!(
-            "{}",
-            failure("the torch engine", status.code(), status.signal(), &last)
-        );
+        let why = failure("the torch engine", status.code(), status.signal(), &last);
+        if stopped_job {
+            bail!(
+                "stopped by {} before the job's ranks sent what they measured: {why}",
+                crate::stop::cause()
+            );
+        }
+        bail!("{why}");
     }
     match (record, node) {
         (Some(r), _) => Ok(r),

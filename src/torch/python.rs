@@ -145,6 +145,14 @@ pub fn failure(what: &str, code: Option<i32>, signal: Option<i32>, last: &[Strin
         format!(": {line}")
     };
     let refused = last.iter().any(|l| l.starts_with("error: "));
+    // A rank of a job that died: torchrun's report names it, and ends in a separator line.
+    if !refused {
+        if let Some(cause) = super::torchrun_report::root_cause(last) {
+            return format!(
+                "{what}'s job failed: {cause} (its output and torchrun's report are above)"
+            );
+        }
+    }
     match code {
         Some(2) if !line.is_empty() => line,
         Some(_) if refused => line,

@@ -1,8 +1,10 @@
 //! Bounds on every wait for the Python engine or trace: the process must say it started (its
 //! first protocol line, printed once torch and transformers are imported) within
 //! `MEMSCOPE_ENGINE_START_TIMEOUT` seconds (default 300), else it is killed and the error says
-//! so; and a stop asked of memscope (`leak`'s SIGINT/SIGTERM) is passed on to it as SIGINT, so
-//! the engine ends the step under way and writes what it measured.
+//! so; and a stop asked of memscope (`leak`'s SIGINT/SIGTERM, `bench --timeout`) is passed on to
+//! it as SIGINT, so the engine ends the step under way and writes what it measured. A process
+//! still running [`STOP_GRACE`] after that (a rank stopped, or blocked in a collective whose
+//! peer is, never sees it) is killed.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -12,6 +14,8 @@ use std::time::{Duration, Instant};
 /// The variable that sets the start bound, in seconds.
 pub const START_VAR: &str = "MEMSCOPE_ENGINE_START_TIMEOUT";
 const DEFAULT_START: Duration = Duration::from_secs(300);
+/// How long a process asked to stop may take to write what it measured before it is killed.
+pub const STOP_GRACE: Duration = Duration::from_secs(20);
 
 /// The start bound: `MEMSCOPE_ENGINE_START_TIMEOUT` (seconds, > 0), else 300 s.
 pub fn start_limit() -> anyhow::Result<Duration> {
@@ -31,6 +35,7 @@ pub struct Watchdog {
     heard: Arc<AtomicBool>,
     done: Arc<AtomicBool>,
     timed_out: Arc<AtomicBool>,
+    killed_after_stop: Arc<AtomicBool>,
     limit: Duration,
     thread: Option<JoinHandle<()>>,
 }
@@ -42,10 +47,12 @@ impl Watchdog {
         let heard = Arc::new(AtomicBool::new(false));
         let done = Arc::new(AtomicBool::new(false));
         let timed_out = Arc::new(AtomicBool::new(false));
+        let killed_after_stop = Arc::new(AtomicBool::new(false));
         let (h, d, t) = (heard.clone(), done.clone(), timed_out.clone());
+        let k = killed_after_stop.clone();
         let thread = std::thread::spawn(move || {
             let t0 = Instant::now();
-            let mut forwarded = false;
+            let mut forwarded: Option<Instant> = None;
             while !d.load(Ordering::SeqCst) {
                 std::thread::sleep(Duration::from_millis(20));
                 if d.load(Ordering::SeqCst) {
@@ -58,10 +65,19 @@ impl Watchdog {
                     unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) };
                     return;
                 }
-                if !forwarded && stop() {
-                    forwarded = true;
-                    // SAFETY: as above.
-                    unsafe { libc::kill(pid as libc::pid_t, libc::SIGINT) };
+                match forwarded {
+                    None if stop() => {
+                        forwarded = Some(Instant::now());
+                        // SAFETY: as above.
+                        unsafe { libc::kill(pid as libc::pid_t, libc::SIGINT) };
+                    }
+                    Some(at) if at.elapsed() > STOP_GRACE => {
+                        k.store(true, Ordering::SeqCst);
+                        // SAFETY: as above. A torchrun job's ranks die with torchrun.
+                        unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) };
+                        return;
+                    }
+                    _ => {}
                 }
             }
         });
@@ -69,6 +85,7 @@ impl Watchdog {
             heard,
             done,
             timed_out,
+            killed_after_stop,
             limit,
             thread: Some(thread),
         }
@@ -79,11 +96,19 @@ impl Watchdog {
         self.heard.store(true, Ordering::SeqCst);
     }
 
-    /// Stops watching (call before reaping the child); the error when the start bound killed it.
+    /// Stops watching (call before reaping the child); the error when the start bound killed
+    /// it, or a stop it did not end on.
     pub fn finish(mut self, what: &str, python: &str) -> Option<String> {
         self.done.store(true, Ordering::SeqCst);
         if let Some(t) = self.thread.take() {
             let _ = t.join();
+        }
+        if self.killed_after_stop.load(Ordering::SeqCst) {
+            return Some(format!(
+                "{what} was asked to stop ({}) and was still running {} s later, so it was killed and what it measured is lost: a rank stopped (SIGSTOP), or blocked in a collective a stopped or hung rank never joins, never sees the request",
+                crate::stop::cause(),
+                STOP_GRACE.as_secs()
+            ));
         }
         self.timed_out.load(Ordering::SeqCst).then(|| {
             format!(

@@ -154,10 +154,13 @@ fn timeline_caption(with: &[&(usize, String, &Record)]) -> String {
                 .iter()
                 .filter(|(_, b)| **b > 0)
                 .take(4)
-                .map(|(p, b)| format!("{} from {}", fmt_bytes(**b as f64), esc(p)))
+                .map(|(p, b)| {
+                    let name = crate::report::moment_parts::part_name(p);
+                    format!("{} {}", fmt_bytes(**b as f64), esc(&name))
+                })
                 .collect();
             caption += &format!(
-                " Steady-step heap peak {} in {}; alive then: {}.",
+                " Steady-step heap peak {} in {}: {}.",
                 fmt_bytes(m.heap_peak_bytes as f64),
                 esc(&m.phase),
                 parts.join(", ")
@@ -165,7 +168,7 @@ fn timeline_caption(with: &[&(usize, String, &Record)]) -> String {
         }
         caption += "<br>";
     }
-    caption
+    caption + crate::report::moment_parts::WHY_TWO_FIGURES
 }
 
 /// One group of bars: a label and (category → bytes).

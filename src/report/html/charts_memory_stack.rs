@@ -272,6 +272,8 @@ pub fn section(records: &[(usize, String, &Record)]) -> anyhow::Result<String> {
          only in its peak tick. Shades alternate from step to step. RSS (/proc) includes freed \
          memory the allocator keeps. ",
     );
+    caption += crate::report::moment_parts::WHY_TWO_FIGURES;
+    caption += " ";
     caption += &format!(
         "Runs of more than {DETAIL_STEPS} steps show their first and last steps and the step \
          holding the highest peak; ⋯ N ⋯ marks N steps left out (the Record holds them all).<br>"
@@ -325,6 +327,7 @@ fn alloc_phase(p: &str) -> &str {
     match p {
         "idle" => "outside phases",
         "other" => "other (KV cache)",
+        "temporaries" => crate::report::moment_parts::FREED,
         // A PyTorch Record's peak moments split by category: the tables' names.
         _ => crate::report::breakdown::category_label(p),
     }

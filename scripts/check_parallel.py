@@ -58,8 +58,9 @@ def tracker_worker(model, world, plan, batch, seq):
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.distributed._tools.fsdp2_mem_tracker import FSDPMemTracker
 
-    from memscope import _contract, _hf, _native
-    from memscope.trace import fake_process_group, sharding_wrap
+    from memscope import _contract, _native
+    from memscope._workers import models as _hf
+    from memscope._workers.parallel import fake_process_group, sharding_wrap
     text, _ = _native.model_config(model, None)
     cfg = _contract.read_type("ModelConfig", json.loads(text))
     fake_process_group(torch, world)

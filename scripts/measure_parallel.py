@@ -16,7 +16,7 @@ bytes, the heap a rank holds counted from before the model was built and after o
 one-layer copy of it (as the torch engine counts: the libraries' first-use set-up left out and
 reported as `first_use_bytes`).
 The models are memscope's presets (`memscope models --json`, the binary at MEMSCOPE_BIN),
-built as transformers' own classes (memscope._hf), fused AdamW where it runs.
+built as transformers' own classes (memscope._workers.models), fused AdamW where it runs.
 """
 
 import argparse
@@ -33,7 +33,7 @@ def worker(args):
     import torch.distributed as dist
     import transformers
 
-    from memscope import _hf
+    from memscope._workers import models as _hf
 
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     cuda = args.device == "cuda"
@@ -94,7 +94,7 @@ def worker(args):
     elif args.plan != "none":  # fsdp, tp:T, fsdp+tp:T: the wrap memscope's ranks put on
         from types import SimpleNamespace
 
-        from memscope.trace import sharding_wrap
+        from memscope._workers.parallel import sharding_wrap
         name, _, tp = args.plan.partition(":")
         plan = SimpleNamespace(plan=name, world=world, tp=int(tp or 1))
         sharding_wrap(torch, plan, args.device)(model)

@@ -383,7 +383,8 @@ def build_transformers(torch, cfg: dict):
     dropout. Returns (model, forward(ids, past=None) -> (logits, past))."""
     import transformers as T  # noqa: PLC0415 - only this implementation needs it
     # memscope's configs as transformers' classes: what the torch engine builds.
-    from memscope import _contract, _hf  # noqa: PLC0415
+    from memscope import _contract  # noqa: PLC0415
+    from memscope._workers import models as _hf  # noqa: PLC0415
     hf, cls = _hf.hf_config(T, _contract.read_type("ModelConfig", cfg), "sdpa")
     model = cls(hf)
     impl = getattr(model.config, "_attn_implementation", None)

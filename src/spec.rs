@@ -104,7 +104,7 @@ pub struct Spec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub engine: Option<EngineInfo>,
     /// `--engine torch`: run the workload through Hugging Face transformers on PyTorch (the
-    /// Python package's engine, `python/memscope/engine.py`) on `device`; absent for memscope's
+    /// Python package's engine, `python/memscope/_workers/engine.py`) on `device`; absent for memscope's
     /// own engine.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub torch: Option<TorchRun>,

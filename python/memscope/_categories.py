@@ -113,3 +113,25 @@ class SavedTensors:
         for ptr in dead:
             del self.entries[ptr]
         return total, by_module
+
+
+def hook_over_ours(torch, ours, is_session):
+    """PyTorch calls only the innermost saved_tensors_hooks: another one opened over the
+    recorder's (``ours``, its pack hook) — torch.autograd.graph.save_on_cpu, say — hides the
+    saved tensors and backward's start from it. The sentence the Record says then, else None
+    (none open, the recorder's own, or another Session's: ``is_session`` of the hook's owner,
+    which hands this model's saved tensors on)."""
+    top = getattr(torch._C._autograd, "_top_saved_tensors_default_hooks", None)
+    if top is None:
+        return None
+    hooks = top(False)
+    if hooks is None or hooks[0] == ours:
+        return None
+    pack = hooks[0]
+    if is_session(getattr(pack, "__self__", None)):
+        return None
+    name = getattr(pack, "__qualname__", repr(pack)).replace(".<locals>", "")
+    return (f"activations and the backward phase could not be seen: another saved_tensors_hooks "
+            f"({name}) was open over the recorder's, and PyTorch calls only the innermost; "
+            "activations read 0 and backward's time is counted in the phase before it. Open the "
+            "Session inside it, or record one Session at a time")

@@ -27,7 +27,7 @@ def rss_bytes():
         return None
 
 
-def _vm_hwm():
+def vm_hwm():
     try:
         with open("/proc/self/status") as f:
             for line in f:
@@ -105,7 +105,7 @@ class RssReader:
         live = rss_bytes() or 0
         return {
             "live": live,
-            "peak": max(_vm_hwm() or 0, live),
+            "peak": max(vm_hwm() or 0, live),
             "reserved": None,
             "reserved_peak": None,
             "blocks": 0,

@@ -90,3 +90,23 @@ def move_previous(record, jsonl):
         os.replace(path, target)
         moved.append((path, target))
     return moved
+
+
+def say_nothing_recorded(record_path, ending):
+    """No step closed: no Record, and one line on stderr saying why, never silence."""
+    if record_path is None:
+        return
+    why = ending or ("no training step was seen: a step's phases start at a forward in train "
+                     "mode with autograd on, a backward or an optimizer step; for an inference "
+                     "loop mark them with `with ms.phase(\"forward\"):` and call ms.step() after "
+                     "each")
+    print(f"memscope: no step recorded, so no Record written to {record_path} ({why})",
+          file=sys.stderr)
+
+
+def say_recorded(record_path, steps):
+    """One line on stderr: where the Record went and what to run next."""
+    if record_path is None or os.environ.get("MEMSCOPE_QUIET"):
+        return
+    print(f"memscope: {steps} steps recorded → {record_path}; next: "
+          f"memscope report {record_path} -o report.html", file=sys.stderr)

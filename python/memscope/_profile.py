@@ -1,5 +1,5 @@
 """A session's profiling window (``Session(..., profile=range(5, 8))``): in those steps every ATen
-op PyTorch dispatches is timed and charged to its module (``optime.OpTimer``: on the CPU by the
+op PyTorch dispatches is timed and charged to its module (``_optimer.OpTimer``: on the CPU by the
 wall clock around the call, on CUDA by its kernels' time on the device; in backward to the
 module whose forward made the autograd node), and each module's temporaries are measured: the
 most bytes live after any op of its forward beyond what was live at its entry and at its
@@ -9,6 +9,9 @@ The Record's ``profile`` holds the ops per profiled step by signature; memscope 
 (FLOPs, minimum bytes), sets them against the roofs ``peaks --engine torch`` measured and draws
 the op kinds and the module tree (``memscope report``).
 """
+
+from ._optimer import OpTimer, name_dtypes, timing_mode
+
 
 def _median(xs):
     xs = sorted(xs)
@@ -63,13 +66,11 @@ class StepProfiler:
         first phase, so the model's own forward is seen whole)."""
         if index not in self.window or self.active:
             return
-        from .optime import OpTimer, _mode
-        from .trace import _dtype_names
-        _dtype_names(self.torch)
+        name_dtypes(self.torch)
         if self.timer is None:
             self.timer = OpTimer(self.torch, self.device, self.model, self.live)
         self.hooks = self.timer.module_hooks()
-        self.mode = _mode(self.timer)
+        self.mode = timing_mode(self.timer)
         self.mode.__enter__()
         self.timer.on = True
 

@@ -6,7 +6,8 @@ import json
 import time
 
 from . import _native
-from ._memory import _vm_hwm, rss_bytes
+from ._loop_values import json_loss
+from ._memory import rss_bytes, vm_hwm
 
 DTYPES = {"float32": "f32", "bfloat16": "bf16", "float16": "f16"}
 
@@ -19,7 +20,7 @@ HF_FIELDS = {
 }
 
 
-def _dtype(torch_dtype):
+def dtype_name(torch_dtype):
     name = str(torch_dtype).replace("torch.", "")
     if name not in DTYPES:
         raise ValueError(
@@ -68,7 +69,7 @@ def series_entry(x):
 
 
 def step_from_line(line):
-    """A JSONL series line (``Session._jsonl_line``) back as the session's step dict."""
+    """A JSONL series line (``_series.jsonl_line``) back as the session's step dict."""
     reserved = line.get("reserved")
     loss = line.get("loss")
     return {
@@ -114,7 +115,6 @@ def micro_steps(steps):
 
 def build_record(s, ending):
     """The Record of a closed session; ``ending``: why the loop ended early, or None."""
-    from .session import json_loss
     torch = s.torch
     steps = s.steps()
     measured = [x for x in steps if not x["warmup"]]
@@ -137,14 +137,14 @@ def build_record(s, ending):
     threads = torch.get_num_threads()
     spec = {
         "model": s.name, "config_path": None, "weights": None, "mode": "train",
-        "batch": batch, "seq": seq, "dtype": _dtype(s.param_dtype), "threads": threads,
+        "batch": batch, "seq": seq, "dtype": dtype_name(s.param_dtype), "threads": threads,
         "seed": torch.initial_seed() % (1 << 64), "warmup": min(s.warmup, len(steps)),
         "steps": len(measured), "grad_accum": micro, "prompt_len": 0, "new_tokens": 0,
         "lr": lr, "engine": engine,
     }
     model = {"name": s.name, "family": "pytorch", "params": s.n_params,
              "param_bytes": s.model_param_bytes, **_model_fields(s.model)}
-    start = s._start_reading["live"]
+    start = s.start_reading["live"]
     series = [series_entry(x) for x in steps]
     phases = {
         name: {"peak_bytes": pm["peak"], "retained_bytes": pm["retained_first"],
@@ -162,7 +162,7 @@ def build_record(s, ending):
         "param_bytes": s.param_bytes,
         "heap_peak_bytes": max(x["peak"] for x in steps),
         "heap_live_end_bytes": last["live"],
-        "rss_peak_bytes": _vm_hwm() if s.reader.memory != "rss" else max(
+        "rss_peak_bytes": vm_hwm() if s.reader.memory != "rss" else max(
             (x["rss"] or 0) for x in steps),
         "rss_end_bytes": rss_bytes(), "kv_cache_bytes": _kv_cache(steps),
         "phases": phases, "series": series, "micro_steps": micro_steps(steps),
@@ -199,8 +199,8 @@ def build_record(s, ending):
             "what it held before the session started while the loop ran: the left-out baseline "
             "was lowered by that much when it was freed, so heap figures before and after that "
             "moment count from different baselines")
-    if s._shadowed:
-        warnings.append(s._shadowed)
+    if s.shadowed:
+        warnings.append(s.shadowed)
     losses = [json_loss(x["loss"]) for x in steps if x.get("loss") is not None]
     env = json.loads(_native.environment(threads))
     env["allocator"] = s.reader.allocator
@@ -213,7 +213,7 @@ def build_record(s, ending):
         "schema_version": _native.SCHEMA_VERSION, "spec": spec, "model": model, "timing": {},
         "throughput": {"tokens_per_s": None, "samples_per_s": None, "decode_tokens_per_s": None},
         "memory": memory, "loss": losses, "warnings": warnings, "environment": env,
-        "started_at": s._started_at, "wall_seconds": time.perf_counter() - s._wall0,
+        "started_at": s.started_at, "wall_seconds": time.perf_counter() - s.wall0,
     }
     if s.profiler is not None:
         profiled = {i for i, _ in s.profiler.done}

@@ -52,6 +52,6 @@ class MemscopeCallback(TrainerCallback):
     def close(self, ending="the run was stopped before the Trainer's on_train_end"):
         """Closes a session the Trainer left open (``train()`` raised and the process goes on:
         a notebook): writes its Record, marked with ``ending``, and removes every hook."""
-        if self.session is not None and not self.session._closed:
+        if self.session is not None and not self.session.closed:
             self.session.close(ending=ending)
         return self.session.record if self.session is not None else None

@@ -10,7 +10,8 @@ the micro-batches before it are its forward/backward pairs). An exception or Ctr
 
 import lightning.pytorch as pl
 
-from .session import Session, _ending
+from ._loop_values import ending_of
+from .session import Session
 
 
 def _loss(outputs):
@@ -70,4 +71,4 @@ class MemscopeCallback(pl.Callback):
         """An exception or KeyboardInterrupt in fit: the Record of the steps that finished is
         written, marked with what ended the run, and every hook is removed."""
         if self.session is not None:
-            self.session.close(ending=_ending(type(exception), exception))
+            self.session.close(ending=ending_of(type(exception), exception))

@@ -11,121 +11,24 @@ and the categories from the tensors themselves (``_categories.py``). It never ch
 never keeps one alive (weak references only) and never allocates on the device.
 """
 
-import atexit
 import json
-import math
 import os
-import sys
 import time
 import weakref
 from contextlib import contextmanager
 
 from . import _native
-from ._categories import (SavedTensors, fsdp_params, gathered_tensors, optimizer_tensors,
-                          unique_bytes)
+from ._categories import (SavedTensors, fsdp_params, gathered_tensors, hook_over_ours,
+                          optimizer_tensors, unique_bytes)
 from ._contract import check_record_field
+from ._job import per_rank, rank_of
+from ._loop_values import ending_of, input_shape, loss_number
 from ._memory import reader_for, rss_bytes
-from ._outputs import check_paths, move_previous
-from ._record import _dtype, build_record, step_from_line
-
-# Sessions started and not yet closed: closed at the interpreter's exit (an exception nobody
-# caught, a KeyboardInterrupt, sys.exit inside a trainer), so their Record is written.
-_OPEN = weakref.WeakSet()
-# Autograd calls only the innermost saved_tensors_hooks: with two Sessions open, the innermost
-# one's pack hook hands each saved tensor to the session whose model is running its forward
-# (innermost last), else to the one whose model ran last, so neither records the other's model.
-_RUNNING = []
-_LAST = []
-
-
-def _forget_in_child():
-    """A process forked inside a Session is not the one it records: its copies of the open
-    sessions stop (hooks removed, nothing written), so the two processes' steps never mix."""
-    _RUNNING.clear()
-    _LAST.clear()
-    for s in list(_OPEN):
-        s.abandon()
-
-
-os.register_at_fork(after_in_child=_forget_in_child)
-
-
-@atexit.register
-def _close_open_sessions():
-    kind = getattr(sys, "last_type", None)
-    for s in list(_OPEN):
-        try:
-            s.close(ending=_ending(kind) if kind is not None else
-                    "the process exited while the session was open")
-        except Exception as e:  # noqa: BLE001 - one session's failure must not cost the others'
-            print(f"memscope: could not write the Record of a session left open: {e}",
-                  file=sys.stderr)
-
-
-def _rank(torch):
-    """(rank, world size) under torch.distributed with more than one process, else from the
-    launcher's environment (torchrun sets RANK and WORLD_SIZE before the script has called
-    init_process_group, or where it never does), else None."""
-    d = torch.distributed
-    if d.is_available() and d.is_initialized() and d.get_world_size() > 1:
-        return d.get_rank(), d.get_world_size()
-    try:
-        rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    except (KeyError, ValueError):
-        return None
-    return (rank, world) if world > 1 and 0 <= rank < world else None
-
-
-def _per_rank(path, rank):
-    """One file per rank: `{rank}` in the path is replaced, else `.rankN` goes before the
-    extension (run.json → run.rank1.json), so ranks never write one file."""
-    if rank is None:
-        return path
-    if "{rank}" in path:
-        return path.replace("{rank}", str(rank[0]))
-    stem, dot, ext = path.rpartition(".")
-    if not dot or "/" in ext:
-        return f"{path}.rank{rank[0]}"
-    return f"{stem}.rank{rank[0]}.{ext}"
-
-
-def _number(loss):
-    """The loss as a float; a ValueError naming what was given when it is not one number."""
-    if loss is None:
-        return None
-    if hasattr(loss, "detach"):
-        loss = loss.detach()
-        if loss.numel() != 1:
-            raise ValueError(f"ms.step(loss): give the step's loss as a number or a one-element "
-                             f"tensor (got a tensor of shape {tuple(loss.shape)}: reduce it, "
-                             "e.g. loss.mean())")
-    try:
-        return float(loss)
-    except (TypeError, ValueError):
-        raise ValueError(f"ms.step(loss): give the step's loss as a number or a one-element "
-                         f"tensor (got {type(loss).__name__})") from None
-
-
-def json_loss(x):
-    """A loss as every memscope file writes it: a number, or "NaN" / "Infinity" / "-Infinity"
-    (JSON has no such numbers; ``src/record/nonfinite.rs`` reads them back)."""
-    if x is None or math.isfinite(x):
-        return x
-    return "NaN" if math.isnan(x) else ("Infinity" if x > 0 else "-Infinity")
-
-
-def _ending(exc_type, exc=None):
-    """How a ``with`` block ended, for the Record: None for a clean end (no exception,
-    ``sys.exit(0)``, a generator closed early), else a sentence."""
-    if exc_type is None or issubclass(exc_type, GeneratorExit):
-        return None
-    if issubclass(exc_type, SystemExit):
-        code = getattr(exc, "code", None) if exc is not None else None
-        return None if code in (None, 0) else f"the script exited with sys.exit({code!r})"
-    if issubclass(exc_type, KeyboardInterrupt):
-        return "stopped by KeyboardInterrupt (Ctrl-C or SIGINT)"
-    return f"the training loop raised {exc_type.__name__}"
-
+from ._outputs import check_paths, move_previous, say_nothing_recorded, say_recorded
+from ._profile import StepProfiler, window
+from ._record import build_record, dtype_name, step_from_line
+from ._registry import LAST, OPEN, RUNNING
+from ._series import add_to_phase_memory, jsonl_line
 
 class Session:
     """Records a training loop of ``model`` (and ``optimizer``) into a memscope Record.
@@ -169,12 +72,12 @@ class Session:
             device = torch.device("cuda", torch.cuda.current_device())
         self.device = device
         self.reader = reader_for(torch, device)
-        self.rank = _rank(torch)
+        self.rank = rank_of(torch)
         # Absolute now: an os.chdir in the loop changes nothing.
-        self.record_path = os.path.abspath(_per_rank(os.fspath(record), self.rank)) \
+        self.record_path = os.path.abspath(per_rank(os.fspath(record), self.rank)) \
             if record is not None else None
         if jsonl is not None:
-            self.jsonl_path = os.path.abspath(_per_rank(os.fspath(jsonl), self.rank))
+            self.jsonl_path = os.path.abspath(per_rank(os.fspath(jsonl), self.rank))
         elif self.record_path is not None:
             stem = self.record_path[:-5] if self.record_path.endswith(".json") else self.record_path
             self.jsonl_path = stem + ".steps.jsonl"
@@ -200,7 +103,6 @@ class Session:
                 check_record_field(section, name, value)
         self.profiler = None
         if profile is not None:
-            from ._profile import StepProfiler, window
             # Each module's temporaries from the session's own counter; RSS does not fall when
             # memory is freed, so under it they are not measured.
             live = (None if self.reader.memory == "rss"
@@ -215,7 +117,7 @@ class Session:
         self.model_param_bytes = (sum(p.numel() * p.element_size() for p in params) if sharded
                                   else self.param_bytes)
         self.param_dtype = params[0].dtype if params else torch.float32
-        _dtype(self.param_dtype)
+        dtype_name(self.param_dtype)
         self.saved = SavedTensors(device)
         self.saved.exclude = self._param_ptrs
         # FSDP2's own record of each sharded parameter: its gathered copy is a category.
@@ -225,7 +127,7 @@ class Session:
         self._sth = None
         self._jsonl = None
         self._started = False
-        self._closed = False
+        self.closed = False
         # Per run.
         # The recorder's own retained bytes (counted heap only; see step()).
         self._own = 0
@@ -251,7 +153,7 @@ class Session:
         self.record = None       # the Record (dict) once closed
         self.notes = []          # what the Record's warnings add (steps left out, hooks hidden)
         self._user_steps = 0     # step() calls by the user
-        self._shadowed = None    # another saved_tensors_hooks over the recorder's, if seen
+        self.shadowed = None    # another saved_tensors_hooks over the recorder's, if seen
         self.moved = []          # a previous run's files moved aside at start
         # A callable -> {category: bytes} read at every phase end beside the session's own.
         self.extra_categories = None
@@ -272,11 +174,11 @@ class Session:
         return self
 
     def __exit__(self, exc_type, exc, tb):
-        self.close(ending=_ending(exc_type, exc))
+        self.close(ending=ending_of(exc_type, exc))
         return False
 
     def start(self):
-        if self._closed:
+        if self.closed:
             raise RuntimeError(
                 "this Session was closed and its Record written: a second `with` on it would "
                 "record nothing; make a new memscope.Session for another run")
@@ -289,13 +191,13 @@ class Session:
         self.moved = move_previous(self.record_path, self.jsonl_path)
         if self.jsonl_path is not None:
             self._jsonl = open(self.jsonl_path, "w", buffering=1)
-        self._started_at = int(time.time())
-        self._wall0 = time.perf_counter()
+        self.started_at = int(time.time())
+        self.wall0 = time.perf_counter()
         if self._exclude_baseline:
             cats, _ = self._categories(0)
             held = cats["parameters"] + cats["gradients"] + cats["optimizer_state"]
             self.baseline = max(self.reader.read()["live"] - held, 0)
-        self._start_reading = self._read()
+        self.start_reading = self._read()
         m = self.model
         self._handles.append(m.register_forward_pre_hook(self._on_root_forward, with_kwargs=True))
         self._handles.append(m.register_forward_hook(self._on_root_forward_end, always_call=True))
@@ -315,7 +217,7 @@ class Session:
         self._sth.__enter__()
         if self.profiler is not None:
             self.profiler.begin_step(0)
-        _OPEN.add(self)
+        OPEN.add(self)
         return self
 
     def close(self, failed=False, ending=None):
@@ -324,10 +226,10 @@ class Session:
         Phases after the last ``step()`` form a step only when the loop ended cleanly and they
         hold every phase a step had (a validation forward after the last step is not one);
         without any ``step()`` call, a step ends at each optimizer step."""
-        if self._closed or not self._started:
+        if self.closed or not self._started:
             return self.record
-        self._closed = True
-        _OPEN.discard(self)
+        self.closed = True
+        OPEN.discard(self)
         if failed and ending is None:
             ending = "the training loop raised an exception"
         try:
@@ -349,17 +251,17 @@ class Session:
             if self._jsonl is not None:
                 self._jsonl.close()
         if not self.steps_closed:
-            self._say_nothing_recorded(ending)
+            say_nothing_recorded(self.record_path, ending)
             return None
         self.record = build_record(self, ending)
-        self._report()
+        say_recorded(self.record_path, self.steps_closed)
         return self.record
 
     def abandon(self):
         """Stops this session without a Record (a forked child's copy of it): its hooks are
         removed and nothing is written; the parent's session goes on."""
-        self._closed = True
-        _OPEN.discard(self)
+        self.closed = True
+        OPEN.discard(self)
         if self._sth is not None:
             self._sth.__exit__(None, None, None)
             self._sth = None
@@ -414,23 +316,10 @@ class Session:
             f"({self.steps_closed} steps); call ms.step(loss) after each optimizer step to "
             "record the loss and the series as the loop runs")
 
-    def _say_nothing_recorded(self, ending):
-        """No step closed: no Record, and one line on stderr saying why, never silence."""
-        if self.record_path is None:
-            return
-        why = ending or ("no training step was seen: a step's phases start at a forward in "
-                         "train mode with autograd on, a backward or an optimizer step; for an "
-                         "inference loop mark them with `with ms.phase(\"forward\"):` and call "
-                         "ms.step() after each")
-        print(f"memscope: no step recorded, so no Record written to {self.record_path} ({why})",
-              file=sys.stderr)
-
-    def _report(self):
-        """One line on stderr: where the Record went and what to run next."""
-        if self.record_path is None or os.environ.get("MEMSCOPE_QUIET"):
-            return
-        print(f"memscope: {self.steps_closed} steps recorded → {self.record_path}; next: "
-              f"memscope report {self.record_path} -o report.html", file=sys.stderr)
+    @property
+    def current_phase(self):
+        """The name of the phase under way, else None."""
+        return self._phase["name"] if self._phase is not None else None
 
     # -- phases ---------------------------------------------------------------------------
 
@@ -499,48 +388,19 @@ class Session:
         return self.auto and self._explicit == 0
 
     def _on_root_forward(self, module, args, kwargs):
-        _RUNNING.append(self)
-        _LAST[:] = [weakref.ref(self)]
-        if self._shadowed is None and self.torch.is_grad_enabled():
-            self._check_hooks()
+        RUNNING.append(self)
+        LAST[:] = [weakref.ref(self)]
+        if self.shadowed is None and self.torch.is_grad_enabled():
+            self.shadowed = hook_over_ours(self.torch, self._pack,
+                                           lambda s: isinstance(s, Session))
         if self.batch is None:
-            self._infer_shape(args, kwargs)
+            self.batch, self.seq = input_shape(self.torch, args, kwargs, self.batch, self.seq)
         if self._auto() and module.training and self.torch.is_grad_enabled():
             self.begin_phase("forward")
 
     def _on_root_forward_end(self, module, args, output):
-        if self in _RUNNING:
-            del _RUNNING[len(_RUNNING) - 1 - _RUNNING[::-1].index(self)]
-
-    def _infer_shape(self, args, kwargs):
-        """Batch from the first tensor input; a sequence length only where the input is token
-        ids ((batch, seq) integers): a (64, 512) float input is 64 samples, not 512 tokens."""
-        for t in list(args) + list(kwargs.values()):
-            if isinstance(t, self.torch.Tensor) and t.dim() >= 1:
-                self.batch = int(t.shape[0])
-                ids = t.dim() == 2 and not t.dtype.is_floating_point and not t.dtype.is_complex
-                self.seq = int(t.shape[1]) if ids else 0
-                return
-
-    def _check_hooks(self):
-        """PyTorch calls only the innermost saved_tensors_hooks: another one opened over the
-        recorder's (torch.autograd.graph.save_on_cpu, a second Session) hides the saved tensors
-        and backward's start from it. Said in the Record, once."""
-        top = getattr(self.torch._C._autograd, "_top_saved_tensors_default_hooks", None)
-        if top is None:
-            return
-        hooks = top(False)
-        if hooks is None or hooks[0] == self._pack:
-            return
-        pack = hooks[0]
-        if isinstance(getattr(pack, "__self__", None), Session):
-            return  # another Session's: it hands this model's saved tensors to this one
-        name = getattr(pack, "__qualname__", repr(pack)).replace(".<locals>", "")
-        self._shadowed = (
-            f"activations and the backward phase could not be seen: another saved_tensors_hooks "
-            f"({name}) was open over the recorder's, and PyTorch calls only the innermost; "
-            "activations read 0 and backward's time is counted in the phase before it. Open "
-            "the Session inside it, or record one Session at a time")
+        if self in RUNNING:
+            del RUNNING[len(RUNNING) - 1 - RUNNING[::-1].index(self)]
 
     def _module_enter(self, name):
         def enter(module, args):
@@ -552,8 +412,8 @@ class Session:
             self._module_stack.pop()
 
     def _pack(self, t):
-        owner = _RUNNING[-1] if _RUNNING else (_LAST[0]() if _LAST else None)
-        if owner is None or owner._closed:
+        owner = RUNNING[-1] if RUNNING else (LAST[0]() if LAST else None)
+        if owner is None or owner.closed:
             owner = self
         # Detached (the same storage, no grad_fn): autograd passes an op's own output to the
         # hook as it is, and what the hook returns the op's node holds — the output itself
@@ -568,7 +428,7 @@ class Session:
     @staticmethod
     def _unpack(packed):
         owner, t = packed
-        if not owner._closed:
+        if not owner.closed:
             owner.unpacked_by_autograd()
         return t
 
@@ -631,7 +491,7 @@ class Session:
         """Closes a training step (after the optimizer's step): one line in the JSONL series.
         ``loss`` (a number or a scalar tensor) goes into the Record's loss list; a NaN or an
         infinity is kept (as "NaN" / "Infinity") and counted in the Record's warnings."""
-        loss = _number(loss)  # checked before the step is closed: a bad loss loses nothing
+        loss = loss_number(loss)  # checked before the step is closed: a bad loss loses nothing
         self._user_steps += 1
         self._close_step(loss)
 
@@ -668,18 +528,19 @@ class Session:
             "ooms": r["ooms"],
             "times_ms": times,
             "marks": marks,
-            "loss": _number(loss),
-            "elapsed_s": time.perf_counter() - self._wall0,
+            "loss": loss_number(loss),
+            "elapsed_s": time.perf_counter() - self.wall0,
         }
         self.steps_closed += 1
-        self._phase_memory(step)
+        add_to_phase_memory(self.phase_memory, self.peak_moments, step, self.warmup,
+                            self.optimizer is None)
         for m in marks:
             # What the Record's peak moments keep of a mark; the rest goes with the line.
             m.pop("t", None)
             if self.peak_moments.get(m["phase"], {}).get("mark") is not m:
                 m.pop("by_module", None)
         if self._jsonl is not None:
-            self._jsonl.write(json.dumps(self._jsonl_line(step)) + "\n")
+            self._jsonl.write(json.dumps(jsonl_line(step, self.reader.memory)) + "\n")
         else:
             self._steps_mem.append(step)
         self.last_step = step
@@ -721,49 +582,6 @@ class Session:
             r["live"] = max(r["live"] - less, 0)
             r["peak"] = max(r["peak"] - less, 0)
         return r
-
-    def _phase_memory(self, step):
-        last_warm = step["step"] == self.warmup - 1
-        for m in step["marks"]:
-            pm = self.phase_memory.get(m["phase"])
-            retained = self._retained(m)
-            if pm is None:
-                pm = self.phase_memory[m["phase"]] = {"peak": 0, "retained_first": retained}
-            pm["peak"] = max(pm["peak"], m["peak"])
-            pm["retained_last"] = retained
-            pm["allocations_last"] = m["allocations"]
-            pm["allocated_bytes_last"] = m["allocated_bytes"]
-            if last_warm or m["phase"] not in self.peak_moments or step["step"] < self.warmup \
-                    or not self.peak_moments[m["phase"]]["from_warmup"]:
-                self.peak_moments[m["phase"]] = {"mark": m, "from_warmup": last_warm}
-
-    @staticmethod
-    def _retained(m):
-        c = m["categories"]
-        return {"forward": c["activations"], "backward": c["gradients"],
-                "optimizer": c["optimizer_state"]}.get(m["phase"], 0)
-
-    def _jsonl_line(self, s):
-        line = {
-            "step": s["step"],
-            "warmup": s["warmup"],
-            "elapsed_s": round(s["elapsed_s"], 6),
-            "heap_live_bytes": s["live"],
-            "heap_peak_bytes": s["peak"],
-            "measures": self.reader.memory,
-            "blocks": s["blocks"],
-            "phases": [{"phase": m["phase"], "ms": round(m["ms"], 6), "peak_bytes": m["peak"],
-                        "live_bytes": m["live"], "by_category": m["categories"]}
-                       for m in s["marks"]],
-            "times_ms": {k: round(v, 6) for k, v in s["times_ms"].items()},
-        }
-        if s["loss"] is not None:
-            line["loss"] = json_loss(s["loss"])
-        if s["reserved"] is not None:
-            line["reserved"] = {"bytes": s["reserved"], "alloc_retries": s["alloc_retries"],
-                                "ooms": s["ooms"]}
-        line["process"] = {"resident_bytes": s["rss"]}
-        return line
 
     # -- reading the results --------------------------------------------------------------
 

@@ -42,6 +42,28 @@ def test_hand_marked_phases_no_file_and_caller_fields(tmp_path):
     assert v["verdict"] == "inconclusive" and v["n_samples"] == 3
 
 
+@pytest.mark.parametrize("warmup", [1, 2])
+def test_the_peak_moments_are_a_steady_step_s_with_the_optimizer_state(warmup):
+    # With one warm-up step, that step is the first: no optimizer state yet while its forward
+    # and backward ran. The moments are then the latest step's, as with the candle engine.
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 4))
+    opt = torch.optim.AdamW(m.parameters(), lr=0.1)
+    x = torch.randn(8, 16)
+    with memscope.Session(m, opt, record=None, warmup=warmup) as ms:
+        for _ in range(warmup + 2):
+            loss = m(x).sum()
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+            ms.step(loss)
+    r = ms.record
+    state = r["memory"]["breakdown"]["optimizer_state"]["measured_bytes"]
+    assert state > 0
+    for moment in r["memory"]["peak_moments"]:
+        assert moment["by_phase"].get("optimizer_state") == state, moment
+
+
 def test_errors_name_what_to_fix():
     m, opt, _ = tiny()
     with pytest.raises(ValueError, match="record_fields"):

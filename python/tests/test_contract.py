@@ -52,13 +52,13 @@ def test_the_engine_refuses_a_request_that_breaks_the_contract_naming_the_field(
     request = json.loads((tmp_path / "request.json").read_text())
     _contract.check("request", request)
     request["spec"]["seq"] = -4
-    p = subprocess.run([sys.executable, "-m", "memscope.engine"], input=json.dumps(request),
+    p = subprocess.run([sys.executable, "-m", "memscope._workers.engine"], input=json.dumps(request),
                        capture_output=True, text=True, timeout=120)
     assert p.returncode == 2, p.stderr
     assert "request breaks the contract" in p.stderr and "request.spec.seq: -4 is below 0" \
         in p.stderr, p.stderr
     del request["expected_params"]
-    p = subprocess.run([sys.executable, "-m", "memscope.trace"], input=json.dumps(request),
+    p = subprocess.run([sys.executable, "-m", "memscope._workers.trace"], input=json.dumps(request),
                        capture_output=True, text=True, timeout=120)
     assert p.returncode == 2 and "request: missing 'expected_params'" in p.stderr, p.stderr
 

@@ -282,7 +282,7 @@ def test_the_torch_engine_reads_memscope_s_own_windows(tmp_path):
     # Batch k, row r: the window of seq + 1 tokens at splitmix64(seed, k·B + r) mod (N − seq)
     # (docs/data.md), read by src/input/tokens.rs for both engines; inputs are its first seq.
     import numpy as np
-    from memscope.engine import _tokens
+    from memscope._workers.inputs import tokens as _tokens
     mask = (1 << 64) - 1
 
     def splitmix64(seed, j):

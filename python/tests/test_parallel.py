@@ -9,7 +9,8 @@ import subprocess
 
 import pytest
 
-from memscope import _contract, _hf, _native
+from memscope import _contract, _native
+from memscope._workers import models as _hf
 
 
 def estimate(memscope_bin, tmp_path, *extra):

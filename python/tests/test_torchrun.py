@@ -5,7 +5,9 @@ a `timeout` row, and no process of the job outlives the sweep."""
 
 import json
 import os
+import signal
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -17,7 +19,7 @@ TINY = ["--engine", "torch", "--model", "tiny-gpt2", "--seq", "32", "--warmup", 
 
 
 def engines_left():
-    """The engine processes still running (every rank runs `memscope.engine`), from /proc."""
+    """The engine processes still running (every rank runs `memscope._workers.engine`), from /proc."""
     left = []
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
@@ -25,7 +27,7 @@ def engines_left():
                 cmd = f.read().replace(b"\0", b" ")
         except OSError:
             continue  # gone meanwhile
-        if b"memscope.engine" in cmd:
+        if b"memscope._workers.engine" in cmd:
             left.append(pid)
     return left
 
@@ -58,6 +60,15 @@ def test_bench_records_every_rank_and_keeps_the_worst(memscope_bin, tmp_path, pl
         assert b[cat]["measured_bytes"] == b[cat]["estimated_bytes"], (cat, b[cat])
     whole = r["model"]["param_bytes"]
     local = whole if plan == "ddp" else b["parameters"]["estimated_bytes"]
+    if plan == "ddp":
+        # DDP's reducer's flat buckets, made as the model was wrapped: a category measured as
+        # predicted, not "unattributed" bytes.
+        assert b["gradient_buckets"]["measured_bytes"] == whole \
+            == b["gradient_buckets"]["estimated_bytes"], b
+        assert "gradient buckets (DDP)" in p.stdout, p.stdout
+    if plan == "fsdp":
+        assert b["gathered_parameters"]["measured_bytes"] > 0, b
+        assert "collective buffers (FSDP2)" in p.stdout and "— (within temporaries)" in p.stdout
     assert all(f["parameter_bytes"] == local for f in ranks), ranks
     if plan == "fsdp":
         assert whole / 2 <= local < whole / 2 + 4 * 1000 * 128  # padded row shards
@@ -105,6 +116,88 @@ def test_bench_records_every_rank_and_keeps_the_worst(memscope_bin, tmp_path, pl
         assert predicted["categories"]["collective_buffers"] == 2 * 2 * 99136 * 4 == 2 * block
         assert "gathered parameters (FSDP2's root)" in p.stdout, p.stdout
     assert "Ranks (heap;" in p.stdout and "(worst)" in p.stdout, p.stdout
+    assert not engines_left()
+
+
+def test_fsdp_shards_a_model_whose_parameters_are_tied_across_blocks(memscope_bin, tmp_path):
+    # BERT's masked-LM head shares the word embeddings of its embeddings block: FSDP2 refuses
+    # the two in different groups, so that block is left to the root's group (run and trace).
+    out = tmp_path / "run.json"
+    flags = [("tiny-bert" if a == "tiny-gpt2" else a) for a in TINY]
+    p = subprocess.run([memscope_bin, "bench", *flags, "--batch", "2", "--nproc", "2",
+                        "--parallel", "fsdp", "--json", str(out)],
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-3000:]
+    r = load(out)
+    b = r["memory"]["breakdown"]
+    for cat in ("parameters", "gradients", "optimizer_state"):
+        assert b[cat]["measured_bytes"] == b[cat]["estimated_bytes"], (cat, b[cat])
+    assert b["parameters"]["measured_bytes"] < r["model"]["param_bytes"] * 0.6, b
+    assert not engines_left()
+
+
+# A run long enough to be stopped or killed in.
+LONG = TINY[:-2] + ["--batch", "1", "--steps", "100000", "--nproc", "2", "--parallel", "ddp"]
+
+
+def rank_pid(rank, deadline_s=120):
+    """The pid of the engine process that is rank ``rank`` of a running job (from /proc)."""
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < deadline_s:
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                with open(f"/proc/{pid}/cmdline", "rb") as f:
+                    cmd = f.read()
+                with open(f"/proc/{pid}/environ", "rb") as f:
+                    env = f.read().split(b"\0")
+            except OSError:
+                continue
+            if b"memscope._workers.engine" in cmd and f"RANK={rank}".encode() in env:
+                return int(pid)
+        time.sleep(0.2)
+    raise AssertionError(f"no rank {rank} started within {deadline_s} s")
+
+
+def test_a_killed_rank_is_named_with_its_signal(memscope_bin):
+    p = subprocess.Popen([memscope_bin, "bench", *LONG, "--quiet"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    pid = rank_pid(1)
+    time.sleep(5)  # into its steps
+    os.kill(pid, signal.SIGKILL)
+    _, err = p.communicate(timeout=300)
+    assert p.returncode != 0
+    last = err.strip().splitlines()[-1]
+    # Not torchrun's closing separator: the rank and its signal.
+    assert last.startswith("error: ") and "rank 1 was killed by SIGKILL (signal 9)" in last, last
+    assert not engines_left()
+
+
+def test_a_stopped_rank_ends_at_bench_s_timeout(memscope_bin):
+    # Rank 1 stopped (SIGSTOP) mid-run holds rank 0 in its next all-reduce: --timeout asks the
+    # job to stop, and a job that cannot is killed after the grace, saying why.
+    p = subprocess.Popen([memscope_bin, "bench", *LONG, "--timeout", "15s",
+                          "--quiet"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    t0 = time.monotonic()
+    pid = rank_pid(1)
+    time.sleep(5)
+    os.kill(pid, signal.SIGSTOP)
+    _, err = p.communicate(timeout=300)
+    assert p.returncode != 0
+    assert "asked to stop (--timeout 15s)" in err and "SIGSTOP" in err, err[-2000:]
+    assert time.monotonic() - t0 < 15 + 20 + 60  # the timeout, the grace, the start
+    assert not engines_left()
+
+
+def test_a_job_stopped_by_bench_s_timeout_keeps_its_steps(memscope_bin, tmp_path):
+    out = tmp_path / "run.json"
+    p = subprocess.run([memscope_bin, "bench", *LONG, "--timeout", "10s", "--json", str(out)], capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-3000:]
+    r = load(out)
+    assert 0 < r["spec"]["steps"] < 100000
+    assert any(w.startswith("stopped by --timeout 10s after ") for w in r["warnings"]), \
+        r["warnings"]
+    assert [f["rank"] for f in r["ranks"]] == [0, 1]
     assert not engines_left()
 
 

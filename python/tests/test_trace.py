@@ -1,4 +1,4 @@
-"""The torch estimator's trace (memscope.trace) against the same ops run for real and counted
+"""The torch estimator's trace (memscope._workers.trace) against the same ops run for real and counted
 by memscope's preloaded allocator."""
 
 import json

@@ -9,7 +9,7 @@
 //! | roofline | [`roofline::RooflineFile`] | `roofline --json` |
 //! | optimize | [`optimize::OptimizeFile`] | `optimize --json` |
 //! | torch estimate | [`torch_estimate::TorchEstimateFile`] | `estimate --engine torch --json` |
-//! | torch engine's OOM line | [`torch_oom::OomFacts`] | `python/memscope/engine.py` (stderr), in a sweep row |
+//! | torch engine's OOM line | [`torch_oom::OomFacts`] | `python/memscope/_workers/engine.py` (stderr), in a sweep row |
 
 pub mod collectives;
 pub mod detect;

@@ -1,4 +1,4 @@
-//! The torch engine's out-of-memory report (`python/memscope/engine.py`): one stderr line
+//! The torch engine's out-of-memory report (`python/memscope/_workers/engine.py`): one stderr line
 //! `memscope-oom {json}` (then the exception's own message), parsed back into a sweep row's facts
 //! (`Row::torch_oom`).
 

@@ -1,5 +1,5 @@
 //! `estimate --engine torch`: the workload traced under PyTorch's FakeTensorMode by the Python
-//! package (`python/memscope/trace.py`: every op dispatched as on the device, nothing allocated
+//! package (`python/memscope/_workers/trace.py`: every op dispatched as on the device, nothing allocated
 //! or computed), its sequence of allocations and frees replayed here — the allocated peak by
 //! category on the CPU and CUDA, and on CUDA the reserved peak through the caching allocator's
 //! rules (`caching_allocator.rs`).
@@ -111,7 +111,7 @@ pub fn estimate_with_ops(spec: &Spec) -> anyhow::Result<(TorchEstimate, Vec<Trac
         bail!("internal: torch::estimate needs a Spec with --engine torch");
     };
     let request = Request::new(spec)?;
-    let text = answer("memscope.trace", &request, "the torch estimator's trace")?;
+    let text = answer("memscope._workers.trace", &request, "the torch estimator's trace")?;
     let t: Trace = serde_json::from_str(text.trim()).context("the torch trace's output")?;
     let steps = t.steps.max(1) as f64;
     let ops = t

@@ -1,6 +1,6 @@
 //! `peaks --engine torch --collectives`: the link between this machine's ranks, measured by
 //! PyTorch's own all-reduce under torchrun (gloo on the CPU, NCCL on CUDA; timed by
-//! `python/memscope/link.py`, seconds only); its latency and bandwidth are the ring formula's
+//! `python/memscope/_workers/link.py`, seconds only); its latency and bandwidth are the ring formula's
 //! fitted to them (`analysis::collective_time::Link::of_measured`; `peaks` writes the fit in).
 //! Cached per machine and device; `estimate --parallel` takes it when no `--link` is given.
 
@@ -125,7 +125,7 @@ pub fn measure(device: &str, world: usize) -> anyhow::Result<LinkPeaks> {
         "--nproc-per-node",
         ranks.as_str(),
         "-m",
-        "memscope.link",
+        "memscope._workers.link",
     ];
     let env = [
         ("MEMSCOPE_REQUEST", request.as_str()),

@@ -1,5 +1,5 @@
 //! `--engine torch`: the same Spec run by Hugging Face transformers' own model classes on PyTorch,
-//! in a Python process (`python/memscope/engine.py`, measured by the Python recorder), on the CPU
+//! in a Python process (`python/memscope/_workers/engine.py`, measured by the Python recorder), on the CPU
 //! or a CUDA GPU. Its Record has exactly the shape of memscope's own: `runner` adds the estimate
 //! and the compute figures as it does for candle.
 //!

@@ -1,5 +1,5 @@
 //! `roofline --engine torch` and `profile --engine torch`: the workload run for real by the
-//! Python package (`python/memscope/optime.py`), its measured steps plain and then profiled,
+//! Python package (`python/memscope/_workers/optime.py`), its measured steps plain and then profiled,
 //! every dispatched ATen op timed one by one and charged to the module that ran it (in backward,
 //! to the module whose forward made the autograd node). Read here; costed and set against the
 //! roofs by `analysis::torch_roofline`.
@@ -65,7 +65,7 @@ struct Answer {
 /// Runs `spec` plain, then profiled, in one Python process.
 pub fn profile(spec: &Spec) -> anyhow::Result<TorchProfile> {
     let request = Request::new(spec)?;
-    let text = answer("memscope.optime", &request, "the torch engine's op timer")?;
+    let text = answer("memscope._workers.optime", &request, "the torch engine's op timer")?;
     parse(text.trim())
 }
 

@@ -1,6 +1,6 @@
 //! `peaks --engine torch`: the device's roofs as PyTorch reaches them — matmul per dtype over a
 //! range of sizes and on the model's linear shapes, memory bandwidth, and the fixed cost of one
-//! small op — timed by the Python package (`python/memscope/peaks.py`, seconds only) and turned
+//! small op — timed by the Python package (`python/memscope/_workers/peaks.py`, seconds only) and turned
 //! into rates here with the one convention `memscope peaks` uses (best, upper-middle median).
 //! Cached per machine, device and thread count, as the candle engine's peaks are.
 
@@ -182,7 +182,7 @@ pub fn measure(
         "shapes": shapes.iter().map(|(n, m, k, o)| serde_json::json!([n, m, k, o])).collect::<Vec<_>>(),
     })
     .to_string();
-    let text = answer("memscope.peaks", &request, "the torch engine's peaks")?;
+    let text = answer("memscope._workers.peaks", &request, "the torch engine's peaks")?;
     let m: Measured =
         serde_json::from_str(text.trim()).context("the torch engine's peaks output")?;
     let rates = |v: &[Timed], by_dtype: bool| -> Vec<ShapeRate> {

@@ -1,4 +1,4 @@
-//! Runs one Spec on the torch engine: `python3 -m memscope run -m memscope.engine` (under the
+//! Runs one Spec on the torch engine: `python3 -m memscope run -m memscope._workers.engine` (under the
 //! counting allocator, so CPU figures are counted allocations; on CUDA without it: the figures
 //! are the caching allocator's) with the request on stdin. The engine writes one JSON line per
 //! finished step (its memory entry) on stdout, then `{"record": …}` as its last line; its stderr
@@ -47,9 +47,9 @@ pub(crate) enum Line {
 /// machine.
 fn engine_args(target: &TorchRun, node: Option<&Node>) -> Vec<String> {
     let engine: &[&str] = if target.is_cuda() || crate::environment::counting_switched_off() {
-        &["-m", "memscope.engine"]
+        &["-m", "memscope._workers.engine"]
     } else {
-        &["-m", "memscope", "run", "-m", "memscope.engine"]
+        &["-m", "memscope", "run", "-m", "memscope._workers.engine"]
     };
     let mut args: Vec<String> = Vec::new();
     if let Some(p) = target.parallel {

@@ -23,54 +23,26 @@ each rank recorded by its own ``Session``. Rank 0 alone speaks the protocol: its
 out-of-memory line names the rank.
 """
 
-import itertools
+import contextlib
+import gc
 import json
 import os
 import sys
 
-from . import _contract
+from .. import _contract, _native
+from .._categories import unique_bytes
+from .._record import series_entry
+from ..session import Session
+from . import models, protocol
+from . import parallel as plans
+from .collectives import Collectives, ddp_buckets
+from .inputs import cache_of, cache_tensors, tokens
+from .protocol import Refused
+from .stop import Stop
 
 OOM_PREFIX = "memscope-oom "
 EXIT_OOM = 3
 DTYPES = {"f32": "float32", "bf16": "bfloat16", "f16": "float16"}
-
-
-class Refused(Exception):
-    """A request the engine cannot run as asked (said on stderr, exit code 2)."""
-
-
-def _tokens(np, spec, vocab):
-    """A function giving each call's (batch, T) int64 array of token ids: seeded random ids, or
-    the --data file's batch k at the k-th call, read by memscope's own reader (``_native``:
-    ``src/input/tokens.rs``), so both engines train on the same windows."""
-    b, t = spec.batch, spec.seq
-    rank, world = _rank()
-    plan = spec.torch.parallel if spec.torch else None
-    if plan is not None and plan.tp > 1:
-        # A tensor-parallel group's ranks work on one batch: the group is the data rank.
-        rank, world = rank // plan.tp, world // plan.tp
-    # Every data rank its own batches, as a DistributedSampler gives them.
-    rng = np.random.default_rng(spec.seed + rank)
-    data = spec.data
-    if not data:
-        return lambda: rng.integers(0, vocab, size=(b, t), dtype=np.int64)
-    from . import _native
-    # Generation reads prompts: windows of the prompt's length, as memscope's engine does.
-    if spec.mode == "generate":
-        t = spec.prompt_len
-    try:
-        tokens = _native.TokenFile(str(data.path), data.bin_dtype)
-    except ValueError as e:
-        raise Refused(str(e)) from None
-    calls = itertools.count()
-
-    def windows():
-        try:
-            flat = tokens.batch(next(calls) * world + rank, b, t, spec.seed, vocab)
-        except ValueError as e:
-            raise Refused(str(e)) from None
-        return np.asarray(flat, dtype=np.int64).reshape(b, t + 1)[:, :t]
-    return windows
 
 
 class Engine:
@@ -83,8 +55,7 @@ class Engine:
         import torch
         import transformers
 
-        from . import _hf
-        self.np, self.torch, self.transformers, self.hf = np, torch, transformers, _hf
+        self.np, self.torch, self.transformers, self.hf = np, torch, transformers, models
         self.out = out
         self.spec = spec = request.spec
         self.cfg = spec.config
@@ -120,8 +91,8 @@ class Engine:
         self.mixed = v.precision == "mixed"
         self.mode = spec.mode
         self.session = None
-        self.stop = _Stop()  # main() installs its handlers for the whole run
-        self._past = None  # the KV cache while a generation runs
+        self.stop = Stop()  # main() installs its handlers for the whole run
+        self.past = None  # the KV cache while a generation runs
         self.phase = None  # name -> context manager marking that phase
         self.expected = request.expected_params
         # model -> module to call or None (wrapped in place): what wraps the model before its
@@ -170,7 +141,6 @@ class Engine:
         optimizer's state), one forward, or one prefill and its decodes. Each phase's end is
         noted as its block exits, where the recorder marks it; ``on_step()`` runs before each
         step."""
-        import contextlib
 
         @contextlib.contextmanager
         def mark(name):
@@ -216,16 +186,12 @@ class Engine:
             self.model = self.optimizer = self.forward = None
 
     def autocast(self):
-        import contextlib
         if self.mixed:
             return self.torch.autocast(self.device.type, dtype=self.dtype)
         return contextlib.nullcontext()
 
     def run(self):
-        from .session import Session
-        from ._record import series_entry
         torch, spec = self.torch, self.spec
-        from . import _native
         counting = self.device.type == "cpu" and _native.counter_active()
         # What transformers, PyTorch and BLAS set up on a first step (modules, the kernels'
         # one-time set-up, BLAS's workspace) is set up first, by one step of a one-layer copy
@@ -237,13 +203,12 @@ class Engine:
             except Exception as e:  # noqa: BLE001 - priming is an optimisation of the figures
                 print(f"memscope: the one-layer warm-up step failed ({e}); the first step's lazy "
                       "loading is counted in the run's figures", file=sys.stderr)
-        import gc
         gc.collect()
         base = _native.counter_read()[0] if counting else 0
         self.build()
         cfg = self.cfg
         vocab = cfg.vocab_size
-        batches = _tokens(self.np, spec, vocab)
+        batches = tokens(self.np, spec, vocab)
         warmup, steps = spec.warmup, spec.steps
         fields = {"spec": {k: v for k, v in spec.raw.items() if k != "engine"},
                   "model": {"name": spec.model, "family": cfg.family, "n_layers": cfg.n_layers,
@@ -258,9 +223,12 @@ class Engine:
             s.mean_phases.add("decode")
             # The KV cache is its own category: the unique storages of the cache's keys and
             # values at every phase end.
-            from ._categories import unique_bytes
             s.extra_categories = lambda: {
-                "kv_cache": unique_bytes(_cache_tensors(self._past, torch), self.device)[0]}
+                "kv_cache": unique_bytes(cache_tensors(self.past, torch), self.device)[0]}
+        if isinstance(self.forward, torch.nn.parallel.DistributedDataParallel):
+            # DDP's gradient buckets, made when the model was wrapped (and remade after its
+            # first step in the order gradients arrived): the sizes its reducer allocated.
+            s.extra_categories = lambda: {"gradient_buckets": sum(ddp_buckets(self.forward))}
         if counting:
             s.reader = _Since(s.reader, base)
         self.session = s
@@ -278,7 +246,6 @@ class Engine:
         if spec.torch.parallel:
             import torch.distributed as dist
 
-            from ._collectives import Collectives
             counter = Collectives(dist).__enter__()
         collectives = None
         with s:
@@ -295,6 +262,8 @@ class Engine:
                 s.step(sum(float(x) for x in losses) if losses else None)
                 if counter is not None:
                     collectives = counter.take()  # between steps: this step's
+                    stop.agree(torch, self.device)
+                    counter.take()  # the agreement's own all-reduce is no step's
                 line = _contract.check("engine_line", series_entry(s.last_step))
                 self.out.write(json.dumps(line) + "\n")
                 self.out.flush()
@@ -329,7 +298,7 @@ class Engine:
         if spec.torch.parallel:
             # Every rank's Record to rank 0, which alone writes the protocol.
             import torch.distributed as dist
-            rank, world = _rank()
+            rank, world = protocol.rank()
             gathered = [None] * world if rank == 0 else None
             dist.gather_object(record, gathered, dst=0)
             if rank != 0:
@@ -343,12 +312,11 @@ class Engine:
         bucket all-reduces, which its reducer runs in C++ (their sizes from its logging data,
         read once after the loop: its last iteration's buckets)."""
         if isinstance(self.forward, self.torch.nn.parallel.DistributedDataParallel):
-            from ._collectives import ddp_buckets
             sizes = ddp_buckets(self.forward)
             c = counted.setdefault("all_reduce", {"calls": 0, "bytes": 0, "group": 0})
             c["calls"] += len(sizes)
             c["bytes"] += sum(sizes)
-            c["group"] = max(c["group"], _rank()[1])
+            c["group"] = max(c["group"], protocol.rank()[1])
         return counted
 
     def ids(self, batches):
@@ -386,25 +354,25 @@ class Engine:
         with torch.no_grad(), self.autocast():
             with s.phase("prefill"):
                 out = self.forward(input_ids=ids, use_cache=True)
-                past = self._past = _cache_of(out)
+                past = self.past = cache_of(out)
                 nxt = out.logits[:, -1:].argmax(-1)
             del out
             for _ in range(self.spec.new_tokens):
                 with s.phase("decode"):
                     out = self.forward(input_ids=nxt, use_cache=True,
                                        **{self.cache_kw: past})
-                    past = self._past = _cache_of(out)
+                    past = self.past = cache_of(out)
                     nxt = out.logits[:, -1:].argmax(-1)
                 del out
         del past
-        self._past = None
+        self.past = None
         return []
 
     def oom_facts(self, e):
         torch = self.torch
         facts = {"device": str(self.device)}
         if self.spec.torch.parallel:
-            facts["rank"] = _rank()[0]
+            facts["rank"] = protocol.rank()[0]
         req = self.hf.size_from_message(str(e))
         if req is not None:
             facts["requested_bytes"] = req
@@ -414,87 +382,14 @@ class Engine:
             facts["reserved_bytes"] = st.get("reserved_bytes.all.current", 0)
             if self.limit:
                 facts["limit_bytes"] = self.limit
-        else:
-            from . import _native
-            if _native.counter_active():
-                facts["allocated_bytes"] = _native.counter_read()[0]
+        elif _native.counter_active():
+            facts["allocated_bytes"] = _native.counter_read()[0]
         s = self.session
-        if s is not None and s._phase is not None:
-            facts["phase"] = s._phase["name"]
+        if s is not None and s.current_phase is not None:
+            facts["phase"] = s.current_phase
         elif s is None:
             facts["phase"] = "load"
         return facts
-
-
-class _Stop:
-    """SIGINT and SIGTERM while the engine runs (memscope passes `leak`'s stop on as SIGINT; a
-    terminal's Ctrl-C reaches both): the first one ends the step under way at once
-    (KeyboardInterrupt) or, between steps, the loop after the step; later ones are ignored, so
-    the Record is always written."""
-
-    def __init__(self):
-        self.asked = None
-        self.in_step = False
-        self.previous = {}
-
-    def __enter__(self):
-        import signal
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            self.previous[sig] = signal.signal(sig, self._on_signal)
-        return self
-
-    def __exit__(self, *exc):
-        import signal
-        for sig, h in self.previous.items():
-            signal.signal(sig, h)
-        return False
-
-    def _on_signal(self, signum, frame):
-        import signal
-        if self.asked is not None:
-            return
-        self.asked = signal.Signals(signum).name
-        if self.in_step:
-            raise KeyboardInterrupt
-
-    def step(self):
-        import contextlib
-
-        @contextlib.contextmanager
-        def inside():
-            self.in_step = True
-            try:
-                yield
-            finally:
-                self.in_step = False
-        return inside()
-
-
-def _cache_tensors(cache, torch):
-    """The key and value tensors a transformers cache holds: its layers' ``keys``/``values``
-    (a DynamicCache), the older ``key_cache``/``value_cache`` lists, or legacy tuples."""
-    if cache is None:
-        return
-    if isinstance(cache, torch.Tensor):
-        yield cache
-        return
-    if isinstance(cache, (list, tuple)):
-        for x in cache:
-            yield from _cache_tensors(x, torch)
-        return
-    for layer in getattr(cache, "layers", None) or ():
-        for name in ("keys", "values"):
-            t = getattr(layer, name, None)
-            if isinstance(t, torch.Tensor):
-                yield t
-    for name in ("key_cache", "value_cache"):
-        yield from _cache_tensors(getattr(cache, name, None), torch)
-
-
-def _cache_of(out):
-    """A model output's KV cache (`cache`, or `past_key_values` in older transformers)."""
-    c = getattr(out, "cache", None)
-    return c if c is not None else out.past_key_values
 
 
 def _no_phase(name):
@@ -552,72 +447,8 @@ def _is_oom(torch, e):
         or "not enough memory" in text or isinstance(e, MemoryError))
 
 
-def open_protocol(what):
-    """The start of a process memscope drives (the engine, the trace): stdout kept for the
-    protocol, anything a library prints sent to stderr, the request read from stdin, PyTorch and
-    transformers present. Returns (protocol stream, request), or None after saying what is wrong
-    on stderr (exit code 2)."""
-    import warnings
-    warnings.filterwarnings("ignore", module="transformers")
-    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
-    # torchrun's ranks share no stdin: memscope gives them the request in the environment,
-    # and only then is this process a rank of a job (RANK set by anything else is not ours).
-    global _IN_JOB
-    given = os.environ.pop("MEMSCOPE_REQUEST", None)
-    _IN_JOB = given is not None
-    # A job's ranks: rank 0 speaks the protocol, the others say nothing on it.
-    out = os.fdopen(os.dup(1), "w") if _rank()[0] == 0 else open(os.devnull, "w")
-    os.dup2(2, 1)
-    sys.stdout = sys.stderr
-    try:
-        request = json.loads(given) if given is not None else json.load(sys.stdin)
-    except ValueError as e:
-        where = "in MEMSCOPE_REQUEST" if given is not None else "on stdin"
-        print(f"error: {what} reads a request (JSON) {where}: {e}", file=sys.stderr)
-        return None
-    try:
-        import torch
-        import transformers
-    except ImportError as e:
-        if any(m in str(e) for m in ("failed to map segment", "cannot allocate memory")):
-            # Installed, but not loadable in the memory this process may use.
-            print(f"error: {what} could not load PyTorch's libraries: out of memory ({e})",
-                  file=sys.stderr)
-        else:
-            print(f"error: {what} needs PyTorch and transformers ({e}): "
-                  f"{sys.executable} -m pip install torch transformers", file=sys.stderr)
-        return None
-    # The first protocol line: memscope's bound on the start ends here.
-    out.write(json.dumps({"started": {"python": sys.version.split()[0],
-                                      "torch": torch.__version__,
-                                      "transformers": transformers.__version__}}) + "\n")
-    out.flush()
-    return out, request
-
-
-def answer_once(what, fn, request=None, answer=None):
-    """The main of a module run once (the trace, the peaks): the request in, ``fn(request)``'s
-    answer out as one JSON line; a refusal said on stderr (exit code 2). ``request`` and
-    ``answer`` name their messages in the contract (``_contract``) where they have one: the
-    request is then given to ``fn`` read through it (``_contract.read``)."""
-    opened = open_protocol(what)
-    if opened is None:
-        return 2
-    out, received = opened
-    try:
-        result = fn(_contract.read(request, received) if request else received)
-        if answer:
-            _contract.check(answer, result)
-    except (Refused, _contract.ContractError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    out.write(json.dumps(result, separators=(",", ":")) + "\n")
-    out.flush()
-    return 0
-
-
 def main():
-    opened = open_protocol("the torch engine")
+    opened = protocol.open_protocol("the torch engine")
     if opened is None:
         return 2
     out, request = opened
@@ -626,8 +457,8 @@ def main():
     try:
         request = _contract.read("request", request)
         _hold_heap(request.spec.torch.heap_limit_bytes)
-        with _Stop() as stop:
-            wrap = _join_job(torch, request.spec) if request.spec.torch.parallel else None
+        with Stop(job=bool(request.spec.torch.parallel)) as stop:
+            wrap = plans.join_job(torch, request.spec) if request.spec.torch.parallel else None
             engine = Engine(request, out)
             engine.stop = stop
             engine.wrap = wrap
@@ -660,87 +491,15 @@ def main():
     return 0
 
 
-# This process is a rank of a job memscope launched under torchrun (`open_protocol`).
-_IN_JOB = False
-
-
-def _rank():
-    """(rank, world size) of this process in a torchrun job memscope launched; (0, 1)
-    otherwise."""
-    if not _IN_JOB:
-        return 0, 1
-    return int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
-
-
 def _hold_heap(limit):
     """A CPU rank under ``--memory-limit``: its heap held to it by the counting malloc."""
     if not limit:
         return
-    from . import _native
     try:
         _native.counter_limit(limit)
     except ValueError as e:
         raise Refused(f"--memory-limit: {e}") from None
 
 
-def die_with_torchrun():
-    """A rank of a job memscope launched dies with torchrun (Linux's parent-death signal) and at
-    once on torchrun's SIGTERM (a rank blocked in a collective never reaches Python's
-    handlers)."""
-    import ctypes
-    import signal
-    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    if os.getppid() == 1:
-        os._exit(1)  # torchrun died before the signal was armed
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-
-
-def _join_job(torch, spec):
-    """This process as one rank of ``spec``'s data-parallel job, started by torchrun: it dies
-    with torchrun (Linux's parent-death signal) and at once on torchrun's SIGTERM (a rank blocked
-    in a collective never reaches Python's handlers), joins the process group (gloo on the CPU,
-    NCCL on CUDA, one GPU per rank). Returns the function that wraps the model: DDP, FSDP2's
-    ``fully_shard`` on every block and the root, tensor parallelism, or both."""
-    plan = spec.torch.parallel
-    die_with_torchrun()
-    if not _IN_JOB or "RANK" not in os.environ:
-        raise Refused(f"--parallel {plan.plan}: the engine's ranks run under torchrun, which "
-                      "memscope starts (`memscope bench --engine torch --nproc N --parallel …`)")
-    rank, world = _rank()
-    if world != plan.world:
-        raise Refused(f"--nproc {plan.world}: torchrun started {world} ranks")
-    cuda = spec.torch.device.startswith("cuda")
-    if cuda:
-        have = torch.cuda.device_count()
-        here = int(os.environ.get("LOCAL_WORLD_SIZE", plan.world))  # this node's ranks
-        if have == 0:
-            flag = plan.plan if plan.tp in (None, 1) else f"{plan.plan}:{plan.tp}"
-            raise Refused(f"--device {spec.torch.device}: this PyTorch ({torch.__version__}) sees "
-                          "no CUDA GPU here, and each rank of a CUDA job needs one; use --device "
-                          "cpu, or predict the job without GPUs: memscope estimate --engine "
-                          f"torch --device cuda --nproc {plan.world} --parallel {flag}")
-        if here > have:
-            raise Refused(f"--nproc {plan.world}: {here} ranks on this machine, which has {have} "
-                          f"CUDA GPU(s), and a rank needs one; use --nproc {have} or fewer a node")
-        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", rank)))
-    import torch.distributed as dist
-    dist.init_process_group("nccl" if cuda else "gloo")
-    hang = os.environ.get("MEMSCOPE_TEST_HANG_RANK")
-    if hang is not None and int(hang) == rank:
-        # Test-only: this rank never reaches the first collective, as a hung rank does not.
-        import time
-        time.sleep(24 * 3600)
-    device_type = "cuda" if cuda else "cpu"
-    if plan.plan == "ddp":
-        from torch.nn.parallel import DistributedDataParallel
-
-        def ddp(model):
-            ids = [torch.cuda.current_device()] if cuda else None
-            return DistributedDataParallel(model, device_ids=ids)
-        return ddp
-    from .trace import sharding_wrap
-    return sharding_wrap(torch, plan, device_type)
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(protocol.end_rank(main()))

@@ -13,7 +13,8 @@ import os
 import sys
 import time
 
-from .engine import Refused, _rank, answer_once, die_with_torchrun
+from . import protocol
+from .protocol import Refused, answer_once, die_with_torchrun, end_rank
 
 # Repetitions of each size: as many as fit in this much time, between MIN_REPS and MAX_REPS.
 BUDGET_S = 0.3
@@ -24,7 +25,7 @@ def measure(request):
     die_with_torchrun()
     import torch
     import torch.distributed as dist
-    rank, world = _rank()
+    rank, world = protocol.rank()
     if world < 2:
         raise Refused("--nproc 1: a link needs two ranks at least; use --nproc 2")
     device = request["device"]
@@ -78,4 +79,4 @@ def main():
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(end_rank(main()))

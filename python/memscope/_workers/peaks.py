@@ -17,7 +17,7 @@ a ``started`` line, then one JSON object: ``{"device", "device_name", "torch", "
 import sys
 import time
 
-from .engine import Refused, answer_once
+from .protocol import Refused, answer_once
 
 # Sizes double; the next is left out when its run would take longer than this (8× the last).
 SLOW_RUN_S = 1.0

@@ -21,8 +21,13 @@ import contextlib
 import sys
 import weakref
 
-from ._categories import fsdp_params, gathered_tensors
-from .engine import Refused, _cache_tensors, answer_once
+from .._categories import fsdp_params, gathered_tensors
+from .._optimer import name_dtypes, signature
+from . import parallel as plans
+from .collectives import Collectives
+from .engine import Engine
+from .inputs import cache_tensors
+from .protocol import answer_once
 
 REPLAYED_MICRO_BATCHES = 3
 
@@ -189,122 +194,6 @@ def _local(t):
     return inner if inner is not None else t
 
 
-def fake_process_group(torch, world):
-    """Rank 0 of ``world`` ranks under PyTorch's fake process group (its own tests' backend):
-    collectives return at once and move nothing, so one process traces one rank's steps."""
-    import torch.distributed as dist
-    from torch.testing._internal.distributed.fake_pg import FakeStore
-    if not dist.is_initialized():
-        dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=world)
-
-
-def transformer_blocks(model):
-    """The model's transformer blocks: the modules whose class transformers names as never
-    split across devices (``_no_split_modules``: ``GPT2Block``, ``LlamaDecoderLayer``, …)."""
-    names = set(getattr(model, "_no_split_modules", None) or [])
-    return [m for m in model.modules() if type(m).__name__ in names]
-
-
-def fully_shard_blocks(torch, world, device_type):
-    """FSDP2 as its users apply it: a function that puts ``fully_shard`` on every block of a
-    model, then on the root, over ``world`` ranks of ``device_type`` (the trace's wrap; the
-    measuring scripts apply the same)."""
-    from torch.distributed.device_mesh import init_device_mesh
-
-    # Made before the trace's FakeTensorMode: the mesh's ranks are a real tensor.
-    return _shard_blocks(torch, init_device_mesh(device_type, (world,)), "fsdp")
-
-
-def _shard_blocks(torch, mesh, flag):
-    """``fully_shard`` on every block of a model, then on the root, over ``mesh``."""
-    from torch.distributed.fsdp import fully_shard
-
-    def wrap(model):
-        blocks = transformer_blocks(model)
-        if not blocks:
-            raise Refused(f"--parallel {flag}: {type(model).__name__} names no transformer "
-                          "blocks to shard (its _no_split_modules is empty)")
-        for b in blocks:
-            fully_shard(b, mesh=mesh)
-        fully_shard(model, mesh=mesh)
-    return wrap
-
-
-# transformers' names for its tensor-parallel styles (a config's ``base_model_tp_plan``) that
-# PyTorch's parallel styles apply as transformers means them.
-TP_STYLES = {"colwise": "ColwiseParallel", "rowwise": "RowwiseParallel"}
-
-
-def tp_plan(torch, model, flag):
-    """transformers' tensor-parallel plan for ``model``'s blocks (its config's
-    ``base_model_tp_plan``, keyed under the base model) as PyTorch's parallel styles; a model
-    without one, or with a style PyTorch's styles do not apply alike, is refused naming
-    ``flag``."""
-    import torch.distributed.tensor.parallel as tp
-    plan = getattr(model.config, "base_model_tp_plan", None) or {}
-    name = type(model).__name__
-    if not plan:
-        raise Refused(f"--parallel {flag}: transformers gives {name} no tensor-parallel plan (its "
-                      "config's base_model_tp_plan is empty); use --parallel ddp or fsdp")
-    odd = sorted({s for s in plan.values() if s not in TP_STYLES})
-    if odd:
-        raise Refused(f"--parallel {flag}: {name}'s tensor-parallel plan uses {', '.join(odd)}, "
-                      f"which memscope does not apply; it applies {', '.join(TP_STYLES)}")
-    prefix = getattr(model, "base_model_prefix", "")
-    under = f"{prefix}." if prefix and model is not model.base_model else ""
-    return {under + key: getattr(tp, TP_STYLES[style])() for key, style in plan.items()}
-
-
-def sharding_wrap(torch, parallel, device_type):
-    """The wrap a sharded plan puts on the model (the trace's, and each measured rank's):
-    ``fsdp``: ``fully_shard`` on every block, then the root; ``tp``: transformers' plan applied
-    by PyTorch's ``parallelize_module`` over the ranks; ``fsdp+tp``: that within each group of
-    ``tp`` ranks, then FSDP2 across the groups (a 2-D mesh: ``dp`` × ``tp``)."""
-    if parallel.plan == "fsdp":
-        return fully_shard_blocks(torch, parallel.world, device_type)
-    from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.tensor.parallel import parallelize_module
-    flag = f"{parallel.plan}:{parallel.tp}"
-    # Made before the trace's FakeTensorMode: the mesh's ranks are a real tensor.
-    if parallel.plan == "tp":
-        mesh = init_device_mesh(device_type, (parallel.world,))
-        tp_mesh, fsdp = mesh, None
-    else:
-        mesh = init_device_mesh(device_type, (parallel.world // parallel.tp, parallel.tp),
-                                mesh_dim_names=("dp", "tp"))
-        tp_mesh, fsdp = mesh["tp"], _shard_blocks(torch, mesh["dp"], flag)
-
-    def wrap(model):
-        parallelize_module(model, tp_mesh, tp_plan(torch, model, flag))
-        if fsdp is not None:
-            with _real_mesh_tensors():
-                fsdp(model)
-    return wrap
-
-
-@contextlib.contextmanager
-def _real_mesh_tensors():
-    """FSDP2 over tensor-parallel parameters makes device meshes and reads their rank tensors
-    (a few ints, with ops FakeTensorMode cannot run, such as ``nonzero``): under the trace a
-    mesh is made, and its rank tensor read, as the real tensors they are."""
-    from torch._subclasses.fake_tensor import unset_fake_temporarily
-    from torch.distributed.device_mesh import DeviceMesh
-    init, prop = DeviceMesh.__init__, DeviceMesh.mesh
-
-    def real_init(self, *args, **kwargs):
-        with unset_fake_temporarily():
-            init(self, *args, **kwargs)
-
-    def real_mesh(self):
-        with unset_fake_temporarily():
-            return prop.fget(self)
-    DeviceMesh.__init__, DeviceMesh.mesh = real_init, property(real_mesh)
-    try:
-        yield
-    finally:
-        DeviceMesh.__init__, DeviceMesh.mesh = init, prop
-
-
 @contextlib.contextmanager
 def _side_streams(torch, device, tr):
     """Notes the stream each allocation is made on, as CUDA's caching allocator keeps each
@@ -330,47 +219,7 @@ def _side_streams(torch, device, tr):
         mod.stream = enter
 
 
-def _ddp_buckets(torch, model):
-    """The bytes of each of DDP's gradient buckets for ``model`` as its reducer allocates them
-    when the model is wrapped: its parameters that take gradients (shared ones once) assigned by
-    DDP's own function (``dist._compute_bucket_assignment_by_size``) under the limits DDP uses
-    for its first iteration with its defaults (every parameter of a dtype in one bucket, as
-    ``_BucketCapacityConfig`` sets when unused parameters are not searched for). From its second
-    iteration the reducer rebuilds its buckets in the order gradients arrived, 25 MiB each: the
-    same bytes in more pieces."""
-    import sys as _sys
-
-    import torch.distributed as dist
-    params = _grad_params(model)
-    buckets, _ = dist._compute_bucket_assignment_by_size(params, [_sys.maxsize],
-                                                         [False] * len(params))
-    return [sum(params[i].numel() * params[i].element_size() for i in b) for b in buckets]
-
-
-def _grad_params(model):
-    """The parameters DDP reduces: those that take gradients, a shared one once."""
-    seen, params = set(), []
-    for p in model.parameters():
-        if p.requires_grad and id(p) not in seen:
-            seen.add(id(p))
-            params.append(p)
-    return params
-
-
-def _ddp_steady_buckets(torch, model):
-    """How many buckets DDP all-reduces a step once it has rebuilt them (its second iteration
-    on): its parameters that take gradients assigned by its own function under its default
-    limits (1 MiB for the first bucket, 25 MiB for the rest), in reverse order as gradients
-    arrive."""
-    import torch.distributed as dist
-    params = _grad_params(model)[::-1]
-    limits = [dist._DEFAULT_FIRST_BUCKET_BYTES, 25 * 1024 * 1024]
-    buckets, _ = dist._compute_bucket_assignment_by_size(params, limits,
-                                                         [False] * len(params))
-    return len(buckets)
-
-
-def _mode(torch, tracer):
+def trace_mode(torch, tracer):
     from torch.utils._python_dispatch import TorchDispatchMode
     from torch.utils._pytree import tree_map_only
 
@@ -391,35 +240,6 @@ def _mode(torch, tracer):
     return Trace()
 
 
-_DT = {}
-
-
-def signature(func, args, out):
-    """An op call's signature: ATen's name with its overload, the (shape, dtype) of each tensor
-    it read and wrote (tensor lists flattened) and its bool arguments (SDPA's is_causal) — what
-    ``src/analysis/aten_cost.rs`` costs."""
-    import torch
-    ins, flags = [], []
-    for a in args:
-        if isinstance(a, torch.Tensor):
-            ins.append((tuple(a.shape), _DT.get(a.dtype, str(a.dtype))))
-        elif isinstance(a, (list, tuple)):
-            ins.extend((tuple(t.shape), _DT.get(t.dtype, str(t.dtype))) for t in a
-                       if isinstance(t, torch.Tensor))
-        elif isinstance(a, bool):
-            flags.append(a)
-    outs = [(tuple(t.shape), _DT.get(t.dtype, str(t.dtype)))
-            for t in (out if isinstance(out, (list, tuple)) else [out])
-            if isinstance(t, torch.Tensor)]
-    return (str(func), tuple(ins), tuple(outs), tuple(flags))
-
-
-def _dtype_names(torch):
-    _DT.update({torch.float32: "f32", torch.bfloat16: "bf16", torch.float16: "f16",
-                torch.int64: "i64", torch.int32: "i32", torch.bool: "bool",
-                torch.float64: "f64", torch.uint8: "u8"})
-
-
 def _like(out, args):
     """``a + b`` of two tensors of the sum's shape and dtype (a gradient sum)."""
     import torch
@@ -437,7 +257,6 @@ def trace(request):
     import torch
     from torch._subclasses.fake_tensor import FakeTensorMode
 
-    from .engine import Engine
     spec = request.spec
     micro_batches = spec.grad_accum
     # Micro-batches after the second leave the trace exactly as they found it (gradients
@@ -455,22 +274,22 @@ def trace(request):
         request = request.replace(spec=spec.replace(torch=spec.torch.replace(device="cpu")))
     parallel = spec.torch.parallel
     if parallel is not None:
-        fake_process_group(torch, parallel.world)
+        plans.fake_process_group(torch, parallel.world)
     # FSDP2 over tensor-parallel parameters reads its meshes' rank tensors (real tensors of a
-    # few ints, `_real_mesh_tensors`) while it shards: the one real input the trace lets in.
+    # few ints, parallel.py's `_real_mesh_tensors`) while it shards: the one real input the trace lets in.
     two_d = parallel is not None and parallel.plan == "fsdp+tp"
     fake = FakeTensorMode(allow_non_fake_inputs=two_d)
     # Fake parameters cannot be swapped in place by Module.to(): assign the converted ones.
     torch.__future__.set_overwrite_module_params_on_conversion(True)
     eng = Engine(request, out=None, trace=True)
     if parallel is not None and parallel.plan != "ddp":
-        eng.wrap = sharding_wrap(torch, parallel, eng.device.type)
+        eng.wrap = plans.sharding_wrap(torch, parallel, eng.device.type)
     with fake:
         eng.build()
-    buckets = _ddp_buckets(torch, eng.model) if parallel is not None and \
+    buckets = plans.planned_ddp_buckets(torch, eng.model) if parallel is not None and \
         parallel.plan == "ddp" else []
     tr = Tracer(torch)
-    _dtype_names(torch)
+    name_dtypes(torch)
     params = list(eng.model.parameters())
     tr.held = {_local(t).untyped_storage()._cdata for t in params + list(eng.model.buffers())}
 
@@ -489,12 +308,11 @@ def trace(request):
     # buffers they were given.
     import torch.distributed as dist
 
-    from ._collectives import Collectives
     counter = Collectives(dist, keep_buffers=True)
 
     def figures():
         # Gradients, the KV cache's keys and values, and FSDP2's gathered parameters: the
-        # storages the recorder counts in a run (engine.py's _cache_tensors, session.py's
+        # storages the recorder counts in a run (inputs.py's cache_tensors, session.py's
         # categories), so the two are counted alike. Then the collectives' buffers still alive
         # (FSDP2's flat all-gather buffers until their copy-out, a reduce-scatter's unreduced
         # input until the next one), storages of the other categories left out (a
@@ -505,7 +323,7 @@ def trace(request):
         buffers = (t for t in counter.live_buffers()
                    if _local(t).untyped_storage()._cdata not in other)
         return {"gradients": sum(sizes(grads)),
-                "kv_cache": sum(sizes(_cache_tensors(eng._past, torch))),
+                "kv_cache": sum(sizes(cache_tensors(eng.past, torch))),
                 "gathered_parameters": sum(sizes(gathered)),
                 "collective_buffers": sum(sizes(buffers))}
     tr.on_peak = figures
@@ -524,7 +342,7 @@ def trace(request):
         return out
     torch.UntypedStorage.resize_ = resized
     try:
-        with fake, _mode(torch, tr), counter, _side_streams(torch, traced_on, tr):
+        with fake, trace_mode(torch, tr), counter, _side_streams(torch, traced_on, tr):
             eng.traced_steps(ids, tr.set_phase, tr.end_phase, on_step=counter.take)
             tr.end_phase()
     finally:
@@ -533,7 +351,7 @@ def trace(request):
     if buckets:
         # DDP all-reduces every bucket once a step (its reducer runs them in C++); from its
         # second iteration in the buckets it rebuilt, the same bytes.
-        collectives["all_reduce"] = {"calls": _ddp_steady_buckets(torch, eng.model),
+        collectives["all_reduce"] = {"calls": plans.steady_ddp_buckets(torch, eng.model),
                                      "bytes": sum(buckets), "group": parallel.world}
     # What the model held before the first step, in the order it was built.
     cap = None

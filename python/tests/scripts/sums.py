@@ -1,5 +1,5 @@
 """Gradients a backward sums for one tensor: counted for real (memscope's preloaded allocator)
-and traced under FakeTensorMode by the torch estimator (memscope.trace). Prints one JSON line:
+and traced under FakeTensorMode by the torch estimator (memscope._workers.trace). Prints one JSON line:
 case -> [counted backward peak, traced backward peak], bytes over the live bytes before."""
 
 import json
@@ -7,7 +7,7 @@ import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 from memscope import _native
-from memscope.trace import Tracer, _mode
+from memscope._workers.trace import Tracer, trace_mode
 
 N = 1024  # w: 4 MiB; each of its two gradients as large
 
@@ -35,7 +35,7 @@ def traced(case):
         w = torch.randn(N, N, requires_grad=True)
         x = torch.randn(64, N)
         tr = Tracer(torch)
-        with _mode(torch, tr):
+        with trace_mode(torch, tr):
             loss = loss_of(case, w, x)
             tr.set_phase("backward")
             start = tr.peak = tr.cur

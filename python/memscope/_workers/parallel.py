@@ -1,0 +1,227 @@
+"""Every parallel plan, built once for the engine's ranks, the trace and the scripts alike: a
+rank joining memscope's torchrun job (gloo or NCCL, DDP's wrap), FSDP2's ``fully_shard`` on the
+blocks and the root, tensor parallelism from transformers' plan, the 2-D mesh of both, the fake
+process group one process traces a rank under, and DDP's buckets as its reducer plans them."""
+
+import contextlib
+import os
+import sys
+import time
+
+from . import protocol
+
+
+def join_job(torch, spec):
+    """This process as one rank of ``spec``'s data-parallel job, started by torchrun: it dies
+    with torchrun (Linux's parent-death signal) and at once on torchrun's SIGTERM (a rank blocked
+    in a collective never reaches Python's handlers), joins the process group (gloo on the CPU,
+    NCCL on CUDA, one GPU per rank). Returns the function that wraps the model: DDP, FSDP2's
+    ``fully_shard`` on every block and the root, tensor parallelism, or both."""
+    plan = spec.torch.parallel
+    protocol.die_with_torchrun()
+    if not protocol.in_job() or "RANK" not in os.environ:
+        raise protocol.Refused(f"--parallel {plan.plan}: the engine's ranks run under torchrun, which "
+                      "memscope starts (`memscope bench --engine torch --nproc N --parallel …`)")
+    rank, world = protocol.rank()
+    if world != plan.world:
+        raise protocol.Refused(f"--nproc {plan.world}: torchrun started {world} ranks")
+    cuda = spec.torch.device.startswith("cuda")
+    if cuda:
+        have = torch.cuda.device_count()
+        here = int(os.environ.get("LOCAL_WORLD_SIZE", plan.world))  # this node's ranks
+        if have == 0:
+            flag = plan.plan if plan.tp in (None, 1) else f"{plan.plan}:{plan.tp}"
+            raise protocol.Refused(f"--device {spec.torch.device}: this PyTorch ({torch.__version__}) sees "
+                          "no CUDA GPU here, and each rank of a CUDA job needs one; use --device "
+                          "cpu, or predict the job without GPUs: memscope estimate --engine "
+                          f"torch --device cuda --nproc {plan.world} --parallel {flag}")
+        if here > have:
+            raise protocol.Refused(f"--nproc {plan.world}: {here} ranks on this machine, which has {have} "
+                          f"CUDA GPU(s), and a rank needs one; use --nproc {have} or fewer a node")
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", rank)))
+    import torch.distributed as dist
+    dist.init_process_group("nccl" if cuda else "gloo")
+    hang = os.environ.get("MEMSCOPE_TEST_HANG_RANK")
+    if hang is not None and int(hang) == rank:
+        # Test-only: this rank never reaches the first collective, as a hung rank does not.
+        time.sleep(24 * 3600)
+    device_type = "cuda" if cuda else "cpu"
+    if plan.plan == "ddp":
+        from torch.nn.parallel import DistributedDataParallel
+
+        def ddp(model):
+            ids = [torch.cuda.current_device()] if cuda else None
+            return DistributedDataParallel(model, device_ids=ids)
+        return ddp
+    return sharding_wrap(torch, plan, device_type)
+
+
+def fake_process_group(torch, world):
+    """Rank 0 of ``world`` ranks under PyTorch's fake process group (its own tests' backend):
+    collectives return at once and move nothing, so one process traces one rank's steps."""
+    import torch.distributed as dist
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+    if not dist.is_initialized():
+        dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=world)
+
+
+def transformer_blocks(model):
+    """The model's transformer blocks: the modules whose class transformers names as never
+    split across devices (``_no_split_modules``: ``GPT2Block``, ``LlamaDecoderLayer``, …)."""
+    names = set(getattr(model, "_no_split_modules", None) or [])
+    return [m for m in model.modules() if type(m).__name__ in names]
+
+
+def shardable_blocks(model):
+    """The blocks FSDP2 can shard on their own: a block holding a parameter tied to one outside
+    it (BERT's word embeddings, which its masked-LM head shares) is left to the root's group, as
+    FSDP2 asks of tied parameters (one group holds both)."""
+    owners = {}
+    for name, p in model.named_parameters(remove_duplicate=False):
+        owners.setdefault(id(p), set()).add(name)
+    blocks = []
+    for b in transformer_blocks(model):
+        inside = {}
+        for name, p in b.named_parameters(remove_duplicate=False):
+            inside[id(p)] = inside.get(id(p), 0) + 1
+        if all(len(owners[i]) == n for i, n in inside.items()):
+            blocks.append(b)
+    return blocks
+
+
+def fully_shard_blocks(torch, world, device_type):
+    """FSDP2 as its users apply it: a function that puts ``fully_shard`` on every block of a
+    model, then on the root, over ``world`` ranks of ``device_type`` (the trace's wrap; the
+    measuring scripts apply the same)."""
+    from torch.distributed.device_mesh import init_device_mesh
+
+    # Made before the trace's FakeTensorMode: the mesh's ranks are a real tensor.
+    return _shard_blocks(torch, init_device_mesh(device_type, (world,)), "fsdp")
+
+
+def _shard_blocks(torch, mesh, flag):
+    """``fully_shard`` on every block of a model, then on the root, over ``mesh``."""
+    from torch.distributed.fsdp import fully_shard
+
+    def wrap(model):
+        blocks = shardable_blocks(model)
+        if not blocks:
+            raise protocol.Refused(f"--parallel {flag}: {type(model).__name__} names no transformer "
+                          "blocks to shard (its _no_split_modules is empty)")
+        for b in blocks:
+            fully_shard(b, mesh=mesh)
+        fully_shard(model, mesh=mesh)
+    return wrap
+
+
+# transformers' names for its tensor-parallel styles (a config's ``base_model_tp_plan``) that
+# PyTorch's parallel styles apply as transformers means them.
+TP_STYLES = {"colwise": "ColwiseParallel", "rowwise": "RowwiseParallel"}
+
+
+def tp_plan(torch, model, flag):
+    """transformers' tensor-parallel plan for ``model``'s blocks (its config's
+    ``base_model_tp_plan``, keyed under the base model) as PyTorch's parallel styles; a model
+    without one, or with a style PyTorch's styles do not apply alike, is refused naming
+    ``flag``."""
+    import torch.distributed.tensor.parallel as tp
+    plan = getattr(model.config, "base_model_tp_plan", None) or {}
+    name = type(model).__name__
+    if not plan:
+        raise protocol.Refused(f"--parallel {flag}: transformers gives {name} no tensor-parallel plan (its "
+                      "config's base_model_tp_plan is empty); use --parallel ddp or fsdp")
+    odd = sorted({s for s in plan.values() if s not in TP_STYLES})
+    if odd:
+        raise protocol.Refused(f"--parallel {flag}: {name}'s tensor-parallel plan uses {', '.join(odd)}, "
+                      f"which memscope does not apply; it applies {', '.join(TP_STYLES)}")
+    prefix = getattr(model, "base_model_prefix", "")
+    under = f"{prefix}." if prefix and model is not model.base_model else ""
+    return {under + key: getattr(tp, TP_STYLES[style])() for key, style in plan.items()}
+
+
+def sharding_wrap(torch, parallel, device_type):
+    """The wrap a sharded plan puts on the model (the trace's, and each measured rank's):
+    ``fsdp``: ``fully_shard`` on every block, then the root; ``tp``: transformers' plan applied
+    by PyTorch's ``parallelize_module`` over the ranks; ``fsdp+tp``: that within each group of
+    ``tp`` ranks, then FSDP2 across the groups (a 2-D mesh: ``dp`` × ``tp``)."""
+    if parallel.plan == "fsdp":
+        return fully_shard_blocks(torch, parallel.world, device_type)
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor.parallel import parallelize_module
+    flag = f"{parallel.plan}:{parallel.tp}"
+    # Made before the trace's FakeTensorMode: the mesh's ranks are a real tensor.
+    if parallel.plan == "tp":
+        mesh = init_device_mesh(device_type, (parallel.world,))
+        tp_mesh, fsdp = mesh, None
+    else:
+        mesh = init_device_mesh(device_type, (parallel.world // parallel.tp, parallel.tp),
+                                mesh_dim_names=("dp", "tp"))
+        tp_mesh, fsdp = mesh["tp"], _shard_blocks(torch, mesh["dp"], flag)
+
+    def wrap(model):
+        parallelize_module(model, tp_mesh, tp_plan(torch, model, flag))
+        if fsdp is not None:
+            with _real_mesh_tensors():
+                fsdp(model)
+    return wrap
+
+
+@contextlib.contextmanager
+def _real_mesh_tensors():
+    """FSDP2 over tensor-parallel parameters makes device meshes and reads their rank tensors
+    (a few ints, with ops FakeTensorMode cannot run, such as ``nonzero``): under the trace a
+    mesh is made, and its rank tensor read, as the real tensors they are."""
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+    from torch.distributed.device_mesh import DeviceMesh
+    init, prop = DeviceMesh.__init__, DeviceMesh.mesh
+
+    def real_init(self, *args, **kwargs):
+        with unset_fake_temporarily():
+            init(self, *args, **kwargs)
+
+    def real_mesh(self):
+        with unset_fake_temporarily():
+            return prop.fget(self)
+    DeviceMesh.__init__, DeviceMesh.mesh = real_init, property(real_mesh)
+    try:
+        yield
+    finally:
+        DeviceMesh.__init__, DeviceMesh.mesh = init, prop
+
+
+def planned_ddp_buckets(torch, model):
+    """The bytes of each of DDP's gradient buckets for ``model`` as its reducer allocates them
+    when the model is wrapped: its parameters that take gradients (shared ones once) assigned by
+    DDP's own function (``dist._compute_bucket_assignment_by_size``) under the limits DDP uses
+    for its first iteration with its defaults (every parameter of a dtype in one bucket, as
+    ``_BucketCapacityConfig`` sets when unused parameters are not searched for). From its second
+    iteration the reducer rebuilds its buckets in the order gradients arrived, 25 MiB each: the
+    same bytes in more pieces."""
+    import torch.distributed as dist
+    params = _grad_params(model)
+    buckets, _ = dist._compute_bucket_assignment_by_size(params, [sys.maxsize],
+                                                         [False] * len(params))
+    return [sum(params[i].numel() * params[i].element_size() for i in b) for b in buckets]
+
+
+def _grad_params(model):
+    """The parameters DDP reduces: those that take gradients, a shared one once."""
+    seen, params = set(), []
+    for p in model.parameters():
+        if p.requires_grad and id(p) not in seen:
+            seen.add(id(p))
+            params.append(p)
+    return params
+
+
+def steady_ddp_buckets(torch, model):
+    """How many buckets DDP all-reduces a step once it has rebuilt them (its second iteration
+    on): its parameters that take gradients assigned by its own function under its default
+    limits (1 MiB for the first bucket, 25 MiB for the rest), in reverse order as gradients
+    arrive."""
+    import torch.distributed as dist
+    params = _grad_params(model)[::-1]
+    limits = [dist._DEFAULT_FIRST_BUCKET_BYTES, 25 * 1024 * 1024]
+    buckets, _ = dist._compute_bucket_assignment_by_size(params, limits,
+                                                         [False] * len(params))
+    return len(buckets)

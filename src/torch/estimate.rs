@@ -111,7 +111,11 @@ pub fn estimate_with_ops(spec: &Spec) -> anyhow::Result<(TorchEstimate, Vec<Trac
         bail!("internal: torch::estimate needs a Spec with --engine torch");
     };
     let request = Request::new(spec)?;
-    let text = answer("memscope._workers.trace", &request, "the torch estimator's trace")?;
+    let text = answer(
+        "memscope._workers.trace",
+        &request,
+        "the torch estimator's trace",
+    )?;
     let t: Trace = serde_json::from_str(text.trim()).context("the torch trace's output")?;
     let steps = t.steps.max(1) as f64;
     let ops = t

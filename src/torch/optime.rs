@@ -65,7 +65,11 @@ struct Answer {
 /// Runs `spec` plain, then profiled, in one Python process.
 pub fn profile(spec: &Spec) -> anyhow::Result<TorchProfile> {
     let request = Request::new(spec)?;
-    let text = answer("memscope._workers.optime", &request, "the torch engine's op timer")?;
+    let text = answer(
+        "memscope._workers.optime",
+        &request,
+        "the torch engine's op timer",
+    )?;
     parse(text.trim())
 }
 

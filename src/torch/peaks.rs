@@ -182,7 +182,11 @@ pub fn measure(
         "shapes": shapes.iter().map(|(n, m, k, o)| serde_json::json!([n, m, k, o])).collect::<Vec<_>>(),
     })
     .to_string();
-    let text = answer("memscope._workers.peaks", &request, "the torch engine's peaks")?;
+    let text = answer(
+        "memscope._workers.peaks",
+        &request,
+        "the torch engine's peaks",
+    )?;
     let m: Measured =
         serde_json::from_str(text.trim()).context("the torch engine's peaks output")?;
     let rates = |v: &[Timed], by_dtype: bool| -> Vec<ShapeRate> {

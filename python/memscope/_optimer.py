@@ -3,6 +3,7 @@ by a pair of events behind a spin kernel), keyed by phase, module and signature,
 module's temporaries. The recorder's profile window (``Session(profile=…)``) and the op timer
 worker (``_workers/optime.py``) both run it; the trace keys its ops by the same signature."""
 
+import threading
 import time
 
 
@@ -86,14 +87,24 @@ class OpTimer:
         from torch.nn.modules.module import (register_module_forward_hook,
                                              register_module_forward_pre_hook)
 
+        # The hooks are every module's in every thread: only this model's modules, on the
+        # thread that profiles it, are kept (another Session's model, or another thread's,
+        # leaves its ops to the module of this model that ran them, else outside every one).
+        thread = threading.get_ident()
+
+        def ours(m):
+            return id(m) in self.names and threading.get_ident() == thread
+
         def pre(m, args):
-            self.stack.append(self.names.get(id(m), "?"))
+            if not ours(m):
+                return
+            self.stack.append(self.names[id(m)])
             if self.live is not None and self.on:
                 v = self.live()
                 self.frames.append([v, v])
 
         def post(m, args, out):
-            if self.stack:
+            if ours(m) and self.stack:
                 name = self.stack.pop()
                 if self.live is not None and self.on and self.frames:
                     # Its temporaries: what was live inside beyond what it held at entry and

@@ -122,3 +122,13 @@ def test_files_stay_under_600_lines():
             if (n := len(p.read_text().splitlines())) > 600
             and "over 600 lines because" not in p.read_text()[:2000]]
     assert long == [], long
+
+
+def test_the_native_module_s_stub_declares_exactly_its_names():
+    import memscope._native as native
+    stub = ast.parse((PACKAGE / "_native.pyi").read_text())
+    declared = {n.name for n in stub.body if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
+    declared |= {n.target.id for n in stub.body if isinstance(n, ast.AnnAssign)}
+    actual = {n for n in dir(native) if not n.startswith("_")}
+    assert declared == actual, (declared ^ actual)
+    assert (PACKAGE / "py.typed").exists()

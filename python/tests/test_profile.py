@@ -4,6 +4,7 @@ statistics are the other steps', and ``memscope report`` draws the op kinds, the
 and the hotspots (checked in headless Chromium)."""
 
 import json
+import threading
 
 import pytest
 import torch
@@ -49,6 +50,46 @@ def test_a_window_past_the_run_is_not_made_into_its_steps(tmp_path):
     r = json.loads((tmp_path / "r.json").read_text())
     assert r["profile"]["asked"] == [2, 3, 4] and r["profile"]["steps"] == [2, 3, 4]
     assert any("every measured step was profiled" in w for w in r["warnings"]), r["warnings"]
+
+
+def test_another_sessions_model_and_another_thread_are_not_charged_to_unknown_modules(tmp_path):
+    # Session a profiles its steps 1-2 while Session b's model trains between them and another
+    # thread runs a third model: their modules are not a's, and were charged as module "?".
+    torch.manual_seed(0)
+    a = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU(), torch.nn.Linear(8, 8))
+    b = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Linear(8, 8))
+    c = torch.nn.Sequential(torch.nn.Linear(8, 8))
+    opt_a = torch.optim.SGD(a.parameters(), lr=0.1)
+    opt_b = torch.optim.SGD(b.parameters(), lr=0.1)
+    x = torch.randn(4, 8)
+    done = threading.Event()
+
+    def other():
+        while not done.is_set():
+            with torch.no_grad():
+                c(x)
+    t = threading.Thread(target=other)
+    t.start()
+    try:
+        with memscope.Session(a, opt_a, record=tmp_path / "a.json", warmup=1,
+                              profile=[1, 2]) as ms_a:
+            with memscope.Session(b, opt_b, record=tmp_path / "b.json", warmup=1) as ms_b:
+                for _ in range(4):
+                    a(x).sum().backward()
+                    opt_a.step()
+                    opt_a.zero_grad()
+                    ms_a.step()
+                    b(x).sum().backward()
+                    opt_b.step()
+                    opt_b.zero_grad()
+                    ms_b.step()
+    finally:
+        done.set()
+        t.join()
+    r = json.loads((tmp_path / "a.json").read_text())
+    modules = {o["module"] for o in r["profile"]["ops"]}
+    assert "?" not in modules, modules
+    assert {"0", "2"} <= modules, modules
 
 
 def test_the_window_adds_ops_by_module_and_the_report_draws_them(memscope_bin, tmp_path):

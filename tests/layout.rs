@@ -885,3 +885,95 @@ fn cargo_build_and_cargo_test_build_one_candle() {
          them again: turn those features on in Cargo.toml's [dependencies] too ({twice:?})"
     );
 }
+
+/// Every source file ARCHITECTURE.md names: its path, its name in a folder's row (`link.rs`),
+/// or a brace list (`src/cli/{bench,fit}.rs`); a folder's `mod.rs` / `__init__.py` by the
+/// folder. Test modules (`tests.rs`, `*_tests.rs`) belong to the file they test.
+fn unnamed_in(md: &str, files: &[String]) -> Vec<String> {
+    let mut listed: BTreeSet<String> = BTreeSet::new();
+    for (i, _) in md.match_indices('{') {
+        let Some(len) = md[i..].find('}') else {
+            continue;
+        };
+        let prefix: String = md[..i]
+            .chars()
+            .rev()
+            .take_while(|c| c.is_alphanumeric() || "/_.".contains(*c))
+            .collect::<Vec<_>>()
+            .into_iter()
+            .rev()
+            .collect();
+        let ext: String = md[i + len + 1..]
+            .chars()
+            .take_while(|c| c.is_alphanumeric() || *c == '.')
+            .collect();
+        for n in md[i + 1..i + len].split(',') {
+            listed.insert(format!("{prefix}{}{ext}", n.trim()));
+        }
+    }
+    files
+        .iter()
+        .filter(|f| {
+            let (dir, name) = f.rsplit_once('/').unwrap_or(("", f));
+            if name == "tests.rs" || name.ends_with("_tests.rs") {
+                return false;
+            }
+            if name == "mod.rs" || name == "__init__.py" {
+                let room = dir.rsplit('/').next().unwrap_or(dir);
+                return !(md.contains(f.as_str())
+                    || md.contains(&format!("{dir}/"))
+                    || md.contains(&format!("`{room}`")));
+            }
+            !(md.contains(f.as_str())
+                || listed.contains(f.as_str())
+                || md.contains(&format!("`{name}`"))
+                || md.contains(&format!("/{name}`")))
+        })
+        .cloned()
+        .collect()
+}
+
+#[test]
+fn the_file_checker_finds_a_file_architecture_does_not_name() {
+    let md = "| `src/cli/{bench,fit}.rs` | … `link.rs` … | `src/torch/` |";
+    let files: Vec<String> = [
+        "src/cli/bench.rs",
+        "src/cli/fit.rs",
+        "src/torch/link.rs",
+        "src/torch/mod.rs",
+        "src/torch/tests.rs",
+        "src/torch/nodes.rs",
+    ]
+    .map(String::from)
+    .to_vec();
+    assert_eq!(unnamed_in(md, &files), ["src/torch/nodes.rs"]);
+}
+
+#[test]
+fn architecture_names_every_source_file() {
+    let root = env!("CARGO_MANIFEST_DIR");
+    let md = std::fs::read_to_string(format!("{root}/ARCHITECTURE.md")).unwrap();
+    let mut files = Vec::new();
+    for (top, ext) in [("src", "rs"), ("python/memscope", "py")] {
+        let mut stack = vec![std::path::PathBuf::from(format!("{root}/{top}"))];
+        while let Some(d) = stack.pop() {
+            for e in std::fs::read_dir(&d).unwrap().flatten() {
+                let p = e.path();
+                if p.is_dir() {
+                    if p.file_name().is_some_and(|n| n != "__pycache__") {
+                        stack.push(p);
+                    }
+                } else if p.extension().is_some_and(|x| x == ext) {
+                    let rel = p.strip_prefix(root).unwrap().to_string_lossy().into_owned();
+                    files.push(rel);
+                }
+            }
+        }
+    }
+    files.sort();
+    let missing = unnamed_in(&md, &files);
+    assert!(
+        missing.is_empty(),
+        "source files ARCHITECTURE.md does not name (add each to its room's row): {missing:?}"
+    );
+}

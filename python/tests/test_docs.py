@@ -1,6 +1,7 @@
 """docs/pytorch.md's first example runs as written in a fresh directory and writes a Record that
 memscope reads; under `python -m memscope run` its CPU figures are counted allocations."""
 
+import json
 import re
 import subprocess
 import sys
@@ -49,3 +50,35 @@ def test_the_torchrun_recipe_in_the_docs_writes_one_record_per_rank(tmp_path, me
     report = re.search(r"^memscope report (run\.rank0\.json run\.rank1\.json) -o (\S+)", text,
                        re.M)
     cli(memscope_bin, "report", *report.group(1).split(), "-o", report.group(2), cwd=tmp_path)
+
+
+def _record_fields():
+    """The Record's fields by the contract's schema: the top level's, and each section's as
+    ``section.field`` (``spec.torch.parallel`` one level further)."""
+    schema = json.loads((ROOT / "python" / "memscope" / "contract.schema.json").read_text())
+    defs = schema["$defs"]
+
+    def props(d):
+        if "$ref" in d:
+            return props(defs[d["$ref"].split("/")[-1]])
+        for key in ("allOf", "anyOf", "oneOf"):
+            for x in d.get(key, []):
+                if x.get("type") != "null" and props(x):
+                    return props(x)
+        return d.get("properties", {})
+    top = props(defs["Record"])
+    out = [(k, None) for k in top]
+    for section, d in top.items():
+        for k, v in props(d).items():
+            out.append((k, section))
+            if section == "spec" and k == "torch":
+                out += [(kk, "spec.torch") for kk in props(v)]
+    return out
+
+
+def test_docs_record_md_names_every_field_of_the_record():
+    # A field the Record gains is a field its reference describes.
+    text = (ROOT / "docs" / "record.md").read_text()
+    missing = [f"{s}.{k}" if s else k for k, s in _record_fields()
+               if f"`{k}" not in text and f".{k}" not in text]
+    assert missing == [], f"Record fields docs/record.md does not describe: {missing}"

@@ -10,7 +10,10 @@
 //!   Record last);
 //! - `TraceAnswer`: what the estimator's trace prints;
 //! - `OomFacts`: the `memscope-oom {…}` line on stderr when PyTorch runs out of memory;
-//! - `Record`: a run's Record (the recorder's too, written by `_native.write_record`).
+//! - `Record`: a run's Record (the recorder's too, written by `_native.write_record`);
+//! - `PeaksRequest`/`PeaksAnswer`: `peaks --engine torch`'s request and the seconds it timed;
+//! - `LinkRequest`/`LinkAnswer`: `peaks --collectives`' request and the all-reduces it timed;
+//! - `OptimeAnswer`: the op timer's plain and profiled runs (its request is `Request`).
 
 use schemars::{generate::SchemaSettings, JsonSchema, Schema};
 
@@ -23,6 +26,11 @@ struct Contract<'a> {
     trace_answer: crate::torch::estimate::Trace,
     oom_facts: crate::record::torch_oom::OomFacts,
     record: crate::record::Record,
+    peaks_request: crate::torch::peaks::PeaksRequest<'a>,
+    peaks_answer: crate::torch::peaks::Measured,
+    link_request: crate::torch::link::LinkRequest<'a>,
+    link_answer: crate::torch::link::Measured,
+    optime_answer: crate::torch::optime::Answer,
 }
 
 /// The contract's JSON Schema (draft 2020-12), pretty-printed with a final newline: what

@@ -62,8 +62,10 @@ impl LinkSize {
     }
 }
 
-#[derive(Deserialize)]
-struct Measured {
+/// `memscope._workers.link`'s answer (rank 0's): the seconds of every all-reduce it timed.
+#[derive(Deserialize, schemars::JsonSchema)]
+#[schemars(rename = "LinkAnswer")]
+pub(crate) struct Measured {
     device: String,
     device_name: String,
     backend: String,
@@ -72,8 +74,8 @@ struct Measured {
     sizes: Vec<MeasuredSize>,
 }
 
-#[derive(Deserialize)]
-struct MeasuredSize {
+#[derive(Deserialize, schemars::JsonSchema)]
+pub(crate) struct MeasuredSize {
     bytes: u64,
     secs: Vec<f64>,
 }
@@ -113,10 +115,22 @@ pub fn cached(device: &str) -> Option<LinkPeaks> {
     (p.fingerprint == fp && p.gb_per_s > 0.0).then_some(p)
 }
 
+/// What `memscope._workers.link` reads (in `MEMSCOPE_REQUEST`: torchrun's ranks share no stdin).
+#[derive(serde::Serialize, schemars::JsonSchema)]
+pub(crate) struct LinkRequest<'a> {
+    /// `cpu` or `cuda`.
+    device: &'a str,
+    /// The all-reduce sizes to time, bytes.
+    sizes: Vec<u64>,
+}
+
 /// Measures the link between `world` ranks on `device` (`cpu` or `cuda`); the fit is left to
 /// the caller (0 GB/s until then).
 pub fn measure(device: &str, world: usize) -> anyhow::Result<LinkPeaks> {
-    let request = serde_json::json!({"device": device, "sizes": SIZES}).to_string();
+    let request = serde_json::to_string(&LinkRequest {
+        device,
+        sizes: SIZES.to_vec(),
+    })?;
     let ranks = world.to_string();
     let args = [
         "-m",

@@ -40,8 +40,10 @@ pub struct TorchProfile {
     pub ops: Vec<TimedOp>,
 }
 
-#[derive(Deserialize)]
-struct Answer {
+/// `memscope._workers.optime`'s answer: the plain and profiled runs, every op's time.
+#[derive(Deserialize, schemars::JsonSchema)]
+#[schemars(rename = "OptimeAnswer")]
+pub(crate) struct Answer {
     device: String,
     device_name: String,
     torch: String,

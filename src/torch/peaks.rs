@@ -88,8 +88,8 @@ impl TorchPeaks {
 }
 
 /// What the Python side prints: seconds per run.
-#[derive(Deserialize)]
-struct Timed {
+#[derive(Deserialize, schemars::JsonSchema)]
+pub(crate) struct Timed {
     #[serde(default)]
     dtype: String,
     #[serde(default)]
@@ -100,8 +100,10 @@ struct Timed {
     secs: Vec<f64>,
 }
 
-#[derive(Deserialize)]
-struct Measured {
+/// `memscope._workers.peaks`' answer: the seconds of every timed run.
+#[derive(Deserialize, schemars::JsonSchema)]
+#[schemars(rename = "PeaksAnswer")]
+pub(crate) struct Measured {
     device: String,
     device_name: String,
     torch: String,
@@ -169,6 +171,17 @@ fn read_cache(device: &str, threads: usize) -> Result<Option<TorchPeaks>, String
     ))
 }
 
+/// What `memscope._workers.peaks` reads on stdin.
+#[derive(serde::Serialize, schemars::JsonSchema)]
+pub(crate) struct PeaksRequest<'a> {
+    /// `cpu`, `cuda` or `cuda:N`.
+    device: &'a str,
+    /// CPU threads PyTorch may use.
+    threads: usize,
+    /// The model's products to time as well: (name, rows, in, out).
+    shapes: Vec<(String, usize, usize, usize)>,
+}
+
 /// Measures the roofs on `device` (`cpu`, `cuda`, `cuda:N`) with `threads` CPU threads, timing
 /// `shapes` ((name, rows, in, out)) too.
 pub fn measure(
@@ -176,12 +189,11 @@ pub fn measure(
     threads: usize,
     shapes: &[(String, usize, usize, usize)],
 ) -> anyhow::Result<TorchPeaks> {
-    let request = serde_json::json!({
-        "device": device,
-        "threads": threads,
-        "shapes": shapes.iter().map(|(n, m, k, o)| serde_json::json!([n, m, k, o])).collect::<Vec<_>>(),
-    })
-    .to_string();
+    let request = serde_json::to_string(&PeaksRequest {
+        device,
+        threads,
+        shapes: shapes.to_vec(),
+    })?;
     let text = answer(
         "memscope._workers.peaks",
         &request,

@@ -28,7 +28,7 @@ def measure(request):
     rank, world = protocol.rank()
     if world < 2:
         raise Refused("--nproc 1: a link needs two ranks at least; use --nproc 2")
-    device = request["device"]
+    device = request.device
     cuda = device.startswith("cuda")
     if cuda:
         have = torch.cuda.device_count()
@@ -47,7 +47,7 @@ def measure(request):
             torch.cuda.synchronize(dev)
 
     sizes = []
-    for nbytes in request["sizes"]:
+    for nbytes in request.sizes:
         x = torch.ones(max(1, nbytes // 4), dtype=torch.float32, device=dev)
         secs, spent = [], 0.0
         dist.all_reduce(x)  # warm-up: the size's first call sets up its buffers
@@ -75,7 +75,8 @@ def measure(request):
 
 
 def main():
-    return answer_once("the torch engine's link measurement", measure)
+    return answer_once("the torch engine's link measurement", measure, "link_request",
+                       "link_answer")
 
 
 if __name__ == "__main__":

@@ -55,10 +55,10 @@ def _timer(torch, device):
 
 def measure(request):
     import torch
-    device = torch.device(request["device"])
+    device = torch.device(request.device)
     if device.type == "cuda":
         if not torch.cuda.is_available():
-            raise Refused(f"--device {request['device']}: this PyTorch ({torch.__version__}) sees "
+            raise Refused(f"--device {request.device}: this PyTorch ({torch.__version__}) sees "
                           "no CUDA GPU; use --device cpu")
         if device.index is None:
             device = torch.device("cuda", torch.cuda.current_device())
@@ -69,13 +69,13 @@ def measure(request):
                   ("bf16", torch.bfloat16, False), ("f16", torch.float16, False)]
         array_bytes = 1 << 30
     elif device.type == "cpu":
-        torch.set_num_threads(request["threads"])
+        torch.set_num_threads(request.threads)
         name = ""  # memscope names the CPU (src/environment.rs)
         sizes = [256, 512, 1024, 2048]
         dtypes = [("f32", torch.float32, False), ("bf16", torch.bfloat16, False)]
         array_bytes = 128 << 20
     else:
-        raise Refused(f"--device {request['device']}: use cpu, cuda or cuda:N")
+        raise Refused(f"--device {request.device}: use cpu, cuda or cuda:N")
     timed = _timer(torch, device)
     matmul = []
     for label, dt, tf32 in dtypes:
@@ -93,7 +93,7 @@ def measure(request):
         finally:
             torch.backends.cuda.matmul.allow_tf32 = previous
     shapes = []
-    for name_, m, k, n in request.get("shapes") or []:
+    for name_, m, k, n in request.shapes or []:
         x = torch.randn(m, k, device=device)   # (m, k): batch × seq rows
         w = torch.randn(n, k, device=device)   # (n, k): nn.Linear's weight
         dy = torch.randn(m, n, device=device)  # (m, n): the output's gradient
@@ -147,7 +147,7 @@ def measure(request):
 
 
 def main():
-    return answer_once("the torch engine's peaks", measure)
+    return answer_once("the torch engine's peaks", measure, "peaks_request", "peaks_answer")
 
 
 if __name__ == "__main__":

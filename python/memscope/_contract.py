@@ -14,9 +14,14 @@ The schema is draft 2020-12 as schemars writes it; this checks the part of it th
 
 import functools
 import json
+import os
 from pathlib import Path
 
 SCHEMA_FILE = Path(__file__).with_name("contract.schema.json")
+
+# Strict (the package's tests set it): a field a message's schema does not name is an error, so
+# a misspelt optional field fails there rather than being dropped by the reader.
+STRICT = os.environ.get("MEMSCOPE_STRICT_CONTRACT") == "1"
 
 
 class ContractError(ValueError):
@@ -36,9 +41,56 @@ def check(message, value):
         raise ContractError(f"no message {message!r} in the contract "
                             f"(it has {', '.join(sorted(root['properties']))})")
     err = _first_error(root["properties"][message], value, message, root["$defs"])
+    if not err and STRICT:
+        unknown = unknown_fields(message, value)
+        err = f"{unknown[0]}: no such field in the contract" if unknown else None
     if err:
         raise ContractError(f"{message} breaks the contract (contract.schema.json): {err}")
     return value
+
+
+def unknown_fields(message, value):
+    """The fields of ``value`` (a ``message`` being assembled, maybe incomplete) that its schema
+    does not name, as dotted paths: a misspelt optional field, which a reader would drop."""
+    root = schema()
+    return _unknown(root["properties"][message], value, message, root["$defs"])
+
+
+def _unknown(s, v, path, defs):
+    if not isinstance(s, dict):
+        return []
+    if "$ref" in s:
+        return _unknown(defs[s["$ref"].rsplit("/", 1)[-1]], v, path, defs)
+    alts = [a for key in ("anyOf", "oneOf") for a in s.get(key, [])]
+    if alts:
+        found = [_unknown(a, v, path, defs) for a in alts if _admits(a, v, defs)]
+        return min(found, key=len) if found else []
+    out = []
+    if isinstance(v, dict) and "properties" in s:
+        extra = s.get("additionalProperties")
+        for k, x in v.items():
+            if k in s["properties"]:
+                out += _unknown(s["properties"][k], x, f"{path}.{k}", defs)
+            elif isinstance(extra, dict):
+                out += _unknown(extra, x, f"{path}[{k!r}]", defs)
+            else:
+                out.append(f"{path}.{k}")
+    elif isinstance(v, dict) and isinstance(s.get("additionalProperties"), dict):
+        for k, x in v.items():
+            out += _unknown(s["additionalProperties"], x, f"{path}[{k!r}]", defs)
+    elif isinstance(v, list) and isinstance(s.get("items"), dict):
+        for i, x in enumerate(v):
+            out += _unknown(s["items"], x, f"{path}[{i}]", defs)
+    return out
+
+
+def _admits(s, v, defs):
+    """Whether ``v``'s JSON type is one ``s`` (an alternative) takes."""
+    s = defs[s["$ref"].rsplit("/", 1)[-1]] if "$ref" in s else s
+    t = s.get("type")
+    if t is None:
+        return True
+    return any(_TYPES[x](v) for x in (t if isinstance(t, list) else [t]))
 
 
 def read(message, value):

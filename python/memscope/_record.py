@@ -5,7 +5,7 @@ whole against the Record's schema and writes it."""
 import json
 import time
 
-from . import _native
+from . import _contract, _native
 from ._loop_values import json_loss
 from ._memory import rss_bytes, vm_hwm
 
@@ -244,6 +244,11 @@ def build_record(s, ending):
             if k not in names:
                 names.append(k)
     samples = [(k, [x["times_ms"][k] for x in measured if k in x["times_ms"]]) for k in names]
+    if _contract.STRICT:
+        unknown = _contract.unknown_fields("record", record)
+        if unknown:
+            raise _contract.ContractError(f"the Record names fields the contract does not: "
+                                          f"{', '.join(unknown)}")
     text = _native.finish_record(json.dumps(record), samples, s.record_path,
                                  cli_advice=s.advice == "cli")
     return json.loads(text)

@@ -9,6 +9,10 @@ from pathlib import Path
 
 import pytest
 
+# The package reads it once, when first imported (here, and in every process the tests start):
+# a field a message's schema does not name is an error, not a silent drop.
+os.environ["MEMSCOPE_STRICT_CONTRACT"] = "1"
+
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPTS = Path(__file__).resolve().parent / "scripts"
 

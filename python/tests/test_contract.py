@@ -87,3 +87,15 @@ def test_a_request_reads_by_the_contract_s_field_names_and_nothing_else(memscope
         spec.replace(batches=4)
     with pytest.raises(_contract.ContractError, match=r"request\.spec\.mode"):
         _contract.read("request", dict(raw, spec=dict(raw["spec"], mode="fly")))
+
+
+def test_a_misspelt_field_is_an_error_in_the_tests_not_a_silent_drop():
+    from memscope import _contract
+    assert _contract.STRICT
+    assert _contract.unknown_fields("record", {"spec": {"batch": 2, "batchh": 2},
+                                               "memory": {"series": [{"stepp": 1}]}}) \
+        == ["record.spec.batchh", "record.memory.series[0].stepp"]
+    # The out-of-memory line with its phase misspelt: Rust would read it and drop the phase.
+    with pytest.raises(_contract.ContractError, match="oom_facts.phaze"):
+        _contract.check("oom_facts", {"device": "cpu", "phaze": "forward"})
+    assert _contract.check("oom_facts", {"device": "cpu", "phase": "forward"})

@@ -231,6 +231,16 @@ impl TorchRun {
     }
 }
 
+/// Which engine runs a Spec, with what it needs: the one place the choice is read
+/// (`Spec::engine`).
+#[derive(Clone, Copy, Debug)]
+pub enum EngineRef<'a> {
+    /// memscope's own (candle and its fused CPU kernels), in this process.
+    Candle,
+    /// transformers on PyTorch, in the Python package's processes.
+    Torch(&'a TorchRun),
+}
+
 /// `--device`: `cpu`, `cuda` or `cuda:N`.
 pub fn parse_device(text: &str) -> Result<String, SpecError> {
     let ok = text == "cpu"
@@ -369,6 +379,24 @@ pub const MAX_STEPS: usize = 1_000_000;
 pub const MAX_THREADS: usize = 4096;
 
 impl Spec {
+    /// The engine that runs this Spec.
+    pub fn engine(&self) -> EngineRef<'_> {
+        match &self.torch {
+            Some(t) => EngineRef::Torch(t),
+            None => EngineRef::Candle,
+        }
+    }
+
+    /// The processes this machine runs for the Spec: a torch job's ranks on one node, else 1.
+    pub fn ranks_here(&self) -> u64 {
+        match self.engine() {
+            EngineRef::Torch(TorchRun {
+                parallel: Some(p), ..
+            }) => (p.world / p.nodes.max(1)).max(1) as u64,
+            _ => 1,
+        }
+    }
+
     pub fn validate(&self) -> Result<(), SpecError> {
         // For generate, --seq is the prompt length: name the flag the user gave.
         if self.mode == Mode::Generate && self.prompt_len == 0 {

@@ -126,7 +126,7 @@ pub fn run(a: EstimateArgs) -> anyhow::Result<ExitCode> {
         variant: a.variant.clone(),
     };
     let spec = workload.clone().validated()?;
-    if let Some(t) = &spec.torch {
+    if let crate::spec::EngineRef::Torch(t) = spec.engine() {
         let parallel = t.parallel;
         return torch_estimate(&a, &workload, &dts, budget, parallel);
     }

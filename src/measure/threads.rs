@@ -45,6 +45,9 @@ pub fn set_threads(n: usize) {
 /// ms; cs336-small 666 → 605 ms; `--fusion none` f32 1382 → 1374 ms). A
 /// `CANDLE_BARRIER_POOL_SPIN_LIMIT` set by the user wins.
 pub fn set_run_threads(spec: &crate::spec::Spec) {
+    if let crate::spec::EngineRef::Torch(_) = spec.engine() {
+        return; // the Python package sets PyTorch's threads; nothing of candle runs
+    }
     let user = std::env::var_os("CANDLE_NUM_THREADS").is_some();
     let f32 = spec.dtype == crate::spec::Dtype::F32;
     match candle_threads(spec.variant.fusion, f32, user) {

@@ -147,12 +147,13 @@ pub fn compute_line(r: &Record) -> Option<String> {
         format!(" (slowest–fastest step {lo:.1}–{hi:.1})")
     });
     // The torch engine's runs (and the recorder's) against PyTorch's own roofs.
-    let peaks =
-        if r.spec.torch.is_some() || r.spec.engine.as_ref().is_some_and(|e| e.name == "pytorch") {
-            "memscope peaks --engine torch"
-        } else {
-            "memscope peaks"
-        };
+    let peaks = if matches!(r.spec.engine(), crate::spec::EngineRef::Torch(_))
+        || r.spec.engine.as_ref().is_some_and(|e| e.name == "pytorch")
+    {
+        "memscope peaks --engine torch"
+    } else {
+        "memscope peaks"
+    };
     let peak = match (c.matmul_peak_gflops, c.fraction_of_peak) {
         (Some(p), Some(f)) => format!(
             " = {:.0}% of this machine's {} matmul peak ({p:.1} GFLOP/s, `{peaks}`)",

@@ -16,13 +16,17 @@ pub fn run(spec: &Spec, progress: &AtomicUsize) -> anyhow::Result<Record> {
 }
 
 /// As [`run`], handing each step's memory entry to `on_step` between steps (outside timing).
+/// `spec` was validated by its caller (`Workload::runnable`, the sweep worker), once.
 pub fn run_with(
     spec: &Spec,
     progress: &AtomicUsize,
     on_step: &mut dyn FnMut(&StepMemory),
 ) -> anyhow::Result<Record> {
-    spec.validate()?;
-    if spec.torch.is_some() {
+    debug_assert!(
+        spec.validate().is_ok(),
+        "runner::run_with takes a validated Spec"
+    );
+    if let crate::spec::EngineRef::Torch(_) = spec.engine() {
         return run_torch(spec, progress, on_step);
     }
     let started_at = SystemTime::now()
@@ -174,7 +178,7 @@ fn compute(spec: &Spec, timing: &std::collections::BTreeMap<String, PhaseTiming>
 
 /// The estimator's prediction for `spec` (None if it cannot be made; the run is unaffected).
 fn estimated(spec: &Spec) -> Option<EstimatedMemory> {
-    if spec.torch.is_some() {
+    if let crate::spec::EngineRef::Torch(_) = spec.engine() {
         // The torch estimator traces the same workload; a failure costs the run nothing.
         let (e, ops) = crate::torch::estimate::estimate_with_ops(spec).ok()?;
         // Beside the measured times, where the device's roofs are cached (never measured here:
@@ -286,29 +290,49 @@ pub fn check_machine_memory(spec: &Spec) -> anyhow::Result<()> {
         return Ok(());
     };
     let params = crate::model::cost::param_count(spec.arch()).unwrap_or(u64::MAX);
+    // A CPU job under DDP holds the whole model in each of this machine's ranks; sharded plans
+    // hold about one copy across them, which the one-process estimate does not split.
+    let (copies, sharded) = match spec.engine() {
+        crate::spec::EngineRef::Torch(crate::spec::TorchRun {
+            parallel: Some(p), ..
+        }) => match p.plan {
+            crate::spec::ParallelPlan::Ddp => (spec.ranks_here(), false),
+            _ => (1, true),
+        },
+        _ => (1, false),
+    };
+    // ` × 2 ranks on this machine (1.2 GiB)`: what the ranks hold together.
+    let per = |b: u64| {
+        format!(
+            " × {copies} ranks on this machine ({})",
+            fmt_bytes(b as f64)
+        )
+    };
     let param_bytes = params.saturating_mul(spec.dtype.size_bytes());
     let hint =
         "nothing was allocated; choose a smaller model or size, or pass --force to run it anyway";
-    if param_bytes > total {
+    if param_bytes.saturating_mul(copies) > total {
         anyhow::bail!(
-            "{}: its {params} parameters alone take {} in {}, more than this machine's {} of memory (MemTotal); {hint}",
+            "{}: its {params} parameters alone take {} in {}{}, more than this machine's {} of memory (MemTotal); {hint}",
             spec.model,
             fmt_bytes(param_bytes as f64),
             spec.dtype.name(),
+            if copies > 1 { per(param_bytes.saturating_mul(copies)) } else { String::new() },
             fmt_bytes(total as f64),
         );
     }
-    if spec.arch().n_layers <= ESTIMATE_MAX_LAYERS {
+    if spec.arch().n_layers <= ESTIMATE_MAX_LAYERS && !sharded {
         let req = crate::estimate::Request::for_spec(spec);
         if let Ok(e) = crate::estimate::estimate(&req) {
-            if e.peak_bytes > total {
+            if e.peak_bytes.saturating_mul(copies) > total {
                 anyhow::bail!(
-                    "{} {} batch {} seq {}: the estimated heap peak is {}, more than this machine's {} of memory (MemTotal; `memscope estimate` shows where it goes); {hint}",
+                    "{} {} batch {} seq {}: the estimated heap peak is {}{}, more than this machine's {} of memory (MemTotal; `memscope estimate` shows where it goes); {hint}",
                     spec.model,
                     spec.mode.name(),
                     spec.batch,
                     spec.seq,
                     fmt_bytes(e.peak_bytes as f64),
+                    if copies > 1 { per(e.peak_bytes.saturating_mul(copies)) } else { String::new() },
                     fmt_bytes(total as f64),
                 );
             }

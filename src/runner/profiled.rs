@@ -120,7 +120,7 @@ pub struct Measured {
 /// The workload measured plain and profiled: by memscope's op timer in this process, or with
 /// `--engine torch` by the Python package's (every ATen op timed, `torch::optime`).
 pub fn measure(spec: Spec, roofs_flag: &Option<String>, force: bool) -> anyhow::Result<Measured> {
-    if spec.torch.is_some() {
+    if let crate::spec::EngineRef::Torch(_) = spec.engine() {
         return measure_torch(spec, roofs_flag);
     }
     let p = run_profiled(spec, roofs_flag, force)?;

@@ -350,7 +350,7 @@ fn bisect_and_confirm(
 /// The largest size up to `cap` whose estimated heap peak is within `limit` (1 when even size
 /// 1 is over), by bisection on the estimate; `None` when the model cannot be estimated.
 fn estimated_start(with: &dyn Fn(usize) -> Spec, cap: usize, limit: u64) -> Option<usize> {
-    if with(1).torch.is_some() {
+    if let crate::spec::EngineRef::Torch(_) = with(1).engine() {
         return torch_start(with, cap, limit);
     }
     let peak = |x: usize| -> Option<u64> {

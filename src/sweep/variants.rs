@@ -31,7 +31,7 @@ pub struct Candidate {
 /// `torch.compile` (fused AdamW throughout, as users run it), then SDPA, `torch.compile`, and
 /// beside autocast bf16 everything in bf16 (train).
 pub fn candidates(base: &Spec) -> Vec<Candidate> {
-    let torch = base.torch.is_some();
+    let torch = matches!(base.engine(), crate::spec::EngineRef::Torch(_));
     let train = base.mode == Mode::Train;
     // The plain path's fusion, and the one the engine fuses with.
     let (plain_fusion, fused) = if torch {

@@ -84,8 +84,11 @@ class SavedTensors:
         e = self.entries.get(ptr)
         if e is not None:
             # A storage saved again (a constant input, every step): keep one reference per live
-            # tensor object, so a long run's entry does not grow by one reference a step.
-            live = [r for r in e[2] if r() is not None]
+            # tensor object, so a long run's entry does not grow by one reference a step. A
+            # tensor whose storage has left this address since (FSDP2 resizes a gathered
+            # parameter's storage to nothing, and the allocator hands the address to the next
+            # activation) is no longer this storage's: the entry is the new storage's.
+            live = [r for r in e[2] if r() is not None and _storage(r())[0] == ptr]
             if live:
                 if not any(r() is t for r in live):
                     live.append(weakref.ref(t))
@@ -100,11 +103,12 @@ class SavedTensors:
         when it reshards (the tensor autograd saved lives on, its bytes do not)."""
         total, by_module, dead, seen = 0, {}, [], set()
         for ptr, (n, module, refs) in self.entries.items():
-            t = next((x for x in (r() for r in refs) if x is not None), None)
-            if t is None:
+            alive = [x for x in (r() for r in refs) if x is not None]
+            if not alive:
                 dead.append(ptr)
                 continue
-            now, n = _storage(t)
+            # The first of its tensors whose storage still has bytes.
+            now, n = next((st for st in map(_storage, alive) if st[0]), (0, 0))
             if not now or now in exclude or now in seen:
                 continue
             seen.add(now)

@@ -164,8 +164,10 @@ impl EngineArgs {
         if world > MAX_WORLD {
             bail!("--nproc {world}: at most {MAX_WORLD} ranks (the largest published training jobs, Llama 3's 16,384 GPUs); PyTorch's mesh set-up under the fake process group grows with the ranks (4,000 take about 30 s on 2 cores), so a larger job would trace for many minutes");
         }
+        // Said once, however often the flags are read.
+        static SAID: std::sync::Once = std::sync::Once::new();
         if world > 1024 {
-            eprintln!("note: --nproc {world}: setting up a {world}-rank mesh takes PyTorch a while (4,000 ranks about 30 s on 2 cores) before the step is traced");
+            SAID.call_once(|| eprintln!("note: --nproc {world}: setting up a {world}-rank mesh takes PyTorch a while (4,000 ranks about 30 s on 2 cores) before the step is traced"));
         }
         let (plan, tp) = match plan.split_once(':') {
             None if plan == "ddp" => (ParallelPlan::Ddp, 1),

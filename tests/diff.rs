@@ -71,3 +71,27 @@ fn a_sweep_is_refused_naming_it() {
         "{err}"
     );
 }
+
+#[test]
+fn a_pytorch_record_against_memscope_s_own_pairs_rows_by_allocating_phase() {
+    // A PyTorch Record splits its peak by category, memscope's own by allocating phase: read
+    // side by side, the categories go to the phase that allocates them (optimizer state → the
+    // optimizer, parameters → load), not to rows of their own against "—".
+    let (_, md, err) = diff(&fixture(""), "bench-train.json", "pytorch-record.json");
+    let table = md
+        .split("### Alive at the steady-step peak")
+        .nth(1)
+        .and_then(|t| t.split("###").next())
+        .unwrap_or_else(|| panic!("{md}{err}"));
+    for stray in ["| optimizer_state |", "| parameters |", "| gradients |"] {
+        assert!(!table.contains(stray), "{table}");
+    }
+    let row = |name: &str| {
+        table
+            .lines()
+            .find(|l| l.starts_with(&format!("| {name} |")))
+            .unwrap_or_else(|| panic!("no {name} row: {table}"))
+            .to_string()
+    };
+    assert!(!row("load").contains("| — |"), "{table}");
+}

@@ -56,6 +56,36 @@ fn pairs(
         .collect()
 }
 
+/// A PyTorch Record's peak moment splits the bytes by category; memscope's own by the phase that
+/// allocated them. Set beside each other, a category-split moment is read by the phase that
+/// allocates each category (parameters and DDP's buckets at load, activations in forward,
+/// gradients in backward, the optimizer's state in its step, the KV cache as `other`, what the
+/// libraries hold outside every phase as `idle`; what the moment's own phase allocated, freed or
+/// gathered, in that phase), so the two runs' rows pair.
+fn by_allocating_phase(m: &crate::record::PeakMoment) -> Vec<(String, i64)> {
+    let mut out: BTreeMap<String, i64> = BTreeMap::new();
+    for (k, v) in &m.by_phase {
+        let phase = match k.as_str() {
+            "parameters" | "gradient_buckets" => "load",
+            "activations" => "forward",
+            "gradients" => "backward",
+            "optimizer_state" => "optimizer",
+            "kv_cache" => "other",
+            "unattributed" => "idle",
+            _ => m.phase.as_str(), // temporaries, gathered parameters
+        };
+        *out.entry(phase.to_string()).or_insert(0) += *v as i64;
+    }
+    out.into_iter().collect()
+}
+
+/// Whether a moment splits its bytes by category (a PyTorch Record's).
+fn by_category(m: &crate::record::PeakMoment) -> bool {
+    ["parameters", "activations", "gradients", "optimizer_state"]
+        .iter()
+        .any(|k| m.by_phase.contains_key(*k))
+}
+
 fn top_moment(r: &Record) -> Option<&crate::record::PeakMoment> {
     r.memory
         .peak_moments
@@ -107,7 +137,20 @@ pub fn diff(base: &Record, new: &Record) -> MemoryDiff {
             .unwrap_or_default()
     };
     let categories = pairs(cat(base), cat(new));
-    let peak_by_phase = pairs(at_peak(base), at_peak(new));
+    // One run's moment by category and the other's by allocating phase: both by phase.
+    let mixed = match (top_moment(base), top_moment(new)) {
+        (Some(a), Some(b)) => by_category(a) != by_category(b),
+        _ => false,
+    };
+    let peak_by_phase = if mixed {
+        let phases = |r: &Record| match top_moment(r) {
+            Some(m) if by_category(m) => by_allocating_phase(m),
+            _ => at_peak(r),
+        };
+        pairs(phases(base), phases(new))
+    } else {
+        pairs(at_peak(base), at_peak(new))
+    };
     let mut peak_by_module = pairs(modules(base), modules(new));
     peak_by_module.sort_by_key(|p| std::cmp::Reverse(p.diff().abs()));
     let pick = |v: &[Pair]| {

@@ -2,7 +2,10 @@
 //! op signatures), with `op_cost.rs`'s conventions and formulas: a matmul is 2·m·n·k, attention
 //! 4·D FLOPs per query–key pair forward and 10·D backward (causal pairs counted as computed),
 //! elementwise ops one FLOP per output element, minimum bytes each tensor read once and written
-//! once (an in-place op reads and writes its tensors). Views move no bytes.
+//! once (an in-place op reads and writes its tensors). Views move no bytes. A convolution is
+//! 2 FLOPs per output element per weight it multiplies (`C_in/groups × kernel`); its backward
+//! the same for each gradient it makes (the input's, the weight's). Pooling reads each input
+//! element once.
 
 use super::op_cost::{attention_pairs, matmul_flops};
 use crate::torch::estimate::TracedOp;
@@ -12,6 +15,8 @@ use crate::torch::estimate::TracedOp;
 pub enum Kind {
     Matmul,
     Attention,
+    Convolution,
+    Pooling,
     Norm,
     Activation,
     Embedding,
@@ -27,6 +32,8 @@ impl Kind {
         match self {
             Kind::Matmul => "matmul",
             Kind::Attention => "attention (SDPA)",
+            Kind::Convolution => "convolution",
+            Kind::Pooling => "pooling",
             Kind::Norm => "norm",
             Kind::Activation => "activation",
             Kind::Embedding => "embedding",
@@ -152,7 +159,38 @@ pub fn cost(op: &TracedOp) -> Cost {
                 mkn: None,
             }
         }
-        b if b.contains("layer_norm") || b.contains("rms_norm") || b.contains("batch_norm") => {
+        b if b.contains("convolution")
+            || [
+                "conv",
+                "_conv_depthwise",
+                "_slow_conv",
+                "slow_conv",
+                "thnn_conv",
+            ]
+            .iter()
+            .any(|p| b.starts_with(p)) =>
+        {
+            // `convolution` says transposed as its bool argument; `conv_transpose2d` by name.
+            let transposed = op.flags.first().copied().unwrap_or(false) || b.contains("transpose");
+            conv(b, ins, outs, transposed, io)
+        }
+        b if b.contains("pool") => Cost {
+            // Each input element read once into a comparison or a sum.
+            kind: Kind::Pooling,
+            flops: ins.iter().map(|(s, _)| numel(s)).fold(0.0, f64::max),
+            bytes: io,
+            mkn: None,
+        },
+        b if [
+            "layer_norm",
+            "rms_norm",
+            "batch_norm",
+            "group_norm",
+            "instance_norm",
+        ]
+        .iter()
+        .any(|n| b.contains(n)) =>
+        {
             plain(Kind::Norm, 8.0)
         }
         b if ["gelu", "tanh", "silu", "relu", "sigmoid", "softplus", "erf"]
@@ -169,7 +207,9 @@ pub fn cost(op: &TracedOp) -> Cost {
             bytes: bytes_of(ins.get(1..).unwrap_or(&[])) + 2.0 * bytes_of(outs),
             mkn: None,
         },
-        b if b.starts_with("embedding") => plain(Kind::Embedding, 0.0),
+        b if b.starts_with("embedding") || b.contains("embedding_bag") => {
+            plain(Kind::Embedding, 1.0)
+        }
         b if b.contains("log_softmax")
             || b.starts_with("nll_loss")
             || b.contains("cross_entropy") =>
@@ -198,6 +238,53 @@ pub fn cost(op: &TracedOp) -> Cost {
             mkn: None,
         },
         _ => plain(Kind::Elementwise, 1.0),
+    }
+}
+
+/// A convolution's cost: forward `(input, weight, bias?)` → output; backward `(grad_output,
+/// input, weight)` → the gradients asked for, each told by its shape (the input's, the
+/// weight's). The weight is `(C_out, C_in/groups, k…)` (transposed: `(C_in, C_out/groups,
+/// k…)`), so each output element of a forward takes `numel(weight) / weight[0]` products
+/// (transposed: each input element).
+fn conv(
+    base: &str,
+    ins: &[(Vec<u64>, String)],
+    outs: &[(Vec<u64>, String)],
+    transposed: bool,
+    io: f64,
+) -> Cost {
+    let shape = |i: usize| ins.get(i).map(|(s, _)| s.as_slice()).unwrap_or(&[]);
+    let per = |w: &[u64]| match w.first() {
+        Some(&c) if c > 0 => numel(w) / c as f64,
+        _ => 0.0,
+    };
+    let flops = if base.ends_with("_backward") {
+        let (grad_out, input, weight) = (shape(0), shape(1), shape(2));
+        // Each gradient made costs what the forward did.
+        let made = outs
+            .iter()
+            .filter(|(s, _)| s.as_slice() == input || s.as_slice() == weight)
+            .count() as f64;
+        let elems = if transposed {
+            numel(input)
+        } else {
+            numel(grad_out)
+        };
+        2.0 * elems * per(weight) * made
+    } else {
+        let (input, weight) = (shape(0), shape(1));
+        let elems = if transposed {
+            numel(input)
+        } else {
+            outs.first().map_or(0.0, |(s, _)| numel(s))
+        };
+        2.0 * elems * per(weight)
+    };
+    Cost {
+        kind: Kind::Convolution,
+        flops,
+        bytes: io,
+        mkn: None,
     }
 }
 
@@ -270,5 +357,57 @@ mod tests {
             (e.kind, e.flops, e.bytes),
             (Kind::Elementwise, 32.0, 3.0 * 32.0 * 4.0)
         );
+    }
+
+    #[test]
+    fn convolutions_count_their_products_and_pooling_its_reads() {
+        // conv2 of a small CNN: 32 → 64 channels, 3×3, over 8 images of 26×26 → 24×24:
+        // 2 · (8·64·24·24) · (32·9) ≈ 0.17 GFLOP, not one FLOP an output element.
+        let c = cost(&op(
+            "aten.convolution.default",
+            &[&[8, 32, 26, 26], &[64, 32, 3, 3], &[64]],
+            &[&[8, 64, 24, 24]],
+            &[false],
+        ));
+        let fwd = 2.0 * (8.0 * 64.0 * 24.0 * 24.0) * (32.0 * 9.0);
+        assert_eq!((c.kind, c.flops), (Kind::Convolution, fwd));
+        // Its backward making both gradients: twice the forward; the first layer's (no input
+        // gradient asked for): once.
+        let both = cost(&op(
+            "aten.convolution_backward.default",
+            &[&[8, 64, 24, 24], &[8, 32, 26, 26], &[64, 32, 3, 3]],
+            &[&[8, 32, 26, 26], &[64, 32, 3, 3], &[64]],
+            &[false],
+        ));
+        assert_eq!(both.flops, 2.0 * fwd);
+        let weight_only = cost(&op(
+            "aten.convolution_backward.default",
+            &[&[8, 64, 24, 24], &[8, 32, 26, 26], &[64, 32, 3, 3]],
+            &[&[64, 32, 3, 3], &[64]],
+            &[false],
+        ));
+        assert_eq!(weight_only.flops, fwd);
+        // Depthwise (groups = channels): one input channel a filter.
+        let dw = cost(&op(
+            "aten.convolution.default",
+            &[&[1, 16, 10, 10], &[16, 1, 3, 3]],
+            &[&[1, 16, 8, 8]],
+            &[false],
+        ));
+        assert_eq!(dw.flops, 2.0 * (16.0 * 64.0) * 9.0);
+        let p = cost(&op(
+            "aten.max_pool2d_with_indices.default",
+            &[&[8, 64, 24, 24]],
+            &[&[8, 64, 12, 12], &[8, 64, 12, 12]],
+            &[],
+        ));
+        assert_eq!((p.kind, p.flops), (Kind::Pooling, 8.0 * 64.0 * 24.0 * 24.0));
+        let g = cost(&op(
+            "aten.native_group_norm.default",
+            &[&[2, 8, 4]],
+            &[&[2, 8, 4]],
+            &[],
+        ));
+        assert_eq!(g.kind, Kind::Norm);
     }
 }

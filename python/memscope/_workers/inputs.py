@@ -26,14 +26,14 @@ def tokens(np, spec, vocab):
     if spec.mode == "generate":
         t = spec.prompt_len
     try:
-        tokens = _native.TokenFile(str(data.path), data.bin_dtype)
+        file = _native.TokenFile(str(data.path), data.bin_dtype)
     except ValueError as e:
         raise protocol.Refused(str(e)) from None
     calls = itertools.count()
 
     def windows():
         try:
-            flat = tokens.batch(next(calls) * world + rank, b, t, spec.seed, vocab)
+            flat = file.batch(next(calls) * world + rank, b, t, spec.seed, vocab)
         except ValueError as e:
             raise protocol.Refused(str(e)) from None
         return np.asarray(flat, dtype=np.int64).reshape(b, t + 1)[:, :t]

@@ -111,12 +111,29 @@ impl Watchdog {
             ));
         }
         self.timed_out.load(Ordering::SeqCst).then(|| {
+            // Under a small data limit (a sweep's or fit's --memory-limit) the interpreter can
+            // spin on failing maps while it loads PyTorch, rather than fail.
+            let data = data_limit()
+                .map(|b| format!("; it ran under a data limit of {} (--memory-limit), which may be too little for the interpreter to load PyTorch: raise it", crate::units::fmt_bytes(b as f64)))
+                .unwrap_or_default();
             format!(
-                "{what} (`{python}`) did not start within {:.0} s (no line once torch and transformers should have been imported), so it was killed: check that `{python}` is a Python with memscope's package (`pip install ./python`), or give it longer with {START_VAR}=SECONDS",
+                "{what} (`{python}`) did not start within {:.0} s (no line once torch and transformers should have been imported), so it was killed: check that `{python}` is a Python with memscope's package (`pip install ./python`), or give it longer with {START_VAR}=SECONDS{data}",
                 self.limit.as_secs_f64()
             )
         })
     }
+}
+
+/// This process's RLIMIT_DATA, when it has one (a sweep worker under `--memory-limit`); its
+/// children inherit it.
+fn data_limit() -> Option<u64> {
+    let mut r = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes the struct it is given.
+    let ok = unsafe { libc::getrlimit(libc::RLIMIT_DATA, &mut r) } == 0;
+    (ok && r.rlim_cur != libc::RLIM_INFINITY).then_some(r.rlim_cur)
 }
 
 impl Drop for Watchdog {

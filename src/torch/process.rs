@@ -144,8 +144,10 @@ pub fn run(
     // A job stopped (`bench --timeout`): its ranks ended their step and rank 0 sent the
     // Records, and torchrun, stopped too, then exits 1.
     let stopped_job = crate::stop::requested() && target.parallel.is_some();
-    if stopped_job && record.is_some() {
-        return Ok(record.unwrap_or_default());
+    if stopped_job {
+        if let Some(r) = record.take() {
+            return Ok(r);
+        }
     }
     if !status.success() {
         let why = failure("the torch engine", status.code(), status.signal(), &last);

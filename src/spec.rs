@@ -397,6 +397,31 @@ impl Spec {
         }
     }
 
+    /// The torch job's plan (`--nproc N --parallel PLAN`); None for one process or the candle engine.
+    pub fn parallel(&self) -> Option<Parallel> {
+        self.torch.as_ref().and_then(|t| t.parallel)
+    }
+
+    /// The torch job's plan to change (a sweep's or Slurm's world size).
+    pub fn parallel_mut(&mut self) -> Option<&mut Parallel> {
+        self.torch.as_mut().and_then(|t| t.parallel.as_mut())
+    }
+
+    /// Where the workload runs: the torch engine's `--device`, else `cpu` (memscope's own engine).
+    pub fn device(&self) -> &str {
+        self.torch.as_ref().map_or("cpu", |t| t.device.as_str())
+    }
+
+    /// A multi-rank job on the CPU (its ranks share this machine's memory); None otherwise.
+    pub fn cpu_job(&self) -> Option<Parallel> {
+        self.parallel().filter(|_| !self.is_cuda())
+    }
+
+    /// The workload runs on a CUDA GPU (`--engine torch --device cuda`).
+    pub fn is_cuda(&self) -> bool {
+        self.torch.as_ref().is_some_and(TorchRun::is_cuda)
+    }
+
     pub fn validate(&self) -> Result<(), SpecError> {
         // For generate, --seq is the prompt length: name the flag the user gave.
         if self.mode == Mode::Generate && self.prompt_len == 0 {

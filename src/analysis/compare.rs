@@ -190,7 +190,7 @@ pub fn ended_early(r: &Record) -> Option<&str> {
 
 /// A run's data-parallel plan as its flags say it, or one process.
 fn plan_of(s: &crate::spec::Spec) -> String {
-    match s.torch.as_ref().and_then(|t| t.parallel) {
+    match s.parallel() {
         Some(p) => format!(
             "--parallel {} over {} rank{}",
             p.flag(),

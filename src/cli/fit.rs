@@ -155,10 +155,7 @@ pub fn run(a: FitArgs) -> anyhow::Result<ExitCode> {
         )?,
         Some(l) => {
             outln!("max_{vary_name} = {l}")?;
-            let ranks = result
-                .trials
-                .iter()
-                .any(|r| r.spec.torch.as_ref().is_some_and(|t| t.parallel.is_some()));
+            let ranks = result.trials.iter().any(|r| r.spec.parallel().is_some());
             if let Some(heap) = result.heap_peak_bytes {
                 match result.rss_peak_bytes {
                     Some(rss) => outln!(

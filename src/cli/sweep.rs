@@ -289,13 +289,7 @@ pub fn run(a: SweepArgs) -> anyhow::Result<ExitCode> {
         let progress = SweepProgress::new(planned.len(), *a.quiet);
         let started = Instant::now();
         // A task runs its job's ranks on each of its nodes under torchrun: their CPUs.
-        let cpu_ranks = |s: &Spec| {
-            s.torch
-                .as_ref()
-                .filter(|t| !t.is_cuda())
-                .and_then(|t| t.parallel)
-                .map_or(1, |p| p.per_node())
-        };
+        let cpu_ranks = |s: &Spec| s.cpu_job().map_or(1, |p| p.per_node());
         let threads = planned.first().map_or(1, |(_, s)| s.threads * cpu_ranks(s));
         let planned: Vec<(Point, Spec)> = match memory_limit {
             Some(limit) => planned

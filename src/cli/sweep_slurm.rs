@@ -102,7 +102,7 @@ pub fn spread_over_nodes(s: &SlurmArgs, planned: &mut [(Point, Spec)]) -> anyhow
         bail!("--nodes 0: a job runs on at least 1 node");
     }
     for (_, spec) in planned.iter_mut() {
-        let Some(p) = spec.torch.as_mut().and_then(|t| t.parallel.as_mut()) else {
+        let Some(p) = spec.parallel_mut() else {
             bail!("--nodes {m}: a job across nodes is a data-parallel job; give it --engine torch --nproc N --parallel PLAN");
         };
         p.nodes = m;

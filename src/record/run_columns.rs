@@ -25,7 +25,7 @@ pub fn run_columns(spec: &Spec) -> [String; 5] {
             "heap (counting allocator)".into(),
         ),
     };
-    let parallel = spec.torch.as_ref().and_then(|t| t.parallel);
+    let parallel = spec.parallel();
     [
         engine,
         device,

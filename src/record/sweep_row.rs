@@ -177,7 +177,7 @@ pub fn label(s: &Spec) -> String {
     if s.grad_accum > 1 {
         out.push_str(&format!(" ga{}", s.grad_accum));
     }
-    if let Some(p) = s.torch.as_ref().and_then(|t| t.parallel) {
+    if let Some(p) = s.parallel() {
         out.push_str(&format!(" {}×{}", p.flag(), p.world));
         if p.nodes > 1 {
             out.push_str(&format!(" on {} nodes", p.nodes));

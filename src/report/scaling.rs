@@ -55,10 +55,7 @@ fn summary(r: &Row) -> &RowSummary {
 
 fn configurations(rows: &[Row]) -> String {
     // What the peak column measures: the heap on the CPU, PyTorch's allocated bytes on CUDA.
-    let cuda = rows
-        .iter()
-        .filter(|r| r.spec.torch.as_ref().is_some_and(|t| t.is_cuda()))
-        .count();
+    let cuda = rows.iter().filter(|r| r.spec.is_cuda()).count();
     let (peak, hwm) = match cuda {
         0 => ("Peak MiB (heap)", "VmHWM MiB"),
         n if n == rows.len() => ("Peak MiB (CUDA allocated)", "host VmHWM MiB"),

@@ -26,7 +26,7 @@ pub fn headline(r: &Record) -> String {
         None => String::new(),
     };
     // A data-parallel run: which rank these figures are.
-    let job = match (&r.ranks, s.torch.as_ref().and_then(|t| t.parallel)) {
+    let job = match (&r.ranks, s.parallel()) {
         (Some(ranks), Some(p)) => ranks.iter().find(|f| f.worst).map_or(String::new(), |w| {
             let nodes = if p.nodes > 1 {
                 format!(" on {} nodes", p.nodes)
@@ -208,9 +208,7 @@ pub fn memory_table(r: &Record) -> Table {
         vec!["parameters".into(), bytes(m.param_bytes as f64), {
             let sharded = r
                 .spec
-                .torch
-                .as_ref()
-                .and_then(|t| t.parallel)
+                .parallel()
                 .is_some_and(|p| p.plan != crate::spec::ParallelPlan::Ddp);
             format!(
                 "exact: {}{} params × {} B ({})",
@@ -347,7 +345,7 @@ pub fn micro_step_table(r: &Record) -> Option<Table> {
 /// A data-parallel run's ranks side by side, the worst marked (its figures are the Record's).
 pub fn ranks_table(r: &Record) -> Option<Table> {
     let ranks = r.ranks.as_ref()?;
-    let cuda = r.spec.torch.as_ref().is_some_and(|t| t.is_cuda());
+    let cuda = r.spec.is_cuda();
     Some(rank_table(
         ranks,
         if cuda { "CUDA allocated" } else { "heap" },

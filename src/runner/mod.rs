@@ -84,7 +84,7 @@ fn run_torch(
 ) -> anyhow::Result<Record> {
     let records = crate::torch::run(spec, progress, on_step, crate::stop::requested)?;
     // A data-parallel job: the worst rank's Record, holding every rank's figures.
-    let parallel = spec.torch.as_ref().is_some_and(|t| t.parallel.is_some());
+    let parallel = spec.parallel().is_some();
     let mut r = if parallel {
         crate::analysis::ranks::worst_rank(records)
     } else {
@@ -114,7 +114,7 @@ fn run_torch(
     r.compute = compute(spec, &r.timing);
     // PyTorch's products are set against PyTorch's roofs on the device (`peaks --engine
     // torch`), not memscope's own engine's; none when they were not measured.
-    let device = spec.torch.as_ref().map_or("cpu", |t| t.device.as_str());
+    let device = spec.device();
     let peak = crate::torch::peaks::cached(device, spec.threads)
         .map(|p| crate::analysis::torch_roofline::roofs(&p, spec.dtype.name()).matmul_gflops);
     r.compute.matmul_peak_gflops = peak;
@@ -283,7 +283,7 @@ pub fn refuse_unallocatable(spec: &Spec) -> anyhow::Result<()> {
 /// parameters alone, or its estimated heap peak, above MemTotal. The message gives the numbers.
 pub fn check_machine_memory(spec: &Spec) -> anyhow::Result<()> {
     use crate::units::fmt_bytes;
-    if spec.torch.as_ref().is_some_and(|t| t.is_cuda()) {
+    if spec.is_cuda() {
         return Ok(()); // the GPU's memory decides, and PyTorch says so when it runs out
     }
     let Some(total) = crate::measure::procfs::mem_total_bytes() else {

@@ -150,10 +150,7 @@ fn measure_torch(spec: Spec, roofs_flag: &Option<String>) -> anyhow::Result<Meas
             "--fusion compile: roofline and profile time every ATen op PyTorch dispatches, and torch.compile runs fused kernels in their place; drop --fusion compile (bench --engine torch --fusion compile times the compiled step)"
         );
     }
-    let device = spec
-        .torch
-        .as_ref()
-        .map_or("cpu".to_string(), |t| t.device.clone());
+    let device = spec.device().to_string();
     let roofs = match roofs_flag {
         Some(s) => parse_roofs(s)?,
         None => {

@@ -117,10 +117,7 @@ fn run_search(
     let (base, cap, limit) = (&a.base, a.cap, a.limit);
     let vary_name = a.vary.name();
     // A CPU job's ranks are each held to the limit: the worker's own VmHWM says nothing of them.
-    let ranks = base
-        .torch
-        .as_ref()
-        .is_some_and(|t| !t.is_cuda() && t.parallel.is_some());
+    let ranks = base.cpu_job().is_some();
     let Some(fits1) = t.run(1)? else {
         return Ok(None);
     };

@@ -105,16 +105,14 @@ pub fn describe_for(
     enforcement: &Enforcement,
     limit: Option<u64>,
 ) -> String {
-    let is = |f: fn(&crate::spec::TorchRun) -> bool| {
-        specs.iter().any(|s| s.torch.as_ref().is_some_and(f))
-    };
+    let is = |f: fn(&crate::spec::Spec) -> bool| specs.iter().any(|s| f(s));
     match limit {
-        Some(b) if is(|t| !t.is_cuda() && t.parallel.is_some()) => format!(
+        Some(b) if is(|s| s.cpu_job().is_some()) => format!(
             "memory limit {} per rank: each rank's heap held to it by memscope's counting allocator (a malloc past it fails, as on a full device)",
             crate::units::bytes(b as f64)
         ),
         // A CUDA worker's cap is on PyTorch's caching allocator, not on the host's memory.
-        Some(b) if is(|t| t.is_cuda()) => format!(
+        Some(b) if is(crate::spec::Spec::is_cuda) => format!(
             "memory limit {} per worker: on CUDA, PyTorch's caching allocator capped at it (torch.cuda.set_per_process_memory_fraction, a smaller card simulated); on the CPU, {}",
             crate::units::bytes(b as f64),
             enforcement.describe(limit)

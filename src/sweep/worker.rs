@@ -198,7 +198,7 @@ pub fn run(args: WorkerOptions) -> anyhow::Result<ExitCode> {
 
 /// Whether this process is a Slurm task on a node other than node 0 of a job across nodes.
 fn follower_node(spec: &Spec) -> anyhow::Result<bool> {
-    let Some(p) = spec.torch.as_ref().and_then(|t| t.parallel) else {
+    let Some(p) = spec.parallel() else {
         return Ok(false);
     };
     Ok(crate::torch::nodes::this_node(&p)?.is_some_and(|n| n.rank > 0))

@@ -1,6 +1,7 @@
 """The prediction-error table of `estimate --engine torch --nproc N --parallel PLAN`: each
 workload predicted on one CPU process (under PyTorch's fake process group), then measured under
-torchrun (gloo, every rank under memscope's counting allocator: scripts/measure_parallel.py),
+torchrun (`memscope bench --engine torch` with the same flags: gloo, every rank under memscope's
+counting allocator),
 the predicted per-rank peak set against the worst rank's measured one. docs/parallel.md holds a
 run's table and how to reproduce it.
 
@@ -12,8 +13,8 @@ run's table and how to reproduce it.
 `none` is each rank training its own copy (the single-process estimate); `tp` is tensor
 parallelism over every rank (`tp:N`), `fsdp+tp:T` FSDP2 over groups of T tensor-parallel ranks
 (run where T divides the world size and is less than it). The measured peak is
-the largest of the steady steps' phase peaks (steps after the first two), counted heap bytes from
-just before the model was built; the predicted one the estimate's allocated peak (tensor
+the largest of the steps' phase peaks after two warm-up steps, counted heap bytes from just
+before the model was built (bench's Record, each rank's); the predicted one the estimate's allocated peak (tensor
 bytes). For FSDP2 rows (`fsdp`, and `fsdp+tp:T`: FSDP2 over the tensor-parallel parameters,
 sharded the same way) PyTorch's own `FSDPMemTracker` (torch.distributed._tools, driven as
 torchtitan's memory estimation drives it: FakeTensorMode, the fake process group, two steps, its
@@ -87,19 +88,21 @@ def tracker_worker(model, world, plan, batch, seq):
     print(sum(v.get("Total", 0) for v in peak.values()))
 
 
-def measured(model, world, plan, batch, seq, steps, out):
-    """Every rank's steady peak (counted heap bytes): {rank: bytes}."""
-    cmd = [sys.executable, str(HERE / "measure_parallel.py"), "--device", "cpu", "--nproc",
-           str(world), "--plans", plan, "--models", model, "--batch", str(batch), "--seq",
-           str(seq), "--steps", str(steps), "--out", str(out), "--timeout", "900"]
+def measured(binary, model, world, plan, batch, seq, steps, out):
+    """Every rank's peak (counted heap bytes over the measured steps): {rank: bytes}, from
+    `memscope bench --engine torch` with the same flags (every rank under torchrun, gloo, each
+    under the counting allocator; the warm-up's two steps left out). `none` is one process: the
+    ranks train their own copies, each the same."""
+    cmd = [binary, "bench", "--engine", "torch", "--model", model, "--batch", str(batch),
+           "--seq", str(seq), "--warmup", "2", "--steps", str(max(steps - 2, 1)),
+           "--json", str(out), "-q"]
+    if plan != "none":
+        cmd += ["--nproc", str(world), "--parallel", plan]
     subprocess.run(cmd, check=True, capture_output=True, text=True)
-    peaks = {}
-    for r in range(world):
-        rec = json.loads((out / f"{model}-{plan}.rank{r}.json").read_text())
-        steady = rec["steps"][2:] or rec["steps"][-1:]
-        peaks[r] = max(s[ph]["heap"] for s in steady for ph in ("forward", "backward",
-                                                                  "optimizer"))
-    return peaks
+    rec = json.loads(out.read_text())
+    if plan == "none":
+        return {r: rec["memory"]["heap_peak_bytes"] for r in range(world)}
+    return {r["rank"]: r["peak_bytes"] for r in rec["ranks"]}
 
 
 def main():
@@ -132,7 +135,8 @@ def main():
                         continue  # a plan this world size does not take
                     p, _ = predicted(binary, model, world, plan, args.batch, args.seq,
                                      tmp / "est.json")
-                    m = measured(model, world, plan, args.batch, args.seq, args.steps, tmp)
+                    m = measured(binary, model, world, plan, args.batch, args.seq, args.steps,
+                                 tmp / "run.json")
                     worst = max(m.values())
                     err = (p - worst) / worst * 100
                     bad += abs(err) > args.tolerance

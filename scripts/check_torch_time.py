@@ -25,6 +25,8 @@ WORKLOADS = {
     "gpt2-infer": ["--model", "gpt2-small", "--mode", "infer", "--batch", "4", "--seq", "256"],
     "tinyllama-generate": ["--model", "tinyllama-1.1b", "--mode", "generate", "--batch", "1",
                            "--prompt-len", "32", "--new-tokens", "16"],
+    # A step of seconds' work in all: the smoke run of this script (python/tests/test_scripts.py).
+    "tiny-train": ["--model", "tiny-gpt2", "--batch", "2", "--seq", "64"],
     # A step large enough that a GPU's kernels, not the host's dispatch, set its time.
     "gpt2-train-large": ["--model", "gpt2-small", "--batch", "8", "--seq", "512"],
 }

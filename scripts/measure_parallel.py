@@ -1,22 +1,21 @@
-"""Measured per-rank memory of a data-parallel training step (DDP or FSDP2) under torchrun: the
-truth `estimate --engine torch --parallel` is checked against (docs/parallel.md).
+"""Measured per-rank memory of a data-parallel training step (DDP or FSDP2) on CUDA GPUs under
+torchrun, with no memscope code in the loop: the independent truth `estimate --engine torch
+--device cuda --parallel` is checked against (docs/parallel.md). On the CPU, `memscope bench
+--engine torch --nproc N --parallel PLAN` measures every rank under the counting allocator, and
+scripts/check_parallel.py sets it against the prediction.
 
-    python3 scripts/measure_parallel.py --device cuda --plans none,ddp,fsdp \
+    python3 scripts/measure_parallel.py --plans none,ddp,fsdp \
         --models gpt2-small,cs336-small --batch 4 --seq 256 --steps 4 --out DIR
 
 launches, per model and plan, `torchrun --nproc_per_node NPROC` on this script in its worker role
 (one fresh process group per run, so the CUDA context and NCCL's buffers are each run's own) and
-writes DIR/MODEL-PLAN.rankR.json: for every step and phase the peaks (reset at the phase's start)
-and the bytes held between steps. On CUDA (NCCL) those are the caching allocator's (allocated and
-reserved), plus the device memory outside PyTorch's allocator (the device's used bytes from
-cudaMemGetInfo less PyTorch's reserved bytes) read after CUDA's set-up, after the process group's
-first collective, and at the end. On the CPU (gloo) each rank runs under memscope's counting
-allocator (torchrun starts it through `python -m memscope run`): the peaks are counted malloc
-bytes, the heap a rank holds counted from before the model was built and after one step of a
-one-layer copy of it (as the torch engine counts: the libraries' first-use set-up left out and
-reported as `first_use_bytes`).
-The models are memscope's presets (`memscope models --json`, the binary at MEMSCOPE_BIN),
-built as transformers' own classes (memscope._workers.models), fused AdamW where it runs.
+writes DIR/MODEL-PLAN.rankR.json: for every step and phase the caching allocator's peaks
+(allocated and reserved, reset at the phase's start) and the bytes held between steps, plus the
+device memory outside PyTorch's allocator (the device's used bytes from cudaMemGetInfo less
+PyTorch's reserved bytes) read after CUDA's set-up, after the process group's first collective,
+and at the end. The models are memscope's presets (`memscope models --json`, the binary at
+MEMSCOPE_BIN), built as transformers' own classes (memscope._workers.models), fused AdamW where
+it runs.
 """
 
 import argparse
@@ -36,68 +35,41 @@ def worker(args):
     from memscope._workers import models as _hf
 
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    cuda = args.device == "cuda"
     out = {"rank": rank, "world": world, "plan": args.plan, "model": args.model,
-           "device": args.device, "torch": torch.__version__,
+           "device": "cuda", "torch": torch.__version__,
            "transformers": transformers.__version__, "steps": []}
 
     def outside():
-        if not cuda:
-            return None
         torch.cuda.synchronize()
         free, total = torch.cuda.mem_get_info()
         return total - free - torch.cuda.memory_reserved()
 
-    if cuda:
-        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
-        torch.zeros(1, device="cuda")
-        out["outside_after_cuda_init"] = outside()
-        out["gpu"] = torch.cuda.get_device_name()
-    else:
-        torch.set_num_threads(args.threads)
-    dist.init_process_group("nccl" if cuda else "gloo")
-    probe = torch.ones(1, device=args.device)
+    torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
+    torch.zeros(1, device="cuda")
+    out["outside_after_cuda_init"] = outside()
+    out["gpu"] = torch.cuda.get_device_name()
+    dist.init_process_group("nccl")
+    probe = torch.ones(1, device="cuda")
     dist.all_reduce(probe)
     del probe
     out["outside_after_first_collective"] = outside()
-    device = torch.device(args.device, torch.cuda.current_device()) if cuda else torch.device("cpu")
-
-    from memscope import _contract, _native
-    if not cuda and not _native.counter_active():
-        sys.exit("on the CPU each rank must run under memscope's counting allocator: "
-                 "this script's launcher starts torchrun with `-m memscope run`")
+    device = torch.device("cuda", torch.cuda.current_device())
+    from memscope import _contract
     cfg = json.loads(args.config)
-    if not cuda:
-        # As the torch engine does before it reads its baseline: one step of a one-layer copy
-        # of the model (the same widths, batch and sequence), then all of it dropped, so the
-        # libraries' first-use set-up (the workspace BLAS keeps, modules loaded lazily) is not
-        # counted as the run's; the bytes it left are reported apart.
-        import gc
-        before = _native.counter_read()[0]
-        one = _contract.read_type("ModelConfig", dict(cfg, n_layers=1))
-        m1 = _hf.build(torch, transformers, one, "sdpa")
-        o1, _ = _hf.make_adamw(torch, m1.parameters(), 1e-4, torch.float32)
-        x = torch.randint(0, cfg["vocab_size"], (args.batch, args.seq))
-        m1(input_ids=x, labels=x).loss.backward()
-        o1.step()
-        del m1, o1, x
-        gc.collect()
-        out["first_use_bytes"] = _native.counter_read()[0] - before
-    base = None if cuda else _native.counter_read()[0]
     torch.manual_seed(0)
     with torch.device(device):
         model = _hf.build(torch, transformers, _contract.read_type("ModelConfig", cfg), "sdpa")
     model.train()
     if args.plan == "ddp":
         from torch.nn.parallel import DistributedDataParallel
-        model = DistributedDataParallel(model, device_ids=[device.index] if cuda else None)
+        model = DistributedDataParallel(model, device_ids=[device.index])
     elif args.plan != "none":  # fsdp, tp:T, fsdp+tp:T: the wrap memscope's ranks put on
         from types import SimpleNamespace
 
         from memscope._workers.parallel import sharding_wrap
         name, _, tp = args.plan.partition(":")
         plan = SimpleNamespace(plan=name, world=world, tp=int(tp or 1))
-        sharding_wrap(torch, plan, args.device)(model)
+        sharding_wrap(torch, plan, "cuda")(model)
     params = list(model.parameters())
     try:
         opt, impl = _hf.make_adamw(torch, params, 1e-4, torch.float32)
@@ -112,26 +84,17 @@ def worker(args):
     ids = torch.randint(0, cfg["vocab_size"], (args.batch, args.seq), generator=g)
     ids = ids.to(device)
 
-    def sync():
-        if cuda:
-            torch.cuda.synchronize()
-
     def held():
-        return torch.cuda.memory_allocated() if cuda else _native.counter_read()[0] - base
+        return torch.cuda.memory_allocated()
 
     def peaks():
-        sync()
-        if cuda:
-            return {"allocated": torch.cuda.max_memory_allocated(),
-                    "reserved": torch.cuda.max_memory_reserved()}
-        return {"heap": _native.counter_read()[1] - base}
+        torch.cuda.synchronize()
+        return {"allocated": torch.cuda.max_memory_allocated(),
+                "reserved": torch.cuda.max_memory_reserved()}
 
     def reset():
-        sync()
-        if cuda:
-            torch.cuda.reset_peak_memory_stats()
-        else:
-            _native.counter_reset_peak()
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
 
     for step in range(args.steps):
         t0 = time.perf_counter()
@@ -147,7 +110,7 @@ def worker(args):
         opt.zero_grad(set_to_none=True)
         row["optimizer"] = peaks()
         row["allocated_after"] = held()
-        row["reserved_after"] = torch.cuda.memory_reserved() if cuda else None
+        row["reserved_after"] = torch.cuda.memory_reserved()
         row["seconds"] = time.perf_counter() - t0
         out["steps"].append(row)
     out["outside_at_end"] = outside()
@@ -158,14 +121,12 @@ def worker(args):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
     ap.add_argument("--plans", default="none,ddp,fsdp")
     ap.add_argument("--models", default="gpt2-small,cs336-small")
     ap.add_argument("--nproc", type=int, default=1)
     ap.add_argument("--batch", type=int, default=4)
     ap.add_argument("--seq", type=int, default=256)
     ap.add_argument("--steps", type=int, default=4)
-    ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--timeout", type=float, default=90)
     ap.add_argument("--out", default="parallel-measured")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
@@ -182,13 +143,11 @@ def main():
     failed = 0
     for model in args.models.split(","):
         for plan in args.plans.split(","):
-            # On the CPU each rank runs under the counting allocator (`-m memscope run`).
-            launch = [] if args.device == "cuda" else ["-m", "memscope", "run"]
             cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
-                   f"--nproc_per_node={args.nproc}"] + launch + [__file__, "--worker", "--plan", plan,
+                   f"--nproc_per_node={args.nproc}", __file__, "--worker", "--plan", plan,
                    "--model", model, "--config", json.dumps(presets[model]),
-                   "--device", args.device, "--batch", str(args.batch), "--seq", str(args.seq),
-                   "--steps", str(args.steps), "--threads", str(args.threads), "--out", args.out]
+                   "--batch", str(args.batch), "--seq", str(args.seq),
+                   "--steps", str(args.steps), "--out", args.out]
             t0 = time.perf_counter()
             try:
                 rc = subprocess.run(cmd, timeout=args.timeout).returncode

@@ -13,7 +13,8 @@
 //! - `Record`: a run's Record (the recorder's too, written by `_native.write_record`);
 //! - `PeaksRequest`/`PeaksAnswer`: `peaks --engine torch`'s request and the seconds it timed;
 //! - `LinkRequest`/`LinkAnswer`: `peaks --collectives`' request and the all-reduces it timed;
-//! - `OptimeAnswer`: the op timer's plain and profiled runs (its request is `Request`).
+//! - `OptimeAnswer`: the op timer's plain and profiled runs (its request is `Request`);
+//! - `DescribeRequest`/`BuiltModel`: a config.json transformers builds, and what it built.
 
 use schemars::{generate::SchemaSettings, JsonSchema, Schema};
 
@@ -31,6 +32,8 @@ struct Contract<'a> {
     link_request: crate::torch::link::LinkRequest<'a>,
     link_answer: crate::torch::link::Measured,
     optime_answer: crate::torch::optime::Answer,
+    describe_request: crate::torch::describe::DescribeRequest<'a>,
+    describe_answer: crate::model::config::BuiltModel,
 }
 
 /// The contract's JSON Schema (draft 2020-12), pretty-printed with a final newline: what

@@ -309,6 +309,8 @@ pub enum SpecError {
     },
     #[error("spec.config is missing: this Spec comes from the Record of a user's own PyTorch model ({0}), which memscope cannot build or run; run a preset (--model) or a config file (--config)")]
     NoConfig(String),
+    #[error("--config: model_type `{model_type}` is built by Hugging Face transformers, not by memscope's own engine (which builds gpt2, llama, bert and distilbert): add --engine torch (the Python package: pip install ./python)")]
+    NeedsTransformers { model_type: String },
     #[error("--device {0}: use cpu, cuda or cuda:N (N: the GPU's index, 0 to 1023)")]
     BadDevice(String),
     #[error("--device {0} needs --engine torch: memscope's own engine runs on the CPU")]
@@ -451,6 +453,11 @@ impl Spec {
         let Some(config) = &self.config else {
             return Err(SpecError::NoConfig(self.model.clone()));
         };
+        if let (None, Some(t)) = (&self.torch, &config.transformers) {
+            return Err(SpecError::NeedsTransformers {
+                model_type: t.model_type.clone(),
+            });
+        }
         if let Some(p) = self.torch.as_ref().and_then(|t| t.parallel) {
             if self.mode != Mode::Train {
                 return Err(SpecError::ParallelNotTrain {

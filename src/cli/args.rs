@@ -314,6 +314,17 @@ impl Workload {
     /// precision follows mode and dtype, `--engine torch --device D` becomes `torch`.
     pub fn spec(self) -> anyhow::Result<Spec> {
         let torch = self.variant.engine.torch_run()?;
+        // A config transformers builds: what it builds, once, before anything reads its sizes.
+        let config = match &torch {
+            Some(_) => {
+                let origin = self
+                    .config_path
+                    .as_deref()
+                    .map_or_else(|| self.model.clone(), |p| p.display().to_string());
+                crate::torch::describe::built(&self.config, &origin)?
+            }
+            None => self.config,
+        };
         // A CPU job's ranks share the cores: each its share unless --threads says otherwise.
         let ranks = torch
             .as_ref()
@@ -330,7 +341,7 @@ impl Workload {
         };
         Ok(Spec {
             model: self.model,
-            config: Some(self.config),
+            config: Some(config),
             config_path: self.config_path,
             weights: self.weights,
             mode: self.mode,

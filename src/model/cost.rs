@@ -44,7 +44,11 @@ pub fn checked_param_bytes(cfg: &ModelConfig, dtype_bytes: u64) -> Result<u64, O
 /// As [`param_count`], but an overflow names the product that overflowed.
 ///
 /// Does not require a validated config: zero heads give head_dim 0 instead of a division panic.
+/// A model transformers built: the count it built, exact.
 pub fn checked_param_count(cfg: &ModelConfig) -> Result<u64, Overflow> {
+    if let Some(b) = cfg.built() {
+        return Ok(b.parameters);
+    }
     module_params(cfg)?.total(cfg.n_layers as u64)
 }
 

@@ -27,7 +27,7 @@ pub fn render(f: &TorchEstimateFile) -> String {
     let cuda = first.device.starts_with("cuda");
     let _ = writeln!(
         out,
-        "memscope estimate --engine torch: {} {} (batch {}, seq {}) on {}, {} parameters (transformers' model, equal to memscope's count)\n",
+        "memscope estimate --engine torch: {} {} (batch {}, seq {}) on {}, {} parameters (exact: counted on transformers' model)\n",
         f.model,
         f.mode,
         f.batch,

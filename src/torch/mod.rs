@@ -17,12 +17,15 @@
 //!   timed and charged to its module.
 //! - `torchrun_report.rs`: torchrun's report of a failed job, read as the rank that failed and
 //!   how.
+//! - `describe.rs`: what transformers builds from a config.json of a `model_type` memscope's
+//!   engine does not build (its class, widths and exact parameter count).
 //! - `oneshot.rs`: a module of the package run once (the trace, the peaks): request in, one
 //!   JSON answer out.
 //!
 //! The line the engine prints when PyTorch runs out of memory is `record::torch_oom`.
 
 pub mod caching_allocator;
+pub mod describe;
 pub mod estimate;
 pub mod link;
 pub mod nodes;

@@ -210,8 +210,10 @@ class Engine:
         vocab = cfg.vocab_size
         batches = tokens(self.np, spec, vocab)
         warmup, steps = spec.warmup, spec.steps
+        # A model transformers builds from its config.json is named by its model_type.
+        family = cfg.transformers.model_type if cfg.transformers else cfg.family
         fields = {"spec": {k: v for k, v in spec.raw.items() if k != "engine"},
-                  "model": {"name": spec.model, "family": cfg.family, "n_layers": cfg.n_layers,
+                  "model": {"name": spec.model, "family": family, "n_layers": cfg.n_layers,
                             "d_model": cfg.d_model, "n_heads": cfg.n_heads, "vocab_size": vocab}}
         seq = spec.seq
         s = Session(self.model, self.optimizer, record=None, warmup=warmup, device=self.device,

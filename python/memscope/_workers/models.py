@@ -2,14 +2,106 @@
 GPT-2 → ``GPT2LMHeadModel``, LLaMA (GQA, RoPE scaling) → ``LlamaForCausalLM``, BERT →
 ``BertForMaskedLM``, DistilBERT (no token types) → ``DistilBertForMaskedLM``. No dropout (memscope
 runs none), the activation memscope's family uses, tied heads as the config says; attention
-``sdpa`` or ``eager`` as asked. The parameter count must equal memscope's exact one."""
+``sdpa`` or ``eager`` as asked. The parameter count must equal memscope's exact one. Any other
+``model_type`` is transformers' own: its config.json built as transformers reads it, the class it
+maps the config to (``describe``)."""
 
 import math
+
+from . import protocol
+
+# A model whose config names no position limit (RoPE without one): no sequence is refused for it.
+NO_POSITION_LIMIT = 2 ** 20
+
+
+def transformers_config(transformers, model_type, raw, origin):
+    """transformers' config object for a config.json (``raw``, a dict) of ``model_type``."""
+    T = transformers
+    kw = {k: v for k, v in raw.items() if k != "model_type"}
+    try:
+        return T.AutoConfig.for_model(model_type, **kw)
+    except ValueError as e:
+        if model_type not in T.CONFIG_MAPPING:
+            raise protocol.Refused(
+                f"{origin}: field `model_type`: {model_type!r} is not an architecture "
+                f"transformers {T.__version__} knows (a newer transformers may: pip install -U "
+                "transformers)") from None
+        raise protocol.Refused(f"{origin}: transformers could not read it as a {model_type} "
+                               f"config: {e}") from None
+
+
+def model_class(transformers, hf, origin):
+    """(the class memscope builds for config ``hf``, ``causal`` or ``masked``): the config's
+    ``architectures`` entry that is a language model, else the one transformers maps its
+    ``model_type`` to. Refused, naming what the model takes instead, when it is none."""
+    from transformers.models.auto import modeling_auto as auto
+    T = transformers
+    for name in getattr(hf, "architectures", None) or ():
+        cls = getattr(T, name, None)
+        if cls is None:
+            continue
+        if name.endswith("ForCausalLM") or name.endswith("LMHeadModel"):
+            return cls, "causal"
+        if name.endswith("ForMaskedLM"):
+            return cls, "masked"
+    mt = hf.model_type
+    for names, objective in ((auto.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES, "causal"),
+                             (auto.MODEL_FOR_MASKED_LM_MAPPING_NAMES, "masked")):
+        name = names.get(mt)
+        if isinstance(name, (list, tuple)):
+            name = name[0]
+        if name and getattr(T, name, None) is not None:
+            return getattr(T, name), objective
+    takes = [(auto.MODEL_FOR_SPEECH_SEQ_2_SEQ_MAPPING_NAMES,
+              "is a speech model (it takes audio features, `input_features`)"),
+             (auto.MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES,
+              "is an encoder-decoder (it takes the encoder's and the decoder's token ids)"),
+             (auto.MODEL_FOR_IMAGE_CLASSIFICATION_MAPPING_NAMES,
+              "is a vision model (it takes images, `pixel_values`)")]
+    what = next((w for names, w in takes if mt in names),
+                "has no causal or masked language-model class in transformers")
+    raise protocol.Refused(
+        f"{origin}: model_type {mt!r} {what}; memscope's torch engine feeds a language model one "
+        "sequence of token ids (a causal LM, as Llama or Qwen, or a masked LM, as BERT)")
+
+
+def experts_of(hf):
+    """(experts per routed layer, experts each token goes to) of a mixture of experts; None."""
+    per_layer = next((getattr(hf, k) for k in ("num_local_experts", "num_experts",
+                                               "n_routed_experts") if getattr(hf, k, None)), None)
+    per_token = getattr(hf, "num_experts_per_tok", None)
+    return (per_layer, per_token) if per_layer and per_token else None
+
+
+def max_positions(hf):
+    return (getattr(hf, "max_position_embeddings", None) or getattr(hf, "n_positions", None)
+            or NO_POSITION_LIMIT)
+
+
+def transformers_model(transformers, cfg, attention):
+    """(config, class) of a config.json transformers builds (``cfg.transformers``), with
+    ``cfg.n_layers`` layers (the engine's one-layer priming copy has one)."""
+    tm = cfg.transformers
+    hf = transformers_config(transformers, tm.model_type, dict(tm.config), cfg.name)
+    if hf.num_hidden_layers != cfg.n_layers:
+        hf.num_hidden_layers = cfg.n_layers
+        kinds = getattr(hf, "layer_types", None)
+        if isinstance(kinds, list):
+            hf.layer_types = kinds[:cfg.n_layers]
+    cls = getattr(transformers, getattr(tm.built, "class"))
+    if attention == "sdpa" and not getattr(cls, "_supports_sdpa", True):
+        raise protocol.Refused(
+            f"{cfg.name}: transformers {transformers.__version__} has no SDPA attention for "
+            f"{cls.__name__}: add --attention naive (its eager attention)")
+    hf._attn_implementation = attention
+    return hf, cls
 
 
 def hf_config(transformers, cfg, attention):
     """The transformers config for memscope's ``cfg`` (ModelConfig read through the contract: a ``_contract.View``)."""
     T = transformers
+    if cfg.transformers:
+        return transformers_model(T, cfg, attention)
     fam = cfg.family
     if fam == "gpt2":
         hf = T.GPT2Config(vocab_size=cfg.vocab_size, n_positions=cfg.max_seq_len,

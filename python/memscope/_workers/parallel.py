@@ -67,9 +67,16 @@ def fake_process_group(torch, world):
 
 def transformer_blocks(model):
     """The model's transformer blocks: the modules whose class transformers names as never
-    split across devices (``_no_split_modules``: ``GPT2Block``, ``LlamaDecoderLayer``, …)."""
+    split across devices (``_no_split_modules``: ``GPT2Block``, ``LlamaDecoderLayer``, …); where
+    it names none (DistilBERT, a user's own module), the children of its longest ``ModuleList``
+    (the repeated layers)."""
+    import torch
     names = set(getattr(model, "_no_split_modules", None) or [])
-    return [m for m in model.modules() if type(m).__name__ in names]
+    blocks = [m for m in model.modules() if type(m).__name__ in names]
+    if blocks:
+        return blocks
+    lists = [m for m in model.modules() if isinstance(m, torch.nn.ModuleList)]
+    return list(max(lists, key=len)) if lists else []
 
 
 def shardable_blocks(model):
@@ -106,8 +113,9 @@ def _shard_blocks(torch, mesh, flag):
     def wrap(model):
         blocks = shardable_blocks(model)
         if not blocks:
-            raise protocol.Refused(f"--parallel {flag}: {type(model).__name__} names no transformer "
-                          "blocks to shard (its _no_split_modules is empty)")
+            raise protocol.Refused(
+                f"--parallel {flag}: {type(model).__name__} has no repeated blocks to shard (its "
+                "_no_split_modules is empty and it holds no ModuleList of layers)")
         for b in blocks:
             fully_shard(b, mesh=mesh)
         fully_shard(model, mesh=mesh)

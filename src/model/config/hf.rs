@@ -6,7 +6,8 @@ use serde_json::Value;
 use super::fields::{describe, Fields};
 use super::{default_tie, default_type_vocab, file_stem, ConfigError, Family, ModelConfig};
 
-/// Hugging Face `model_type` values we understand.
+/// Hugging Face `model_type` values memscope's own engine builds; transformers builds any other
+/// (`transformers.rs`, `--engine torch`).
 const SUPPORTED_MODEL_TYPES: &str = "gpt2, llama, bert, distilbert";
 
 /// Hugging Face key aliases for each of our fields, in order of preference.
@@ -62,17 +63,10 @@ pub(super) fn parse_hf(
         "llama" => (Family::Llama, false),
         "bert" => (Family::Bert, false),
         "distilbert" => (Family::Bert, true),
-        "mistral" => {
-            return Err(unsupported(format!(
-                "model_type `mistral` is not supported (sliding-window attention); supported \
-                 model_type values: {SUPPORTED_MODEL_TYPES}"
-            )))
-        }
+        // Built by transformers (`--engine torch`), every field as it reads them.
         other => {
-            return Err(unsupported(format!(
-                "model_type `{other}` is not supported; supported model_type values: \
-                 {SUPPORTED_MODEL_TYPES}"
-            )))
+            let cfg = super::transformers::parse(f, source, other)?;
+            return Ok((cfg, Vec::new()));
         }
     };
     reject_structural_options(f, family)?;
@@ -145,6 +139,7 @@ pub(super) fn parse_hf(
         },
     };
     let cfg = ModelConfig {
+        transformers: None,
         name,
         family,
         vocab_size,

@@ -10,7 +10,8 @@
 //!   (`gpt2`, `llama`, `bert`, `distilbert`). Keys we do not need are ignored; the few that would
 //!   change the parameter structure (`attention_bias`, `mlp_bias`, `add_cross_attention`, a
 //!   `head_dim` other than d_model / n_heads, relative position embeddings) are rejected rather
-//!   than silently dropped.
+//!   than silently dropped. Any other `model_type` is kept whole for transformers to build
+//!   (`transformers.rs`, `--engine torch`).
 //!
 //! Every error names the file and the key, and says what would be valid; nothing here panics on
 //! bad input. Validation also proves that the parameter bytes (at 8 bytes per element) fit in a
@@ -29,7 +30,10 @@ mod load;
 mod ours;
 mod presets;
 mod rope;
+mod transformers;
 mod validate;
+
+pub use transformers::{BuiltModel, Experts, Objective, TransformersModel};
 
 /// Architecture family: decides the parameter structure and the forward pass.
 #[derive(
@@ -87,6 +91,10 @@ pub struct ModelConfig {
     pub tie_embeddings: bool,
     /// BERT token types: 2 for bert, 0 for distilbert and the other families.
     pub type_vocab_size: usize,
+    /// A config.json of a `model_type` memscope's engine has no family for, built by Hugging Face
+    /// transformers (`--engine torch`); the fields above are then what transformers built.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub transformers: Option<TransformersModel>,
 }
 
 /// Why a model configuration was rejected. Every message starts with the file (or config name).
@@ -186,6 +194,9 @@ fn field_prefix(key: &Option<String>) -> String {
 impl ModelConfig {
     /// Width of one attention head, d_model / n_heads (0 when n_heads is 0; `validate` rejects that).
     pub fn head_dim(&self) -> usize {
+        if let Some(b) = self.built() {
+            return b.head_dim;
+        }
         self.d_model.checked_div(self.n_heads).unwrap_or(0)
     }
 }

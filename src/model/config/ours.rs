@@ -71,6 +71,7 @@ pub(super) fn parse_ours(f: &Fields<'_>, source: &str) -> Result<ModelConfig, Co
         }
     };
     Ok(ModelConfig {
+        transformers: None,
         name,
         family,
         vocab_size: usize_req("vocab_size")?,

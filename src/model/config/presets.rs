@@ -40,6 +40,7 @@ impl ModelConfig {
             cs336("cs336-xl", 48, 25, 1600),
             cs336("cs336-2.7b", 32, 32, 2560),
             ModelConfig {
+                transformers: None,
                 name: "tinyllama-1.1b".into(),
                 family: Family::Llama,
                 vocab_size: 32000,
@@ -89,6 +90,7 @@ impl ModelConfig {
 /// A GPT-2 size: vocab 50257, context 1024, d_ff = 4·d_model, tied head.
 fn gpt2(name: &str, n_layers: usize, n_heads: usize, d_model: usize) -> ModelConfig {
     ModelConfig {
+        transformers: None,
         name: name.into(),
         family: Family::Gpt2,
         vocab_size: 50257,
@@ -109,6 +111,7 @@ fn gpt2(name: &str, n_layers: usize, n_heads: usize, d_model: usize) -> ModelCon
 /// A CS336 assignment size: llama family, vocab 10000, context 1024, d_ff = 4·d_model, untied.
 fn cs336(name: &str, n_layers: usize, n_heads: usize, d_model: usize) -> ModelConfig {
     ModelConfig {
+        transformers: None,
         name: name.into(),
         family: Family::Llama,
         vocab_size: 10000,
@@ -129,6 +132,7 @@ fn cs336(name: &str, n_layers: usize, n_heads: usize, d_model: usize) -> ModelCo
 /// A BERT-base width (768, 12 heads, vocab 30522, context 512) with `n_layers` layers.
 fn bert(name: &str, n_layers: usize, type_vocab_size: usize) -> ModelConfig {
     ModelConfig {
+        transformers: None,
         name: name.into(),
         family: Family::Bert,
         vocab_size: 30522,

@@ -665,20 +665,26 @@ fn hf_errors_name_the_hf_key() {
 }
 
 #[test]
-fn hf_model_type_must_be_supported() {
+fn hf_model_type_memscope_does_not_build_is_kept_whole_for_transformers() {
     let msg = err(r#"{"hidden_size": 8}"#);
     assert!(
         msg.contains("no `model_type` key") && msg.contains("gpt2, llama, bert, distilbert"),
         "{msg}"
     );
-    let msg = err(&HF_TINYLLAMA.replace("\"llama\"", "\"mistral\""));
+    let text = HF_TINYLLAMA.replace("\"llama\"", "\"mistral\"");
+    let cfg = parse(&text).unwrap();
+    let t = cfg.transformers.as_ref().expect("kept for transformers");
+    assert_eq!(t.model_type, "mistral");
+    assert_eq!(t.config.len(), parse_object_len(&text));
+    assert!(t.built.is_none() && cfg.built().is_none());
+    // The config's own numbers until transformers has built it.
+    assert_eq!((cfg.d_model, cfg.n_layers, cfg.n_kv_heads), (2048, 22, 4));
+    let msg = err(&HF_TINYLLAMA.replace("\"llama\"", "\"qwen2\"").replace(
+        "\"hidden_size\"",
+        "\"auto_map\": {\"AutoModelForCausalLM\": \"x.Y\"}, \"hidden_size\"",
+    ));
     assert!(
-        msg.contains("`mistral` is not supported (sliding-window attention)"),
-        "{msg}"
-    );
-    let msg = err(&HF_TINYLLAMA.replace("\"llama\"", "\"t5\""));
-    assert!(
-        msg.contains("model_type `t5` is not supported; supported model_type values: gpt2"),
+        msg.contains("field `auto_map`") && msg.contains("trust_remote_code"),
         "{msg}"
     );
     let msg = err(r#"{"model_type": 3}"#);
@@ -686,6 +692,38 @@ fn hf_model_type_must_be_supported() {
         msg.contains("field `model_type`: expected a string"),
         "{msg}"
     );
+}
+
+fn parse_object_len(text: &str) -> usize {
+    serde_json::from_str::<serde_json::Map<String, serde_json::Value>>(text)
+        .unwrap()
+        .len()
+}
+
+#[test]
+fn a_built_model_s_count_and_widths_are_transformers_own() {
+    let cfg = parse(&HF_TINYLLAMA.replace("\"llama\"", "\"qwen2\"")).unwrap();
+    let b = BuiltModel {
+        class: "Qwen2ForCausalLM".into(),
+        objective: Objective::Masked,
+        parameters: 1_234_567,
+        n_layers: 2,
+        d_model: 64,
+        n_heads: 4,
+        n_kv_heads: 2,
+        head_dim: 32,
+        d_ff: 96,
+        vocab_size: 100,
+        max_seq_len: 128,
+        tie_embeddings: true,
+        experts: None,
+    };
+    let built = cfg.with_built(b.clone());
+    assert_eq!(crate::model::cost::param_count(&built), Some(1_234_567));
+    assert_eq!(built.head_dim(), 32);
+    assert_eq!(built.family, Family::Bert);
+    assert_eq!(built.built(), Some(&b));
+    built.validate().unwrap();
 }
 
 #[test]

@@ -41,6 +41,16 @@ impl ModelConfig {
                 return Err(invalid(field, "must be at least 1".into()));
             }
         }
+        // transformers owns the architecture of a model it builds: it refuses what it cannot
+        // build, and these shapes are memscope's families' rules.
+        if self.transformers.is_some() {
+            return cost::checked_param_bytes(self, WIDEST_DTYPE_BYTES)
+                .map(|_| ())
+                .map_err(|e| ConfigError::Overflow {
+                    origin: origin.to_string(),
+                    product: e.product,
+                });
+        }
         if !self.d_model.is_multiple_of(self.n_heads) {
             let reason = format!(
                 "({}) must be divisible by `{}` ({})",

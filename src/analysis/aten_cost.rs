@@ -100,6 +100,25 @@ const VIEWS: &[&str] = &[
     "empty_strided",
 ];
 
+/// A mixture of experts' products (transformers' grouped_mm experts, `_grouped_mm(a, b, offs)`):
+/// each row of the tokens × top-k rows meets one expert's matrix, whichever the router chose, so
+/// the work does not depend on the routing. (S, K)(E, K, N) → (S, N) and its 3-D × 3-D and 3-D ×
+/// 2-D forms: 2 FLOPs per output element per contracted element; the weight gradient
+/// (K, S)(S, N) → (E, K, N): each of S's columns goes to one expert.
+fn grouped_product(a: &[u64], b: &[u64], out_elems: f64, io: f64) -> Cost {
+    let k = a.last().copied().unwrap_or(0) as f64;
+    let flops = match (a.len(), b.len()) {
+        (2, 2) => 2.0 * numel(a) * b.last().copied().unwrap_or(0) as f64,
+        _ => 2.0 * out_elems * k,
+    };
+    Cost {
+        kind: Kind::Matmul,
+        flops,
+        bytes: io,
+        mkn: None,
+    }
+}
+
 /// The cost of one call of `op`.
 pub fn cost(op: &TracedOp) -> Cost {
     let name = op.op.trim_start_matches("aten.");
@@ -141,6 +160,7 @@ pub fn cost(op: &TracedOp) -> Cost {
                 mkn: Some((batch * m, k, n)),
             }
         }
+        "_grouped_mm" => grouped_product(&dims(0), &dims(1), out_elems, io),
         b if b.starts_with("_scaled_dot_product") || b.starts_with("_flash_attention") => {
             // q (B, H, T, D), k (B, Hk, S, D); causal as its first bool argument.
             let (q, k) = (dims(0), dims(1));
@@ -288,6 +308,17 @@ fn conv(
     }
 }
 
+/// FLOPs of one step's products (matmuls, grouped ones included, and attention), from its
+/// traced ops: what a Record's `compute.matmul_flops_per_step` counts.
+pub fn product_flops(ops: &[TracedOp]) -> u64 {
+    ops.iter()
+        .map(|op| (cost(op), op.calls))
+        .filter(|(c, _)| matches!(c.kind, Kind::Matmul | Kind::Attention))
+        .map(|(c, calls)| c.flops * calls)
+        .sum::<f64>()
+        .round() as u64
+}
+
 /// FLOPs of one step by phase (and `total`), from its traced ops.
 pub fn flops_by_phase(ops: &[TracedOp]) -> std::collections::BTreeMap<String, u64> {
     let mut m = std::collections::BTreeMap::new();
@@ -313,6 +344,26 @@ mod tests {
             flags: flags.to_vec(),
             calls: 1.0,
         }
+    }
+
+    #[test]
+    fn an_experts_grouped_product_costs_its_rows_whatever_the_routing() {
+        // 12 token-expert rows (tokens × top-k) of width 16 through 4 experts' 16 × 8 matrices.
+        let f = cost(&op(
+            "aten._grouped_mm.default",
+            &[&[12, 16], &[4, 16, 8], &[4]],
+            &[&[12, 8]],
+            &[],
+        ));
+        assert_eq!((f.kind, f.flops), (Kind::Matmul, 2.0 * 12.0 * 16.0 * 8.0));
+        // The weights' gradient: (16, 12)ᵀ rows against the output gradient (12, 8).
+        let w = cost(&op(
+            "aten._grouped_mm.default",
+            &[&[16, 12], &[12, 8], &[4]],
+            &[&[4, 16, 8]],
+            &[],
+        ));
+        assert_eq!(w.flops, 2.0 * 16.0 * 12.0 * 8.0);
     }
 
     #[test]

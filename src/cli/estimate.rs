@@ -273,6 +273,7 @@ fn torch_estimate(
         by_dtype,
         budget_bytes: budget,
         parallel,
+        built: spec.arch().built().cloned(),
     };
     out!("{}", report::torch_estimate::render(&file))?;
     if spec.variant.fusion == crate::model::variant::Fusion::Compile {

@@ -20,6 +20,9 @@ pub struct TorchEstimateFile {
     /// `--nproc --parallel`: the job whose rank 0 every figure is.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub parallel: Option<crate::spec::Parallel>,
+    /// A model transformers built from its config.json: what it built (class, widths, experts).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub built: Option<crate::model::config::BuiltModel>,
 }
 
 impl TorchEstimateFile {

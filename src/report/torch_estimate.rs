@@ -35,6 +35,9 @@ pub fn render(f: &TorchEstimateFile) -> String {
         first.device,
         thousands(first.params)
     );
+    if let Some(b) = &f.built {
+        built_lines(&mut out, b);
+    }
     if let Some(p) = &f.parallel {
         let how = match p.plan {
             crate::spec::ParallelPlan::Ddp => "DistributedDataParallel: every rank holds the whole model, its gradient buckets and its optimizer state",
@@ -295,4 +298,21 @@ pub fn communication(
         .collect();
     e.link = link_text.map(str::to_string);
     out
+}
+
+/// What transformers built from a config.json, and a mixture of experts' routing stated.
+fn built_lines(out: &mut String, b: &crate::model::config::BuiltModel) {
+    let _ = writeln!(
+        out,
+        "Built by transformers from the config.json: {} ({} layers, width {}, {} heads of {} with {} key/value heads, vocabulary {}).",
+        b.class, b.n_layers, b.d_model, b.n_heads, b.head_dim, b.n_kv_heads, thousands(b.vocab_size as u64)
+    );
+    if let Some(x) = &b.experts {
+        let _ = writeln!(
+            out,
+            "Mixture of experts: {} experts in each routed layer, each token sent to {}. transformers' {} experts run the tokens × {} rows as one grouped product, so no buffer and no FLOP count here depends on the routing: the figures hold for balanced and skewed routing alike (skew only lengthens the busiest expert's share of the product's time).",
+            x.per_layer, x.per_token, x.implementation, x.per_token
+        );
+    }
+    out.push('\n');
 }

@@ -126,7 +126,13 @@ fn run_torch(
             format!("no estimate beside the measured figures: the torch estimator's trace was not started after the stop ({})", crate::stop::cause()),
         );
     } else {
-        r.memory.estimate = estimated(spec);
+        let traced = torch_estimated(spec);
+        // A model transformers built from its config: its products as traced (a mixture of
+        // experts' top-k experts, whatever memscope's formulas know of it).
+        if let (Some(_), Some((_, flops))) = (spec.arch().built(), &traced) {
+            r.compute = compute_with(*flops, spec, &r.timing);
+        }
+        r.memory.estimate = traced.map(|(e, _)| e);
     }
     // The engine's Record was completed by the recorder; the estimate beside it is new.
     crate::analysis::complete::refresh(&mut r);
@@ -140,7 +146,15 @@ fn compute(spec: &Spec, timing: &std::collections::BTreeMap<String, PhaseTiming>
     let Ok(e) = crate::estimate::estimate(&req) else {
         return Compute::default();
     };
-    let flops = e.flops.total;
+    compute_with(e.flops.total, spec, timing)
+}
+
+/// [`compute`] with `flops` matmul FLOPs per step.
+fn compute_with(
+    flops: u64,
+    spec: &Spec,
+    timing: &std::collections::BTreeMap<String, PhaseTiming>,
+) -> Compute {
     // (median, slowest, fastest) step in ms.
     let step = match spec.mode {
         Mode::Train | Mode::Infer => {
@@ -176,29 +190,37 @@ fn compute(spec: &Spec, timing: &std::collections::BTreeMap<String, PhaseTiming>
     }
 }
 
+/// The torch estimator's prediction for `spec`, with the matmul and attention FLOPs of one step
+/// from its traced ops (None if it cannot be made; the run is unaffected).
+fn torch_estimated(spec: &Spec) -> Option<(EstimatedMemory, u64)> {
+    // The torch estimator traces the same workload; a failure costs the run nothing.
+    let (e, ops) = crate::torch::estimate::estimate_with_ops(spec).ok()?;
+    let products = crate::analysis::aten_cost::product_flops(&ops);
+    // Beside the measured times, where the device's roofs are cached (never measured here:
+    // that would load the machine the run measures).
+    let mut predicted_ms = crate::torch::peaks::cached(&e.device, spec.threads)
+        .map(|p| crate::analysis::torch_time::predict(&ops, &p).ms_by_phase())
+        .unwrap_or_default();
+    // A step's decode phases summed, as one decode step: the Record times one run of it.
+    if let Some(d) = predicted_ms.get_mut("decode") {
+        *d /= spec.new_tokens.max(1) as f64;
+    }
+    let estimated = EstimatedMemory {
+        categories: e.categories,
+        peak_bytes: e.peak_bytes,
+        peak_phase: e.peak_phase,
+        single_micro_batch_peak_bytes: None,
+        reserved_peak_bytes: e.reserved_peak_bytes,
+        predicted_ms,
+        ddp_rebuild: e.ddp_rebuild,
+    };
+    Some((estimated, products))
+}
+
 /// The estimator's prediction for `spec` (None if it cannot be made; the run is unaffected).
 fn estimated(spec: &Spec) -> Option<EstimatedMemory> {
     if let crate::spec::EngineRef::Torch(_) = spec.engine() {
-        // The torch estimator traces the same workload; a failure costs the run nothing.
-        let (e, ops) = crate::torch::estimate::estimate_with_ops(spec).ok()?;
-        // Beside the measured times, where the device's roofs are cached (never measured here:
-        // that would load the machine the run measures).
-        let mut predicted_ms = crate::torch::peaks::cached(&e.device, spec.threads)
-            .map(|p| crate::analysis::torch_time::predict(&ops, &p).ms_by_phase())
-            .unwrap_or_default();
-        // A step's decode phases summed, as one decode step: the Record times one run of it.
-        if let Some(d) = predicted_ms.get_mut("decode") {
-            *d /= spec.new_tokens.max(1) as f64;
-        }
-        return Some(EstimatedMemory {
-            categories: e.categories,
-            peak_bytes: e.peak_bytes,
-            peak_phase: e.peak_phase,
-            single_micro_batch_peak_bytes: None,
-            reserved_peak_bytes: e.reserved_peak_bytes,
-            predicted_ms,
-            ddp_rebuild: e.ddp_rebuild,
-        });
+        return torch_estimated(spec).map(|(e, _)| e);
     }
     let req = crate::estimate::Request::for_spec(spec);
     let e = crate::estimate::estimate(&req).ok()?;

@@ -27,6 +27,13 @@ def describe(request):
     out_emb, in_emb = model.get_output_embeddings(), model.get_input_embeddings()
     tied = out_emb is not None and out_emb.weight is in_emb.weight
     experts = models.experts_of(hf)
+    how = getattr(model.config, "_experts_implementation", None) or "eager"
+    if experts and how not in ("grouped_mm", "batched_mm"):
+        raise protocol.Refused(
+            f"{request.origin}: field `experts_implementation`: {how!r} routes each expert's "
+            "tokens by data-dependent indexing, which memscope's trace (fake tensors, no data) "
+            "cannot follow; drop the field (transformers' default, grouped_mm, gives every "
+            "routing the same buffers)")
     return {
         "class": cls.__name__,
         "objective": objective,
@@ -41,7 +48,8 @@ def describe(request):
         "vocab_size": hf.vocab_size,
         "max_seq_len": models.max_positions(hf),
         "tie_embeddings": tied,
-        **({"experts": {"per_layer": experts[0], "per_token": experts[1]}} if experts else {}),
+        **({"experts": {"per_layer": experts[0], "per_token": experts[1],
+                        "implementation": how}} if experts else {}),
     }
 
 

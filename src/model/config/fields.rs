@@ -91,3 +91,30 @@ pub(super) fn describe(value: &Value) -> String {
         Value::Object(_) => "an object".into(),
     }
 }
+
+/// The first present, non-null alias; an error if two aliases are present with different values.
+pub(super) fn hf_lookup<'v>(
+    f: &Fields<'v>,
+    aliases: &[&'v str],
+) -> Result<Option<(&'v str, &'v Value)>, ConfigError> {
+    let mut found: Option<(&str, &Value)> = None;
+    for &key in aliases {
+        let Some(value) = f.get(key).filter(|v| !v.is_null()) else {
+            continue;
+        };
+        match found {
+            None => found = Some((key, value)),
+            Some((first_key, first_value)) if first_value != value => {
+                return Err(ConfigError::Conflict {
+                    origin: f.origin.to_string(),
+                    key: first_key.to_string(),
+                    value: describe(first_value),
+                    other_key: key.to_string(),
+                    other_value: describe(value),
+                })
+            }
+            Some(_) => {}
+        }
+    }
+    Ok(found)
+}

@@ -7,8 +7,7 @@
 
 use serde_json::Value;
 
-use super::fields::Fields;
-use super::hf::hf_lookup;
+use super::fields::{hf_lookup, Fields};
 use super::{file_stem, ConfigError, Family, ModelConfig};
 
 /// A model transformers builds from its config.json (`--engine torch`).
@@ -60,13 +59,16 @@ pub enum Objective {
 }
 
 #[derive(
-    Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
+    Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
 )]
 pub struct Experts {
     /// Experts in each routed layer (`num_local_experts`, `num_experts`).
     pub per_layer: usize,
     /// Experts each token is sent to (`num_experts_per_tok`).
     pub per_token: usize,
+    /// How transformers runs them (`grouped_mm`, its default: one grouped product over every
+    /// token's experts).
+    pub implementation: String,
 }
 
 /// The config.json of a `model_type` memscope's engine does not build, kept for transformers.

@@ -115,6 +115,8 @@ def test_fsdp_over_two_ranks_is_within_2_percent_on_every_rank(memscope_bin, tmp
      "field `model_type`: 'no-such-model' is not an architecture transformers"),
     ({"model_type": "my_llama", "auto_map": {"AutoModelForCausalLM": "modeling.MyLlama"}},
      "field `auto_map`: model_type `my_llama` is built by the model's own code"),
+    (dict(CONFIGS["mixtral"], experts_implementation="eager"),
+     "field `experts_implementation`: 'eager' routes each expert's tokens by data-dependent"),
 ])
 def test_what_transformers_cannot_build_as_a_language_model_is_refused_by_name(
         memscope_bin, tmp_path, cfg, says):

@@ -83,6 +83,19 @@ def test_infer_of_a_mixture_of_experts_is_within_2_percent(memscope_bin, tmp_pat
     assert abs(m["estimate"]["peak_bytes"] - m["heap_peak_bytes"]) / m["heap_peak_bytes"] < 0.02
 
 
+def test_generation_keeps_the_kv_cache_the_model_s_own_cache_makes(memscope_bin, tmp_path):
+    # Mistral's sliding window (64): its cache is transformers' own for the model, capped at the
+    # window's 64 positions though the prompt and the new tokens reach 72.
+    path = config_file(tmp_path, "mistral", CONFIGS["mistral"])
+    cli(memscope_bin, "bench", "--engine", "torch", "--config", path, "--mode", "generate",
+        "--batch", "2", "--prompt-len", "64", "--new-tokens", "8", "--warmup", "1", "--steps",
+        "2", "--json", tmp_path / "run.json", "-q")
+    m = load(tmp_path / "run.json")["memory"]
+    # Keys and values: 4 layers × 2 × batch 2 × 2 kv heads × 64 positions × 64 wide, f32.
+    assert m["estimate"]["categories"]["kv_cache"] == 4 * 2 * 2 * 2 * 64 * 64 * 4
+    assert abs(m["estimate"]["peak_bytes"] - m["heap_peak_bytes"]) / m["heap_peak_bytes"] < 0.02
+
+
 # FSDP2 over two ranks under torchrun (gloo): DistilBERT names no blocks (its _no_split_modules
 # is empty: its blocks are its transformer's ModuleList); a Qwen2 of 28M parameters, tied, built
 # by transformers from its config. Sizes where the few MiB of Python objects and gloo's own

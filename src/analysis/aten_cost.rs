@@ -105,17 +105,22 @@ const VIEWS: &[&str] = &[
 /// the work does not depend on the routing. (S, K)(E, K, N) → (S, N) and its 3-D × 3-D and 3-D ×
 /// 2-D forms: 2 FLOPs per output element per contracted element; the weight gradient
 /// (K, S)(S, N) → (E, K, N): each of S's columns goes to one expert.
-fn grouped_product(a: &[u64], b: &[u64], out_elems: f64, io: f64) -> Cost {
-    let k = a.last().copied().unwrap_or(0) as f64;
-    let flops = match (a.len(), b.len()) {
-        (2, 2) => 2.0 * numel(a) * b.last().copied().unwrap_or(0) as f64,
-        _ => 2.0 * out_elems * k,
+fn grouped_product(a: &[u64], b: &[u64], out: &[u64], io: f64) -> Cost {
+    let last = |s: &[u64]| s.last().copied().unwrap_or(0) as f64;
+    // As one product's (rows, contracted, columns), for the rate products of its shape reach.
+    let mkn = match (a.len(), b.len()) {
+        (2, 2) => (a.first().copied().unwrap_or(0) as f64, last(a), last(b)),
+        _ => {
+            let n = last(out);
+            let rows = if n > 0.0 { numel(out) / n } else { 0.0 };
+            (rows, last(a), n)
+        }
     };
     Cost {
         kind: Kind::Matmul,
-        flops,
+        flops: matmul_flops(mkn.0, mkn.2, mkn.1),
         bytes: io,
-        mkn: None,
+        mkn: Some(mkn),
     }
 }
 
@@ -160,7 +165,10 @@ pub fn cost(op: &TracedOp) -> Cost {
                 mkn: Some((batch * m, k, n)),
             }
         }
-        "_grouped_mm" => grouped_product(&dims(0), &dims(1), out_elems, io),
+        "_grouped_mm" => {
+            let out = outs.first().map(|(s, _)| s.as_slice()).unwrap_or(&[]);
+            grouped_product(&dims(0), &dims(1), out, io)
+        }
         b if b.starts_with("_scaled_dot_product") || b.starts_with("_flash_attention") => {
             // q (B, H, T, D), k (B, Hk, S, D); causal as its first bool argument.
             let (q, k) = (dims(0), dims(1));
@@ -356,6 +364,8 @@ mod tests {
             &[],
         ));
         assert_eq!((f.kind, f.flops), (Kind::Matmul, 2.0 * 12.0 * 16.0 * 8.0));
+        // Timed as one product of its rows, at the rate products of that shape reach.
+        assert_eq!(f.mkn, Some((12.0, 16.0, 8.0)));
         // The weights' gradient: (16, 12)ᵀ rows against the output gradient (12, 8).
         let w = cost(&op(
             "aten._grouped_mm.default",

@@ -343,7 +343,10 @@ pub fn check_machine_memory(spec: &Spec) -> anyhow::Result<()> {
             fmt_bytes(total as f64),
         );
     }
-    if spec.arch().n_layers <= ESTIMATE_MAX_LAYERS && !sharded {
+    // memscope's own estimate knows its families; a model transformers built is judged by its
+    // exact parameters above (its own estimate is the torch trace, `estimate --engine torch`).
+    let ours = spec.arch().transformers.is_none();
+    if spec.arch().n_layers <= ESTIMATE_MAX_LAYERS && !sharded && ours {
         let req = crate::estimate::Request::for_spec(spec);
         if let Ok(e) = crate::estimate::estimate(&req) {
             if e.peak_bytes.saturating_mul(copies) > total {

@@ -14,8 +14,8 @@ run's table and how to reproduce it.
 parallelism over every rank (`tp:N`), `fsdp+tp:T` FSDP2 over groups of T tensor-parallel ranks
 (run where T divides the world size and is less than it). The measured peak is
 the largest of the steps' phase peaks after two warm-up steps, counted heap bytes from just
-before the model was built (bench's Record, each rank's); the predicted one the estimate's allocated peak (tensor
-bytes). For FSDP2 rows (`fsdp`, and `fsdp+tp:T`: FSDP2 over the tensor-parallel parameters,
+before the model was built (bench's Record, each rank's); the predicted one the estimate's
+allocated peak (tensor bytes). For FSDP2 rows (`fsdp`, and `fsdp+tp:T`: FSDP2 over the tensor-parallel parameters,
 sharded the same way) PyTorch's own `FSDPMemTracker` (torch.distributed._tools, driven as
 torchtitan's memory estimation drives it: FakeTensorMode, the fake process group, two steps, its
 statistics reset after the first) is run on the same workload and its peak's error printed beside
@@ -31,7 +31,6 @@ import sys
 import tempfile
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
 
 
 def predicted(binary, model, world, plan, batch, seq, out):

@@ -59,6 +59,7 @@ def tracker_worker(model, world, plan, batch, seq):
     from torch.distributed._tools.fsdp2_mem_tracker import FSDPMemTracker
 
     from memscope import _contract, _native
+    from memscope._adamw import make_adamw
     from memscope._workers import models as _hf
     from memscope._workers.parallel import fake_process_group, sharding_wrap
     text, _ = _native.model_config(model, None)
@@ -72,7 +73,7 @@ def tracker_worker(model, world, plan, batch, seq):
     with FakeTensorMode(allow_non_fake_inputs=name == "fsdp+tp"):
         m = _hf.build(torch, transformers, cfg, "sdpa")
         shard(m)
-        opt, _ = _hf.make_adamw(torch, m.parameters(), 1e-4, torch.float32)
+        opt, _ = make_adamw(torch, m.parameters(), 1e-4, torch.float32)
         ids = torch.randint(0, cfg.vocab_size, (batch, seq))
         fmt = FSDPMemTracker(m, opt)
         fmt.track_inputs((ids,))

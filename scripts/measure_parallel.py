@@ -32,6 +32,7 @@ def worker(args):
     import torch.distributed as dist
     import transformers
 
+    from memscope._adamw import make_adamw
     from memscope._workers import models as _hf
 
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
@@ -72,7 +73,7 @@ def worker(args):
         sharding_wrap(torch, plan, "cuda")(model)
     params = list(model.parameters())
     try:
-        opt, impl = _hf.make_adamw(torch, params, 1e-4, torch.float32)
+        opt, impl = make_adamw(torch, params, 1e-4, torch.float32)
     except Exception as e:  # noqa: BLE001 - the implementation is stated in the output
         opt, impl = torch.optim.AdamW(params, lr=1e-4, foreach=True), f"foreach ({e})"
     out["optimizer"] = impl

@@ -9,16 +9,23 @@
             optimizer.zero_grad()
             ms.step(loss)
 
-Then ``memscope report run.json``, ``memscope analyze run.steps.jsonl``. CPU peaks are counted
+Then ``memscope report run.json``, ``memscope analyze run.steps.jsonl``. Your own model before (or
+beside) a run: ``memscope.estimate(workload, batch=8, seq=512)`` traces its step without
+running it, ``memscope.measure(...)`` runs it with the estimate beside the measured figures;
+``workload`` returns a ``memscope.Workload`` (docs/own-model.md). CPU peaks are counted
 allocations when the script runs under ``python -m memscope run script.py`` (RSS otherwise).
 See docs/pytorch.md.
 """
 
 from . import _native
+from .bench import measure
+from .predict import Estimate, estimate
 from .session import Session
+from .workload import Workload, WorkloadError
 
 __version__ = _native.MEMSCOPE_VERSION
-__all__ = ["Session", "session", "counting_active"]
+__all__ = ["Session", "session", "counting_active", "Workload", "WorkloadError", "estimate",
+           "measure", "Estimate"]
 
 
 def session(model, optimizer=None, **kwargs):

@@ -3,6 +3,9 @@ allocator preloaded (``LD_PRELOAD``), so the recorder's CPU peaks are counted al
 than RSS. The variable is removed again inside the script's process, so the programs it starts
 run without it.
 
+``python -m memscope module estimate|bench FILE.py:FUNCTION``: your own workload estimated or
+measured (``_module_cli.py``).
+
 Any other command (``python -m memscope report run.json -o run.html``) is the ``memscope``
 command-line tool the wheel installed beside this Python (its scripts directory), run as is."""
 
@@ -13,9 +16,10 @@ import shutil
 import sys
 import sysconfig
 
-from . import _native
+from . import _module_cli, _native
 
 USAGE = ("usage: python -m memscope run SCRIPT.py [ARGS...]   (or: run -m MODULE [ARGS...]);\n"
+         "       python -m memscope module estimate|bench FILE.py:FUNCTION [--batch B --seq T]\n"
          "       python -m memscope COMMAND ...   (the memscope command: --help lists them)")
 
 
@@ -44,6 +48,8 @@ def _missing(args):
 
 
 def main(argv):
+    if argv and argv[0] == "module":
+        return _module_cli.main(argv[1:])
     if argv and argv[0] not in ("run", "_exec"):
         cli = _cli()
         if cli is None:

@@ -125,3 +125,21 @@ def reader_for(torch, device):
     raise ValueError(
         f"device {device}: memscope records cpu and cuda; move the model to one of them "
         "or pass device='cpu' / 'cuda:N'")
+
+
+class Since:
+    """A CPU reader whose live and peak bytes count from ``base`` (the libraries' bytes before
+    the model was built)."""
+
+    def __init__(self, reader, base):
+        self.inner, self.base = reader, base
+        self.memory, self.allocator = reader.memory, reader.allocator
+
+    def reset_peak(self):
+        self.inner.reset_peak()
+
+    def read(self):
+        r = dict(self.inner.read())
+        r["live"] = max(r["live"] - self.base, 0)
+        r["peak"] = max(r["peak"] - self.base, 0)
+        return r

@@ -43,6 +43,16 @@ def check_outputs(outputs: list[tuple[str, str]], inputs: list[tuple[str, str]])
 def environment(threads: int) -> str:
     """The machine as a Record's ``environment``, as JSON."""
 
+def torch_estimate(trace_json: str, device: str, train: bool, threads: int,
+                   limit: int | None = None) -> tuple[str, int, str | None]:
+    """A workload's trace (``_tracer.traced``'s answer, with ``traced_on``) replayed as
+    ``estimate --engine torch`` replays its own: (the estimate's JSON, the matmul and attention
+    FLOPs of one step, why no step time was predicted or None)."""
+
+def parse_bytes(flag: str, text: str) -> int:
+    """``text`` as bytes by memscope's one convention (``24GiB``, ``512MiB``: binary units, as
+    every flag of the command line takes them); ValueError naming ``flag``."""
+
 class TokenFile:
     """A token file (``--data``: .npy, or raw .bin of ``bin_dtype``) read by memscope's reader."""
 

@@ -168,6 +168,8 @@ def build_record(s, ending):
         "phases": phases, "series": series, "micro_steps": micro_steps(steps),
         "peak_moments": [_moment(p, v["mark"]) for p, v in sorted(s.peak_moments.items())],
     }
+    if s.estimate is not None:
+        memory["estimate"] = s.estimate
     warnings = [f"memory figures (heap_*) are {_meaning(s.reader.memory)}, recorded by memscope's "
                 f"Python recorder from PyTorch {torch.__version__} on {s.device}"]
     if s.reader.memory == "rss":

@@ -47,11 +47,15 @@ class Session:
     ``profile``: steps (indices from 0, warm-up included, e.g. ``range(5, 8)``) in which every
     ATen op is timed and charged to its module, for the Record's ``profile`` (op kinds, module
     tree, bound against the roofs); the other steps run without the hook.
+    ``estimate``: memscope's prediction for this loop (``memscope.estimate(…).to_dict()``), put
+    beside the measured figures: the Record's breakdown then sets each category's measured bytes
+    against the predicted.
     """
 
     def __init__(self, model, optimizer=None, *, record="memscope-record.json", jsonl=None,
                  warmup=2, device=None, batch=None, seq=None, auto_phases=True, by_module=True,
-                 name=None, record_fields=None, exclude_baseline=True, profile=None):
+                 name=None, record_fields=None, exclude_baseline=True, profile=None,
+                 estimate=None):
         import torch
 
         if not isinstance(model, torch.nn.Module):
@@ -90,6 +94,7 @@ class Session:
         self.by_module = by_module
         self.name = name or type(model).__name__
         self.record_fields = dict(record_fields or {})
+        self.estimate = estimate
         unknown = set(self.record_fields) - {"spec", "model", "environment"}
         if unknown:
             raise ValueError(f"record_fields: {sorted(unknown)} cannot be set; give fields of "

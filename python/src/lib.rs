@@ -195,6 +195,51 @@ impl TokenFile {
     }
 }
 
+/// A user's own workload traced under FakeTensorMode (``memscope.estimate``): the trace's answer
+/// replayed as `estimate --engine torch` replays its own (`torch::estimate::from_trace`), its
+/// FLOPs by phase from the traced ops, and its step time from the roofs `peaks --engine torch`
+/// cached for `device` at `threads` threads, when there are any. Returns (the estimate's JSON,
+/// the matmul and attention FLOPs of one step, why no time was predicted or None).
+#[pyfunction]
+#[pyo3(signature = (trace_json, device, train, threads, limit=None))]
+fn torch_estimate(
+    trace_json: &str,
+    device: &str,
+    train: bool,
+    threads: usize,
+    limit: Option<u64>,
+) -> PyResult<(String, u64, Option<String>)> {
+    use memscope::analysis::{aten_cost, torch_time};
+    let (mut e, ops) = memscope::torch::estimate::from_trace(trace_json, device, train, limit)
+        .map_err(|e| PyValueError::new_err(format!("{e:#}")))?;
+    e.flops = aten_cost::flops_by_phase(&ops);
+    let why = match memscope::torch::peaks::cached(device, threads) {
+        Some(p) => {
+            e.predicted_ms = torch_time::predict(&ops, &p).ms_by_phase();
+            None
+        }
+        None => Some(
+            memscope::torch::peaks::cache_problem(device, threads).unwrap_or_else(|| {
+                format!(
+                    "no roofs measured for {device} at {threads} threads; `memscope peaks --engine torch --device {device} --threads {threads}` measures them once (seconds)"
+                )
+            }),
+        ),
+    };
+    Ok((
+        serde_json::to_string(&e).map_err(val)?,
+        aten_cost::product_flops(&ops),
+        why,
+    ))
+}
+
+/// `text` as bytes by memscope's one convention (`24GiB`, `512MiB`, `1e9`: binary units, as
+/// every flag takes them); ValueError naming `flag`.
+#[pyfunction]
+fn parse_bytes(flag: &str, text: &str) -> PyResult<u64> {
+    memscope::units::parse_bytes(flag, text).map_err(|e| PyValueError::new_err(format!("{e:#}")))
+}
+
 fn val(e: serde_json::Error) -> PyErr {
     PyValueError::new_err(e.to_string())
 }
@@ -214,6 +259,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
         wrap_pyfunction!(environment, m)?,
         wrap_pyfunction!(check_outputs, m)?,
         wrap_pyfunction!(model_config, m)?,
+        wrap_pyfunction!(torch_estimate, m)?,
+        wrap_pyfunction!(parse_bytes, m)?,
     ] {
         m.add_function(f)?;
     }

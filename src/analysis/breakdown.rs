@@ -191,16 +191,25 @@ pub fn breakdown(m: &MemoryRecord, mode: Mode) -> BTreeMap<String, BreakdownEntr
                     .is_some_and(|b| *b > 0)
         })
         .map(|(name, bytes)| {
-            let key = if *name == "unattributed" {
-                "runtime_buffers"
+            // What a run holds from before its first step beyond the parameters is
+            // `unattributed`: the model's buffers and, for a user's own workload, its batch.
+            let keys: &[&str] = if *name == "unattributed" {
+                &["runtime_buffers", "inputs"]
             } else {
-                name
+                std::slice::from_ref(name)
             };
+            let estimated = est.and_then(|e| {
+                let found: Vec<u64> = keys
+                    .iter()
+                    .filter_map(|k| e.categories.get(*k).copied())
+                    .collect();
+                (!found.is_empty()).then(|| found.iter().sum())
+            });
             (
                 name.to_string(),
                 BreakdownEntry {
                     measured_bytes: *bytes,
-                    estimated_bytes: est.and_then(|e| e.categories.get(key).copied()),
+                    estimated_bytes: estimated,
                 },
             )
         })

@@ -116,6 +116,24 @@ pub fn estimate_with_ops(spec: &Spec) -> anyhow::Result<(TorchEstimate, Vec<Trac
         &request,
         "the torch estimator's trace",
     )?;
+    from_trace(
+        &text,
+        &target.device,
+        spec.mode == crate::spec::Mode::Train,
+        target.gpu_memory_limit_bytes,
+    )
+}
+
+/// A trace's answer (its JSON text: the torch engine's, or a user's own workload traced by
+/// `memscope.estimate`) replayed for `device`: the estimate and the ops one step dispatched.
+/// `train`: autograd's thread runs products beside the forward's (a second cuBLAS workspace);
+/// `limit`: CUDA's cap on the caching allocator.
+pub fn from_trace(
+    text: &str,
+    device: &str,
+    train: bool,
+    limit: Option<u64>,
+) -> anyhow::Result<(TorchEstimate, Vec<TracedOp>)> {
     let t: Trace = serde_json::from_str(text.trim()).context("the torch trace's output")?;
     let steps = t.steps.max(1) as f64;
     let ops = t
@@ -130,27 +148,15 @@ pub fn estimate_with_ops(spec: &Spec) -> anyhow::Result<(TorchEstimate, Vec<Trac
             calls: *n as f64 / steps,
         })
         .collect();
-    let workspaces = if target.device.starts_with("cuda") {
+    let workspaces = if device.starts_with("cuda") {
         // One per thread that runs products: the forward's, and in training autograd's.
-        let threads = if spec.mode == crate::spec::Mode::Train {
-            2
-        } else {
-            1
-        };
+        let threads = if train { 2 } else { 1 };
         let config = std::env::var("CUBLAS_WORKSPACE_CONFIG").ok();
         vec![cublas_workspace_bytes(config.as_deref(), t.cuda_capability); threads]
     } else {
         Vec::new()
     };
-    Ok((
-        replay(
-            &t,
-            &target.device,
-            target.gpu_memory_limit_bytes,
-            &workspaces,
-        ),
-        ops,
-    ))
+    Ok((replay(&t, device, limit, &workspaces), ops))
 }
 
 /// The workspace PyTorch gives each cuBLAS handle (one per thread and stream), allocated through
@@ -277,13 +283,18 @@ fn replay(t: &Trace, device: &str, limit: Option<u64>, workspaces: &[u64]) -> To
     // The most the cache held as a phase ended: its keys' and values' storages.
     let kv_cache = t.ends.iter().map(|e| e.kv_cache).max().unwrap_or(0);
     let state_at_peak = p.by_phase.get("optimizer").copied().unwrap_or(0);
-    let named = match p.phase.as_str() {
-        "optimizer" => state_at_peak + gradients,
-        // As a run's breakdown splits it: the cache at its largest (the peak of a prefill
-        // comes inside its forward, before the model hands its new cache back).
-        "prefill" | "decode" => kv_cache,
-        _ => state_at_peak + activations,
-    };
+    // What the trace made before its first phase and kept: a user's workload's batch
+    // (`memscope.estimate` makes it inside the trace; the torch engine's token ids are made
+    // outside it, so its own estimates have none).
+    let inputs = p.by_phase.get("setup").copied().unwrap_or(0);
+    let named = inputs
+        + match p.phase.as_str() {
+            "optimizer" => state_at_peak + gradients,
+            // As a run's breakdown splits it: the cache at its largest (the peak of a prefill
+            // comes inside its forward, before the model hands its new cache back).
+            "prefill" | "decode" => kv_cache,
+            _ => state_at_peak + activations,
+        };
     let mut categories = BTreeMap::from([
         ("parameters".to_string(), param_bytes),
         ("gradients".to_string(), gradients),
@@ -303,6 +314,9 @@ fn replay(t: &Trace, device: &str, limit: Option<u64>, workspaces: &[u64]) -> To
     }
     if !t.bucket_sizes.is_empty() {
         categories.insert("gradient_buckets".to_string(), bucket_bytes);
+    }
+    if inputs > 0 {
+        categories.insert("inputs".to_string(), inputs);
     }
     let peak_total = param_bytes + buffer_bytes + bucket_bytes + workspaces + peak;
     TorchEstimate {

@@ -30,7 +30,9 @@ import os
 import sys
 
 from .. import _contract, _native
+from .._adamw import make_adamw
 from .._categories import unique_bytes
+from .._memory import Since
 from .._record import series_entry
 from ..session import Session
 from . import models, protocol
@@ -126,7 +128,7 @@ class Engine:
         self.model = model
         self.optimizer = None
         if train:
-            self.optimizer, self.optimizer_impl = self.hf.make_adamw(
+            self.optimizer, self.optimizer_impl = make_adamw(
                 torch, model.parameters(), self.spec.lr, next(model.parameters()).dtype)
         self.forward = wrapped if wrapped is not None else model
         # The KV cache's keyword: `cache` in newer transformers, `past_key_values` before.
@@ -232,7 +234,7 @@ class Engine:
             # first step in the order gradients arrived): the sizes its reducer allocated.
             s.extra_categories = lambda: {"gradient_buckets": sum(ddp_buckets(self.forward))}
         if counting:
-            s.reader = _Since(s.reader, base)
+            s.reader = Since(s.reader, base)
         self.session = s
         self.phase = s.phase
         step_fn = {"train": self.train_step, "infer": self.infer_step,
@@ -397,24 +399,6 @@ class Engine:
 def _no_phase(name):
     import contextlib
     return contextlib.nullcontext()
-
-
-class _Since:
-    """A CPU reader whose live and peak bytes count from ``base`` (the libraries' bytes before
-    the model was built)."""
-
-    def __init__(self, reader, base):
-        self.inner, self.base = reader, base
-        self.memory, self.allocator = reader.memory, reader.allocator
-
-    def reset_peak(self):
-        self.inner.reset_peak()
-
-    def read(self):
-        r = dict(self.inner.read())
-        r["live"] = max(r["live"] - self.base, 0)
-        r["peak"] = max(r["peak"] - self.base, 0)
-        return r
 
 
 COMPILE_FAILURES = ("BackendCompilerFailed", "InductorError", "InvalidCxxCompiler",

@@ -7,7 +7,7 @@ import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 from memscope import _native
-from memscope._workers.trace import Tracer, trace_mode
+from memscope._tracer import Tracer, trace_mode
 
 N = 1024  # w: 4 MiB; each of its two gradients as large
 

@@ -1,0 +1,195 @@
+"""``memscope.estimate``: your own workload (``workload.py``) traced under PyTorch's
+``FakeTensorMode`` — every op dispatched as on the device, nothing allocated or computed — and its
+allocations replayed by memscope's torch estimator (the same replay as ``memscope estimate
+--engine torch``: live bytes by category at the peak, on CUDA the caching allocator's reserved
+bytes), with its FLOPs and, where ``memscope peaks --engine torch`` measured the device's roofs,
+its predicted step time.
+
+    est = memscope.estimate(workload, batch=8, seq=512)          # or "train.py:workload"
+    print(est)                        # categories, peak, FLOPs, time
+    est.fits("24GiB")                 # the device's figure against a budget
+"""
+
+import json
+
+from . import _contract, _native
+from ._adamw import make_adamw
+from ._tracer import traced
+from .workload import Step, WorkloadError, load, make
+
+# What each figure measures, as every memscope report labels it.
+MEASURES = {"cpu": "allocated (heap bytes of tensor storages)",
+            "cuda": "allocated (the caching allocator's, 512 B rounding)"}
+
+
+class Estimate:
+    """A workload's predicted memory and time. ``peak_bytes``: the allocated peak (storages'
+    bytes); ``reserved_peak_bytes``: CUDA's reserved peak (what the device must hold), None on
+    the CPU; ``categories``: bytes by category at the peak (parameters, gradients,
+    optimizer_state, activations, runtime_buffers, inputs: the batch, temporaries); ``flops``: FLOPs of one step by
+    phase and ``total``; ``predicted_ms``: ms by phase and ``step`` (empty without measured
+    roofs, ``no_time`` says why); ``params``: exact parameter count."""
+
+    def __init__(self, name, mode, device, values, answer, products, no_time):
+        self.name, self.mode, self.device, self.values = name, mode, device, values
+        e = json.loads(answer)
+        self.raw = e
+        self.params = e["params"]
+        self.categories = e["categories"]
+        self.peak_bytes = e["peak_bytes"]
+        self.peak_phase = e["peak_phase"]
+        self.reserved_peak_bytes = e.get("reserved_peak_bytes")
+        self.flops = e.get("flops", {})
+        self.product_flops = products
+        self.predicted_ms = e.get("predicted_ms", {})
+        self.no_time = no_time
+
+    @property
+    def device_bytes(self):
+        """The figure a budget is judged against: the reserved peak on CUDA, else the peak."""
+        return self.reserved_peak_bytes if self.reserved_peak_bytes is not None \
+            else self.peak_bytes
+
+    def fits(self, budget):
+        """Whether the device figure fits ``budget`` (bytes, or a size such as ``"24GiB"``)."""
+        if isinstance(budget, str):
+            budget = _native.parse_bytes("fits", budget)
+        return self.device_bytes <= budget
+
+    def to_dict(self):
+        """The estimate as memscope's Record holds one beside measured figures."""
+        return {"categories": self.categories, "peak_bytes": self.peak_bytes,
+                "peak_phase": self.peak_phase,
+                **({"reserved_peak_bytes": self.reserved_peak_bytes}
+                   if self.reserved_peak_bytes is not None else {}),
+                **({"predicted_ms": self.predicted_ms} if self.predicted_ms else {})}
+
+    def __str__(self):
+        mib = 2 ** 20
+        kind = "cuda" if self.device.startswith("cuda") else "cpu"
+        given = ", ".join(f"{k} {v}" for k, v in self.values.items() if k != "device")
+        lines = [f"{self.name} ({given}; {self.mode}, {self.device}): {self.params:,} "
+                 "parameters, traced under fake tensors",
+                 f"  bytes by category at the peak ({MEASURES[kind]}):"]
+        for k, v in sorted(self.categories.items(), key=lambda kv: -kv[1]):
+            if v:
+                lines.append(f"    {k:<20} {v / mib:>12,.1f} MiB")
+        lines.append(f"  allocated peak       {self.peak_bytes / mib:>12,.1f} MiB "
+                     f"({self.peak_phase})")
+        if self.reserved_peak_bytes is not None:
+            lines.append(f"  reserved peak        {self.reserved_peak_bytes / mib:>12,.1f} MiB "
+                         "(the caching allocator's segments; the CUDA context is beside it)")
+        flops = self.flops.get("total")
+        if flops:
+            lines.append(f"  FLOPs per step       {flops / 1e9:>12,.3f} GFLOP "
+                         f"({self.product_flops / 1e9:,.3f} in matmuls and attention)")
+        if self.predicted_ms:
+            parts = ", ".join(f"{k} {v:,.2f} ms" for k, v in self.predicted_ms.items()
+                              if k != "step")
+            lines.append(f"  predicted step       {self.predicted_ms.get('step', 0):>12,.2f} ms"
+                         f" ({parts}; from the roofs `memscope peaks --engine torch` measured)")
+        elif self.no_time:
+            lines.append(f"  no predicted step time: {self.no_time}")
+        return "\n".join(lines)
+
+
+def estimate(workload, *, batch=None, seq=None, mode="train", device="cpu", threads=None,
+             memory_limit=None, **values):
+    """``workload``: a function returning a ``memscope.Workload``, or ``"FILE.py:FUNCTION"``;
+    ``batch``, ``seq`` and any other keyword ``values`` are passed to it where it names them.
+    ``mode``: ``train`` (two optimizer steps: the second has the optimizer's state) or
+    ``infer`` (one forward without gradients). ``device``: ``cpu`` or ``cuda``; a CUDA estimate
+    is traced on the CPU's kernels when this machine has no GPU. ``threads``: whose roofs the
+    predicted time reads (default: all cores). ``memory_limit``: CUDA's cap for the replay
+    (bytes or ``"80GiB"``). Returns an ``Estimate``."""
+    import torch
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    if mode not in ("train", "infer"):
+        raise WorkloadError(f"mode={mode!r}: a workload of yours runs `train` or `infer`")
+    fn, name = load(workload) if isinstance(workload, str) else (
+        workload, getattr(workload, "__qualname__", repr(workload)))
+    given = {k: v for k, v in (("batch", batch), ("seq", seq)) if v is not None}
+    given.update(values)
+    traced_on = device
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        traced_on = "cpu"  # the same modules and saved tensors, on the CPU's kernels
+    fake = FakeTensorMode()
+    torch.__future__.set_overwrite_module_params_on_conversion(True)
+    with fake, torch.device(traced_on):
+        w = make(torch, fn, name, {**given, "device": device})
+        optimizer = None
+        if mode == "train":
+            params = list(w.model.parameters())
+            optimizer = w.optimizer(params) if w.optimizer is not None else \
+                make_adamw(torch, params, 1e-4, params[0].dtype if params else torch.float32)[0]
+        w.model.train(mode == "train")
+    step = Step(torch, w, name, optimizer)
+
+    def run(tr):
+        def phase(p):
+            return _Phase(tr, p)
+        # The batch is made inside the trace, before the first phase: the run holds it from
+        # before its first step to its end (the estimate's `inputs`).
+        with torch.device(traced_on):
+            batch_made = _inputs(w, name)
+        for _ in range(2 if mode == "train" else 1):
+            getattr(step, mode)(batch_made, phase)
+    try:
+        answer = traced(torch, fake, w.model, run, traced_on)
+    except WorkloadError:
+        raise
+    except Exception as e:  # noqa: BLE001 - named: the op fake tensors could not follow
+        raise WorkloadError(_traced_failure(name, e)) from e
+    answer = _contract.check("trace_answer", {"traced_on": traced_on, "cuda_capability": None,
+                                              "bucket_sizes": [], "collectives": {}, **answer})
+    threads = threads or len(_allowed_cpus())
+    limit = _native.parse_bytes("memory_limit", memory_limit) if isinstance(memory_limit, str) \
+        else memory_limit
+    text, products, no_time = _native.torch_estimate(json.dumps(answer), device,
+                                                     mode == "train", threads, limit)
+    return Estimate(name, mode, device, {**given, "device": device}, text, products, no_time)
+
+
+def _inputs(w, name):
+    try:
+        return w.inputs()
+    except Exception as e:  # noqa: BLE001 - the user's function failed: said with its name
+        raise WorkloadError(f"{name}: Workload.inputs() raised {type(e).__name__}: {e}") from e
+
+
+class _Phase:
+    def __init__(self, tr, name):
+        self.tr, self.name = tr, name
+
+    def __enter__(self):
+        self.tr.set_phase(self.name)
+
+    def __exit__(self, *exc):
+        self.tr.end_phase()
+        return False
+
+
+def _traced_failure(name, e):
+    """Why the trace of ``name``'s step failed, naming the op: data-dependent shapes or control
+    flow fake tensors cannot follow, tensors on two devices, or the step's own error."""
+    op = getattr(e, "func", None)
+    kind = type(e).__name__
+    if kind in ("DataDependentOutputException", "DynamicOutputShapeException",
+                "GuardOnDataDependentSymNode"):
+        return (f"{name}: the step reads a value from its data ({op or 'an op'}: {kind}) — "
+                "control flow or a shape that depends on tensor values, which fake tensors "
+                "(no data) cannot follow; make that branch or shape depend on the batch's "
+                "sizes, not its values")
+    text = str(e).splitlines()[0] if str(e) else kind
+    if "device" in text.lower() and ("two" in text.lower() or "different" in text.lower()
+                                      or "same device" in text.lower()):
+        return (f"{name}: the step mixes tensors on two devices ({text}); build the model and "
+                "make the batch on the device memscope gives the function (it is called inside "
+                "torch.device(device))")
+    return f"{name}: the step raised {kind} under the trace: {text}"
+
+
+def _allowed_cpus():
+    import os
+    return os.sched_getaffinity(0)

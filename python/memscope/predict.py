@@ -65,28 +65,26 @@ class Estimate:
                 **({"predicted_ms": self.predicted_ms} if self.predicted_ms else {})}
 
     def __str__(self):
-        mib = 2 ** 20
         kind = "cuda" if self.device.startswith("cuda") else "cpu"
-        given = ", ".join(f"{k} {v}" for k, v in self.values.items() if k != "device")
-        lines = [f"{self.name} ({given}; {self.mode}, {self.device}): {self.params:,} "
+        given = "".join(f"{k} {v}, " for k, v in self.values.items() if k != "device")
+        lines = [f"{self.name} ({given}{self.mode}, {self.device}): {self.params:,} "
                  "parameters, traced under fake tensors",
                  f"  bytes by category at the peak ({MEASURES[kind]}):"]
         for k, v in sorted(self.categories.items(), key=lambda kv: -kv[1]):
             if v:
-                lines.append(f"    {k:<20} {v / mib:>12,.1f} MiB")
-        lines.append(f"  allocated peak       {self.peak_bytes / mib:>12,.1f} MiB "
-                     f"({self.peak_phase})")
+                lines.append(f"    {k:<20} {_size(v):>16}")
+        lines.append(f"  allocated peak       {_size(self.peak_bytes):>16} ({self.peak_phase})")
         if self.reserved_peak_bytes is not None:
-            lines.append(f"  reserved peak        {self.reserved_peak_bytes / mib:>12,.1f} MiB "
-                         "(the caching allocator's segments; the CUDA context is beside it)")
+            lines.append(f"  reserved peak        {_size(self.reserved_peak_bytes):>16} (the "
+                         "caching allocator's segments; the CUDA context is beside it)")
         flops = self.flops.get("total")
         if flops:
-            lines.append(f"  FLOPs per step       {flops / 1e9:>12,.3f} GFLOP "
-                         f"({self.product_flops / 1e9:,.3f} in matmuls and attention)")
+            lines.append(f"  FLOPs per step       {_flops(flops):>16} "
+                         f"({_flops(self.product_flops)} in matmuls and attention)")
         if self.predicted_ms:
             parts = ", ".join(f"{k} {v:,.2f} ms" for k, v in self.predicted_ms.items()
                               if k != "step")
-            lines.append(f"  predicted step       {self.predicted_ms.get('step', 0):>12,.2f} ms"
+            lines.append(f"  predicted step       {self.predicted_ms.get('step', 0):>13,.2f} ms"
                          f" ({parts}; from the roofs `memscope peaks --engine torch` measured)")
         elif self.no_time:
             lines.append(f"  no predicted step time: {self.no_time}")
@@ -149,6 +147,21 @@ def estimate(workload, *, batch=None, seq=None, mode="train", device="cpu", thre
     text, products, no_time = _native.torch_estimate(json.dumps(answer), device,
                                                      mode == "train", threads, limit)
     return Estimate(name, mode, device, {**given, "device": device}, text, products, no_time)
+
+
+def _size(b):
+    """Bytes in memscope's binary units, the unit chosen by the size (12.3 MiB, 8.0 KiB)."""
+    for unit, n in (("GiB", 2 ** 30), ("MiB", 2 ** 20), ("KiB", 2 ** 10)):
+        if b >= n:
+            return f"{b / n:,.1f} {unit}"
+    return f"{b} B"
+
+
+def _flops(n):
+    for unit, f in (("PFLOP", 1e15), ("TFLOP", 1e12), ("GFLOP", 1e9)):
+        if n >= f:
+            return f"{n / f:,.3f} {unit}"
+    return f"{n / 1e6:,.3f} MFLOP"
 
 
 def _inputs(w, name):

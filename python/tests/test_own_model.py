@@ -1,0 +1,141 @@
+"""Your own model (``memscope.Workload``): a nanoGPT-style model and a small convolutional network,
+written as a user writes them (tests/scripts/own_*.py), estimated under fake tensors and measured
+under the counting allocator with the estimate beside: the predicted peak within 2% of the
+counted heap's, the parameters, gradients and optimizer state exact, the parameter count exact to
+the parameter, the Record opened in the report. Workloads that cannot be run are refused naming
+the function, the field or the op, and no output is left half-written."""
+
+import subprocess
+import sys
+
+import pytest
+
+from conftest import SCRIPTS, cli, load, rendered_dom
+
+WORKLOADS = {"nanogpt": ("own_nanogpt.py:workload", ["--batch", "4", "--seq", "256"]),
+             "cnn": ("own_cnn.py:workload", ["--batch", "64"])}
+
+
+def module(*args, cwd=None):
+    return subprocess.run([sys.executable, "-m", "memscope", "module", *map(str, args)],
+                          capture_output=True, text=True, cwd=cwd, timeout=300)
+
+
+@pytest.mark.parametrize("mode", ["train", "infer"])
+@pytest.mark.parametrize("name", sorted(WORKLOADS))
+def test_a_user_module_s_estimate_is_within_2_percent_of_its_counted_heap(name, mode, tmp_path):
+    target, values = WORKLOADS[name]
+    out = tmp_path / "run.json"
+    p = module("bench", SCRIPTS / target, *values, "--mode", mode, "--steps", 2, "--warmup", 1,
+               "--threads", 2, "--record", out)
+    assert p.returncode == 0, p.stderr
+    r = load(out)
+    assert r["spec"]["engine"]["memory"] == "malloc usable", "counted, not RSS"
+    mem = r["memory"]
+    est = mem["estimate"]
+    err = (est["peak_bytes"] - mem["heap_peak_bytes"]) / mem["heap_peak_bytes"]
+    assert abs(err) < 0.02, (name, mode, est["peak_bytes"], mem["heap_peak_bytes"])
+    assert "predicted" in p.stdout and f"{err * 100:+.2f}%" in p.stdout
+    b = mem["breakdown"]
+    kept = ["parameters"] + (["gradients", "optimizer_state"] if mode == "train" else [])
+    for k in kept:
+        assert b[k]["estimated_bytes"] == b[k]["measured_bytes"] > 0, (k, b[k])
+    # The batch, held from before the first step: the estimate's inputs, the run's unattributed.
+    u = b["unattributed"]
+    assert abs(u["estimated_bytes"] - u["measured_bytes"]) < 64 * 1024, u
+    # Exact: the model built here, counted by PyTorch.
+    import torch
+    sys.path.insert(0, str(SCRIPTS))
+    try:
+        mod = __import__(target.split(".")[0])
+    finally:
+        sys.path.pop(0)
+    built = mod.workload().model
+    assert r["model"]["params"] == sum(p.numel() for p in built.parameters())
+    assert isinstance(built, torch.nn.Module)
+
+
+def test_the_measured_record_opens_in_the_report_beside_its_estimate(memscope_bin, tmp_path):
+    target, values = WORKLOADS["cnn"]
+    rec = tmp_path / "cnn.json"
+    assert module("bench", SCRIPTS / target, *values, "--steps", 2, "--warmup", 1,
+                  "--record", rec).returncode == 0
+    page = tmp_path / "cnn.html"
+    cli(memscope_bin, "report", rec, "-o", page)
+    dom = rendered_dom(page, tmp_path)
+    assert "own_cnn.py:workload" in dom
+    assert "estimated" in dom and "measured" in dom
+
+
+def test_the_python_api_estimates_fits_and_labels_its_figures():
+    import torch
+
+    import memscope
+
+    def workload(batch, seq=64):
+        model = torch.nn.Sequential(torch.nn.Embedding(1000, 128), torch.nn.Linear(128, 1000))
+        return memscope.Workload(model=model, inputs=lambda: torch.randint(0, 1000, (batch, seq)),
+                                 loss=lambda m, x: torch.nn.functional.cross_entropy(
+                                     m(x).flatten(0, 1), x.flatten()))
+    e = memscope.estimate(workload, batch=8)
+    params = 1000 * 128 + 128 * 1000 + 1000
+    assert e.params == params
+    assert e.categories["parameters"] == 4 * params
+    # AdamW's two moments, and a step count (one f32) per parameter tensor.
+    assert e.categories["optimizer_state"] == 2 * 4 * params + 3 * 4
+    assert e.categories["inputs"] == 8 * 64 * 8  # the batch's int64 ids
+    assert e.peak_bytes > sum(e.categories[k] for k in ("parameters", "optimizer_state"))
+    assert e.reserved_peak_bytes is None
+    assert e.flops["total"] >= 3 * 2 * 8 * 64 * 128 * 1000  # the head's product, three passes
+    assert e.fits(10 * 2 ** 30) and e.fits("10GiB") and not e.fits("1MiB")
+    text = str(e)
+    assert "allocated" in text and "MiB" in text and f"{params:,} parameters" in text
+    # CUDA's reserved bytes, replayed through the caching allocator (traced on the CPU here).
+    c = memscope.estimate(workload, batch=8, device="cuda")
+    assert c.reserved_peak_bytes >= c.peak_bytes >= e.peak_bytes
+    assert "reserved peak" in str(c)
+    # A bigger batch needs more: the estimate follows the function's arguments.
+    assert memscope.estimate(workload, batch=32).peak_bytes > e.peak_bytes
+    with pytest.raises(memscope.WorkloadError, match="mode='generate'"):
+        memscope.estimate(workload, batch=8, mode="generate")
+
+
+@pytest.mark.parametrize("function, says", [
+    ("raises", "own_bad.py:raises raised RuntimeError: no data here"),
+    ("nothing", "own_bad.py:nothing returned NoneType, not a memscope.Workload"),
+    ("module_only", "own_bad.py:module_only returned the model alone"),
+    ("two_devices", "own_bad.py:two_devices: the step mixes tensors on two devices"),
+    ("data_dependent", "own_bad.py:data_dependent: the step reads a value from its data "
+                       "(aten._local_scalar_dense.default"),
+    ("nonzero", "own_bad.py:nonzero: the step reads a value from its data (aten.nonzero"),
+    ("not_scalar", "own_bad.py:not_scalar: the training step's loss is (2, 4), not a scalar"),
+    ("missing", "own_bad.py: defines no 'missing' (its functions: Branchy, data_dependent"),
+])
+def test_a_workload_that_cannot_run_is_named_and_nothing_is_written(function, says, tmp_path):
+    out = tmp_path / "est.json"
+    p = module("estimate", SCRIPTS / f"own_bad.py:{function}", "--json", out)
+    assert p.returncode == 2, p.stdout
+    assert says in p.stderr and "Traceback" not in p.stderr, p.stderr
+    assert not out.exists()
+
+
+def test_an_output_never_replaces_the_workload_file(tmp_path):
+    src = tmp_path / "w.py"
+    src.write_text((SCRIPTS / "own_cnn.py").read_text())
+    before = src.read_text()
+    p = module("estimate", f"{src}:workload", "--json", src)
+    assert p.returncode == 2 and "--json" in p.stderr and "destroy the input" in p.stderr
+    assert src.read_text() == before
+    p = module("estimate", "no_such.py:workload", cwd=tmp_path)
+    assert p.returncode == 2 and "no_such.py: no such file" in p.stderr
+
+
+def test_estimate_fits_exits_by_the_device_figure_and_writes_its_json(tmp_path):
+    target, values = WORKLOADS["cnn"]
+    out = tmp_path / "est.json"
+    ok = module("estimate", SCRIPTS / target, *values, "--fits", "1GiB", "--json", out)
+    assert ok.returncode == 0 and "fits in 1.00 GiB (allocated peak" in ok.stdout, ok.stderr
+    e = load(out)
+    assert e["kind"] == "module-estimate" and e["estimate"]["peak_bytes"] > 0
+    no = module("estimate", SCRIPTS / target, *values, "--fits", "1MiB")
+    assert no.returncode == 1 and "does not fit in" in no.stdout

@@ -44,10 +44,12 @@ def environment(threads: int) -> str:
     """The machine as a Record's ``environment``, as JSON."""
 
 def torch_estimate(trace_json: str, device: str, train: bool, threads: int,
-                   limit: int | None = None) -> tuple[str, int, str | None]:
+                   limit: int | None = None
+                   ) -> tuple[str, int, str | None, list[tuple[str, float, str, float]]]:
     """A workload's trace (``_tracer.traced``'s answer, with ``traced_on``) replayed as
     ``estimate --engine torch`` replays its own: (the estimate's JSON, the matmul and attention
-    FLOPs of one step, why no step time was predicted or None)."""
+    FLOPs of one step, why no step time was predicted or None, the predicted ms by op kind as
+    (kind, ms, bound, FLOPs); an op memscope has no formula for is ``uncosted (no formula)``)."""
 
 def parse_bytes(flag: str, text: str) -> int:
     """``text`` as bytes by memscope's one convention (``24GiB``, ``512MiB``: binary units, as

@@ -28,7 +28,9 @@ class Estimate:
     the CPU; ``categories``: bytes by category at the peak (parameters, gradients,
     optimizer_state, activations, runtime_buffers, inputs: the batch, temporaries); ``flops``: FLOPs of one step by
     phase and ``total``; ``predicted_ms``: ms by phase and ``step`` (empty without measured
-    roofs, ``no_time`` says why); ``params``: exact parameter count."""
+    roofs, ``no_time`` says why); ``by_kind``: the predicted time by op kind (``kind``, ``ms``,
+    ``bound``, ``flops``), an op memscope has no formula for under ``uncosted (no formula)``;
+    ``params``: exact parameter count."""
 
     def __init__(self, name, mode, device, values, answer, products, no_time):
         self.name, self.mode, self.device, self.values = name, mode, device, values
@@ -43,6 +45,7 @@ class Estimate:
         self.product_flops = products
         self.predicted_ms = e.get("predicted_ms", {})
         self.no_time = no_time
+        self.by_kind = []
 
     @property
     def device_bytes(self):
@@ -86,6 +89,8 @@ class Estimate:
                               if k != "step")
             lines.append(f"  predicted step       {self.predicted_ms.get('step', 0):>13,.2f} ms"
                          f" ({parts}; from the roofs `memscope peaks --engine torch` measured)")
+            for k in sorted(self.by_kind, key=lambda k: -k["ms"]):
+                lines.append(f"    {k['kind']:<22} {k['ms']:>11,.2f} ms  {k['bound']}-bound")
         elif self.no_time:
             lines.append(f"  no predicted step time: {self.no_time}")
         return "\n".join(lines)
@@ -144,9 +149,11 @@ def estimate(workload, *, batch=None, seq=None, mode="train", device="cpu", thre
     threads = threads or len(_allowed_cpus())
     limit = _native.parse_bytes("memory_limit", memory_limit) if isinstance(memory_limit, str) \
         else memory_limit
-    text, products, no_time = _native.torch_estimate(json.dumps(answer), device,
-                                                     mode == "train", threads, limit)
-    return Estimate(name, mode, device, {**given, "device": device}, text, products, no_time)
+    text, products, no_time, kinds = _native.torch_estimate(json.dumps(answer), device,
+                                                            mode == "train", threads, limit)
+    est = Estimate(name, mode, device, {**given, "device": device}, text, products, no_time)
+    est.by_kind = [{"kind": k, "ms": ms, "bound": b, "flops": f} for k, ms, b, f in kinds]
+    return est
 
 
 def _size(b):

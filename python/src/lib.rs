@@ -199,7 +199,9 @@ impl TokenFile {
 /// replayed as `estimate --engine torch` replays its own (`torch::estimate::from_trace`), its
 /// FLOPs by phase from the traced ops, and its step time from the roofs `peaks --engine torch`
 /// cached for `device` at `threads` threads, when there are any. Returns (the estimate's JSON,
-/// the matmul and attention FLOPs of one step, why no time was predicted or None).
+/// the matmul and attention FLOPs of one step, why no time was predicted or None, the predicted
+/// time by op kind as (kind, ms, what bounds it, FLOPs) — an op without a formula is its own
+/// kind, `uncosted`).
 #[pyfunction]
 #[pyo3(signature = (trace_json, device, train, threads, limit=None))]
 fn torch_estimate(
@@ -208,14 +210,26 @@ fn torch_estimate(
     train: bool,
     threads: usize,
     limit: Option<u64>,
-) -> PyResult<(String, u64, Option<String>)> {
+) -> PyResult<(
+    String,
+    u64,
+    Option<String>,
+    Vec<(&'static str, f64, &'static str, f64)>,
+)> {
     use memscope::analysis::{aten_cost, torch_time};
     let (mut e, ops) = memscope::torch::estimate::from_trace(trace_json, device, train, limit)
         .map_err(|e| PyValueError::new_err(format!("{e:#}")))?;
     e.flops = aten_cost::flops_by_phase(&ops);
+    let mut kinds = Vec::new();
     let why = match memscope::torch::peaks::cached(device, threads) {
         Some(p) => {
-            e.predicted_ms = torch_time::predict(&ops, &p).ms_by_phase();
+            let prediction = torch_time::predict(&ops, &p);
+            e.predicted_ms = prediction.ms_by_phase();
+            kinds = prediction
+                .by_kind
+                .iter()
+                .map(|k| (k.kind.name(), k.predicted_s * 1e3, k.bound(), k.flops))
+                .collect();
             None
         }
         None => Some(
@@ -230,6 +244,7 @@ fn torch_estimate(
         serde_json::to_string(&e).map_err(val)?,
         aten_cost::product_flops(&ops),
         why,
+        kinds,
     ))
 }
 

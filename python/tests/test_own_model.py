@@ -139,3 +139,38 @@ def test_estimate_fits_exits_by_the_device_figure_and_writes_its_json(tmp_path):
     assert e["kind"] == "module-estimate" and e["estimate"]["peak_bytes"] > 0
     no = module("estimate", SCRIPTS / target, *values, "--fits", "1MiB")
     assert no.returncode == 1 and "does not fit in" in no.stdout
+
+
+def test_the_predicted_time_names_every_kind_and_an_op_without_a_formula_as_uncosted(
+        memscope_bin, tmp_path, monkeypatch):
+    import torch
+
+    import memscope
+    monkeypatch.setenv("MEMSCOPE_CACHE_DIR", str(tmp_path))
+    no_roofs = memscope.estimate(f"{SCRIPTS}/own_cnn.py:workload", batch=16, threads=1)
+    assert no_roofs.predicted_ms == {} and "memscope peaks --engine torch" in no_roofs.no_time
+    cli(memscope_bin, "peaks", "--engine", "torch", "--threads", "1")
+    cnn = memscope.estimate(f"{SCRIPTS}/own_cnn.py:workload", batch=16, threads=1)
+    kinds = {k["kind"]: k for k in cnn.by_kind}
+    # conv2: 2 · (16 · 64 · 16 · 16) · (32 · 9) FLOPs forward, three passes' worth in training.
+    conv2 = 2 * (16 * 64 * 16 * 16) * (32 * 9)
+    assert kinds["convolution"]["flops"] > 2 * conv2
+    assert {"pooling", "norm", "matmul"} <= set(kinds)
+    assert "uncosted (no formula)" not in kinds
+
+    class Spectral(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.head = torch.nn.Linear(129, 8)
+
+        def forward(self, x):
+            return self.head(torch.fft.rfft(x).abs())
+
+    def spectral(batch=64):
+        return memscope.Workload(model=Spectral(), inputs=lambda: torch.randn(batch, 256),
+                                 loss=lambda m, x: m(x).sum())
+    e = memscope.estimate(spectral, threads=1)
+    kinds = {k["kind"]: k for k in e.by_kind}
+    fft = kinds["uncosted (no formula)"]
+    assert fft["ms"] > 0 and fft["flops"] == 0, fft
+    assert "uncosted (no formula)" in str(e)

@@ -5,7 +5,9 @@
 //! once (an in-place op reads and writes its tensors). Views move no bytes. A convolution is
 //! 2 FLOPs per output element per weight it multiplies (`C_in/groups × kernel`); its backward
 //! the same for each gradient it makes (the input's, the weight's). Pooling reads each input
-//! element once.
+//! element once. Elementwise, indexing, copying and reducing ops that memscope knows by name
+//! ([`MEMORY_BOUND`]) are one FLOP per output element over their bytes; any other op is
+//! `uncosted`: its bytes counted, no FLOPs, and named so in every table.
 
 use super::op_cost::{attention_pairs, matmul_flops};
 use crate::torch::estimate::TracedOp;
@@ -25,6 +27,10 @@ pub enum Kind {
     Elementwise,
     /// Views, detaches, metadata: dispatch only, no bytes.
     View,
+    /// An op memscope has no formula for: its bytes read and written counted (its time predicted
+    /// at memory speed), no FLOPs, and named as uncosted wherever it is shown — never folded
+    /// into another kind.
+    Uncosted,
 }
 
 impl Kind {
@@ -41,6 +47,7 @@ impl Kind {
             Kind::Optimizer => "optimizer",
             Kind::Elementwise => "elementwise",
             Kind::View => "views and metadata",
+            Kind::Uncosted => "uncosted (no formula)",
         }
     }
 }
@@ -71,6 +78,49 @@ fn numel(shape: &[u64]) -> f64 {
 fn bytes_of(ts: &[(Vec<u64>, String)]) -> f64 {
     ts.iter().map(|(s, d)| numel(s) * elem_bytes(d)).sum()
 }
+
+/// Ops whose work is moving their bytes, by base name (an in-place variant's trailing `_`
+/// dropped): ATen's pointwise arithmetic and comparisons, factories and copies, indexing and
+/// concatenation, reductions, softmax, dropout.
+#[rustfmt::skip] // packed: a list of names, one per line would run to a hundred lines
+const MEMORY_BOUND: &[&str] = &[
+    "add", "sub", "rsub", "mul", "div", "neg", "pow", "rsqrt", "sqrt", "exp", "exp2", "expm1",
+    "log", "log1p", "log2", "cos", "sin", "abs", "sign", "reciprocal", "clamp", "clamp_min",
+    "clamp_max", "maximum", "minimum", "where", "gt", "lt", "ge", "le", "eq", "ne", "floor",
+    "ceil", "round", "trunc", "floor_divide", "remainder", "fmod", "lerp", "addcmul", "addcdiv",
+    "bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not", "logical_and", "logical_or",
+    "logical_not", "masked_fill", "fill", "zero", "copy", "_to_copy", "clone", "contiguous",
+    "tril", "triu", "zeros", "zeros_like", "ones", "ones_like", "full", "full_like", "new_zeros",
+    "new_ones", "new_full", "new_empty", "scalar_tensor", "arange", "randint", "randn", "rand",
+    "rand_like", "randn_like", "uniform", "normal", "bernoulli", "native_dropout",
+    "native_dropout_backward", "cat", "stack", "constant_pad_nd", "slice_backward",
+    "select_backward", "index", "index_put", "index_select", "index_add", "gather", "scatter",
+    "scatter_add", "masked_select", "masked_scatter", "repeat", "expand_copy", "flip", "roll",
+    "sort", "topk", "cumsum", "cumprod", "histc", "bincount", "sum", "mean", "amax", "amin", "max",
+    "min", "argmax", "argmin", "var", "std", "var_mean", "prod", "any", "all",
+    "linalg_vector_norm", "norm", "_softmax", "_safe_softmax", "_softmax_backward_data", "softmax",
+];
+
+/// Norms by a part of their name (`native_layer_norm_backward`, `_fused_rms_norm`).
+const NORMS: &[&str] = &[
+    "layer_norm",
+    "rms_norm",
+    "batch_norm",
+    "group_norm",
+    "instance_norm",
+];
+
+/// Activations by the start of their name (`gelu_backward`; ReLU's backward is `threshold_…`).
+const ACTIVATIONS: &[&str] = &[
+    "gelu",
+    "tanh",
+    "silu",
+    "relu",
+    "sigmoid",
+    "softplus",
+    "erf",
+    "threshold",
+];
 
 const VIEWS: &[&str] = &[
     "view",
@@ -209,24 +259,8 @@ pub fn cost(op: &TracedOp) -> Cost {
             bytes: io,
             mkn: None,
         },
-        b if [
-            "layer_norm",
-            "rms_norm",
-            "batch_norm",
-            "group_norm",
-            "instance_norm",
-        ]
-        .iter()
-        .any(|n| b.contains(n)) =>
-        {
-            plain(Kind::Norm, 8.0)
-        }
-        b if ["gelu", "tanh", "silu", "relu", "sigmoid", "softplus", "erf"]
-            .iter()
-            .any(|a| b.starts_with(a)) =>
-        {
-            plain(Kind::Activation, 8.0)
-        }
+        b if NORMS.iter().any(|n| b.contains(n)) => plain(Kind::Norm, 8.0),
+        b if ACTIVATIONS.iter().any(|a| b.starts_with(a)) => plain(Kind::Activation, 8.0),
         "embedding" => Cost {
             // A gather: the ids read, the rows it picks read once and written once (not the
             // whole table).
@@ -258,14 +292,20 @@ pub fn cost(op: &TracedOp) -> Cost {
             bytes: 2.0 * bytes_of(ins),
             mkn: None,
         },
-        b if b.ends_with('_') => Cost {
-            // Other in-place ops: read and write their tensors.
+        b if b.ends_with('_') && MEMORY_BOUND.contains(&b.trim_end_matches('_')) => Cost {
+            // In place: read and write their tensors.
             kind: Kind::Elementwise,
             flops: numel(&dims(0)),
             bytes: 2.0 * bytes_of(ins),
             mkn: None,
         },
-        _ => plain(Kind::Elementwise, 1.0),
+        b if MEMORY_BOUND.contains(&b) => plain(Kind::Elementwise, 1.0),
+        _ => Cost {
+            kind: Kind::Uncosted,
+            flops: 0.0,
+            bytes: io,
+            mkn: None,
+        },
     }
 }
 
@@ -418,6 +458,43 @@ mod tests {
             (e.kind, e.flops, e.bytes),
             (Kind::Elementwise, 32.0, 3.0 * 32.0 * 4.0)
         );
+    }
+
+    #[test]
+    fn an_op_without_a_formula_is_uncosted_by_name_with_its_bytes() {
+        // An FFT: no formula here, so no FLOPs and never "elementwise"; its bytes still count.
+        let f = cost(&op(
+            "aten._fft_r2c.default",
+            &[&[4, 256]],
+            &[&[4, 129, 2]],
+            &[],
+        ));
+        assert_eq!(f.kind, Kind::Uncosted);
+        assert_eq!(f.kind.name(), "uncosted (no formula)");
+        assert_eq!(
+            (f.flops, f.bytes),
+            (0.0, (4.0 * 256.0 + 4.0 * 129.0 * 2.0) * 4.0)
+        );
+        // Known memory-bound ops, in place or not, stay elementwise; ReLU's backward is an
+        // activation's.
+        for name in [
+            "aten.add_.Tensor",
+            "aten.cat.default",
+            "aten.sum.dim_IntList",
+        ] {
+            assert_eq!(
+                cost(&op(name, &[&[8]], &[&[8]], &[])).kind,
+                Kind::Elementwise,
+                "{name}"
+            );
+        }
+        let relu_back = cost(&op(
+            "aten.threshold_backward.default",
+            &[&[8], &[8]],
+            &[&[8]],
+            &[],
+        ));
+        assert_eq!(relu_back.kind, Kind::Activation);
     }
 
     #[test]

@@ -61,7 +61,8 @@ def tracker_worker(model, world, plan, batch, seq):
     from memscope import _contract, _native
     from memscope._adamw import make_adamw
     from memscope._workers import models as _hf
-    from memscope._workers.parallel import fake_process_group, sharding_wrap
+    from memscope._sharding import fake_process_group
+    from memscope._workers.parallel import sharding_wrap
     text, _ = _native.model_config(model, None)
     cfg = _contract.read_type("ModelConfig", json.loads(text))
     fake_process_group(torch, world)

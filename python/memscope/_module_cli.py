@@ -7,9 +7,11 @@ the Record, which ``memscope report`` opens."""
 import argparse
 import json
 import os
+import subprocess
 import sys
 
 from . import _native
+from ._job import per_rank
 from .bench import measure
 from .predict import estimate
 from .workload import WorkloadError
@@ -51,6 +53,9 @@ def parser():
         c.add_argument("--mode", choices=("train", "infer"), default="train")
         c.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
         c.add_argument("--threads", type=int, help="CPU threads (default: all cores)")
+        c.add_argument("--nproc", type=int, help="ranks of a data-parallel job (with --parallel)")
+        c.add_argument("--parallel", choices=("ddp", "fsdp"),
+                       help="the plan: DDP, or FSDP2 on the model's repeated blocks and root")
         if name == "estimate":
             c.add_argument("--fits", type=_size, metavar="SIZE",
                            help="exit 1 unless the device's figure fits SIZE (e.g. 24GiB)")
@@ -65,6 +70,8 @@ def parser():
 def main(argv):
     args = parser().parse_args(argv)
     values = dict(args.set)
+    if args.command == "bench" and args.parallel and "RANK" not in os.environ:
+        return _launch(args, argv)
     if args.command == "bench" and args.device == "cpu" and not _native.counter_active():
         # Counted allocations, not RSS: the same command under the counting allocator.
         os.execv(sys.executable, [sys.executable, "-m", "memscope", "run", "-m", "memscope",
@@ -81,7 +88,8 @@ def main(argv):
             _native.check_outputs(outputs, inputs)
         if args.command == "estimate":
             est = estimate(args.target, batch=args.batch, seq=args.seq, mode=args.mode,
-                           device=args.device, threads=args.threads, **values)
+                           device=args.device, threads=args.threads, nproc=args.nproc,
+                           parallel=args.parallel, **values)
             print(est)
             if args.json:
                 _write(args.json, json.dumps({"kind": "module-estimate", "workload": est.name,
@@ -96,20 +104,49 @@ def main(argv):
             return 0
         record = measure(args.target, batch=args.batch, seq=args.seq, mode=args.mode,
                          device=args.device, steps=args.steps, warmup=args.warmup,
-                         record=args.record, **values)
+                         record=args.record, parallel=args.parallel, **values)
     except (WorkloadError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    _say_measured(record, args.record)
+    if not args.parallel:
+        _say_measured(record)
     return 0
 
 
-def _say_measured(record, path):
+def _launch(args, argv):
+    """``bench --nproc N --parallel P``: N ranks under torchrun on this machine, each measured
+    with the estimate of rank 0 beside it; each rank's Record then summarised."""
+    if not args.nproc or args.nproc < 2:
+        print(f"error: --parallel {args.parallel} needs --nproc 2 or more", file=sys.stderr)
+        return 2
+    try:
+        _native.check_outputs([("--record", args.record)],
+                              [("FILE.py", os.path.abspath(args.target.rpartition(":")[0]))])
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    # `--no-python --`: the ranks' own arguments are never read as torchrun's (`--nproc`).
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+           f"--nproc-per-node={args.nproc}", "--no-python", "--", sys.executable, "-m",
+           "memscope", "module", *argv]
+    done = subprocess.run(cmd)
+    if done.returncode != 0:
+        print(f"error: the job's ranks failed (torchrun exit {done.returncode}); their "
+              "messages are above", file=sys.stderr)
+        return 2
+    for rank in range(args.nproc):
+        path = per_rank(args.record, (rank, args.nproc))
+        with open(path) as f:
+            _say_measured(json.load(f), f"rank {rank} of {args.nproc} ({args.parallel})")
+    return 0
+
+
+def _say_measured(record, who=None):
     mem = record["memory"]
     e = mem.get("estimate") or {}
     mib = 2 ** 20
-    print(f"{record['model']['name']}: {record['model']['params']:,} parameters, "
-          f"{record['spec']['steps']} measured steps")
+    print(f"{record['model']['name']}{', ' + who if who else ''}: "
+          f"{record['model']['params']:,} parameters, {record['spec']['steps']} measured steps")
     peak = mem["heap_peak_bytes"]
     line = f"  heap peak {peak / mib:,.1f} MiB ({record['spec']['engine']['memory']})"
     if e.get("peak_bytes"):

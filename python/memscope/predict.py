@@ -14,6 +14,9 @@ import json
 
 from . import _contract, _native
 from ._adamw import make_adamw
+from ._collectives import Collectives
+from ._sharding import (PlanError, fake_process_group, fully_shard_blocks, planned_ddp_buckets,
+                        steady_ddp_buckets)
 from ._tracer import traced
 from .workload import Step, WorkloadError, load, make
 
@@ -80,6 +83,9 @@ class Estimate:
         if self.reserved_peak_bytes is not None:
             lines.append(f"  reserved peak        {_size(self.reserved_peak_bytes):>16} (the "
                          "caching allocator's segments; the CUDA context is beside it)")
+        for kind, c in sorted(self.raw.get("collectives", {}).items()):
+            lines.append(f"  {kind:<20} {_size(c['bytes']):>16} a step in {c['calls']} calls "
+                         f"(rank 0 of {c.get('group') or self.values.get('nproc')})")
         flops = self.flops.get("total")
         if flops:
             lines.append(f"  FLOPs per step       {_flops(flops):>16} "
@@ -96,20 +102,28 @@ class Estimate:
         return "\n".join(lines)
 
 
+PLANS = ("ddp", "fsdp")
+
+
 def estimate(workload, *, batch=None, seq=None, mode="train", device="cpu", threads=None,
-             memory_limit=None, **values):
+             memory_limit=None, nproc=None, parallel=None, **values):
     """``workload``: a function returning a ``memscope.Workload``, or ``"FILE.py:FUNCTION"``;
     ``batch``, ``seq`` and any other keyword ``values`` are passed to it where it names them.
     ``mode``: ``train`` (two optimizer steps: the second has the optimizer's state) or
     ``infer`` (one forward without gradients). ``device``: ``cpu`` or ``cuda``; a CUDA estimate
     is traced on the CPU's kernels when this machine has no GPU. ``threads``: whose roofs the
     predicted time reads (default: all cores). ``memory_limit``: CUDA's cap for the replay
-    (bytes or ``"80GiB"``). Returns an ``Estimate``."""
+    (bytes or ``"80GiB"``). ``nproc`` with ``parallel`` (``ddp`` or ``fsdp``): rank 0 of a
+    data-parallel job of ``nproc`` ranks, each with its own batch, traced under PyTorch's fake
+    process group — DDP's gradient buckets, or FSDP2's ``fully_shard`` on the model's repeated
+    blocks (the children of its longest ``ModuleList``) and its root — with the collectives one
+    step runs. Returns an ``Estimate``."""
     import torch
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     if mode not in ("train", "infer"):
         raise WorkloadError(f"mode={mode!r}: a workload of yours runs `train` or `infer`")
+    check_plan(nproc, parallel, mode)
     fn, name = load(workload) if isinstance(workload, str) else (
         workload, getattr(workload, "__qualname__", repr(workload)))
     given = {k: v for k, v in (("batch", batch), ("seq", seq)) if v is not None}
@@ -117,10 +131,24 @@ def estimate(workload, *, batch=None, seq=None, mode="train", device="cpu", thre
     traced_on = device
     if device.startswith("cuda") and not torch.cuda.is_available():
         traced_on = "cpu"  # the same modules and saved tensors, on the CPU's kernels
+    import torch.distributed as dist
+
+    wrap = None
+    if parallel is not None:
+        fake_process_group(torch, nproc)
+        if parallel == "fsdp":
+            # Made before the fake mode: the mesh's ranks are a real tensor.
+            wrap = fully_shard_blocks(torch, nproc, torch.device(traced_on).type)
+    counter = Collectives(dist, keep_buffers=True) if parallel is not None else None
     fake = FakeTensorMode()
     torch.__future__.set_overwrite_module_params_on_conversion(True)
     with fake, torch.device(traced_on):
         w = make(torch, fn, name, {**given, "device": device})
+        if wrap is not None:
+            try:
+                wrap(w.model)
+            except PlanError as e:
+                raise WorkloadError(f"{name}: {e}") from None
         optimizer = None
         if mode == "train":
             params = list(w.model.parameters())
@@ -137,23 +165,50 @@ def estimate(workload, *, batch=None, seq=None, mode="train", device="cpu", thre
         with torch.device(traced_on):
             batch_made = _inputs(w, name)
         for _ in range(2 if mode == "train" else 1):
+            if counter is not None:
+                counter.take()  # the collectives counted are the last step's
             getattr(step, mode)(batch_made, phase)
+    buckets = planned_ddp_buckets(torch, w.model) if parallel == "ddp" else []
     try:
-        answer = traced(torch, fake, w.model, run, traced_on)
+        answer = traced(torch, fake, w.model, run, traced_on, counter=counter)
     except WorkloadError:
         raise
     except Exception as e:  # noqa: BLE001 - named: the op fake tensors could not follow
         raise WorkloadError(_traced_failure(name, e)) from e
+    collectives = counter.take() if counter is not None else {}
+    if buckets:
+        # DDP all-reduces every bucket once a step (its reducer runs them in C++).
+        collectives["all_reduce"] = {"calls": steady_ddp_buckets(torch, w.model),
+                                     "bytes": sum(buckets), "group": nproc}
     answer = _contract.check("trace_answer", {"traced_on": traced_on, "cuda_capability": None,
-                                              "bucket_sizes": [], "collectives": {}, **answer})
+                                              "bucket_sizes": buckets,
+                                              "collectives": collectives, **answer})
     threads = threads or len(_allowed_cpus())
     limit = _native.parse_bytes("memory_limit", memory_limit) if isinstance(memory_limit, str) \
         else memory_limit
     text, products, no_time, kinds = _native.torch_estimate(json.dumps(answer), device,
                                                             mode == "train", threads, limit)
-    est = Estimate(name, mode, device, {**given, "device": device}, text, products, no_time)
+    plan = {"nproc": nproc, "parallel": parallel} if parallel is not None else {}
+    est = Estimate(name, mode, device, {**given, "device": device, **plan}, text, products,
+                   no_time)
     est.by_kind = [{"kind": k, "ms": ms, "bound": b, "flops": f} for k, ms, b, f in kinds]
     return est
+
+
+def check_plan(nproc, parallel, mode):
+    """``nproc`` and ``parallel`` as a workload of yours takes them, or WorkloadError naming
+    the one at fault."""
+    if parallel is None and nproc in (None, 1):
+        return
+    if parallel not in PLANS:
+        raise WorkloadError(f"parallel={parallel!r}: a workload of yours runs under "
+                            f"{' or '.join(PLANS)} (tensor parallelism needs the model's own "
+                            "plan: transformers' models take it on `--engine torch`)")
+    if nproc is None or nproc < 2:
+        raise WorkloadError(f"nproc={nproc!r}: parallel={parallel!r} needs 2 or more ranks")
+    if mode != "train":
+        raise WorkloadError(f"parallel={parallel!r} with mode={mode!r}: data-parallel plans "
+                            "shard or reduce what training makes; estimate inference without one")
 
 
 def _size(b):

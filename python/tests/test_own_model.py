@@ -174,3 +174,47 @@ def test_the_predicted_time_names_every_kind_and_an_op_without_a_formula_as_unco
     fft = kinds["uncosted (no formula)"]
     assert fft["ms"] > 0 and fft["flops"] == 0, fft
     assert "uncosted (no formula)" in str(e)
+
+
+@pytest.mark.parametrize("name, plan", [("nanogpt", "fsdp"), ("cnn", "ddp")])
+def test_a_user_module_s_plan_is_measured_per_rank_under_torchrun_within_2_percent(
+        name, plan, tmp_path):
+    target, values = WORKLOADS[name]
+    out = tmp_path / "run.json"
+    p = module("bench", SCRIPTS / target, *values, "--nproc", 2, "--parallel", plan,
+               "--steps", 2, "--warmup", 1, "--record", out)
+    assert p.returncode == 0, p.stderr
+    for rank in (0, 1):
+        r = load(tmp_path / f"run.rank{rank}.json")
+        assert r["spec"]["engine"]["rank"] == rank and r["spec"]["engine"]["world_size"] == 2
+        mem = r["memory"]
+        err = (mem["estimate"]["peak_bytes"] - mem["heap_peak_bytes"]) / mem["heap_peak_bytes"]
+        assert abs(err) < 0.02, (plan, rank, mem["estimate"]["peak_bytes"],
+                                 mem["heap_peak_bytes"])
+        assert f"rank {rank} of 2 ({plan})" in p.stdout
+        b = mem["breakdown"]
+        if plan == "fsdp":
+            # Each rank holds half of every block's parameters and its own optimizer state.
+            assert b["optimizer_state"]["estimated_bytes"] == b["optimizer_state"][
+                "measured_bytes"]
+            assert mem["estimate"]["categories"]["gathered_parameters"] > 0
+        else:
+            assert b["gradient_buckets"]["estimated_bytes"] == b["gradient_buckets"][
+                "measured_bytes"] > 0
+
+
+def test_a_plan_a_user_module_cannot_take_is_refused_by_name():
+    import memscope
+    cnn = f"{SCRIPTS}/own_cnn.py:workload"
+    with pytest.raises(memscope.WorkloadError, match="Net has no repeated blocks to shard"):
+        memscope.estimate(cnn, nproc=2, parallel="fsdp")
+    with pytest.raises(memscope.WorkloadError, match="parallel='tp:2'"):
+        memscope.estimate(cnn, nproc=2, parallel="tp:2")
+    with pytest.raises(memscope.WorkloadError, match="nproc=1: parallel='ddp' needs 2"):
+        memscope.estimate(cnn, nproc=1, parallel="ddp")
+    with pytest.raises(memscope.WorkloadError, match="under torchrun"):
+        memscope.measure(cnn, parallel="ddp", record=None)
+    ddp = memscope.estimate(cnn, batch=8, nproc=4, parallel="ddp")
+    params = 60_554
+    assert ddp.categories["gradient_buckets"] == 4 * params
+    assert ddp.raw["collectives"]["all_reduce"]["bytes"] == 4 * params

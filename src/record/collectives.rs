@@ -1,6 +1,6 @@
 //! The collectives one rank of a data-parallel job runs in one step, by kind (`all_gather`,
 //! `reduce_scatter`, `all_reduce`, `broadcast`): measured by the rank's recorder
-//! (`python/memscope/_workers/collectives.py`) or predicted by the trace under the fake process group.
+//! (`python/memscope/_collectives.py`) or predicted by the trace under the fake process group.
 
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;

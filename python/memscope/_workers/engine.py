@@ -33,11 +33,12 @@ from .. import _contract, _native
 from .._adamw import make_adamw
 from .._categories import unique_bytes
 from .._memory import Since
+from .._sharding import PlanError
 from .._record import series_entry
 from ..session import Session
 from . import models, protocol
 from . import parallel as plans
-from .collectives import Collectives, ddp_buckets
+from .._collectives import Collectives, ddp_buckets
 from .inputs import cache_of, cache_tensors, tokens
 from .protocol import Refused
 from .stop import Stop
@@ -455,7 +456,7 @@ def main():
             # gathering the Records) aborted now and then in a job across nodes.
             import torch.distributed as dist
             dist.barrier()
-    except (Refused, _contract.ContractError) as e:
+    except (Refused, PlanError, _contract.ContractError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     except BaseException as e:  # noqa: BLE001 - out of memory is an outcome, the rest re-raised

@@ -1,13 +1,13 @@
-"""Every parallel plan, built once for the engine's ranks, the trace and the scripts alike: a
-rank joining memscope's torchrun job (gloo or NCCL, DDP's wrap), FSDP2's ``fully_shard`` on the
-blocks and the root, tensor parallelism from transformers' plan, the 2-D mesh of both, the fake
-process group one process traces a rank under, and DDP's buckets as its reducer plans them."""
+"""Every parallel plan of the torch engine, built once for its ranks, its trace and the scripts
+alike: a rank joining memscope's torchrun job (gloo or NCCL, DDP's wrap), tensor parallelism from
+transformers' plan, the 2-D mesh of it and FSDP2; FSDP2 on the blocks, the fake process group and
+DDP's buckets are ``_sharding.py``'s (a user's own module takes them too)."""
 
 import contextlib
 import os
-import sys
 import time
 
+from .._sharding import fully_shard_blocks, shard_blocks
 from . import protocol
 
 
@@ -56,72 +56,6 @@ def join_job(torch, spec):
     return sharding_wrap(torch, plan, device_type)
 
 
-def fake_process_group(torch, world):
-    """Rank 0 of ``world`` ranks under PyTorch's fake process group (its own tests' backend):
-    collectives return at once and move nothing, so one process traces one rank's steps."""
-    import torch.distributed as dist
-    from torch.testing._internal.distributed.fake_pg import FakeStore
-    if not dist.is_initialized():
-        dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=world)
-
-
-def transformer_blocks(model):
-    """The model's transformer blocks: the modules whose class transformers names as never
-    split across devices (``_no_split_modules``: ``GPT2Block``, ``LlamaDecoderLayer``, …); where
-    it names none (DistilBERT, a user's own module), the children of its longest ``ModuleList``
-    (the repeated layers)."""
-    import torch
-    names = set(getattr(model, "_no_split_modules", None) or [])
-    blocks = [m for m in model.modules() if type(m).__name__ in names]
-    if blocks:
-        return blocks
-    lists = [m for m in model.modules() if isinstance(m, torch.nn.ModuleList)]
-    return list(max(lists, key=len)) if lists else []
-
-
-def shardable_blocks(model):
-    """The blocks FSDP2 can shard on their own: a block holding a parameter tied to one outside
-    it (BERT's word embeddings, which its masked-LM head shares) is left to the root's group, as
-    FSDP2 asks of tied parameters (one group holds both)."""
-    owners = {}
-    for name, p in model.named_parameters(remove_duplicate=False):
-        owners.setdefault(id(p), set()).add(name)
-    blocks = []
-    for b in transformer_blocks(model):
-        inside = {}
-        for name, p in b.named_parameters(remove_duplicate=False):
-            inside[id(p)] = inside.get(id(p), 0) + 1
-        if all(len(owners[i]) == n for i, n in inside.items()):
-            blocks.append(b)
-    return blocks
-
-
-def fully_shard_blocks(torch, world, device_type):
-    """FSDP2 as its users apply it: a function that puts ``fully_shard`` on every block of a
-    model, then on the root, over ``world`` ranks of ``device_type`` (the trace's wrap; the
-    measuring scripts apply the same)."""
-    from torch.distributed.device_mesh import init_device_mesh
-
-    # Made before the trace's FakeTensorMode: the mesh's ranks are a real tensor.
-    return _shard_blocks(torch, init_device_mesh(device_type, (world,)), "fsdp")
-
-
-def _shard_blocks(torch, mesh, flag):
-    """``fully_shard`` on every block of a model, then on the root, over ``mesh``."""
-    from torch.distributed.fsdp import fully_shard
-
-    def wrap(model):
-        blocks = shardable_blocks(model)
-        if not blocks:
-            raise protocol.Refused(
-                f"--parallel {flag}: {type(model).__name__} has no repeated blocks to shard (its "
-                "_no_split_modules is empty and it holds no ModuleList of layers)")
-        for b in blocks:
-            fully_shard(b, mesh=mesh)
-        fully_shard(model, mesh=mesh)
-    return wrap
-
-
 # transformers' names for its tensor-parallel styles (a config's ``base_model_tp_plan``) that
 # PyTorch's parallel styles apply as transformers means them.
 TP_STYLES = {"colwise": "ColwiseParallel", "rowwise": "RowwiseParallel"}
@@ -164,7 +98,7 @@ def sharding_wrap(torch, parallel, device_type):
     else:
         mesh = init_device_mesh(device_type, (parallel.world // parallel.tp, parallel.tp),
                                 mesh_dim_names=("dp", "tp"))
-        tp_mesh, fsdp = mesh["tp"], _shard_blocks(torch, mesh["dp"], flag)
+        tp_mesh, fsdp = mesh["tp"], shard_blocks(torch, mesh["dp"], flag)
 
     def wrap(model):
         parallelize_module(model, tp_mesh, tp_plan(torch, model, flag))
@@ -197,39 +131,3 @@ def _real_mesh_tensors():
         DeviceMesh.__init__, DeviceMesh.mesh = init, prop
 
 
-def planned_ddp_buckets(torch, model):
-    """The bytes of each of DDP's gradient buckets for ``model`` as its reducer allocates them
-    when the model is wrapped: its parameters that take gradients (shared ones once) assigned by
-    DDP's own function (``dist._compute_bucket_assignment_by_size``) under the limits DDP uses
-    for its first iteration with its defaults (every parameter of a dtype in one bucket, as
-    ``_BucketCapacityConfig`` sets when unused parameters are not searched for). From its second
-    iteration the reducer rebuilds its buckets in the order gradients arrived, 25 MiB each: the
-    same bytes in more pieces."""
-    import torch.distributed as dist
-    params = _grad_params(model)
-    buckets, _ = dist._compute_bucket_assignment_by_size(params, [sys.maxsize],
-                                                         [False] * len(params))
-    return [sum(params[i].numel() * params[i].element_size() for i in b) for b in buckets]
-
-
-def _grad_params(model):
-    """The parameters DDP reduces: those that take gradients, a shared one once."""
-    seen, params = set(), []
-    for p in model.parameters():
-        if p.requires_grad and id(p) not in seen:
-            seen.add(id(p))
-            params.append(p)
-    return params
-
-
-def steady_ddp_buckets(torch, model):
-    """How many buckets DDP all-reduces a step once it has rebuilt them (its second iteration
-    on): its parameters that take gradients assigned by its own function under its default
-    limits (1 MiB for the first bucket, 25 MiB for the rest), in reverse order as gradients
-    arrive."""
-    import torch.distributed as dist
-    params = _grad_params(model)[::-1]
-    limits = [dist._DEFAULT_FIRST_BUCKET_BYTES, 25 * 1024 * 1024]
-    buckets, _ = dist._compute_bucket_assignment_by_size(params, limits,
-                                                         [False] * len(params))
-    return len(buckets)

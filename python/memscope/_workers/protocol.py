@@ -8,6 +8,7 @@ import os
 import sys
 
 from .. import _contract
+from .._sharding import PlanError
 
 
 class Refused(Exception):
@@ -70,7 +71,7 @@ def answer_once(what, fn, request=None, answer=None):
         result = fn(_contract.read(request, received) if request else received)
         if answer:
             _contract.check(answer, result)
-    except (Refused, _contract.ContractError) as e:
+    except (Refused, PlanError, _contract.ContractError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     out.write(json.dumps(result, separators=(",", ":")) + "\n")

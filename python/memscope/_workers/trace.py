@@ -19,9 +19,10 @@ the optimizer's state, not the first that makes it) by signature:
 
 import sys
 
+from .._sharding import fake_process_group, planned_ddp_buckets, steady_ddp_buckets
 from .._tracer import traced
 from . import parallel as plans
-from .collectives import Collectives
+from .._collectives import Collectives
 from .engine import Engine
 from .inputs import cache_tensors
 from .protocol import answer_once
@@ -50,7 +51,7 @@ def trace(request):
         request = request.replace(spec=spec.replace(torch=spec.torch.replace(device="cpu")))
     parallel = spec.torch.parallel
     if parallel is not None:
-        plans.fake_process_group(torch, parallel.world)
+        fake_process_group(torch, parallel.world)
     # FSDP2 over tensor-parallel parameters reads its meshes' rank tensors (real tensors of a
     # few ints, parallel.py's `_real_mesh_tensors`) while it shards: the one real input the trace lets in.
     two_d = parallel is not None and parallel.plan == "fsdp+tp"
@@ -62,7 +63,7 @@ def trace(request):
         eng.wrap = plans.sharding_wrap(torch, parallel, eng.device.type)
     with fake:
         eng.build()
-    buckets = plans.planned_ddp_buckets(torch, eng.model) if parallel is not None and \
+    buckets = planned_ddp_buckets(torch, eng.model) if parallel is not None and \
         parallel.plan == "ddp" else []
     # The collectives of the last step (the one with the optimizer's state), by kind, and the
     # buffers they were given.
@@ -83,7 +84,7 @@ def trace(request):
     if buckets:
         # DDP all-reduces every bucket once a step (its reducer runs them in C++); from its
         # second iteration in the buckets it rebuilt, the same bytes.
-        collectives["all_reduce"] = {"calls": plans.steady_ddp_buckets(torch, eng.model),
+        collectives["all_reduce"] = {"calls": steady_ddp_buckets(torch, eng.model),
                                      "bytes": sum(buckets), "group": parallel.world}
     cap = None
     if device.startswith("cuda") and torch.cuda.is_available():

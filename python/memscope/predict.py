@@ -10,6 +10,7 @@ its predicted step time.
     est.fits("24GiB")                 # the device's figure against a budget
 """
 
+import contextlib
 import json
 
 from . import _contract, _native
@@ -142,7 +143,7 @@ def estimate(workload, *, batch=None, seq=None, mode="train", device="cpu", thre
     counter = Collectives(dist, keep_buffers=True) if parallel is not None else None
     fake = FakeTensorMode()
     torch.__future__.set_overwrite_module_params_on_conversion(True)
-    with fake, torch.device(traced_on):
+    with fake, torch.device(traced_on), _values_free_init(torch):
         w = make(torch, fn, name, {**given, "device": device})
         if wrap is not None:
             try:
@@ -224,6 +225,28 @@ def _flops(n):
         if n >= f:
             return f"{n / f:,.3f} {unit}"
     return f"{n / 1e6:,.3f} MFLOP"
+
+
+@contextlib.contextmanager
+def _values_free_init(torch):
+    """Initialisers that read the values they draw (``trunc_normal_`` redraws until every value
+    lies within its bounds: ViT's, timm's) cannot run on fake tensors, which have none. While the
+    workload is built for the trace, a truncated normal is drawn once and clamped: the same
+    tensors, shapes and dtypes, values the trace never reads."""
+    init = torch.nn.init
+    draw = getattr(init, "_no_grad_trunc_normal_", None)
+    if draw is None:
+        yield
+        return
+
+    def once(tensor, mean, std, a, b, generator=None):
+        with torch.no_grad():
+            return tensor.normal_(mean, std, generator=generator).clamp_(a, b)
+    init._no_grad_trunc_normal_ = once
+    try:
+        yield
+    finally:
+        init._no_grad_trunc_normal_ = draw
 
 
 def _inputs(w, name):

@@ -218,3 +218,17 @@ def test_a_plan_a_user_module_cannot_take_is_refused_by_name():
     params = 60_554
     assert ddp.categories["gradient_buckets"] == 4 * params
     assert ddp.raw["collectives"]["all_reduce"]["bytes"] == 4 * params
+
+
+@pytest.mark.parametrize("function, mode", [("t5", "train"), ("vit", "train"),
+                                            ("whisper", "infer")])
+def test_encoder_decoder_vision_and_speech_models_run_as_your_own_workload(function, mode,
+                                                                          tmp_path):
+    # What `--config` refuses (it feeds one sequence of token ids), given the inputs it takes.
+    out = tmp_path / "run.json"
+    p = module("bench", SCRIPTS / f"own_transformers.py:{function}", "--mode", mode,
+               "--steps", 2, "--warmup", 1, "--threads", 2, "--record", out)
+    assert p.returncode == 0, p.stderr
+    mem = load(out)["memory"]
+    err = (mem["estimate"]["peak_bytes"] - mem["heap_peak_bytes"]) / mem["heap_peak_bytes"]
+    assert abs(err) < 0.02, (function, mem["estimate"]["peak_bytes"], mem["heap_peak_bytes"])

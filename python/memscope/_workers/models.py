@@ -62,7 +62,9 @@ def model_class(transformers, hf, origin):
                 "has no causal or masked language-model class in transformers")
     raise protocol.Refused(
         f"{origin}: model_type {mt!r} {what}; memscope's torch engine feeds a language model one "
-        "sequence of token ids (a causal LM, as Llama or Qwen, or a masked LM, as BERT)")
+        "sequence of token ids (a causal LM, as Llama or Qwen, or a masked LM, as BERT); give "
+        "it the inputs it takes as your own workload instead: python -m memscope module "
+        "estimate FILE.py:FUNCTION (docs/own-model.md)")
 
 
 def experts_of(hf):

@@ -152,6 +152,79 @@ pub struct TorchRun {
     /// process.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub parallel: Option<Parallel>,
+    /// `--checkpoint-policy` (with `--checkpoint`): which activations a checkpointed step keeps,
+    /// as PyTorch's selective checkpointing chooses them; absent: every block, nothing kept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checkpoint_policy: Option<CheckpointPolicy>,
+    /// `--fsdp-precision PARAM,REDUCE` (with `--parallel fsdp`): FSDP2's own
+    /// `MixedPrecisionPolicy`, the parameters gathered in PARAM for compute and the gradients
+    /// reduced in REDUCE, over master weights in `--dtype`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fsdp_precision: Option<FsdpPrecision>,
+}
+
+/// `--checkpoint-policy`: selective activation checkpointing on the torch engine.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(tag = "policy", rename_all = "lowercase")]
+pub enum CheckpointPolicy {
+    /// `ops`: torchtitan's per-op policy inside every checkpointed block: the outputs of
+    /// attention (SDPA) and of every other matrix product kept, the rest recomputed.
+    Ops,
+    /// `every:N`: every N-th block (the first, the N+1-th, …) checkpointed whole, the others'
+    /// activations kept (torchtitan's layer policy).
+    Every { n: usize },
+}
+
+impl CheckpointPolicy {
+    /// As `--checkpoint-policy` takes it.
+    pub fn flag(self) -> String {
+        match self {
+            CheckpointPolicy::Ops => "ops".into(),
+            CheckpointPolicy::Every { n } => format!("every:{n}"),
+        }
+    }
+
+    pub fn parse(text: &str) -> Result<CheckpointPolicy, SpecError> {
+        match text.split_once(':') {
+            None if text == "ops" => Ok(CheckpointPolicy::Ops),
+            Some(("every", n)) => match n.parse::<usize>() {
+                Ok(n) if n >= 1 => Ok(CheckpointPolicy::Every { n }),
+                _ => Err(SpecError::BadCheckpointPolicy(text.to_string())),
+            },
+            _ => Err(SpecError::BadCheckpointPolicy(text.to_string())),
+        }
+    }
+}
+
+/// `--fsdp-precision PARAM,REDUCE`: FSDP2's `MixedPrecisionPolicy`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct FsdpPrecision {
+    /// The dtype parameters are gathered in for forward and backward (`param_dtype`).
+    pub param: Dtype,
+    /// The dtype gradients are reduce-scattered in (`reduce_dtype`).
+    pub reduce: Dtype,
+}
+
+impl FsdpPrecision {
+    pub fn flag(self) -> String {
+        format!("{},{}", self.param.name(), self.reduce.name())
+    }
+
+    pub fn parse(text: &str) -> Result<FsdpPrecision, SpecError> {
+        let dtype = |t: &str| match t.trim() {
+            "f32" => Some(Dtype::F32),
+            "bf16" => Some(Dtype::Bf16),
+            "f16" => Some(Dtype::F16),
+            _ => None,
+        };
+        match text.split_once(',') {
+            Some((p, r)) => match (dtype(p), dtype(r)) {
+                (Some(param), Some(reduce)) => Ok(FsdpPrecision { param, reduce }),
+                _ => Err(SpecError::BadFsdpPrecision(text.to_string())),
+            },
+            None => Err(SpecError::BadFsdpPrecision(text.to_string())),
+        }
+    }
 }
 
 /// A data-parallel job: `world` ranks, each running the Spec's batch, under `plan`.
@@ -300,6 +373,16 @@ pub enum SpecError {
     EncoderCannotGenerate { model: String },
     #[error("--grad-accum {0} only applies to --mode train")]
     GradAccumNotTrain(usize),
+    #[error("--checkpoint-policy {0}: use ops (torchtitan's per-op policy: keep attention's and every other product's outputs) or every:N (checkpoint every N-th block, N ≥ 1)")]
+    BadCheckpointPolicy(String),
+    #[error("--checkpoint-policy {0}: it chooses what --checkpoint keeps; add --checkpoint")]
+    PolicyNeedsCheckpoint(String),
+    #[error("--fsdp-precision {0}: give PARAM,REDUCE dtypes (f32, bf16, f16), as in bf16,f32: parameters gathered in bf16, gradients reduced in f32")]
+    BadFsdpPrecision(String),
+    #[error("--fsdp-precision {0}: FSDP2's mixed-precision policy applies to a sharded job; add --nproc N --parallel fsdp (or fsdp+tp:T)")]
+    FsdpPrecisionNeedsFsdp(String),
+    #[error("--fsdp-precision {0} with --precision mixed: choose one way to compute in half precision (FSDP2's policy, or autocast)")]
+    FsdpPrecisionAndAutocast(String),
     #[error("--checkpoint recomputes activations in backward, so it only applies to --mode train")]
     CheckpointNotTrain,
     #[error("--precision mixed keeps f32 master weights and optimizer state for a half-precision run: use it with --mode train and --dtype bf16 or f16 (this run is --mode {mode} --dtype {dtype})")]
@@ -579,6 +662,20 @@ impl Spec {
                 return Err(SpecError::CompileParallel { plan: p.flag() });
             }
         }
+        if let (Some(p), false) = (t.checkpoint_policy, self.variant.checkpoint) {
+            return Err(SpecError::PolicyNeedsCheckpoint(p.flag()));
+        }
+        if let Some(fp) = t.fsdp_precision {
+            let sharded = t
+                .parallel
+                .is_some_and(|p| matches!(p.plan, ParallelPlan::Fsdp | ParallelPlan::FsdpTp));
+            if !sharded {
+                return Err(SpecError::FsdpPrecisionNeedsFsdp(fp.flag()));
+            }
+            if self.variant.precision == Precision::Mixed {
+                return Err(SpecError::FsdpPrecisionAndAutocast(fp.flag()));
+            }
+        }
         if self.seq == 1 && self.mode != Mode::Generate && config.family != Family::Bert {
             return Err(SpecError::SeqOneCausal {
                 model: self.model.clone(),
@@ -696,6 +793,8 @@ mod tests {
             gpu_memory_limit_bytes: None,
             heap_limit_bytes: None,
             parallel: None,
+            checkpoint_policy: None,
+            fsdp_precision: None,
         }
         .is_cuda());
     }
@@ -717,6 +816,8 @@ mod tests {
             gpu_memory_limit_bytes: Some(16 << 30),
             heap_limit_bytes: None,
             parallel: None,
+            checkpoint_policy: None,
+            fsdp_precision: None,
         });
         assert_eq!(s.validate(), Ok(()));
         let back: Spec = serde_json::from_str(&serde_json::to_string(&s).unwrap()).unwrap();

@@ -68,19 +68,29 @@ def shardable_blocks(model):
     return blocks
 
 
-def fully_shard_blocks(torch, world, device_type):
+def fully_shard_blocks(torch, world, device_type, precision=None):
     """FSDP2 as its users apply it: a function that puts ``fully_shard`` on every block of a
     model, then on the root, over ``world`` ranks of ``device_type`` (the trace's wrap; the
-    measuring scripts apply the same)."""
+    measuring scripts apply the same); ``precision``: ``(param_dtype, reduce_dtype)`` names
+    (``bf16``, ``f32``) for FSDP2's ``MixedPrecisionPolicy``, or None."""
     from torch.distributed.device_mesh import init_device_mesh
 
     # Made before the trace's FakeTensorMode: the mesh's ranks are a real tensor.
-    return shard_blocks(torch, init_device_mesh(device_type, (world,)), "fsdp")
+    return shard_blocks(torch, init_device_mesh(device_type, (world,)), "fsdp", precision)
 
 
-def shard_blocks(torch, mesh, flag):
-    """``fully_shard`` on every block of a model, then on the root, over ``mesh``."""
-    from torch.distributed.fsdp import fully_shard
+DTYPES = {"f32": "float32", "bf16": "bfloat16", "f16": "float16"}
+
+
+def shard_blocks(torch, mesh, flag, precision=None):
+    """``fully_shard`` on every block of a model, then on the root, over ``mesh``, with FSDP2's
+    ``MixedPrecisionPolicy`` of ``precision`` (``(param, reduce)`` dtype names) when given."""
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+    kw = {}
+    if precision is not None:
+        param, reduce = (getattr(torch, DTYPES[d]) for d in precision)
+        kw["mp_policy"] = MixedPrecisionPolicy(param_dtype=param, reduce_dtype=reduce)
 
     def wrap(model):
         blocks = shardable_blocks(model)
@@ -89,8 +99,8 @@ def shard_blocks(torch, mesh, flag):
                 f"--parallel {flag}: {type(model).__name__} has no repeated blocks to shard (its "
                 "_no_split_modules is empty and it holds no ModuleList of layers)")
         for b in blocks:
-            fully_shard(b, mesh=mesh)
-        fully_shard(model, mesh=mesh)
+            fully_shard(b, mesh=mesh, **kw)
+        fully_shard(model, mesh=mesh, **kw)
     return wrap
 
 

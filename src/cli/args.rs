@@ -12,7 +12,10 @@ use crate::model::config::ModelConfig;
 use crate::model::variant::{Attention, Fusion, Precision, Variant};
 use crate::record::Record;
 use crate::report::{self, Export};
-use crate::spec::{parse_device, Engine, Parallel, ParallelPlan, SpecError, TorchRun};
+use crate::spec::{
+    parse_device, CheckpointPolicy, Engine, FsdpPrecision, Parallel, ParallelPlan, SpecError,
+    TorchRun,
+};
 use crate::spec::{BinDtype, DataSpec};
 use crate::spec::{Dtype, Mode, Spec};
 use anyhow::bail;
@@ -118,6 +121,12 @@ pub struct EngineArgs {
     /// How the --nproc ranks share the model: ddp (DistributedDataParallel), fsdp (FSDP2, fully_shard on every block and the root), tp:T (tensor parallelism over T ranks, transformers' plan for the model) or fsdp+tp:T (FSDP2 over groups of T tensor-parallel ranks) [--engine torch]
     #[arg(long, value_name = "PLAN")]
     pub parallel: Option<String>,
+    /// With --checkpoint: ops (torchtitan's selective policy: keep attention's and every other matrix product's outputs, recompute the rest) or every:N (checkpoint every N-th block, keep the others whole) [--engine torch]
+    #[arg(long, value_name = "POLICY")]
+    pub checkpoint_policy: Option<String>,
+    /// With --parallel fsdp: FSDP2's MixedPrecisionPolicy as PARAM,REDUCE (bf16,f32: parameters gathered in bf16 for compute, gradients reduced in f32, master weights in --dtype) [--engine torch]
+    #[arg(long, value_name = "PARAM,REDUCE")]
+    pub fsdp_precision: Option<String>,
 }
 
 impl EngineArgs {
@@ -131,9 +140,27 @@ impl EngineArgs {
                 gpu_memory_limit_bytes: None,
                 heap_limit_bytes: None,
                 parallel: self.parallel()?,
+                checkpoint_policy: self
+                    .checkpoint_policy
+                    .as_deref()
+                    .map(CheckpointPolicy::parse)
+                    .transpose()?,
+                fsdp_precision: self
+                    .fsdp_precision
+                    .as_deref()
+                    .map(FsdpPrecision::parse)
+                    .transpose()?,
             })),
             Engine::Candle if device != "cpu" => Err(SpecError::DeviceNeedsTorch(device).into()),
             Engine::Candle => {
+                for (flag, v) in [
+                    ("--checkpoint-policy", &self.checkpoint_policy),
+                    ("--fsdp-precision", &self.fsdp_precision),
+                ] {
+                    if let Some(v) = v {
+                        bail!("{flag} {v}: it is a PyTorch feature; add --engine torch");
+                    }
+                }
                 if let Some(p) = self.parallel()? {
                     bail!(
                         "--parallel {}: a data-parallel job runs on PyTorch; add --engine torch",

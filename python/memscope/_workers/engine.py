@@ -36,7 +36,7 @@ from .._memory import Since
 from .._sharding import PlanError
 from .._record import series_entry
 from ..session import Session
-from . import models, protocol
+from . import checkpointing, models, protocol
 from . import parallel as plans
 from .._collectives import Collectives, ddp_buckets
 from .inputs import cache_of, cache_tensors, tokens
@@ -123,8 +123,7 @@ class Engine:
         train = self.mode == "train"
         model.train(train)
         if v.checkpoint:
-            model.gradient_checkpointing_enable(
-                gradient_checkpointing_kwargs={"use_reentrant": False})
+            checkpointing.enable(torch, model, self.spec.torch.checkpoint_policy)
         wrapped = self.wrap(model) if self.wrap is not None else None
         self.model = model
         self.optimizer = None
@@ -165,10 +164,16 @@ class Engine:
         workspace BLAS keeps after its first products of these shapes) is in place before the
         run's baseline is read, so it is not counted as the run's."""
         cfg = self.cfg.replace(n_layers=1, name="prime")
-        full = (self.cfg, self.expected, self.spec, self.variant, self.wrap)
+        full = (self.cfg, self.expected, self.spec, self.variant, self.wrap, self.dtype)
         self.wrap = None  # one process's step: no collective in the warm-up
         spec = self.spec.replace(grad_accum=1, new_tokens=min(2, self.spec.new_tokens or 0),
                                  variant=self.spec.variant.replace(fusion="full"))
+        fp = self.spec.torch.fsdp_precision
+        if fp is not None:
+            # FSDP2's policy computes in its parameter dtype: the warm-up step runs its kernels
+            # (their one-time set-up is per dtype) in that dtype, as the run will.
+            spec = spec.replace(dtype=fp.param, variant=spec.variant.replace(precision="pure"))
+            self.dtype = getattr(self.torch, DTYPES[fp.param])
         self.cfg, self.spec, self.variant = cfg, spec, spec.variant
         try:
             torch = self.torch
@@ -185,7 +190,7 @@ class Engine:
             {"train": self.train_step, "infer": self.infer_step,
              "generate": self.generate_step}[self.mode](lambda: ids)
         finally:
-            self.cfg, self.expected, self.spec, self.variant, self.wrap = full
+            self.cfg, self.expected, self.spec, self.variant, self.wrap, self.dtype = full
             self.model = self.optimizer = self.forward = None
 
     def autocast(self):

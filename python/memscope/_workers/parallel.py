@@ -53,7 +53,7 @@ def join_job(torch, spec):
             ids = [torch.cuda.current_device()] if cuda else None
             return DistributedDataParallel(model, device_ids=ids)
         return ddp
-    return sharding_wrap(torch, plan, device_type)
+    return sharding_wrap(torch, plan, device_type, spec.torch.fsdp_precision)
 
 
 # transformers' names for its tensor-parallel styles (a config's ``base_model_tp_plan``) that
@@ -81,13 +81,15 @@ def tp_plan(torch, model, flag):
     return {under + key: getattr(tp, TP_STYLES[style])() for key, style in plan.items()}
 
 
-def sharding_wrap(torch, parallel, device_type):
+def sharding_wrap(torch, parallel, device_type, precision=None):
     """The wrap a sharded plan puts on the model (the trace's, and each measured rank's):
     ``fsdp``: ``fully_shard`` on every block, then the root; ``tp``: transformers' plan applied
     by PyTorch's ``parallelize_module`` over the ranks; ``fsdp+tp``: that within each group of
-    ``tp`` ranks, then FSDP2 across the groups (a 2-D mesh: ``dp`` × ``tp``)."""
+    ``tp`` ranks, then FSDP2 across the groups (a 2-D mesh: ``dp`` × ``tp``). ``precision``:
+    ``--fsdp-precision`` (its ``param`` and ``reduce`` dtypes), FSDP2's mixed-precision policy."""
+    mp = (precision.param, precision.reduce) if precision is not None else None
     if parallel.plan == "fsdp":
-        return fully_shard_blocks(torch, parallel.world, device_type)
+        return fully_shard_blocks(torch, parallel.world, device_type, mp)
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor.parallel import parallelize_module
     flag = f"{parallel.plan}:{parallel.tp}"
@@ -98,7 +100,7 @@ def sharding_wrap(torch, parallel, device_type):
     else:
         mesh = init_device_mesh(device_type, (parallel.world // parallel.tp, parallel.tp),
                                 mesh_dim_names=("dp", "tp"))
-        tp_mesh, fsdp = mesh["tp"], shard_blocks(torch, mesh["dp"], flag)
+        tp_mesh, fsdp = mesh["tp"], shard_blocks(torch, mesh["dp"], flag, mp)
 
     def wrap(model):
         parallelize_module(model, tp_mesh, tp_plan(torch, model, flag))

@@ -60,7 +60,8 @@ def trace(request):
     torch.__future__.set_overwrite_module_params_on_conversion(True)
     eng = Engine(request, out=None, trace=True)
     if parallel is not None and parallel.plan != "ddp":
-        eng.wrap = plans.sharding_wrap(torch, parallel, eng.device.type)
+        eng.wrap = plans.sharding_wrap(torch, parallel, eng.device.type,
+                                       spec.torch.fsdp_precision)
     with fake:
         eng.build()
     buckets = planned_ddp_buckets(torch, eng.model) if parallel is not None and \

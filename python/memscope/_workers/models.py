@@ -6,6 +6,7 @@ runs none), the activation memscope's family uses, tied heads as the config says
 ``model_type`` is transformers' own: its config.json built as transformers reads it, the class it
 maps the config to (``describe``)."""
 
+import contextlib
 import math
 
 from . import protocol
@@ -158,6 +159,31 @@ def build(torch, transformers, cfg, attention):
         raise RuntimeError(f"transformers built {cls.__name__} with attention {got!r}, not "
                            f"{attention!r}")
     return model
+
+
+@contextlib.contextmanager
+def unpacked_sequences(transformers):
+    """The engine's batches as transformers sees them in a real run, for the trace. Without a
+    KV cache (training under checkpointing, which turns the cache off) transformers reads the
+    position ids to find sequences packed into one row, and, where it cannot read them (fake
+    tensors have no values), assumes packing: it builds a (B, 1, T, T) mask and gives it to
+    SDPA instead of ``is_causal``. memscope's batches are never packed (one sequence a row, its
+    positions 0…T−1), which a real run finds: the trace is told so."""
+    import importlib
+    try:
+        masks = importlib.import_module("transformers.masking_utils")
+    except ImportError:
+        yield
+        return
+    find = getattr(masks, "find_packed_sequence_indices", None)
+    if find is None:
+        yield
+        return
+    masks.find_packed_sequence_indices = lambda position_ids: None
+    try:
+        yield
+    finally:
+        masks.find_packed_sequence_indices = find
 
 
 def size_from_message(text):

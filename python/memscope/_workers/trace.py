@@ -25,6 +25,7 @@ from . import parallel as plans
 from .._collectives import Collectives
 from .engine import Engine
 from .inputs import cache_tensors
+from .models import unpacked_sequences
 from .protocol import answer_once
 
 REPLAYED_MICRO_BATCHES = 3
@@ -76,11 +77,13 @@ def trace(request):
     with fake:
         ids = torch.randint(0, spec.config.vocab_size, (spec.batch, spec.seq),
                             device=eng.device)
-    answer = traced(torch, fake, eng.model,
-                    lambda tr: eng.traced_steps(ids, tr.set_phase, tr.end_phase,
-                                                on_step=counter.take),
-                    traced_on, counter=counter, cache=lambda: cache_tensors(eng.past, torch),
-                    micro_batches=micro_batches, traced_micro=spec.grad_accum)
+    with unpacked_sequences(eng.transformers):
+        answer = traced(torch, fake, eng.model,
+                        lambda tr: eng.traced_steps(ids, tr.set_phase, tr.end_phase,
+                                                    on_step=counter.take),
+                        traced_on, counter=counter,
+                        cache=lambda: cache_tensors(eng.past, torch),
+                        micro_batches=micro_batches, traced_micro=spec.grad_accum)
     collectives = counter.take() if parallel is not None else {}
     if buckets:
         # DDP all-reduces every bucket once a step (its reducer runs them in C++); from its

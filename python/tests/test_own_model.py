@@ -111,11 +111,19 @@ def test_the_python_api_estimates_fits_and_labels_its_figures():
     ("not_scalar", "own_bad.py:not_scalar: the training step's loss is (2, 4), not a scalar"),
     ("missing", "own_bad.py: defines no 'missing' (its functions: Branchy, data_dependent"),
 ])
-def test_a_workload_that_cannot_run_is_named_and_nothing_is_written(function, says, tmp_path):
+def test_a_workload_that_cannot_run_is_named(function, says):
+    import memscope
+    with pytest.raises(memscope.WorkloadError) as e:
+        memscope.estimate(f"{SCRIPTS}/own_bad.py:{function}")
+    assert says in str(e.value), e.value
+
+
+def test_the_command_line_says_it_in_one_line_and_writes_nothing(tmp_path):
     out = tmp_path / "est.json"
-    p = module("estimate", SCRIPTS / f"own_bad.py:{function}", "--json", out)
+    p = module("estimate", SCRIPTS / "own_bad.py:data_dependent", "--json", out)
     assert p.returncode == 2, p.stdout
-    assert says in p.stderr and "Traceback" not in p.stderr, p.stderr
+    assert p.stderr.startswith("error: own_bad.py:data_dependent: the step reads a value")
+    assert "Traceback" not in p.stderr and len(p.stderr.strip().splitlines()) == 1, p.stderr
     assert not out.exists()
 
 

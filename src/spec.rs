@@ -161,6 +161,40 @@ pub struct TorchRun {
     /// reduced in REDUCE, over master weights in `--dtype`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fsdp_precision: Option<FsdpPrecision>,
+    /// `--reshard-after-forward` (with `--parallel fsdp`): FSDP2's `reshard_after_forward` on
+    /// every block, `true` (its default: each block's gathered parameters freed after its
+    /// forward and gathered again in backward), `false` (kept from forward to backward) or N
+    /// (kept resharded over N ranks).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reshard_after_forward: Option<Reshard>,
+}
+
+/// `--reshard-after-forward`: `true`, `false` or a number of ranks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(untagged)]
+pub enum Reshard {
+    Always(bool),
+    Ranks(usize),
+}
+
+impl Reshard {
+    pub fn flag(self) -> String {
+        match self {
+            Reshard::Always(b) => b.to_string(),
+            Reshard::Ranks(n) => n.to_string(),
+        }
+    }
+
+    pub fn parse(text: &str) -> Result<Reshard, SpecError> {
+        match text {
+            "true" => Ok(Reshard::Always(true)),
+            "false" => Ok(Reshard::Always(false)),
+            n => match n.parse::<usize>() {
+                Ok(n) if n >= 2 => Ok(Reshard::Ranks(n)),
+                _ => Err(SpecError::BadReshard(text.to_string())),
+            },
+        }
+    }
 }
 
 /// `--checkpoint-policy`: selective activation checkpointing on the torch engine.
@@ -383,6 +417,10 @@ pub enum SpecError {
     FsdpPrecisionNeedsFsdp(String),
     #[error("--fsdp-precision {0} with --precision mixed: choose one way to compute in half precision (FSDP2's policy, or autocast)")]
     FsdpPrecisionAndAutocast(String),
+    #[error("--reshard-after-forward {0}: use true (FSDP2's default), false (keep each block's gathered parameters from forward to backward) or N ≥ 2 (reshard over N ranks)")]
+    BadReshard(String),
+    #[error("--reshard-after-forward {flag}: {why}")]
+    ReshardPlan { flag: String, why: String },
     #[error("--checkpoint recomputes activations in backward, so it only applies to --mode train")]
     CheckpointNotTrain,
     #[error("--precision mixed keeps f32 master weights and optimizer state for a half-precision run: use it with --mode train and --dtype bf16 or f16 (this run is --mode {mode} --dtype {dtype})")]
@@ -676,6 +714,26 @@ impl Spec {
                 return Err(SpecError::FsdpPrecisionAndAutocast(fp.flag()));
             }
         }
+        if let Some(r) = t.reshard_after_forward {
+            let why = match t.parallel {
+                Some(p) if matches!(p.plan, ParallelPlan::Fsdp | ParallelPlan::FsdpTp) => {
+                    let shard = p.world / p.tp.max(1);
+                    match r {
+                        Reshard::Ranks(n) if n >= shard || shard % n != 0 => Some(format!(
+                            "{n} ranks must divide the {shard} FSDP2 shards over and be fewer"
+                        )),
+                        _ => None,
+                    }
+                }
+                _ => Some("FSDP2's choice; add --nproc N --parallel fsdp (or fsdp+tp:T)".into()),
+            };
+            if let Some(why) = why {
+                return Err(SpecError::ReshardPlan {
+                    flag: r.flag(),
+                    why,
+                });
+            }
+        }
         if self.seq == 1 && self.mode != Mode::Generate && config.family != Family::Bert {
             return Err(SpecError::SeqOneCausal {
                 model: self.model.clone(),
@@ -795,6 +853,7 @@ mod tests {
             parallel: None,
             checkpoint_policy: None,
             fsdp_precision: None,
+            reshard_after_forward: None,
         }
         .is_cuda());
     }
@@ -818,6 +877,7 @@ mod tests {
             parallel: None,
             checkpoint_policy: None,
             fsdp_precision: None,
+            reshard_after_forward: None,
         });
         assert_eq!(s.validate(), Ok(()));
         let back: Spec = serde_json::from_str(&serde_json::to_string(&s).unwrap()).unwrap();

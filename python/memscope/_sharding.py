@@ -68,29 +68,35 @@ def shardable_blocks(model):
     return blocks
 
 
-def fully_shard_blocks(torch, world, device_type, precision=None):
+def fully_shard_blocks(torch, world, device_type, precision=None, reshard=None):
     """FSDP2 as its users apply it: a function that puts ``fully_shard`` on every block of a
     model, then on the root, over ``world`` ranks of ``device_type`` (the trace's wrap; the
     measuring scripts apply the same); ``precision``: ``(param_dtype, reduce_dtype)`` names
-    (``bf16``, ``f32``) for FSDP2's ``MixedPrecisionPolicy``, or None."""
+    (``bf16``, ``f32``) for FSDP2's ``MixedPrecisionPolicy``, or None; ``reshard``: FSDP2's
+    ``reshard_after_forward`` (True, False or a number of ranks), None for its default."""
     from torch.distributed.device_mesh import init_device_mesh
 
     # Made before the trace's FakeTensorMode: the mesh's ranks are a real tensor.
-    return shard_blocks(torch, init_device_mesh(device_type, (world,)), "fsdp", precision)
+    return shard_blocks(torch, init_device_mesh(device_type, (world,)), "fsdp", precision,
+                        reshard)
 
 
 DTYPES = {"f32": "float32", "bf16": "bfloat16", "f16": "float16"}
 
 
-def shard_blocks(torch, mesh, flag, precision=None):
+def shard_blocks(torch, mesh, flag, precision=None, reshard=None):
     """``fully_shard`` on every block of a model, then on the root, over ``mesh``, with FSDP2's
-    ``MixedPrecisionPolicy`` of ``precision`` (``(param, reduce)`` dtype names) when given."""
+    ``MixedPrecisionPolicy`` of ``precision`` (``(param, reduce)`` dtype names) and its
+    ``reshard_after_forward`` of ``reshard`` when given (FSDP2 keeps the root's gathered after
+    forward whatever it is told: backward needs them first)."""
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
     kw = {}
     if precision is not None:
         param, reduce = (getattr(torch, DTYPES[d]) for d in precision)
         kw["mp_policy"] = MixedPrecisionPolicy(param_dtype=param, reduce_dtype=reduce)
+    if reshard is not None:
+        kw["reshard_after_forward"] = reshard
 
     def wrap(model):
         blocks = shardable_blocks(model)

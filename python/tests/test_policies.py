@@ -64,6 +64,16 @@ def test_fsdp2_mixed_precision_policy_is_measured_per_rank_within_2_percent(mems
     assert r["memory"]["estimate"]["categories"]["gathered_parameters"] * 2 == f32
 
 
+def test_fsdp2_kept_gathered_after_forward_is_measured_within_2_percent(memscope_bin, tmp_path):
+    r = bench(memscope_bin, tmp_path, "--model", "tiny-llama", "--batch", 8, "--seq", 256,
+              "--nproc", 2, "--parallel", "fsdp", "--reshard-after-forward", "false")
+    assert r["spec"]["torch"]["reshard_after_forward"] is False
+    assert abs(error(r)) < 0.02, (r["memory"]["estimate"]["peak_bytes"],
+                                  r["memory"]["heap_peak_bytes"])
+    # One all-gather a block for the step, not one in forward and another in backward.
+    assert r["collectives"]["all_gather"]["calls"] == 5  # 4 blocks and the root
+
+
 @pytest.mark.parametrize("ranks, published_gib", [(8, 82.4), (128, 67.0)])
 def test_torchtitan_s_published_llama_3_1_8b_rows_are_predicted_within_5_percent(
         memscope_bin, tmp_path, ranks, published_gib):
@@ -94,6 +104,11 @@ def test_torchtitan_s_published_llama_3_1_8b_rows_are_predicted_within_5_percent
      "--fsdp-precision bf16: give PARAM,REDUCE dtypes"),
     (["--nproc", "2", "--parallel", "ddp", "--fsdp-precision", "bf16,f32"],
      "applies to a sharded job"),
+    (["--reshard-after-forward", "false"], "--reshard-after-forward false: FSDP2's choice"),
+    (["--nproc", "4", "--parallel", "fsdp", "--reshard-after-forward", "3"],
+     "3 ranks must divide the 4 FSDP2 shards over and be fewer"),
+    (["--nproc", "4", "--parallel", "fsdp", "--reshard-after-forward", "maybe"],
+     "--reshard-after-forward maybe: use true"),
 ])
 def test_a_policy_without_what_it_needs_is_refused_naming_the_flag(memscope_bin, flags, says):
     p = subprocess.run([memscope_bin, "estimate", "--engine", "torch", "--model", "tiny-llama",

@@ -13,8 +13,8 @@ use crate::model::variant::{Attention, Fusion, Precision, Variant};
 use crate::record::Record;
 use crate::report::{self, Export};
 use crate::spec::{
-    parse_device, CheckpointPolicy, Engine, FsdpPrecision, Parallel, ParallelPlan, SpecError,
-    TorchRun,
+    parse_device, CheckpointPolicy, Engine, FsdpPrecision, Parallel, ParallelPlan, Reshard,
+    SpecError, TorchRun,
 };
 use crate::spec::{BinDtype, DataSpec};
 use crate::spec::{Dtype, Mode, Spec};
@@ -127,6 +127,9 @@ pub struct EngineArgs {
     /// With --parallel fsdp: FSDP2's MixedPrecisionPolicy as PARAM,REDUCE (bf16,f32: parameters gathered in bf16 for compute, gradients reduced in f32, master weights in --dtype) [--engine torch]
     #[arg(long, value_name = "PARAM,REDUCE")]
     pub fsdp_precision: Option<String>,
+    /// With --parallel fsdp: FSDP2's reshard_after_forward on every block: true (its default), false (keep each block's gathered parameters from forward to backward: one all-gather fewer, more memory) or N (reshard over N ranks) [--engine torch]
+    #[arg(long, value_name = "true|false|N")]
+    pub reshard_after_forward: Option<String>,
 }
 
 impl EngineArgs {
@@ -150,12 +153,18 @@ impl EngineArgs {
                     .as_deref()
                     .map(FsdpPrecision::parse)
                     .transpose()?,
+                reshard_after_forward: self
+                    .reshard_after_forward
+                    .as_deref()
+                    .map(Reshard::parse)
+                    .transpose()?,
             })),
             Engine::Candle if device != "cpu" => Err(SpecError::DeviceNeedsTorch(device).into()),
             Engine::Candle => {
                 for (flag, v) in [
                     ("--checkpoint-policy", &self.checkpoint_policy),
                     ("--fsdp-precision", &self.fsdp_precision),
+                    ("--reshard-after-forward", &self.reshard_after_forward),
                 ] {
                     if let Some(v) = v {
                         bail!("{flag} {v}: it is a PyTorch feature; add --engine torch");

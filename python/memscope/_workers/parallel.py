@@ -53,7 +53,8 @@ def join_job(torch, spec):
             ids = [torch.cuda.current_device()] if cuda else None
             return DistributedDataParallel(model, device_ids=ids)
         return ddp
-    return sharding_wrap(torch, plan, device_type, spec.torch.fsdp_precision)
+    return sharding_wrap(torch, plan, device_type, spec.torch.fsdp_precision,
+                         spec.torch.reshard_after_forward)
 
 
 # transformers' names for its tensor-parallel styles (a config's ``base_model_tp_plan``) that
@@ -81,15 +82,16 @@ def tp_plan(torch, model, flag):
     return {under + key: getattr(tp, TP_STYLES[style])() for key, style in plan.items()}
 
 
-def sharding_wrap(torch, parallel, device_type, precision=None):
+def sharding_wrap(torch, parallel, device_type, precision=None, reshard=None):
     """The wrap a sharded plan puts on the model (the trace's, and each measured rank's):
     ``fsdp``: ``fully_shard`` on every block, then the root; ``tp``: transformers' plan applied
     by PyTorch's ``parallelize_module`` over the ranks; ``fsdp+tp``: that within each group of
     ``tp`` ranks, then FSDP2 across the groups (a 2-D mesh: ``dp`` × ``tp``). ``precision``:
-    ``--fsdp-precision`` (its ``param`` and ``reduce`` dtypes), FSDP2's mixed-precision policy."""
+    ``--fsdp-precision`` (its ``param`` and ``reduce`` dtypes), FSDP2's mixed-precision policy;
+    ``reshard``: ``--reshard-after-forward`` (True, False or ranks)."""
     mp = (precision.param, precision.reduce) if precision is not None else None
     if parallel.plan == "fsdp":
-        return fully_shard_blocks(torch, parallel.world, device_type, mp)
+        return fully_shard_blocks(torch, parallel.world, device_type, mp, reshard)
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor.parallel import parallelize_module
     flag = f"{parallel.plan}:{parallel.tp}"
@@ -100,7 +102,7 @@ def sharding_wrap(torch, parallel, device_type, precision=None):
     else:
         mesh = init_device_mesh(device_type, (parallel.world // parallel.tp, parallel.tp),
                                 mesh_dim_names=("dp", "tp"))
-        tp_mesh, fsdp = mesh["tp"], shard_blocks(torch, mesh["dp"], flag, mp)
+        tp_mesh, fsdp = mesh["tp"], shard_blocks(torch, mesh["dp"], flag, mp, reshard)
 
     def wrap(model):
         parallelize_module(model, tp_mesh, tp_plan(torch, model, flag))

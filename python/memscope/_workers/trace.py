@@ -62,7 +62,8 @@ def trace(request):
     eng = Engine(request, out=None, trace=True)
     if parallel is not None and parallel.plan != "ddp":
         eng.wrap = plans.sharding_wrap(torch, parallel, eng.device.type,
-                                       spec.torch.fsdp_precision)
+                                       spec.torch.fsdp_precision,
+                                       spec.torch.reshard_after_forward)
     with fake:
         eng.build()
     buckets = planned_ddp_buckets(torch, eng.model) if parallel is not None and \

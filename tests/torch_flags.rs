@@ -42,6 +42,11 @@ const WORKLOAD: &[&str] = &[
     "--attention",
     "--checkpoint",
     "--precision",
+    // Read by the torch engine's build (`checkpointing.py`, FSDP2's wrap); refused without
+    // --checkpoint or a sharded plan, naming the flag (tests/spec and test_policies.py).
+    "--checkpoint-policy",
+    "--fsdp-precision",
+    "--reshard-after-forward",
 ];
 
 const WEIGHTS: (&str, &[&str], &str) = (

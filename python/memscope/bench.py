@@ -14,13 +14,12 @@ import gc
 import os
 
 from . import _native
-from ._adamw import make_adamw
 from ._collectives import ddp_buckets
 from ._memory import Since
-from ._sharding import PlanError, fully_shard_blocks, leave_fake_process_group
+from ._sharding import PlanError, fully_shard_blocks
 from .predict import check_plan, estimate
 from .session import Session
-from .workload import Step, WorkloadError, load, make
+from .workload import Step, WorkloadError, check_device, load, make, optimizer_of
 
 
 def measure(workload, *, batch=None, seq=None, mode="train", device="cpu", steps=5, warmup=2,
@@ -35,13 +34,15 @@ def measure(workload, *, batch=None, seq=None, mode="train", device="cpu", steps
     the torch engine primes its own. ``seed``: ``torch.manual_seed`` before each build.
     ``parallel`` (``ddp`` or ``fsdp``): this process is one rank of a torchrun job (``python -m
     memscope module bench … --nproc N --parallel P`` starts it): the estimate traced for rank 0
-    of the job first, then the process group joined (gloo on the CPU, NCCL on CUDA), the model
+    of the job first (under a fake process group, gone again before the real one is joined),
+    then the process group joined (gloo on the CPU, NCCL on CUDA), the model
     wrapped (DDP, or FSDP2 on its repeated blocks and root) and each rank's Record written
     (``run.rank1.json``)."""
     import torch
 
     if mode not in ("train", "infer"):
         raise WorkloadError(f"mode={mode!r}: a workload of yours runs `train` or `infer`")
+    check_device(device)
     if steps < 1 or warmup < 0:
         raise WorkloadError(f"steps={steps}, warmup={warmup}: give steps ≥ 1 and warmup ≥ 0")
     fn, name = load(workload) if isinstance(workload, str) else (
@@ -54,7 +55,6 @@ def measure(workload, *, batch=None, seq=None, mode="train", device="cpu", steps
     dev = torch.device(device)
     wrap = None
     if parallel is not None:
-        leave_fake_process_group(torch)
         dev, wrap = _join(torch, dev, parallel, world)
     counting = dev.type == "cpu" and _native.counter_active()
     if counting and prime:
@@ -132,11 +132,7 @@ def _built(torch, fn, name, given, device, mode, seed, wrap=None):
             wrapped = wrap(w.model)
         except PlanError as e:
             raise WorkloadError(f"{name}: {e}") from None
-    optimizer = None
-    if mode == "train":
-        params = list(w.model.parameters())
-        optimizer = w.optimizer(params) if w.optimizer is not None else \
-            make_adamw(torch, params, 1e-4, params[0].dtype if params else torch.float32)[0]
+    optimizer = optimizer_of(torch, w) if mode == "train" else None
     return w, optimizer, wrapped
 
 

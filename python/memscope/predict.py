@@ -12,14 +12,14 @@ its predicted step time.
 
 import contextlib
 import json
+import os
 
 from . import _contract, _native
-from ._adamw import make_adamw
 from ._collectives import Collectives
-from ._sharding import (PlanError, fake_process_group, fully_shard_blocks, planned_ddp_buckets,
-                        steady_ddp_buckets)
+from ._sharding import (PlanError, fake_process_group, fully_shard_blocks,
+                        leave_fake_process_group, planned_ddp_buckets, steady_ddp_buckets)
 from ._tracer import traced
-from .workload import Step, WorkloadError, load, make
+from .workload import Step, WorkloadError, check_device, load, make, optimizer_of
 
 # What each figure measures, as every memscope report labels it.
 MEASURES = {"cpu": "allocated (heap bytes of tensor storages)",
@@ -30,8 +30,9 @@ class Estimate:
     """A workload's predicted memory and time. ``peak_bytes``: the allocated peak (storages'
     bytes); ``reserved_peak_bytes``: CUDA's reserved peak (what the device must hold), None on
     the CPU; ``categories``: bytes by category at the peak (parameters, gradients,
-    optimizer_state, activations, runtime_buffers, inputs: the batch, temporaries); ``flops``: FLOPs of one step by
-    phase and ``total``; ``predicted_ms``: ms by phase and ``step`` (empty without measured
+    optimizer_state, activations, runtime_buffers, inputs: the batch, temporaries); ``flops``:
+    FLOPs of one step by phase and ``total``; ``predicted_ms``: ms by phase and ``step`` (empty
+    without measured
     roofs, ``no_time`` says why); ``by_kind``: the predicted time by op kind (``kind``, ``ms``,
     ``bound``, ``flops``), an op memscope has no formula for under ``uncosted (no formula)``;
     ``params``: exact parameter count."""
@@ -120,10 +121,10 @@ def estimate(workload, *, batch=None, seq=None, mode="train", device="cpu", thre
     blocks (the children of its longest ``ModuleList``) and its root — with the collectives one
     step runs. Returns an ``Estimate``."""
     import torch
-    from torch._subclasses.fake_tensor import FakeTensorMode
 
     if mode not in ("train", "infer"):
         raise WorkloadError(f"mode={mode!r}: a workload of yours runs `train` or `infer`")
+    check_device(device)
     check_plan(nproc, parallel, mode)
     fn, name = load(workload) if isinstance(workload, str) else (
         workload, getattr(workload, "__qualname__", repr(workload)))
@@ -132,7 +133,31 @@ def estimate(workload, *, batch=None, seq=None, mode="train", device="cpu", thre
     traced_on = device
     if device.startswith("cuda") and not torch.cuda.is_available():
         traced_on = "cpu"  # the same modules and saved tensors, on the CPU's kernels
+    try:
+        answer = _trace(torch, fn, name, {**given, "device": device}, mode, traced_on, nproc,
+                        parallel)
+    finally:
+        # The fake process group goes with the trace: the caller's process (a notebook, a
+        # test, a rank about to join its job) is not left looking like a rank of N.
+        leave_fake_process_group(torch)
+    threads = threads or len(os.sched_getaffinity(0))
+    limit = _native.parse_bytes("memory_limit", memory_limit) if isinstance(memory_limit, str) \
+        else memory_limit
+    text, products, no_time, kinds = _native.torch_estimate(json.dumps(answer), device,
+                                                            mode == "train", threads, limit)
+    plan = {"nproc": nproc, "parallel": parallel} if parallel is not None else {}
+    est = Estimate(name, mode, device, {**given, "device": device, **plan}, text, products,
+                   no_time)
+    est.by_kind = [{"kind": k, "ms": ms, "bound": b, "flops": f} for k, ms, b, f in kinds]
+    return est
+
+
+def _trace(torch, fn, name, values, mode, traced_on, nproc, parallel):
+    """The trace's answer (``trace_answer`` of the contract) for the workload ``fn`` makes from
+    ``values``: built under fake tensors on ``traced_on``, wrapped by ``parallel``'s plan as
+    rank 0 of ``nproc``, its steps run through the tracer."""
     import torch.distributed as dist
+    from torch._subclasses.fake_tensor import FakeTensorMode
 
     wrap = None
     if parallel is not None:
@@ -144,23 +169,22 @@ def estimate(workload, *, batch=None, seq=None, mode="train", device="cpu", thre
     fake = FakeTensorMode()
     torch.__future__.set_overwrite_module_params_on_conversion(True)
     with fake, torch.device(traced_on), _values_free_init(torch):
-        w = make(torch, fn, name, {**given, "device": device})
+        w = make(torch, fn, name, values)
         if wrap is not None:
             try:
                 wrap(w.model)
             except PlanError as e:
                 raise WorkloadError(f"{name}: {e}") from None
-        optimizer = None
-        if mode == "train":
-            params = list(w.model.parameters())
-            optimizer = w.optimizer(params) if w.optimizer is not None else \
-                make_adamw(torch, params, 1e-4, params[0].dtype if params else torch.float32)[0]
+        optimizer = optimizer_of(torch, w) if mode == "train" else None
         w.model.train(mode == "train")
     step = Step(torch, w, name, optimizer)
 
     def run(tr):
+        @contextlib.contextmanager
         def phase(p):
-            return _Phase(tr, p)
+            tr.set_phase(p)
+            yield
+            tr.end_phase()
         # The batch is made inside the trace, before the first phase: the run holds it from
         # before its first step to its end (the estimate's `inputs`).
         with torch.device(traced_on):
@@ -181,19 +205,9 @@ def estimate(workload, *, batch=None, seq=None, mode="train", device="cpu", thre
         # DDP all-reduces every bucket once a step (its reducer runs them in C++).
         collectives["all_reduce"] = {"calls": steady_ddp_buckets(torch, w.model),
                                      "bytes": sum(buckets), "group": nproc}
-    answer = _contract.check("trace_answer", {"traced_on": traced_on, "cuda_capability": None,
-                                              "bucket_sizes": buckets,
-                                              "collectives": collectives, **answer})
-    threads = threads or len(_allowed_cpus())
-    limit = _native.parse_bytes("memory_limit", memory_limit) if isinstance(memory_limit, str) \
-        else memory_limit
-    text, products, no_time, kinds = _native.torch_estimate(json.dumps(answer), device,
-                                                            mode == "train", threads, limit)
-    plan = {"nproc": nproc, "parallel": parallel} if parallel is not None else {}
-    est = Estimate(name, mode, device, {**given, "device": device, **plan}, text, products,
-                   no_time)
-    est.by_kind = [{"kind": k, "ms": ms, "bound": b, "flops": f} for k, ms, b, f in kinds]
-    return est
+    return _contract.check("trace_answer", {"traced_on": traced_on, "cuda_capability": None,
+                                            "bucket_sizes": buckets,
+                                            "collectives": collectives, **answer})
 
 
 def check_plan(nproc, parallel, mode):
@@ -256,18 +270,6 @@ def _inputs(w, name):
         raise WorkloadError(f"{name}: Workload.inputs() raised {type(e).__name__}: {e}") from e
 
 
-class _Phase:
-    def __init__(self, tr, name):
-        self.tr, self.name = tr, name
-
-    def __enter__(self):
-        self.tr.set_phase(self.name)
-
-    def __exit__(self, *exc):
-        self.tr.end_phase()
-        return False
-
-
 def _traced_failure(name, e):
     """Why the trace of ``name``'s step failed, naming the op: data-dependent shapes or control
     flow fake tensors cannot follow, tensors on two devices, or the step's own error."""
@@ -286,8 +288,3 @@ def _traced_failure(name, e):
                 "make the batch on the device memscope gives the function (it is called inside "
                 "torch.device(device))")
     return f"{name}: the step raised {kind} under the trace: {text}"
-
-
-def _allowed_cpus():
-    import os
-    return os.sched_getaffinity(0)

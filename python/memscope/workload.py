@@ -24,7 +24,10 @@ import dataclasses
 import importlib.util
 import inspect
 import os
+import re
 import sys
+
+from ._adamw import make_adamw
 
 
 class WorkloadError(ValueError):
@@ -123,6 +126,22 @@ def make(torch, fn, name, values):
             raise WorkloadError(f"{name}: Workload.{field} is {type(v).__name__}; give a "
                                 "function (a lambda will do)")
     return w
+
+
+def optimizer_of(torch, w):
+    """The workload's optimizer over its model's parameters: its own, else memscope's AdamW."""
+    params = list(w.model.parameters())
+    if w.optimizer is not None:
+        return w.optimizer(params)
+    return make_adamw(torch, params, 1e-4, params[0].dtype if params else torch.float32)[0]
+
+
+def check_device(device):
+    """``device`` as memscope runs a workload on it (``cpu``, ``cuda``, ``cuda:N``), else
+    WorkloadError naming it."""
+    if not isinstance(device, str) or not re.fullmatch(r"cpu|cuda(:\d+)?", device):
+        raise WorkloadError(f"device={device!r}: give cpu, cuda or cuda:N")
+    return device
 
 
 class Step:

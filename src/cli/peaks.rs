@@ -16,6 +16,10 @@ use std::process::ExitCode;
 // --nproc sets --collectives' ranks; --parallel is refused by name, not offered.
 #[command(mut_arg("nproc", |a| a.help("Ranks --collectives runs under torchrun (default 2; on the CPU at most the cores, on CUDA one GPU each)")))]
 #[command(mut_arg("parallel", |a| a.hide(true)))]
+// A training step's policies say nothing about a machine's roofs: refused by name, not offered.
+#[command(mut_arg("checkpoint_policy", |a| a.hide(true)))]
+#[command(mut_arg("fsdp_precision", |a| a.hide(true)))]
+#[command(mut_arg("reshard_after_forward", |a| a.hide(true)))]
 pub struct PeaksArgs {
     #[command(flatten)]
     pub threads: Threads,
@@ -49,6 +53,15 @@ pub fn run(a: PeaksArgs) -> anyhow::Result<ExitCode> {
         bail!("--nproc {n}: peaks times one process; --nproc sets the ranks of `peaks --engine torch --collectives`");
     }
     a.engine.refuse_parallel("peaks")?;
+    for (flag, v) in [
+        ("--checkpoint-policy", &a.engine.checkpoint_policy),
+        ("--fsdp-precision", &a.engine.fsdp_precision),
+        ("--reshard-after-forward", &a.engine.reshard_after_forward),
+    ] {
+        if let Some(v) = v {
+            bail!("{flag} {v}: peaks measures the machine's roofs, not a training step; give it to bench, estimate, sweep or fit");
+        }
+    }
     use crate::measure::peaks;
     let threads = a.threads.unwrap_or_else(all_cores);
     if threads == 0 || *a.batch == 0 || *a.seq == 0 {

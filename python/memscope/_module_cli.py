@@ -1,5 +1,5 @@
-"""``python -m memscope module estimate|bench FILE.py:FUNCTION``: your own workload (``workload.py``)
-from the command line. ``estimate`` traces its step without running it (``memscope.estimate``);
+"""``python -m memscope module estimate|bench FILE.py:FUNCTION``: your own workload
+(``workload.py``) from the command line. ``estimate`` traces its step without running it (``memscope.estimate``);
 ``bench`` runs it under the recorder with the estimate beside it (``memscope.measure``; on the
 CPU under memscope's counting allocator, so the heap figures are counted allocations) and writes
 the Record, which ``memscope report`` opens."""
@@ -79,13 +79,11 @@ def main(argv):
     if args.threads:
         import torch
         torch.set_num_threads(args.threads)
-    file = args.target.rpartition(":")[0]
     outputs = [("--json", args.json)] if args.command == "estimate" and args.json else \
         [("--record", args.record)] if args.command == "bench" else []
     try:
         if outputs:
-            inputs = [("FILE.py", os.path.abspath(file))] if os.path.isfile(file) else []
-            _native.check_outputs(outputs, inputs)
+            _native.check_outputs(outputs, _inputs(args.target))
         if args.command == "estimate":
             est = estimate(args.target, batch=args.batch, seq=args.seq, mode=args.mode,
                            device=args.device, threads=args.threads, nproc=args.nproc,
@@ -113,6 +111,12 @@ def main(argv):
     return 0
 
 
+def _inputs(target):
+    """The workload's file as an input no output may replace (none for a module's name)."""
+    file = target.rpartition(":")[0]
+    return [("FILE.py", os.path.abspath(file))] if os.path.isfile(file) else []
+
+
 def _launch(args, argv):
     """``bench --nproc N --parallel P``: N ranks under torchrun on this machine, each measured
     with the estimate of rank 0 beside it; each rank's Record then summarised."""
@@ -120,8 +124,7 @@ def _launch(args, argv):
         print(f"error: --parallel {args.parallel} needs --nproc 2 or more", file=sys.stderr)
         return 2
     try:
-        _native.check_outputs([("--record", args.record)],
-                              [("FILE.py", os.path.abspath(args.target.rpartition(":")[0]))])
+        _native.check_outputs([("--record", args.record)], _inputs(args.target))
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -245,12 +245,8 @@ impl FsdpPrecision {
     }
 
     pub fn parse(text: &str) -> Result<FsdpPrecision, SpecError> {
-        let dtype = |t: &str| match t.trim() {
-            "f32" => Some(Dtype::F32),
-            "bf16" => Some(Dtype::Bf16),
-            "f16" => Some(Dtype::F16),
-            _ => None,
-        };
+        // As `--dtype` reads its value.
+        let dtype = |t: &str| <Dtype as clap::ValueEnum>::from_str(t.trim(), false).ok();
         match text.split_once(',') {
             Some((p, r)) => match (dtype(p), dtype(r)) {
                 (Some(param), Some(reduce)) => Ok(FsdpPrecision { param, reduce }),

@@ -81,6 +81,7 @@ def fully_shard_blocks(torch, world, device_type, precision=None, reshard=None):
                         reshard)
 
 
+# The Spec's dtype names (`--dtype`, `--fsdp-precision`) as torch's attribute names.
 DTYPES = {"f32": "float32", "bf16": "bfloat16", "f16": "float16"}
 
 

@@ -37,7 +37,7 @@ class Estimate:
     ``bound``, ``flops``), an op memscope has no formula for under ``uncosted (no formula)``;
     ``params``: exact parameter count."""
 
-    def __init__(self, name, mode, device, values, answer, products, no_time):
+    def __init__(self, name, mode, device, values, answer, products, no_time, kinds):
         self.name, self.mode, self.device, self.values = name, mode, device, values
         e = json.loads(answer)
         self.raw = e
@@ -50,7 +50,7 @@ class Estimate:
         self.product_flops = products
         self.predicted_ms = e.get("predicted_ms", {})
         self.no_time = no_time
-        self.by_kind = []
+        self.by_kind = [{"kind": k, "ms": ms, "bound": b, "flops": f} for k, ms, b, f in kinds]
 
     @property
     def device_bytes(self):
@@ -146,10 +146,8 @@ def estimate(workload, *, batch=None, seq=None, mode="train", device="cpu", thre
     text, products, no_time, kinds = _native.torch_estimate(json.dumps(answer), device,
                                                             mode == "train", threads, limit)
     plan = {"nproc": nproc, "parallel": parallel} if parallel is not None else {}
-    est = Estimate(name, mode, device, {**given, "device": device, **plan}, text, products,
-                   no_time)
-    est.by_kind = [{"kind": k, "ms": ms, "bound": b, "flops": f} for k, ms, b, f in kinds]
-    return est
+    return Estimate(name, mode, device, {**given, "device": device, **plan}, text, products,
+                    no_time, kinds)
 
 
 def _trace(torch, fn, name, values, mode, traced_on, nproc, parallel):

@@ -33,7 +33,7 @@ from .. import _contract, _native
 from .._adamw import make_adamw
 from .._categories import unique_bytes
 from .._memory import Since
-from .._sharding import PlanError
+from .._sharding import DTYPES, PlanError
 from .._record import series_entry
 from ..session import Session
 from . import checkpointing, models, protocol
@@ -45,7 +45,6 @@ from .stop import Stop
 
 OOM_PREFIX = "memscope-oom "
 EXIT_OOM = 3
-DTYPES = {"f32": "float32", "bf16": "bfloat16", "f16": "float16"}
 
 
 class Engine:

@@ -8,7 +8,8 @@
 //!   model's exact parameter count);
 //! - `EngineLine`: each line the engine writes on stdout (its start, a step's memory entry, the
 //!   Record last);
-//! - `TraceAnswer`: what the estimator's trace prints;
+//! - `TraceAnswer`: what the estimator's trace prints (`PipelineTraceAnswer`: a pipeline's,
+//!   every rank's);
 //! - `OomFacts`: the `memscope-oom {…}` line on stderr when PyTorch runs out of memory;
 //! - `Record`: a run's Record (the recorder's too, written by `_native.write_record`);
 //! - `PeaksRequest`/`PeaksAnswer`: `peaks --engine torch`'s request and the seconds it timed;
@@ -25,6 +26,7 @@ struct Contract<'a> {
     request: crate::torch::python::Request<'a>,
     engine_line: crate::torch::process::Line,
     trace_answer: crate::torch::estimate::Trace,
+    pipeline_trace_answer: crate::torch::estimate::PipelineTrace,
     oom_facts: crate::record::torch_oom::OomFacts,
     record: crate::record::Record,
     peaks_request: crate::torch::peaks::PeaksRequest<'a>,

@@ -167,6 +167,70 @@ pub struct TorchRun {
     /// (kept resharded over N ranks).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reshard_after_forward: Option<Reshard>,
+    /// With `--parallel pp:P`: the schedule and its micro-batches (`--pp-schedule`,
+    /// `--micro-batches`); absent otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pipeline: Option<Pipeline>,
+}
+
+/// A pipeline-parallel job's schedule: which of PyTorch's schedule classes runs it, over how
+/// many micro-batches, with how many stages on each rank.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct Pipeline {
+    pub schedule: PipelineSchedule,
+    /// The batch is split into this many equal micro-batches (`--micro-batches`).
+    pub micro_batches: usize,
+    /// Stages each rank holds: 1, or V of `interleaved-1f1b:V` (rank r holds stages r, r + P,
+    /// …, as PyTorch's interleaved schedules place them).
+    pub stages_per_rank: usize,
+}
+
+/// `--pp-schedule`: PyTorch's schedule classes by the names torchtitan's configs give them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub enum PipelineSchedule {
+    /// `ScheduleGPipe`: every micro-batch's forward, then every backward.
+    #[serde(rename = "gpipe")]
+    GPipe,
+    /// `Schedule1F1B`: after a warm-up of forwards, one forward and one backward in turn.
+    #[serde(rename = "1f1b")]
+    OneFOneB,
+    /// `ScheduleInterleaved1F1B`: 1F1B over several stages a rank (smaller bubble).
+    #[serde(rename = "interleaved-1f1b")]
+    Interleaved1F1B,
+}
+
+impl Pipeline {
+    /// Every stage of the job: ranks × stages per rank.
+    pub fn stages(&self, world: usize) -> usize {
+        world * self.stages_per_rank
+    }
+
+    /// As `--pp-schedule` takes it.
+    pub fn schedule_flag(&self) -> String {
+        match self.schedule {
+            PipelineSchedule::GPipe => "gpipe".into(),
+            PipelineSchedule::OneFOneB => "1f1b".into(),
+            PipelineSchedule::Interleaved1F1B => {
+                format!("interleaved-1f1b:{}", self.stages_per_rank)
+            }
+        }
+    }
+
+    /// `--pp-schedule gpipe|1f1b|interleaved-1f1b[:V]` (V stages a rank, 2 if not given):
+    /// (schedule, stages per rank).
+    pub fn parse_schedule(text: &str) -> Result<(PipelineSchedule, usize), SpecError> {
+        let bad = || SpecError::BadPipelineSchedule(text.to_string());
+        match text.split_once(':') {
+            None if text == "gpipe" => Ok((PipelineSchedule::GPipe, 1)),
+            None if text == "1f1b" => Ok((PipelineSchedule::OneFOneB, 1)),
+            None if text == "interleaved-1f1b" => Ok((PipelineSchedule::Interleaved1F1B, 2)),
+            Some(("interleaved-1f1b", v)) => match v.parse::<usize>() {
+                Ok(v) if v >= 2 => Ok((PipelineSchedule::Interleaved1F1B, v)),
+                _ => Err(bad()),
+            },
+            _ => Err(bad()),
+        }
+    }
 }
 
 /// `--reshard-after-forward`: `true`, `false` or a number of ranks.
@@ -282,6 +346,7 @@ impl Parallel {
     pub fn flag(&self) -> String {
         match self.plan {
             ParallelPlan::Ddp | ParallelPlan::Fsdp => self.plan.name().to_string(),
+            ParallelPlan::Pp => format!("pp:{}", self.world),
             _ => format!("{}:{}", self.plan.name(), self.tp),
         }
     }
@@ -315,6 +380,12 @@ pub enum ParallelPlan {
     /// FSDP2 over `world / tp` groups of `tp` tensor-parallel ranks (a 2-D device mesh).
     #[serde(rename = "fsdp+tp")]
     FsdpTp,
+    /// Pipeline parallelism over `world` ranks (`pp:P`): the model's blocks split into stages
+    /// in order (the embedding on the first, the final norm, head and loss on the last), each
+    /// rank holding its stages' parameters, gradients and optimizer state, the batch run as
+    /// micro-batches through PyTorch's `torch.distributed.pipelining` schedule (`TorchRun`'s
+    /// `pipeline`).
+    Pp,
 }
 
 impl ParallelPlan {
@@ -324,6 +395,7 @@ impl ParallelPlan {
             ParallelPlan::Fsdp => "fsdp",
             ParallelPlan::Tp => "tp",
             ParallelPlan::FsdpTp => "fsdp+tp",
+            ParallelPlan::Pp => "pp",
         }
     }
 }
@@ -415,6 +487,10 @@ pub enum SpecError {
     FsdpPrecisionAndAutocast(String),
     #[error("--reshard-after-forward {0}: use true (FSDP2's default), false (keep each block's gathered parameters from forward to backward) or N ≥ 2 (reshard over N ranks)")]
     BadReshard(String),
+    #[error("--pp-schedule {0}: use gpipe, 1f1b or interleaved-1f1b[:V] (V ≥ 2 stages a rank, 2 if not given), PyTorch's ScheduleGPipe, Schedule1F1B and ScheduleInterleaved1F1B")]
+    BadPipelineSchedule(String),
+    #[error("{flag}: {why}")]
+    PipelinePlan { flag: String, why: String },
     #[error("--reshard-after-forward {flag}: {why}")]
     ReshardPlan { flag: String, why: String },
     #[error("--checkpoint recomputes activations in backward, so it only applies to --mode train")]
@@ -682,6 +758,71 @@ impl Spec {
         }
     }
 
+    /// A pipeline job's schedule against its model, batch and mode (and a schedule without
+    /// one refused), each naming the flag that fixes it.
+    fn validate_pipeline(&self, t: &TorchRun, config: &ModelConfig) -> Result<(), SpecError> {
+        let err = |flag: String, why: String| Err(SpecError::PipelinePlan { flag, why });
+        let world = t
+            .parallel
+            .filter(|p| p.plan == ParallelPlan::Pp)
+            .map(|p| p.world);
+        let (pipe, world) = match (t.pipeline, world) {
+            (None, None) => return Ok(()),
+            (Some(p), None) => {
+                return err(
+                    format!("--pp-schedule {}", p.schedule_flag()),
+                    "a schedule runs a pipeline-parallel job; add --nproc P --parallel pp:P".into(),
+                )
+            }
+            (None, Some(w)) => {
+                return err(
+                    format!("--parallel pp:{w}"),
+                    "internal: a pipeline job without its schedule".into(),
+                )
+            }
+            (Some(p), Some(w)) => (p, w),
+        };
+        let plan = format!("--parallel pp:{world}");
+        if self.mode != Mode::Train {
+            return err(plan, format!("memscope runs a pipeline's training schedule; --mode {} runs one process's forward (use --mode train, or --parallel ddp|fsdp|tp:T)", self.mode.name()));
+        }
+        if self.grad_accum > 1 {
+            return err(
+                format!("--grad-accum {}", self.grad_accum),
+                "a pipeline's schedule accumulates over its own micro-batches; give them with --micro-batches M".into(),
+            );
+        }
+        let m = pipe.micro_batches;
+        if m == 0 || self.batch % m != 0 {
+            return err(
+                format!("--micro-batches {m}"),
+                format!(
+                    "the batch of {} splits into micro-batches of equal size (without --micro-batches, one a stage); use a number that divides --batch {}",
+                    self.batch, self.batch
+                ),
+            );
+        }
+        let stages = pipe.stages(world);
+        if stages > config.n_layers {
+            return err(
+                plan,
+                format!(
+                    "{stages} stages ({world} ranks × {} a rank) for {} blocks; a stage holds at least one block: use fewer ranks or stages a rank",
+                    pipe.stages_per_rank, config.n_layers
+                ),
+            );
+        }
+        // PyTorch's interleaved 1F1B runs the micro-batches in max(1, M / P) equal rounds.
+        let rounds = (m / world).max(1);
+        if pipe.schedule == PipelineSchedule::Interleaved1F1B && m % rounds != 0 {
+            return err(
+                format!("--micro-batches {m}"),
+                format!("PyTorch's interleaved 1F1B runs its micro-batches in {rounds} equal rounds (one per {world} ranks' worth); use a multiple of {world}, or fewer than {}", 2 * world),
+            );
+        }
+        Ok(())
+    }
+
     /// What only the torch engine refuses.
     fn validate_torch(&self, t: &TorchRun, config: &ModelConfig) -> Result<(), SpecError> {
         parse_device(&t.device)?;
@@ -730,6 +871,7 @@ impl Spec {
                 });
             }
         }
+        self.validate_pipeline(t, config)?;
         if self.seq == 1 && self.mode != Mode::Generate && config.family != Family::Bert {
             return Err(SpecError::SeqOneCausal {
                 model: self.model.clone(),
@@ -850,6 +992,7 @@ mod tests {
             checkpoint_policy: None,
             fsdp_precision: None,
             reshard_after_forward: None,
+            pipeline: None,
         }
         .is_cuda());
     }
@@ -874,6 +1017,7 @@ mod tests {
             checkpoint_policy: None,
             fsdp_precision: None,
             reshard_after_forward: None,
+            pipeline: None,
         });
         assert_eq!(s.validate(), Ok(()));
         let back: Spec = serde_json::from_str(&serde_json::to_string(&s).unwrap()).unwrap();

@@ -16,7 +16,7 @@ fn with(extra: &[&'static str]) -> Vec<&'static str> {
 fn a_job_needs_both_its_ranks_and_its_plan() {
     fails_with(
         &with(&["--nproc", "4"]),
-        &["--nproc 4: say how the ranks share the model: --parallel ddp, fsdp, tp:T or fsdp+tp:T"],
+        &["--nproc 4: say how the ranks share the model: --parallel ddp, fsdp, tp:T, fsdp+tp:T or pp:P"],
     );
     fails_with(
         &with(&["--parallel", "fsdp"]),
@@ -47,11 +47,110 @@ fn plans_and_degrees_that_cannot_run_are_named() {
     );
     fails_with(
         &with(&["--parallel", "tp:two", "--nproc", "2"]),
-        &["--parallel tp:two: the tensor-parallel degree after ':' is a whole number of ranks"],
+        &["--parallel tp:two: the degree after ':' is a whole number of ranks"],
     );
     fails_with(
         &with(&["--parallel", "zero3", "--nproc", "2"]),
-        &["--parallel zero3: use ddp, fsdp, tp:T (tensor parallelism over T ranks) or fsdp+tp:T"],
+        &["--parallel zero3: use ddp, fsdp, tp:T (tensor parallelism over T ranks), fsdp+tp:T (FSDP2 over groups of T tensor-parallel ranks) or pp:P"],
+    );
+}
+
+#[test]
+fn a_pipeline_that_cannot_run_is_named_by_its_flag() {
+    // tiny-gpt2: 4 blocks; batch 8 unless said.
+    let pp = |extra: &[&'static str]| {
+        let mut a = with(&["--batch", "8", "--seq", "64"]);
+        a.extend_from_slice(extra);
+        a
+    };
+    fails_with(
+        &pp(&["--parallel", "pp:2", "--nproc", "4"]),
+        &[
+            "--parallel pp:2: a pipeline of 2 stages' ranks is the whole job here",
+            "use --nproc 2",
+        ],
+    );
+    fails_with(
+        &pp(&["--parallel", "pp:8", "--nproc", "8"]),
+        &["--parallel pp:8: 8 stages (8 ranks × 1 a rank) for 4 blocks"],
+    );
+    fails_with(
+        &pp(&[
+            "--parallel",
+            "pp:2",
+            "--nproc",
+            "2",
+            "--pp-schedule",
+            "interleaved-1f1b:4",
+            "--micro-batches",
+            "8",
+        ]),
+        &["--parallel pp:2: 8 stages (2 ranks × 4 a rank) for 4 blocks"],
+    );
+    fails_with(
+        &pp(&["--parallel", "pp:2", "--nproc", "2", "--micro-batches", "3"]),
+        &[
+            "--micro-batches 3: the batch of 8 splits into micro-batches of equal size",
+            "divides --batch 8",
+        ],
+    );
+    fails_with(
+        &pp(&[
+            "--parallel",
+            "pp:2",
+            "--nproc",
+            "2",
+            "--pp-schedule",
+            "zero-bubble",
+        ]),
+        &["--pp-schedule zero-bubble: use gpipe, 1f1b or interleaved-1f1b[:V]"],
+    );
+    fails_with(
+        &pp(&[
+            "--parallel",
+            "pp:2",
+            "--nproc",
+            "2",
+            "--pp-schedule",
+            "interleaved-1f1b:1",
+        ]),
+        &["--pp-schedule interleaved-1f1b:1: use gpipe, 1f1b or interleaved-1f1b[:V] (V ≥ 2"],
+    );
+    fails_with(
+        &pp(&["--parallel", "pp:2", "--nproc", "2", "--grad-accum", "2"]),
+        &["--grad-accum 2: a pipeline's schedule accumulates over its own micro-batches; give them with --micro-batches M"],
+    );
+    fails_with(
+        &pp(&["--pp-schedule", "gpipe"]),
+        &["--pp-schedule gpipe: a schedule runs a pipeline-parallel job; add --nproc P --parallel pp:P"],
+    );
+    fails_with(
+        &pp(&["--micro-batches", "2", "--parallel", "fsdp", "--nproc", "2"]),
+        &["--micro-batches 2: micro-batches are a pipeline's; add --nproc P --parallel pp:P (for gradient accumulation use --grad-accum)"],
+    );
+    fails_with(
+        &["estimate", "--model", "tiny-gpt2", "--micro-batches", "2"],
+        &["--micro-batches 2: a pipeline's micro-batches are PyTorch's; add --engine torch"],
+    );
+}
+
+#[test]
+fn interleaved_rounds_must_divide_the_micro_batches() {
+    // 2 ranks, 5 micro-batches: PyTorch makes max(1, 5 / 2) = 2 rounds, which 5 does not fill.
+    let mut uneven = with(&[
+        "--batch",
+        "10",
+        "--seq",
+        "64",
+        "--nproc",
+        "2",
+        "--parallel",
+        "pp:2",
+    ]);
+    uneven.extend_from_slice(&["--pp-schedule", "interleaved-1f1b", "--micro-batches", "5"]);
+    fails_with(
+        &uneven,
+        &["--micro-batches 5: PyTorch's interleaved 1F1B runs its micro-batches in 2 equal rounds"],
     );
 }
 

@@ -11,11 +11,11 @@ class PlanError(ValueError):
     """A plan this model cannot take; says which flag and why."""
 
 
-def fake_process_group(torch, world):
-    """Rank 0 of ``world`` ranks under PyTorch's fake process group (its own tests' backend):
-    collectives return at once and move nothing, so one process traces one rank's steps. A fake
-    group of another size is replaced; a real one (this process is a rank of a job) is refused:
-    the trace would run its collectives for real."""
+def fake_process_group(torch, world, rank=0):
+    """Rank ``rank`` (0 unless asked) of ``world`` ranks under PyTorch's fake process group (its
+    own tests' backend): collectives return at once and move nothing, so one process traces one
+    rank's steps. A fake group of another size or rank is replaced; a real one (this process is
+    a rank of a job) is refused: the trace would run its collectives for real."""
     import torch.distributed as dist
     from torch.testing._internal.distributed.fake_pg import FakeStore
     if dist.is_initialized():
@@ -24,10 +24,10 @@ def fake_process_group(torch, world):
                             "an estimate of a plan traces rank 0 under PyTorch's fake process "
                             "group, so make it before init_process_group (or in a process of "
                             "its own)")
-        if dist.get_world_size() == world:
+        if dist.get_world_size() == world and dist.get_rank() == rank:
             return
         dist.destroy_process_group()
-    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=world)
+    dist.init_process_group("fake", store=FakeStore(), rank=rank, world_size=world)
 
 
 def leave_fake_process_group(torch):

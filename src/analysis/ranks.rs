@@ -26,6 +26,7 @@ fn figures(rank: usize, r: &Record) -> RankFigures {
         step_cv_pct: step.and_then(|t| t.cv_pct),
         collectives: r.collectives.clone(),
         worst: false,
+        predicted_peak_bytes: None,
     }
 }
 

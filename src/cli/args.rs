@@ -13,8 +13,8 @@ use crate::model::variant::{Attention, Fusion, Precision, Variant};
 use crate::record::Record;
 use crate::report::{self, Export};
 use crate::spec::{
-    parse_device, CheckpointPolicy, Engine, FsdpPrecision, Parallel, ParallelPlan, Reshard,
-    SpecError, TorchRun,
+    parse_device, CheckpointPolicy, Engine, FsdpPrecision, Parallel, ParallelPlan, Pipeline,
+    PipelineSchedule, Reshard, SpecError, TorchRun,
 };
 use crate::spec::{BinDtype, DataSpec};
 use crate::spec::{Dtype, Mode, Spec};
@@ -118,7 +118,7 @@ pub struct EngineArgs {
     /// Ranks of a data-parallel job (with --parallel and --engine torch): estimate traces one rank under a fake process group; bench, sweep and fit launch them with torchrun (gloo on the CPU, NCCL on CUDA)
     #[arg(long, value_name = "N")]
     pub nproc: Option<usize>,
-    /// How the --nproc ranks share the model: ddp (DistributedDataParallel), fsdp (FSDP2, fully_shard on every block and the root), tp:T (tensor parallelism over T ranks, transformers' plan for the model) or fsdp+tp:T (FSDP2 over groups of T tensor-parallel ranks) [--engine torch]
+    /// How the --nproc ranks share the model: ddp (DistributedDataParallel), fsdp (FSDP2, fully_shard on every block and the root), tp:T (tensor parallelism over T ranks, transformers' plan for the model), fsdp+tp:T (FSDP2 over groups of T tensor-parallel ranks) or pp:P (the blocks split into a pipeline of P ranks, run by --pp-schedule over --micro-batches) [--engine torch]
     #[arg(long, value_name = "PLAN")]
     pub parallel: Option<String>,
     /// With --checkpoint: ops (torchtitan's selective policy: keep attention's and every other matrix product's outputs, recompute the rest) or every:N (checkpoint every N-th block, keep the others whole) [--engine torch]
@@ -130,6 +130,12 @@ pub struct EngineArgs {
     /// With --parallel fsdp: FSDP2's reshard_after_forward on every block: true (its default), false (keep each block's gathered parameters from forward to backward: one all-gather fewer, more memory) or N (reshard over N ranks) [--engine torch]
     #[arg(long, value_name = "true|false|N")]
     pub reshard_after_forward: Option<String>,
+    /// With --parallel pp:P: PyTorch's pipeline schedule, gpipe, 1f1b or interleaved-1f1b[:V] (V stages a rank, 2 if not given) [default: 1f1b] [--engine torch]
+    #[arg(long, value_name = "SCHEDULE")]
+    pub pp_schedule: Option<String>,
+    /// With --parallel pp:P: micro-batches the batch is split into (they must divide --batch) [default: the job's stages] [--engine torch]
+    #[arg(long, value_name = "M")]
+    pub micro_batches: Option<usize>,
 }
 
 impl EngineArgs {
@@ -158,6 +164,7 @@ impl EngineArgs {
                     .as_deref()
                     .map(Reshard::parse)
                     .transpose()?,
+                pipeline: self.pipeline()?,
             })),
             Engine::Candle if device != "cpu" => Err(SpecError::DeviceNeedsTorch(device).into()),
             Engine::Candle => {
@@ -165,10 +172,14 @@ impl EngineArgs {
                     ("--checkpoint-policy", &self.checkpoint_policy),
                     ("--fsdp-precision", &self.fsdp_precision),
                     ("--reshard-after-forward", &self.reshard_after_forward),
+                    ("--pp-schedule", &self.pp_schedule),
                 ] {
                     if let Some(v) = v {
                         bail!("{flag} {v}: it is a PyTorch feature; add --engine torch");
                     }
+                }
+                if let Some(m) = self.micro_batches {
+                    bail!("--micro-batches {m}: a pipeline's micro-batches are PyTorch's; add --engine torch --nproc P --parallel pp:P");
                 }
                 if let Some(p) = self.parallel()? {
                     bail!(
@@ -181,13 +192,37 @@ impl EngineArgs {
         }
     }
 
+    /// `--pp-schedule` and `--micro-batches` as a pipeline job's schedule (1F1B over as many
+    /// micro-batches as the job has stages unless given); either without `--parallel pp:P`
+    /// is left to the Spec's validation, which names it.
+    fn pipeline(&self) -> anyhow::Result<Option<Pipeline>> {
+        let pp = self.parallel()?.filter(|p| p.plan == ParallelPlan::Pp);
+        if pp.is_none() && self.pp_schedule.is_none() && self.micro_batches.is_none() {
+            return Ok(None);
+        }
+        if pp.is_none() && self.pp_schedule.is_none() {
+            let m = self.micro_batches.unwrap_or_default();
+            bail!("--micro-batches {m}: micro-batches are a pipeline's; add --nproc P --parallel pp:P (for gradient accumulation use --grad-accum)");
+        }
+        let (schedule, stages_per_rank) = match self.pp_schedule.as_deref() {
+            Some(text) => Pipeline::parse_schedule(text)?,
+            None => (PipelineSchedule::OneFOneB, 1),
+        };
+        let world = pp.map_or(1, |p| p.world);
+        Ok(Some(Pipeline {
+            schedule,
+            micro_batches: self.micro_batches.unwrap_or(world * stages_per_rank),
+            stages_per_rank,
+        }))
+    }
+
     /// `--parallel PLAN --nproc N` as the job; every combination memscope cannot run refused,
     /// naming the flag.
     fn parallel(&self) -> anyhow::Result<Option<Parallel>> {
         let (plan, world) = match (self.parallel.as_deref(), self.nproc) {
             (None, None) => return Ok(None),
             (None, Some(n)) => bail!(
-                "--nproc {n}: say how the ranks share the model: --parallel ddp, fsdp, tp:T or fsdp+tp:T"
+                "--nproc {n}: say how the ranks share the model: --parallel ddp, fsdp, tp:T, fsdp+tp:T or pp:P"
             ),
             (Some(p), None) => {
                 bail!("--parallel {p}: give the job's number of ranks with --nproc N")
@@ -210,12 +245,16 @@ impl EngineArgs {
             None if plan == "fsdp" => (ParallelPlan::Fsdp, 1),
             Some(("tp", t)) => (ParallelPlan::Tp, tp_degree(plan, t)?),
             Some(("fsdp+tp", t)) => (ParallelPlan::FsdpTp, tp_degree(plan, t)?),
-            _ => bail!("--parallel {plan}: use ddp, fsdp, tp:T (tensor parallelism over T ranks) or fsdp+tp:T (FSDP2 over groups of T tensor-parallel ranks)"),
+            Some(("pp", p)) => (ParallelPlan::Pp, tp_degree(plan, p)?),
+            _ => bail!("--parallel {plan}: use ddp, fsdp, tp:T (tensor parallelism over T ranks), fsdp+tp:T (FSDP2 over groups of T tensor-parallel ranks) or pp:P (a pipeline of P ranks)"),
         };
         match plan {
             ParallelPlan::Tp if tp != world => bail!(
                 "--parallel {plan_text}: tensor parallelism alone puts every rank in one group; use --nproc {tp}, or --parallel fsdp+tp:{tp} to shard {world} ranks as groups of {tp}",
                 plan_text = self.parallel.as_deref().unwrap_or_default()
+            ),
+            ParallelPlan::Pp if tp != world => bail!(
+                "--parallel pp:{tp}: a pipeline of {tp} stages' ranks is the whole job here (pipelines combined with data or tensor parallelism are not built); use --nproc {tp}"
             ),
             ParallelPlan::FsdpTp if world % tp != 0 => bail!(
                 "--parallel fsdp+tp:{tp}: --nproc {world} ranks do not split into groups of {tp}; use a --nproc that {tp} divides"
@@ -225,7 +264,8 @@ impl EngineArgs {
         Ok(Some(Parallel {
             plan,
             world,
-            tp,
+            // A pipeline's degree is the job's ranks; no rank shares a tensor-parallel group.
+            tp: if plan == ParallelPlan::Pp { 1 } else { tp },
             nodes: 1,
         }))
     }
@@ -234,11 +274,11 @@ impl EngineArgs {
 /// The most ranks `--nproc` takes.
 pub const MAX_WORLD: usize = 16_384;
 
-/// `T` of `--parallel tp:T` / `fsdp+tp:T`: a whole number of ranks, at least 1.
+/// `T` of `--parallel tp:T` / `fsdp+tp:T` (`P` of `pp:P`): a whole number of ranks, at least 1.
 fn tp_degree(plan: &str, t: &str) -> anyhow::Result<usize> {
     match t.parse::<usize>() {
         Ok(n) if n >= 1 => Ok(n),
-        _ => bail!("--parallel {plan}: the tensor-parallel degree after ':' is a whole number of ranks, at least 1 (as in tp:2)"),
+        _ => bail!("--parallel {plan}: the degree after ':' is a whole number of ranks, at least 1 (as in tp:2 or pp:2)"),
     }
 }
 

@@ -20,6 +20,8 @@ use std::process::ExitCode;
 #[command(mut_arg("checkpoint_policy", |a| a.hide(true)))]
 #[command(mut_arg("fsdp_precision", |a| a.hide(true)))]
 #[command(mut_arg("reshard_after_forward", |a| a.hide(true)))]
+#[command(mut_arg("pp_schedule", |a| a.hide(true)))]
+#[command(mut_arg("micro_batches", |a| a.hide(true)))]
 pub struct PeaksArgs {
     #[command(flatten)]
     pub threads: Threads,
@@ -57,6 +59,11 @@ pub fn run(a: PeaksArgs) -> anyhow::Result<ExitCode> {
         ("--checkpoint-policy", &a.engine.checkpoint_policy),
         ("--fsdp-precision", &a.engine.fsdp_precision),
         ("--reshard-after-forward", &a.engine.reshard_after_forward),
+        ("--pp-schedule", &a.engine.pp_schedule),
+        (
+            "--micro-batches",
+            &a.engine.micro_batches.map(|m| m.to_string()),
+        ),
     ] {
         if let Some(v) = v {
             bail!("{flag} {v}: peaks measures the machine's roofs, not a training step; give it to bench, estimate, sweep or fit");

@@ -29,4 +29,8 @@ pub struct RankFigures {
     pub collectives: Option<super::collectives::StepCollectives>,
     /// The rank whose figures the Record holds: the largest peak (the lowest rank on a tie).
     pub worst: bool,
+    /// `--parallel pp:P`: the peak the torch estimator predicted for this rank (its own stages
+    /// traced as it), measuring what `peak_bytes` measures.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub predicted_peak_bytes: Option<u64>,
 }

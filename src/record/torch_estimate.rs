@@ -20,6 +20,9 @@ pub struct TorchEstimateFile {
     /// `--nproc --parallel`: the job whose rank 0 every figure is.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub parallel: Option<crate::spec::Parallel>,
+    /// `--parallel pp:P`: its schedule and micro-batches.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pipeline: Option<crate::spec::Pipeline>,
     /// A model transformers built from its config.json: what it built (class, widths, experts).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub built: Option<crate::model::config::BuiltModel>,
@@ -90,6 +93,31 @@ pub struct TorchEstimate {
     /// buckets (`DdpRebuild`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ddp_rebuild: Option<DdpRebuild>,
+    /// `--parallel pp:P`: every rank's own estimate (its stages, parameters and peak), each
+    /// traced as that rank; the figures above are the fullest rank's (`rank` names it).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pipeline_ranks: Vec<PipelineRank>,
+}
+
+/// One rank of a pipeline job: which stages and blocks it holds, and its own estimate.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PipelineRank {
+    pub rank: usize,
+    /// (stage index, first block, end block) of each stage the rank holds.
+    pub stages: Vec<(usize, usize, usize)>,
+    /// The most micro-batches whose activations it holds at once, over its stages, by the
+    /// schedule's action list (PyTorch's `pipeline_order`).
+    pub in_flight: usize,
+    pub params: u64,
+    pub categories: BTreeMap<String, u64>,
+    /// The allocated peak and its phase, as `TorchEstimate`'s.
+    pub peak_bytes: u64,
+    pub peak_phase: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reserved_peak_bytes: Option<u64>,
+    /// The collectives and point-to-point transfers it runs a step, by kind.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub collectives: crate::record::collectives::StepCollectives,
 }
 
 /// DDP over NCCL rebuilds its gradient buckets at its second step (in the order gradients

@@ -24,6 +24,7 @@ pub mod summary;
 pub mod table;
 pub mod terminal;
 pub mod torch_estimate;
+pub mod torch_pipeline;
 pub mod torch_time;
 pub mod trace;
 

@@ -206,17 +206,14 @@ pub fn memory_table(r: &Record) -> Table {
     let (heap, counted_by) = crate::report::heap_kind::heap_kind(r);
     let mut rows = vec![
         vec!["parameters".into(), bytes(m.param_bytes as f64), {
-            let sharded = r
-                .spec
-                .parallel()
-                .is_some_and(|p| p.plan != crate::spec::ParallelPlan::Ddp);
+            use crate::spec::ParallelPlan;
+            let part = match r.spec.parallel().map(|p| p.plan) {
+                None | Some(ParallelPlan::Ddp) => "",
+                Some(ParallelPlan::Pp) => "this rank's stages of ",
+                Some(_) => "this rank's shards of ",
+            };
             format!(
-                "exact: {}{} params × {} B ({})",
-                if sharded {
-                    "this rank's shards of "
-                } else {
-                    ""
-                },
+                "exact: {part}{} params × {} B ({})",
                 thousands(r.model.params),
                 r.spec.dtype.size_bytes(),
                 r.spec.dtype.name()
@@ -356,6 +353,8 @@ pub fn ranks_table(r: &Record) -> Option<Table> {
 pub fn rank_table(ranks: &[crate::record::ranks::RankFigures], what: &str) -> Table {
     // CUDA's reserved bytes where a rank has them.
     let reserved = ranks.iter().any(|f| f.reserved_bytes.is_some());
+    // A pipeline's ranks, each beside the peak predicted for it.
+    let predicted = ranks.iter().any(|f| f.predicted_peak_bytes.is_some());
     let rows = ranks
         .iter()
         .map(|f| {
@@ -368,6 +367,12 @@ pub fn rank_table(ranks: &[crate::record::ranks::RankFigures], what: &str) -> Ta
                 cells.push(f.reserved_bytes.map_or("n/a".into(), |b| bytes(b as f64)));
             }
             cells.push(f.parameter_bytes.map_or("n/a".into(), |b| bytes(b as f64)));
+            if predicted {
+                cells.push(f.predicted_peak_bytes.map_or("n/a".into(), |p| {
+                    let err = 100.0 * (p as f64 - f.peak_bytes as f64) / f.peak_bytes.max(1) as f64;
+                    format!("{} ({err:+.1}%)", bytes(p as f64))
+                }));
+            }
             cells.push(match f.step_cv_pct {
                 Some(cv) => format!("{} (CV {cv:.1}%)", ms(f.step_median_ms)),
                 None => ms(f.step_median_ms),
@@ -380,7 +385,12 @@ pub fn rank_table(ranks: &[crate::record::ranks::RankFigures], what: &str) -> Ta
     if reserved {
         header.push("reserved after a step, max");
     }
-    header.extend(["its parameters", "step median, ms"]);
+    let predicted_peak = format!("predicted {what} peak (vs measured)");
+    header.push("its parameters");
+    if predicted {
+        header.push(&predicted_peak);
+    }
+    header.push("step median, ms");
     Table {
         title: format!(
             "Ranks ({what}; every other table is the worst rank's, the one with the largest peak)"

@@ -38,19 +38,7 @@ pub fn render(f: &TorchEstimateFile) -> String {
     if let Some(b) = &f.built {
         built_lines(&mut out, b);
     }
-    if let Some(p) = &f.parallel {
-        let how = match p.plan {
-            crate::spec::ParallelPlan::Ddp => "DistributedDataParallel: every rank holds the whole model, its gradient buckets and its optimizer state",
-            crate::spec::ParallelPlan::Fsdp => "FSDP2, fully_shard on every block and the root: parameters, gradients and optimizer state split by rows; rank 0 holds the largest shards",
-            crate::spec::ParallelPlan::Tp => "tensor parallelism, transformers' plan for the model: attention and MLP projections split over the ranks, embeddings, norms and the LM head whole on every rank, every rank on the same batch",
-            crate::spec::ParallelPlan::FsdpTp => "FSDP2 over groups of tensor-parallel ranks: the projections split within a group, then everything sharded by rows across the groups",
-        };
-        let _ = writeln!(
-            out,
-            "One rank of {} ({how}), traced under a fake process group; each rank runs batch {}. Collectives move no bytes in the trace: their buffers are counted, their time is not.\n",
-            p.world, f.batch
-        );
-    }
+    out += &plan_line(f);
     let mut t = Table::new();
     t.load_preset(UTF8_FULL_CONDENSED);
     let mut header = vec!["category (as a run measures it)".to_string()];
@@ -153,6 +141,7 @@ pub fn render(f: &TorchEstimateFile) -> String {
             first.traced_on
         );
     }
+    out += &super::torch_pipeline::pipeline_ranks(f);
     out += &ddp_rebuild(f);
     out += &outside_allocator(f);
     if let Some(b) = f.budget_bytes {
@@ -168,6 +157,36 @@ pub fn render(f: &TorchEstimateFile) -> String {
         }
     }
     out
+}
+
+/// The job's plan in one paragraph (`--nproc --parallel`); empty for one process.
+fn plan_line(f: &TorchEstimateFile) -> String {
+    use crate::spec::ParallelPlan;
+    let Some(p) = &f.parallel else {
+        return String::new();
+    };
+    if let (ParallelPlan::Pp, Some(pipe)) = (p.plan, &f.pipeline) {
+        return format!(
+            "A pipeline of {} ranks ({} stages, {} a rank), PyTorch's {} schedule over {} micro-batches of {}; each rank traced as itself under a fake process group. The figures below are the fullest rank's, every rank's in the table after them. Activations and gradients cross between stages point to point: their buffers are counted, their time is not.\n\n",
+            p.world,
+            pipe.stages(p.world),
+            pipe.stages_per_rank,
+            pipe.schedule_flag(),
+            pipe.micro_batches,
+            f.batch / pipe.micro_batches.max(1)
+        );
+    }
+    let how = match p.plan {
+        ParallelPlan::Ddp => "DistributedDataParallel: every rank holds the whole model, its gradient buckets and its optimizer state",
+        ParallelPlan::Fsdp => "FSDP2, fully_shard on every block and the root: parameters, gradients and optimizer state split by rows; rank 0 holds the largest shards",
+        ParallelPlan::Tp => "tensor parallelism, transformers' plan for the model: attention and MLP projections split over the ranks, embeddings, norms and the LM head whole on every rank, every rank on the same batch",
+        ParallelPlan::FsdpTp => "FSDP2 over groups of tensor-parallel ranks: the projections split within a group, then everything sharded by rows across the groups",
+        ParallelPlan::Pp => "a pipeline",
+    };
+    format!(
+        "One rank of {} ({how}), traced under a fake process group; each rank runs batch {}. Collectives move no bytes in the trace: their buffers are counted, their time is not.\n\n",
+        p.world, f.batch
+    )
 }
 
 /// DDP over NCCL's second step, while NCCL may still hold the first step's buckets; empty for

@@ -129,10 +129,16 @@ fn run_torch(
         let traced = torch_estimated(spec);
         // A model transformers built from its config: its products as traced (a mixture of
         // experts' top-k experts, whatever memscope's formulas know of it).
-        if let (Some(_), Some((_, flops))) = (spec.arch().built(), &traced) {
+        if let (Some(_), Some((_, flops, _))) = (spec.arch().built(), &traced) {
             r.compute = compute_with(*flops, spec, &r.timing);
         }
-        r.memory.estimate = traced.map(|(e, _)| e);
+        if let (Some(ranks), Some((_, _, each))) = (r.ranks.as_mut(), &traced) {
+            // A pipeline's ranks differ: each measured rank beside its own prediction.
+            for f in ranks.iter_mut() {
+                f.predicted_peak_bytes = each.get(f.rank).copied();
+            }
+        }
+        r.memory.estimate = traced.map(|(e, _, _)| e);
     }
     // The engine's Record was completed by the recorder; the estimate beside it is new.
     crate::analysis::complete::refresh(&mut r);
@@ -191,11 +197,13 @@ fn compute_with(
 }
 
 /// The torch estimator's prediction for `spec`, with the matmul and attention FLOPs of one step
-/// from its traced ops (None if it cannot be made; the run is unaffected).
-fn torch_estimated(spec: &Spec) -> Option<(EstimatedMemory, u64)> {
+/// from its traced ops, and a pipeline's peak predicted for each rank (on CUDA the allocated
+/// one, as a rank's Record measures it) (None if it cannot be made; the run is unaffected).
+fn torch_estimated(spec: &Spec) -> Option<(EstimatedMemory, u64, Vec<u64>)> {
     // The torch estimator traces the same workload; a failure costs the run nothing.
     let (e, ops) = crate::torch::estimate::estimate_with_ops(spec).ok()?;
     let products = crate::analysis::aten_cost::product_flops(&ops);
+    let each: Vec<u64> = e.pipeline_ranks.iter().map(|r| r.peak_bytes).collect();
     // Beside the measured times, where the device's roofs are cached (never measured here:
     // that would load the machine the run measures).
     let mut predicted_ms = crate::torch::peaks::cached(&e.device, spec.threads)
@@ -214,13 +222,13 @@ fn torch_estimated(spec: &Spec) -> Option<(EstimatedMemory, u64)> {
         predicted_ms,
         ddp_rebuild: e.ddp_rebuild,
     };
-    Some((estimated, products))
+    Some((estimated, products, each))
 }
 
 /// The estimator's prediction for `spec` (None if it cannot be made; the run is unaffected).
 fn estimated(spec: &Spec) -> Option<EstimatedMemory> {
     if let crate::spec::EngineRef::Torch(_) = spec.engine() {
-        return torch_estimated(spec).map(|(e, _)| e);
+        return torch_estimated(spec).map(|(e, _, _)| e);
     }
     let req = crate::estimate::Request::for_spec(spec);
     let e = crate::estimate::estimate(&req).ok()?;

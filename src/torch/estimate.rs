@@ -7,7 +7,7 @@
 use super::caching_allocator::{round_size, segment_size, CachingAllocator};
 use super::oneshot::answer;
 use super::python::Request;
-use crate::record::torch_estimate::{DdpRebuild, TorchEstimate};
+use crate::record::torch_estimate::{DdpRebuild, PipelineRank, TorchEstimate};
 use crate::spec::Spec;
 use anyhow::{bail, Context};
 use serde::Deserialize;
@@ -49,6 +49,20 @@ pub(crate) struct Trace {
     steps: u64,
     #[serde(default)]
     ops: Vec<(String, String, Vec<Tensor>, Vec<Tensor>, Vec<bool>, u64)>,
+    /// `--parallel pp:P`: (stage index, first block, end block) of each stage this rank holds.
+    #[serde(default)]
+    pipeline_stages: Vec<(usize, usize, usize)>,
+    /// `--parallel pp:P`: the most micro-batches this rank holds activations for at once, over
+    /// its stages, by the schedule's own action list.
+    #[serde(default)]
+    pipeline_in_flight: usize,
+}
+
+/// What the trace prints for a pipeline job: every rank's trace, rank by rank.
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[schemars(rename = "PipelineTraceAnswer")]
+pub(crate) struct PipelineTrace {
+    ranks: Vec<Trace>,
 }
 
 fn one() -> u64 {
@@ -116,12 +130,56 @@ pub fn estimate_with_ops(spec: &Spec) -> anyhow::Result<(TorchEstimate, Vec<Trac
         &request,
         "the torch estimator's trace",
     )?;
-    from_trace(
-        &text,
-        &target.device,
-        spec.mode == crate::spec::Mode::Train,
-        target.gpu_memory_limit_bytes,
-    )
+    let train = spec.mode == crate::spec::Mode::Train;
+    let limit = target.gpu_memory_limit_bytes;
+    if target
+        .parallel
+        .is_some_and(|p| p.plan == crate::spec::ParallelPlan::Pp)
+    {
+        return pipeline_from_trace(&text, &target.device, train, limit);
+    }
+    from_trace(&text, &target.device, train, limit)
+}
+
+/// A pipeline job's traces replayed rank by rank: the fullest rank's estimate (the reserved
+/// peak on CUDA, the allocated one on the CPU) and its ops, every rank's in `pipeline_ranks`.
+fn pipeline_from_trace(
+    text: &str,
+    device: &str,
+    train: bool,
+    limit: Option<u64>,
+) -> anyhow::Result<(TorchEstimate, Vec<TracedOp>)> {
+    let all: PipelineTrace = serde_json::from_str(text.trim())
+        .context("the torch trace's output (a pipeline's ranks)")?;
+    let mut each = Vec::with_capacity(all.ranks.len());
+    for t in &all.ranks {
+        each.push(replayed(t, device, train, limit));
+    }
+    let ranks: Vec<PipelineRank> = each
+        .iter()
+        .zip(&all.ranks)
+        .enumerate()
+        .map(|(rank, ((e, _), t))| PipelineRank {
+            rank,
+            stages: t.pipeline_stages.clone(),
+            in_flight: t.pipeline_in_flight,
+            params: e.params,
+            categories: e.categories.clone(),
+            peak_bytes: e.peak_bytes,
+            peak_phase: e.peak_phase.clone(),
+            reserved_peak_bytes: e.reserved_peak_bytes,
+            collectives: e.collectives.clone(),
+        })
+        .collect();
+    let fullest = each
+        .iter()
+        .enumerate()
+        .max_by_key(|(i, (e, _))| (e.judged_reserved_bytes(), std::cmp::Reverse(*i)))
+        .map(|(i, _)| i)
+        .context("the torch trace gave no rank of the pipeline")?;
+    let (mut e, ops) = each.swap_remove(fullest);
+    e.pipeline_ranks = ranks;
+    Ok((e, ops))
 }
 
 /// A trace's answer (its JSON text: the torch engine's, or a user's own workload traced by
@@ -135,6 +193,16 @@ pub fn from_trace(
     limit: Option<u64>,
 ) -> anyhow::Result<(TorchEstimate, Vec<TracedOp>)> {
     let t: Trace = serde_json::from_str(text.trim()).context("the torch trace's output")?;
+    Ok(replayed(&t, device, train, limit))
+}
+
+/// One rank's trace replayed: its estimate and the ops one step dispatched.
+fn replayed(
+    t: &Trace,
+    device: &str,
+    train: bool,
+    limit: Option<u64>,
+) -> (TorchEstimate, Vec<TracedOp>) {
     let steps = t.steps.max(1) as f64;
     let ops = t
         .ops
@@ -156,7 +224,7 @@ pub fn from_trace(
     } else {
         Vec::new()
     };
-    Ok((replay(&t, device, limit, &workspaces), ops))
+    (replay(t, device, limit, &workspaces), ops)
 }
 
 /// The workspace PyTorch gives each cuBLAS handle (one per thread and stream), allocated through
@@ -344,6 +412,7 @@ fn replay(t: &Trace, device: &str, limit: Option<u64>, workspaces: &[u64]) -> To
                     .map(|&n| segment_size(round_size(n)))
                     .sum::<u64>(),
         }),
+        pipeline_ranks: Vec::new(),
     }
 }
 

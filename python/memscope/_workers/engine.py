@@ -40,6 +40,7 @@ from . import checkpointing, models, protocol
 from . import parallel as plans
 from .._collectives import Collectives, ddp_buckets
 from .inputs import cache_of, cache_tensors, tokens
+from .pipeline import Pipeline
 from .protocol import Refused
 from .stop import Stop
 
@@ -124,6 +125,9 @@ class Engine:
         if v.checkpoint:
             checkpointing.enable(torch, model, self.spec.torch.checkpoint_policy)
         wrapped = self.wrap(model) if self.wrap is not None else None
+        if isinstance(wrapped, Pipeline):
+            # This rank's stages are its model: the blocks of other stages go with the rest.
+            model = wrapped
         self.model = model
         self.optimizer = None
         if train:
@@ -167,6 +171,11 @@ class Engine:
         self.wrap = None  # one process's step: no collective in the warm-up
         spec = self.spec.replace(grad_accum=1, new_tokens=min(2, self.spec.new_tokens or 0),
                                  variant=self.spec.variant.replace(fusion="full"))
+        pipe = self.spec.torch.pipeline
+        if pipe is not None:
+            # A pipeline's kernels run on its micro-batches: their shapes are the ones to set
+            # up (the CPU's bf16 products keep a set-up per shape).
+            spec = spec.replace(batch=spec.batch // pipe.micro_batches)
         fp = self.spec.torch.fsdp_precision
         if fp is not None:
             # FSDP2's policy computes in its parameter dtype: the warm-up step runs its kernels
@@ -337,6 +346,12 @@ class Engine:
         phase = self.phase
         losses = []
         accum = self.spec.grad_accum
+        if isinstance(self.forward, Pipeline):
+            losses = self.forward.run(draw(), phase)
+            with phase("optimizer"):
+                self.optimizer.step()
+                self.optimizer.zero_grad(set_to_none=True)
+            return losses
         for _ in range(accum):
             ids = draw()
             with phase("forward"), self.autocast():

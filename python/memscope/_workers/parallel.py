@@ -7,8 +7,9 @@ import contextlib
 import os
 import time
 
-from .._sharding import fully_shard_blocks, shard_blocks
+from .._sharding import DTYPES, fully_shard_blocks, shard_blocks
 from . import protocol
+from .pipeline import pipeline_wrap
 
 
 def join_job(torch, spec):
@@ -53,6 +54,9 @@ def join_job(torch, spec):
             ids = [torch.cuda.current_device()] if cuda else None
             return DistributedDataParallel(model, device_ids=ids)
         return ddp
+    if plan.plan == "pp":
+        return stages_wrap(torch, spec, rank, torch.device(device_type, torch.cuda.current_device())
+                           if cuda else torch.device("cpu"))
     return sharding_wrap(torch, plan, device_type, spec.torch.fsdp_precision,
                          spec.torch.reshard_after_forward)
 
@@ -80,6 +84,19 @@ def tp_plan(torch, model, flag):
     prefix = getattr(model, "base_model_prefix", "")
     under = f"{prefix}." if prefix and model is not model.base_model else ""
     return {under + key: getattr(tp, TP_STYLES[style])() for key, style in plan.items()}
+
+
+def stages_wrap(torch, spec, rank, device):
+    """``--parallel pp:P``: the function that turns the built model into rank ``rank``'s stages
+    and schedule (``pipeline.py``), in the Spec's compute dtype and precision."""
+    dtype = getattr(torch, DTYPES[spec.dtype])
+    mixed = spec.variant.precision == "mixed"
+
+    def autocast():
+        if mixed:
+            return torch.autocast(device.type, dtype=dtype)
+        return contextlib.nullcontext()
+    return pipeline_wrap(spec, rank, device, dtype, autocast)
 
 
 def sharding_wrap(torch, parallel, device_type, precision=None, reshard=None):

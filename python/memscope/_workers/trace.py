@@ -22,10 +22,12 @@ import sys
 from .._sharding import fake_process_group, planned_ddp_buckets, steady_ddp_buckets
 from .._tracer import traced
 from . import parallel as plans
+from .. import _contract
 from .._collectives import Collectives
 from .engine import Engine
 from .inputs import cache_tensors
 from .models import unpacked_sequences
+from .pipeline import Pipeline
 from .protocol import answer_once
 
 REPLAYED_MICRO_BATCHES = 3
@@ -33,7 +35,6 @@ REPLAYED_MICRO_BATCHES = 3
 
 def trace(request):
     import torch
-    from torch._subclasses.fake_tensor import FakeTensorMode
 
     spec = request.spec
     micro_batches = spec.grad_accum
@@ -51,8 +52,24 @@ def trace(request):
         traced_on = "cpu"
         request = request.replace(spec=spec.replace(torch=spec.torch.replace(device="cpu")))
     parallel = spec.torch.parallel
+    if parallel is not None and parallel.plan == "pp":
+        # Every rank holds other stages: each traced in turn, as that rank of the job.
+        ranks = [_one_rank(torch, request, traced_on, rank, micro_batches)
+                 for rank in range(parallel.world)]
+        return _contract.check("pipeline_trace_answer", {"ranks": ranks})
+    return _contract.check("trace_answer",
+                           _one_rank(torch, request, traced_on, 0, micro_batches))
+
+
+def _one_rank(torch, request, traced_on, rank, micro_batches):
+    """Rank ``rank``'s trace (rank 0 of a job whose ranks are alike)."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    spec = request.spec
+    device = spec.torch.device
+    parallel = spec.torch.parallel
     if parallel is not None:
-        fake_process_group(torch, parallel.world)
+        fake_process_group(torch, parallel.world, rank)
     # FSDP2 over tensor-parallel parameters reads its meshes' rank tensors (real tensors of a
     # few ints, parallel.py's `_real_mesh_tensors`) while it shards: the one real input the trace lets in.
     two_d = parallel is not None and parallel.plan == "fsdp+tp"
@@ -60,7 +77,9 @@ def trace(request):
     # Fake parameters cannot be swapped in place by Module.to(): assign the converted ones.
     torch.__future__.set_overwrite_module_params_on_conversion(True)
     eng = Engine(request, out=None, trace=True)
-    if parallel is not None and parallel.plan != "ddp":
+    if parallel is not None and parallel.plan == "pp":
+        eng.wrap = plans.stages_wrap(torch, spec, rank, eng.device)
+    elif parallel is not None and parallel.plan != "ddp":
         eng.wrap = plans.sharding_wrap(torch, parallel, eng.device.type,
                                        spec.torch.fsdp_precision,
                                        spec.torch.reshard_after_forward)
@@ -94,12 +113,17 @@ def trace(request):
     cap = None
     if device.startswith("cuda") and torch.cuda.is_available():
         cap = list(torch.cuda.get_device_capability(torch.device(device)))
+    pipe = {}
+    if isinstance(eng.model, Pipeline):
+        pipe = {"pipeline_stages": list(eng.model.bounds),
+                "pipeline_in_flight": eng.model.most_in_flight}
     return {"traced_on": traced_on, "cuda_capability": cap, "bucket_sizes": buckets,
-            "collectives": collectives, **answer}
+            "collectives": collectives, **pipe, **answer}
 
 
 def main():
-    return answer_once("the torch estimator's trace", trace, "request", "trace_answer")
+    # The answer is checked in trace(): one rank's, or a pipeline's ranks'.
+    return answer_once("the torch estimator's trace", trace, "request")
 
 
 if __name__ == "__main__":

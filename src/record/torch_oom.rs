@@ -34,6 +34,9 @@ pub struct OomFacts {
     /// The phase running when it failed (`forward`, `backward`, `optimizer`, `load`, …).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub phase: Option<String>,
+    /// A pipeline's rank: (stage index, first block, end block) of each stage it holds.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub stages: Vec<(usize, usize, usize)>,
 }
 
 impl OomFacts {
@@ -49,6 +52,18 @@ impl OomFacts {
     pub fn describe(&self) -> String {
         let b = |v: u64| crate::units::bytes(v as f64);
         let mut s = match self.rank {
+            Some(r) if !self.stages.is_empty() => {
+                let stages: Vec<String> = self
+                    .stages
+                    .iter()
+                    .map(|&(st, lo, hi)| format!("stage {st}: blocks {lo}–{}", hi.max(lo + 1) - 1))
+                    .collect();
+                format!(
+                    "PyTorch ran out of memory on rank {r} ({}; {})",
+                    self.device,
+                    stages.join(", ")
+                )
+            }
             Some(r) => format!("PyTorch ran out of memory on rank {r} ({})", self.device),
             None => format!("PyTorch ran out of memory on {}", self.device),
         };

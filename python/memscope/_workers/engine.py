@@ -397,6 +397,8 @@ class Engine:
         facts = {"device": str(self.device)}
         if self.spec.torch.parallel:
             facts["rank"] = protocol.rank()[0]
+        if isinstance(getattr(self, "model", None), Pipeline):
+            facts["stages"] = [list(b) for b in self.model.bounds]
         req = self.hf.size_from_message(str(e))
         if req is not None:
             facts["requested_bytes"] = req
@@ -443,14 +445,23 @@ def _compile_failure(e):
             "CXX at one), or run without --fusion compile")
 
 
-def _is_oom(torch, e):
-    if isinstance(e, getattr(torch, "OutOfMemoryError", ())) or \
-            isinstance(e, torch.cuda.OutOfMemoryError):
-        return True
-    text = str(e)
-    return isinstance(e, (RuntimeError, MemoryError)) and (
-        "DefaultCPUAllocator" in text or "can't allocate memory" in text
-        or "not enough memory" in text or isinstance(e, MemoryError))
+def _oom_cause(torch, e):
+    """PyTorch's out-of-memory error: ``e``, or the one it was raised from (a pipeline's
+    schedule re-raises what a stage's action raised as a RuntimeError naming the action);
+    None for any other error."""
+    seen = set()
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        if isinstance(e, getattr(torch, "OutOfMemoryError", ())) or \
+                isinstance(e, torch.cuda.OutOfMemoryError):
+            return e
+        text = str(e)
+        if isinstance(e, (RuntimeError, MemoryError)) and (
+                "DefaultCPUAllocator" in text or "can't allocate memory" in text
+                or "not enough memory" in text or isinstance(e, MemoryError)):
+            return e
+        e = e.__cause__ or e.__context__
+    return None
 
 
 def main():
@@ -483,8 +494,10 @@ def main():
         if failed is not None:
             print(f"error: {failed}", file=sys.stderr)
             return 2
-        if not _is_oom(torch, e):
+        cause = _oom_cause(torch, e)
+        if cause is None:
             raise
+        e = cause
         facts = engine.oom_facts(e) if engine is not None else {"device": "unknown"}
         print(OOM_PREFIX + json.dumps(_contract.check("oom_facts", facts)), file=sys.stderr)
         print(f"out of memory: {str(e).splitlines()[0] if str(e) else type(e).__name__}",

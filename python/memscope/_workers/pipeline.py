@@ -188,7 +188,9 @@ def pipeline_wrap(spec, rank, device, dtype, autocast):
             first, last = s == 0, s == n_stages - 1
             lo, hi = bounds[s]
             module = Stage(model, lo, hi, first, last, autocast)
-            with torch.device(device):
+            # Shapes only: on the meta device, nothing allocated (a logits example alone
+            # can be a large share of a rank's memory).
+            with torch.device("meta"):
                 # (b, T) ids in, or (b, T, D) hidden states; (b, T, D) out, or (b, T, V) logits
                 x = torch.zeros(micro, seq, dtype=torch.long) if first else \
                     torch.empty(micro, seq, cfg.d_model, dtype=hidden_dtype)

@@ -1,0 +1,94 @@
+"""`--parallel pp:P`: a pipeline on PyTorch's `torch.distributed.pipelining`. Each rank is traced
+as itself under the fake process group (`estimate`) and measured as a real rank of a torchrun job
+(gloo, `bench`), and each rank's measured heap peak stands beside the peak predicted for its own
+stages. The schedules' micro-batches in flight, read from PyTorch's own action lists, order the
+stages' peaks."""
+
+import json
+import subprocess
+
+import pytest
+
+from test_torchrun import engines_left
+
+PP = ["--engine", "torch", "--model", "tiny-llama", "--mode", "train", "--batch", "16",
+      "--seq", "256", "--nproc", "2", "--parallel", "pp:2", "--micro-batches", "4"]
+
+
+def estimate(memscope_bin, tmp_path, schedule):
+    out = tmp_path / f"{schedule}.json"
+    p = subprocess.run([memscope_bin, "estimate", *PP, "--pp-schedule", schedule,
+                        "--json", str(out)], capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    return json.loads(out.read_text())["by_dtype"]["f32"], p.stdout
+
+
+@pytest.mark.parametrize("schedule", ["gpipe", "1f1b"])
+def test_each_rank_s_measured_peak_is_within_2_percent_of_its_own_stages_prediction(
+        memscope_bin, tmp_path, schedule):
+    out = tmp_path / "run.json"
+    p = subprocess.run([memscope_bin, "bench", *PP, "--pp-schedule", schedule, "--warmup", "1",
+                        "--steps", "2", "--threads", "1", "--json", str(out)],
+                       capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr
+    ranks = json.loads(out.read_text())["ranks"]
+    assert [r["rank"] for r in ranks] == [0, 1]
+    for r in ranks:
+        err = (r["predicted_peak_bytes"] - r["peak_bytes"]) / r["peak_bytes"]
+        assert abs(err) < 0.02, (schedule, r)
+    # The stages differ: the last holds the head, the loss and the logits.
+    assert ranks[0]["peak_bytes"] != ranks[1]["peak_bytes"]
+    assert "predicted heap peak (vs measured)" in p.stdout
+    assert "this rank's stages of" in p.stdout
+    assert not engines_left()
+
+
+def test_the_schedule_s_action_list_orders_the_stages_peaks(memscope_bin, tmp_path):
+    gpipe, _ = estimate(memscope_bin, tmp_path, "gpipe")
+    one, text = estimate(memscope_bin, tmp_path, "1f1b")
+    inter, _ = estimate(memscope_bin, tmp_path, "interleaved-1f1b")
+    flight = {name: [r["in_flight"] for r in e["pipeline_ranks"]]
+              for name, e in [("gpipe", gpipe), ("1f1b", one), ("interleaved", inter)]}
+    # GPipe holds every micro-batch; 1F1B P - r of them; interleaved 1F1B more, of stages half
+    # as deep (PyTorch's action lists for 2 ranks and 4 micro-batches).
+    assert flight == {"gpipe": [4, 4], "1f1b": [2, 1], "interleaved": [5, 3]}, flight
+    assert [r["stages"] for r in one["pipeline_ranks"]] == [[[0, 0, 2]], [[1, 2, 4]]]
+    assert [r["stages"] for r in inter["pipeline_ranks"]] == [[[0, 0, 1], [2, 2, 3]],
+                                                              [[1, 1, 2], [3, 3, 4]]]
+    for rank in (0, 1):
+        acts = [e["pipeline_ranks"][rank]["categories"]["activations"]
+                for e in (one, inter, gpipe)]
+        peaks = [e["pipeline_ranks"][rank]["peak_bytes"] for e in (one, inter, gpipe)]
+        assert acts == sorted(acts) and peaks == sorted(peaks), (rank, acts, peaks)
+    # The top-level figures are the fullest rank's, which the table names.
+    fullest = max(one["pipeline_ranks"], key=lambda r: r["peak_bytes"])
+    assert one["peak_bytes"] == fullest["peak_bytes"]
+    assert f"{fullest['rank']} (fullest)" in text
+    assert "PyTorch's 1f1b schedule over 4 micro-batches of 4" in text
+
+
+def test_a_model_that_is_not_a_causal_lm_is_refused_naming_the_plan(memscope_bin):
+    p = subprocess.run([memscope_bin, "estimate", "--engine", "torch", "--model", "tiny-bert",
+                        "--batch", "4", "--seq", "32", "--nproc", "2", "--parallel", "pp:2"],
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 2, p.stderr
+    assert "--parallel pp: BertForMaskedLM is not a causal language model" in p.stderr
+
+
+def test_a_rank_out_of_memory_mid_schedule_is_an_oom_row_naming_its_stage(memscope_bin,
+                                                                          tmp_path):
+    rows_path = tmp_path / "rows.jsonl"
+    p = subprocess.run([memscope_bin, "sweep", "--engine", "torch", "--model", "tiny-gpt2",
+                        "--seq", "128", "--warmup", "0", "--steps", "1", "--threads", "1",
+                        "--batch", "2,1024", "--nproc", "2", "--parallel", "pp:2",
+                        "--memory-limit", "400MiB", "--jsonl", str(rows_path)],
+                       capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr
+    rows = [json.loads(line) for line in rows_path.read_text().splitlines()]
+    assert [r["status"] for r in rows] == ["ok", "oom"], rows
+    oom = rows[1]
+    rank = oom["torch_oom"]["rank"]
+    assert oom["torch_oom"]["stages"] == [[rank, 2 * rank, 2 * rank + 2]], oom
+    assert f"on rank {rank} (cpu; stage {rank}: blocks {2 * rank}–{2 * rank + 1})" \
+        in oom["reason"], oom
+    assert not engines_left()

@@ -141,7 +141,9 @@ class Pipeline(torch.nn.Module):
         try:
             args = (ids,) if self.has_first else ()
             extra = {"target": ids, "losses": losses} if self.has_last else {}
-            self.schedule.step(*args, **extra)
+            # A training step needs the losses, not the outputs: PyTorch's default keeps every
+            # micro-batch's logits on the last stage to merge them (the whole batch's logits).
+            self.schedule.step(*args, return_outputs=False, **extra)
         finally:
             self._phase = None
         # Each micro-batch's mean loss; the step's is their mean, as one batch's would be.

@@ -22,14 +22,33 @@ pub fn cuda_context() -> OutsideLine {
     }
 }
 
-/// A CUDA rank of a data-parallel job: the context, the kernels its steps load, NCCL's buffers.
-pub fn cuda_rank() -> Vec<OutsideLine> {
+/// NCCL communicators a rank of `p` holds: one per process group it runs collectives on. The
+/// default group over every rank (the one a one-dimensional mesh, DDP and a pipeline's sends use,
+/// and that memscope's ranks agree on a stop over between steps); a 2-D mesh adds its two
+/// sub-groups (FSDP2's over the data-parallel ranks, the tensor-parallel group's).
+pub fn communicators(p: &crate::spec::Parallel) -> usize {
+    match p.plan {
+        crate::spec::ParallelPlan::FsdpTp => 3,
+        _ => 1,
+    }
+}
+
+/// A CUDA rank of a job under `p`: the context, the kernels its steps load, NCCL's buffers for
+/// each communicator it holds.
+pub fn cuda_rank(p: &crate::spec::Parallel) -> Vec<OutsideLine> {
+    let n = communicators(p);
+    let each = 558.0 * MIB;
+    let groups = if n == 1 {
+        "1 communicator: the default group over every rank".to_string()
+    } else {
+        format!("{n} communicators: the default group, the data-parallel and the tensor-parallel groups of the 2-D mesh; each counted at the one measured")
+    };
     vec![
         cuda_context(),
         OutsideLine {
             what: "NCCL buffers".into(),
-            bytes: (558.0 * MIB) as u64,
-            note: "the growth over the process group's first all-reduce (world size 1; more peers and communicators take more)".into(),
+            bytes: (each * n as f64) as u64,
+            note: format!("{groups}; the growth over a process group's first all-reduce, world size 1 (more peers take more)"),
             source: MEASURED_ON.into(),
         },
         OutsideLine {

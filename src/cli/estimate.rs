@@ -198,10 +198,9 @@ fn torch_estimate(
         .device
         .as_deref()
         .is_some_and(|d| d.starts_with("cuda"));
-    let outside = if cuda && parallel.is_some() {
-        crate::analysis::outside_allocator::cuda_rank()
-    } else {
-        Vec::new()
+    let outside = match parallel {
+        Some(p) if cuda => crate::analysis::outside_allocator::cuda_rank(&p),
+        _ => Vec::new(),
     };
     let outside_bytes: u64 = outside.iter().map(|l| l.bytes).sum();
     if let (Some(b), Some(ctx)) = (budget, outside.first()) {

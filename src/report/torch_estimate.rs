@@ -153,7 +153,21 @@ pub fn render(f: &TorchEstimateFile) -> String {
                 None if need <= b => format!("fits: {} of {}", bytes(need as f64), bytes(b as f64)),
                 None => format!("does not fit: {} > {}", bytes(need as f64), bytes(b as f64)),
             };
-            let _ = writeln!(out, "--fits {} ({dtype}): {verdict}", bytes(b as f64));
+            // A pipeline's figures are its fullest rank's: named.
+            let whose = e
+                .pipeline_ranks
+                .iter()
+                .find(|r| {
+                    r.peak_bytes == e.peak_bytes && r.reserved_peak_bytes == e.reserved_peak_bytes
+                })
+                .map_or(String::new(), |r| {
+                    format!(", rank {}, the fullest", r.rank)
+                });
+            let _ = writeln!(
+                out,
+                "--fits {} ({dtype}{whose}): {verdict}",
+                bytes(b as f64)
+            );
         }
     }
     out

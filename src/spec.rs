@@ -356,9 +356,13 @@ impl Parallel {
         self.world / self.nodes.max(1)
     }
 
-    /// Ranks that share one batch's data: 1 under data parallelism, the TP degree under `tp:T`.
+    /// Groups of ranks that each run their own batch: every rank under data parallelism,
+    /// `world / T` under `tp:T` and `fsdp+tp:T`, one for a pipeline.
     pub fn data_groups(&self) -> usize {
-        self.world / self.tp.max(1)
+        match self.plan {
+            ParallelPlan::Pp => 1,
+            _ => self.world / self.tp.max(1),
+        }
     }
 }
 

@@ -403,3 +403,38 @@ fn compile_is_refused_for_a_job_it_would_run_without_its_plan() {
         );
     }
 }
+
+#[test]
+fn a_comparison_of_plans_is_one_dtype_on_pytorch_without_a_link() {
+    fails_with(
+        &with(&[
+            "--nproc",
+            "2",
+            "--parallel",
+            "fsdp,pp:2",
+            "--dtype",
+            "f32,bf16",
+        ]),
+        &["--dtype f32,bf16: plans are compared in one dtype; give one with --parallel fsdp,pp:2"],
+    );
+    fails_with(
+        &with(&["--nproc", "2", "--parallel", "fsdp,pp:2", "--link", "100,5"]),
+        &["--link 100,5: a comparison of plans judges memory"],
+    );
+    fails_with(
+        &[
+            "estimate",
+            "--model",
+            "tiny-gpt2",
+            "--nproc",
+            "2",
+            "--parallel",
+            "fsdp,pp:2",
+        ],
+        &["--parallel fsdp,pp:2: a job's plans are compared on PyTorch; add --engine torch"],
+    );
+    fails_with(
+        &with(&["--nproc", "2", "--parallel", "fsdp,,pp:2"]),
+        &["--parallel fsdp,,pp:2: an empty plan in the list"],
+    );
+}

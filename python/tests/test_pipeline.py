@@ -92,3 +92,39 @@ def test_a_rank_out_of_memory_mid_schedule_is_an_oom_row_naming_its_stage(memsco
     assert f"on rank {rank} (cpu; stage {rank}: blocks {2 * rank}–{2 * rank + 1})" \
         in oom["reason"], oom
     assert not engines_left()
+
+
+def test_plans_side_by_side_name_the_one_with_the_most_head_room(memscope_bin, tmp_path):
+    out = tmp_path / "plans.json"
+    p = subprocess.run([memscope_bin, "estimate", "--engine", "torch", "--model", "tiny-llama",
+                        "--mode", "train", "--batch", "8", "--seq", "128", "--nproc", "2",
+                        "--parallel", "ddp,fsdp,pp:2,fsdp+tp:3", "--micro-batches", "4",
+                        "--fits", "200MiB", "--json", str(out)],
+                       capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr
+    f = json.loads(out.read_text())
+    assert f["kind"] == "torch-plans" and f["world"] == 2
+    rows = {r["plan"]: r for r in f["rows"]}
+    assert list(rows) == ["ddp", "fsdp", "pp:2", "fsdp+tp:3"]
+    assert "--nproc 2 ranks do not split into groups of 3" in rows["fsdp+tp:3"]["refused"]
+    for plan in ("ddp", "fsdp", "pp:2"):
+        assert rows[plan]["fits"] is True and rows[plan]["device_total_bytes"] > 0
+    # A data-parallel job runs each rank's batch, a pipeline the one batch.
+    assert [rows[k]["sequences_per_step"] for k in ("ddp", "fsdp", "pp:2")] == [16, 16, 8]
+    assert rows["ddp"]["dropped"] == "--micro-batches"
+    # Each row is the same figure a single plan's estimate gives.
+    one = tmp_path / "fsdp.json"
+    q = subprocess.run([memscope_bin, "estimate", "--engine", "torch", "--model", "tiny-llama",
+                        "--mode", "train", "--batch", "8", "--seq", "128", "--nproc", "2",
+                        "--parallel", "fsdp", "--json", str(one)],
+                       capture_output=True, text=True, timeout=300)
+    assert q.returncode == 0, q.stderr
+    assert json.loads(one.read_text())["by_dtype"]["f32"]["peak_bytes"] == \
+        rows["fsdp"]["peak_bytes"]
+    best = min((r for r in rows.values() if r.get("fits")),
+               key=lambda r: r["device_total_bytes"])
+    assert f"Most head-room under --fits 200.0 MiB: {best['plan']}" in p.stdout, p.stdout
+    # The file is a comparison, which report refuses by name rather than misreading.
+    r = subprocess.run([memscope_bin, "report", str(out), "-o", str(tmp_path / "p.html")],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "a comparison of plans" in r.stderr

@@ -18,6 +18,7 @@ use std::process::ExitCode;
 #[command(mut_arg("threads", |a| a.help(r#"CPU threads the run would use (gemm keeps a buffer per thread; with --engine torch, the count whose `peaks --engine torch` the predicted step time reads; default: all cores)"#)))]
 #[command(mut_arg("prompt_len", |a| a.help(r#"Prompt tokens (generate; default: --seq)"#)))]
 #[command(mut_arg("new_tokens", |a| a.help(r#"Tokens decoded (generate)"#)))]
+#[command(mut_arg("parallel", |a| a.help(r#"How the --nproc ranks share the model: ddp (DistributedDataParallel), fsdp (FSDP2, fully_shard on every block and the root), tp:T (tensor parallelism over T ranks, transformers' plan for the model), fsdp+tp:T (FSDP2 over groups of T tensor-parallel ranks) or pp:P (the blocks split into a pipeline of P ranks, run by --pp-schedule over --micro-batches); a comma list compares the plans side by side against --fits [--engine torch]"#)))]
 #[command(mut_arg("force", |a| a.help(r#"Estimate a model deeper than 10,000 layers anyway (the replay takes time and memory per layer)"#)))]
 pub struct EstimateArgs {
     #[command(flatten)]
@@ -125,6 +126,28 @@ pub fn run(a: EstimateArgs) -> anyhow::Result<ExitCode> {
         data: None,
         variant: a.variant.clone(),
     };
+    if let Some(list) = a
+        .variant
+        .engine
+        .parallel
+        .as_deref()
+        .filter(|p| p.contains(','))
+    {
+        // Plans side by side: one dtype, the same job.
+        if a.variant.engine.engine != crate::spec::Engine::Torch {
+            bail!("--parallel {list}: a job's plans are compared on PyTorch; add --engine torch");
+        }
+        if dts.len() > 1 {
+            bail!(
+                "--dtype {}: plans are compared in one dtype; give one with --parallel {list}",
+                a.dtype
+            );
+        }
+        if let Some(l) = &a.link {
+            bail!("--link {l}: a comparison of plans judges memory; give --link to one plan's estimate");
+        }
+        return super::estimate_plans::run(&workload, list, budget, a.json.as_deref());
+    }
     let spec = workload.clone().validated()?;
     if let crate::spec::EngineRef::Torch(t) = spec.engine() {
         let parallel = t.parallel;

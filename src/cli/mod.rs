@@ -8,6 +8,7 @@ mod bench;
 mod compare;
 mod diff;
 mod estimate;
+mod estimate_plans;
 mod fit;
 mod flags;
 mod leak;

@@ -5,7 +5,8 @@
 //! - a benchmark Record: `bench --json`, `leak --record` (has `schema_version`);
 //! - a leak verdict: `leak --json`, `analyze --json` (has `verdict` and `sentence`);
 //! - an estimate: `estimate --json` (has `categories` and `peak_bytes`, no `schema_version`);
-//! - a torch estimate: `estimate --engine torch --json` (`"kind": "torch-estimate"`);
+//! - a torch estimate: `estimate --engine torch --json` (`"kind": "torch-estimate"`; a
+//!   comparison of plans, `"kind": "torch-plans"`, is refused by name);
 //! - a sweep: `sweep --jsonl` (one row per line, each with `status` and `spec`);
 //! - a roofline: `roofline --json` (has `run.roofs` and `sections`);
 //! - a watch: `watch --json` (has `"schema": "memscope-watch"`).
@@ -142,6 +143,13 @@ fn parse_value(name: &str, v: Value) -> anyhow::Result<Input> {
             )
         })?;
         return Ok(Input::TorchEstimate(Box::new(e)));
+    }
+    if obj.get("kind").and_then(|k| k.as_str())
+        == Some(crate::record::torch_estimate::TorchPlansFile::KIND)
+    {
+        bail!(
+            "{name}: a comparison of plans (`estimate --engine torch --parallel A,B,… --json`), which report, compare and diff do not read; give one plan's estimate (`--parallel A --json`)"
+        );
     }
     if obj.contains_key("verdict") && obj.contains_key("sentence") {
         let r: LeakReport =

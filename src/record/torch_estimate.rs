@@ -36,6 +36,67 @@ impl TorchEstimateFile {
     }
 }
 
+/// `estimate --parallel A,B,…`: one job's plans side by side (`cli::estimate_plans`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TorchPlansFile {
+    /// `torch-plans`: how memscope recognises the file.
+    pub kind: String,
+    pub model: String,
+    pub mode: String,
+    /// The batch each plan's Spec runs (a data-parallel group's; a pipeline's whole batch).
+    pub batch: usize,
+    pub seq: usize,
+    /// `--nproc`: the ranks every plan shares.
+    pub world: usize,
+    pub device: String,
+    /// `--fits`: the budget a rank's device total is judged against, bytes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget_bytes: Option<u64>,
+    pub rows: Vec<PlanRow>,
+}
+
+impl TorchPlansFile {
+    pub const KIND: &'static str = "torch-plans";
+
+    pub fn to_json(&self) -> serde_json::Result<String> {
+        Ok(serde_json::to_string_pretty(self)? + "\n")
+    }
+}
+
+/// One plan of a comparison: its fullest rank's figures, or why the job cannot take it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PlanRow {
+    /// As `--parallel` takes it.
+    pub plan: String,
+    /// Sequences the whole job runs a step (each data-parallel group its batch; a pipeline one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sequences_per_step: Option<usize>,
+    /// The rank the figures are (a pipeline's fullest; 0 where the ranks are alike).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fullest_rank: Option<usize>,
+    /// The allocated peak, bytes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub peak_bytes: Option<u64>,
+    /// CUDA: the caching allocator's reserved peak, bytes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reserved_peak_bytes: Option<u64>,
+    /// What the device must hold: the reserved peak (the allocated one on the CPU) and, on
+    /// CUDA, the memory outside PyTorch's allocator.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub device_total_bytes: Option<u64>,
+    /// `--fits`: whether the device total is within the budget.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fits: Option<bool>,
+    /// The flags given that this plan does not take, left out of its Spec.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub dropped: String,
+    /// Why the job cannot take this plan (the error a single estimate would give).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub refused: Option<String>,
+    /// Wall time of this plan's prediction, seconds.
+    pub seconds: f64,
+}
+
 /// The torch estimator's prediction for one Spec.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct TorchEstimate {

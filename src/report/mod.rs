@@ -25,6 +25,7 @@ pub mod table;
 pub mod terminal;
 pub mod torch_estimate;
 pub mod torch_pipeline;
+pub mod torch_plans;
 pub mod torch_time;
 pub mod trace;
 

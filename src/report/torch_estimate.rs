@@ -144,6 +144,13 @@ pub fn render(f: &TorchEstimateFile) -> String {
     out += &super::torch_pipeline::pipeline_ranks(f);
     out += &ddp_rebuild(f);
     out += &outside_allocator(f);
+    out += &fits_lines(f);
+    out
+}
+
+/// `--fits`: each dtype's verdict on the device total (a pipeline's fullest rank, named).
+fn fits_lines(f: &TorchEstimateFile) -> String {
+    let mut out = String::new();
     if let Some(b) = f.budget_bytes {
         let _ = writeln!(out);
         for (dtype, e) in &f.by_dtype {
@@ -160,9 +167,7 @@ pub fn render(f: &TorchEstimateFile) -> String {
                 .find(|r| {
                     r.peak_bytes == e.peak_bytes && r.reserved_peak_bytes == e.reserved_peak_bytes
                 })
-                .map_or(String::new(), |r| {
-                    format!(", rank {}, the fullest", r.rank)
-                });
+                .map_or(String::new(), |r| format!(", rank {}, the fullest", r.rank));
             let _ = writeln!(
                 out,
                 "--fits {} ({dtype}{whose}): {verdict}",

@@ -1,0 +1,112 @@
+//! `estimate --parallel A,B,…`: one job's plans side by side, each plan's fullest rank against
+//! `--fits`, and the plan with the most head-room named.
+
+use crate::record::torch_estimate::TorchPlansFile;
+use crate::units::bytes;
+use comfy_table::{presets::UTF8_FULL_CONDENSED, CellAlignment, Table};
+use std::fmt::Write;
+
+pub fn render(f: &TorchPlansFile) -> String {
+    let mut out = String::new();
+    let cuda = f.device.starts_with("cuda");
+    let _ = writeln!(
+        out,
+        "memscope estimate --engine torch: {} {} (batch {}, seq {}) on {}, {} ranks, {} plans",
+        f.model,
+        f.mode,
+        f.batch,
+        f.seq,
+        f.device,
+        f.world,
+        f.rows.len()
+    );
+    let mut t = Table::new();
+    t.load_preset(UTF8_FULL_CONDENSED);
+    let mut header = vec!["plan", "sequences a step", "rank", "allocated peak"];
+    if cuda {
+        header.extend(["reserved peak", "device total"]);
+    }
+    if f.budget_bytes.is_some() {
+        header.extend(["head-room", "fits"]);
+    }
+    header.push("took");
+    t.set_header(header);
+    for r in &f.rows {
+        let b = |v: Option<u64>| v.map_or("—".to_string(), |v| bytes(v as f64));
+        let mut row = vec![
+            r.plan.clone(),
+            r.sequences_per_step.map_or("—".into(), |n| n.to_string()),
+            r.fullest_rank.map_or("—".into(), |n| n.to_string()),
+            b(r.peak_bytes),
+        ];
+        if cuda {
+            row.extend([b(r.reserved_peak_bytes), b(r.device_total_bytes)]);
+        }
+        if let Some(budget) = f.budget_bytes {
+            row.push(match r.device_total_bytes {
+                Some(total) if total <= budget => bytes((budget - total) as f64),
+                Some(total) => format!("−{}", bytes((total - budget) as f64)),
+                None => "—".into(),
+            });
+            row.push(match (r.fits, &r.refused) {
+                (_, Some(_)) => "refused".into(),
+                (Some(true), _) => "yes".into(),
+                _ => "no".into(),
+            });
+        }
+        row.push(format!("{:.1} s", r.seconds));
+        t.add_row(row);
+    }
+    for i in 1..t.column_count() {
+        if let Some(c) = t.column_mut(i) {
+            c.set_cell_alignment(CellAlignment::Right);
+        }
+    }
+    let _ = writeln!(out, "{t}");
+    let what = if cuda {
+        "the device total (the reserved peak, and what CUDA and NCCL hold outside PyTorch's allocator)"
+    } else {
+        "the allocated peak"
+    };
+    let _ = writeln!(
+        out,
+        "Each row is its plan's fullest rank (a pipeline's every rank traced; the others' ranks are alike), judged by {what}. Sequences a step: the whole job's, as each plan spends --batch (a data-parallel group's batch; a pipeline's whole batch)."
+    );
+    for r in &f.rows {
+        if !r.dropped.is_empty() {
+            let _ = writeln!(
+                out,
+                "{}: {} left out (another plan's flags)",
+                r.plan, r.dropped
+            );
+        }
+        if let Some(why) = &r.refused {
+            let _ = writeln!(out, "{}: refused: {why}", r.plan);
+        }
+    }
+    let best = f
+        .rows
+        .iter()
+        .filter(|r| r.refused.is_none() && r.fits != Some(false))
+        .filter_map(|r| r.device_total_bytes.map(|t| (t, r)))
+        .min_by_key(|(t, _)| *t);
+    match (best, f.budget_bytes) {
+        (Some((t, r)), Some(b)) => {
+            let _ = writeln!(
+                out,
+                "Most head-room under --fits {}: {} ({} left on its fullest rank).",
+                bytes(b as f64),
+                r.plan,
+                bytes((b - t) as f64)
+            );
+        }
+        (Some((t, r)), None) => {
+            let _ = writeln!(out, "Smallest: {} ({}).", r.plan, bytes(t as f64));
+        }
+        (None, Some(b)) => {
+            let _ = writeln!(out, "No plan fits --fits {}.", bytes(b as f64));
+        }
+        (None, None) => {}
+    }
+    out
+}

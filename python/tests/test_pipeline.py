@@ -128,3 +128,25 @@ def test_plans_side_by_side_name_the_one_with_the_most_head_room(memscope_bin, t
     r = subprocess.run([memscope_bin, "report", str(out), "-o", str(tmp_path / "p.html")],
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 2 and "a comparison of plans" in r.stderr
+
+
+def test_a_sweep_over_plans_runs_each_plan_s_ranks_under_torchrun(memscope_bin, tmp_path):
+    rows_path = tmp_path / "rows.jsonl"
+    p = subprocess.run([memscope_bin, "sweep", "--engine", "torch", "--model", "tiny-llama",
+                        "--mode", "train", "--seq", "128", "--batch", "4", "--warmup", "1",
+                        "--steps", "2", "--threads", "1", "--nproc", "2",
+                        "--parallel", "ddp,pp:2", "--micro-batches", "2",
+                        "--jsonl", str(rows_path)], capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr
+    rows = [json.loads(line) for line in rows_path.read_text().splitlines()]
+    assert [r["status"] for r in rows] == ["ok", "ok"], rows
+    torch_run = [r["spec"]["torch"] for r in rows]
+    assert [t["parallel"]["plan"] for t in torch_run] == ["ddp", "pp"]
+    # --micro-batches is the pipeline's alone: DDP's point runs without it.
+    assert "pipeline" not in torch_run[0]
+    assert torch_run[1]["pipeline"] == {"schedule": "1f1b", "micro_batches": 2,
+                                        "stages_per_rank": 1}
+    assert all(len(r["summary"]["ranks"]) == 2 for r in rows)
+    assert "## tiny-llama · train · f32 · ddp" in p.stdout
+    assert "## tiny-llama · train · f32 · pp:2" in p.stdout
+    assert not engines_left()

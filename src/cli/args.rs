@@ -192,6 +192,32 @@ impl EngineArgs {
         }
     }
 
+    /// These flags for one plan of a list (`--parallel A,B,…`): `plan` as its `--parallel`,
+    /// and the flags only another plan takes (a pipeline's schedule, FSDP2's policies) left
+    /// out, named in the list returned.
+    pub fn for_plan(&self, plan: &str) -> (EngineArgs, Vec<&'static str>) {
+        let mut e = self.clone();
+        e.parallel = Some(plan.to_string());
+        let mut dropped = Vec::new();
+        if !plan.starts_with("pp:") {
+            if e.pp_schedule.take().is_some() {
+                dropped.push("--pp-schedule");
+            }
+            if e.micro_batches.take().is_some() {
+                dropped.push("--micro-batches");
+            }
+        }
+        if !plan.starts_with("fsdp") {
+            if e.fsdp_precision.take().is_some() {
+                dropped.push("--fsdp-precision");
+            }
+            if e.reshard_after_forward.take().is_some() {
+                dropped.push("--reshard-after-forward");
+            }
+        }
+        (e, dropped)
+    }
+
     /// `--pp-schedule` and `--micro-batches` as a pipeline job's schedule (1F1B over as many
     /// micro-batches as the job has stages unless given); either without `--parallel pp:P`
     /// is left to the Spec's validation, which names it.

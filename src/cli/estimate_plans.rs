@@ -31,26 +31,8 @@ pub fn run(
     let mut rows = Vec::with_capacity(list.len());
     for plan in list {
         let mut w = workload.clone();
-        let e = &mut w.variant.engine;
-        e.parallel = Some(plan.to_string());
-        // The flags given that only another plan takes, left out of this one's Spec.
-        let mut dropped = Vec::new();
-        if !plan.starts_with("pp:") {
-            if e.pp_schedule.take().is_some() {
-                dropped.push("--pp-schedule");
-            }
-            if e.micro_batches.take().is_some() {
-                dropped.push("--micro-batches");
-            }
-        }
-        if !plan.starts_with("fsdp") {
-            if e.fsdp_precision.take().is_some() {
-                dropped.push("--fsdp-precision");
-            }
-            if e.reshard_after_forward.take().is_some() {
-                dropped.push("--reshard-after-forward");
-            }
-        }
+        let (engine, dropped) = w.variant.engine.for_plan(plan);
+        w.variant.engine = engine;
         let started = Instant::now();
         let outcome = w.validated().and_then(|spec| {
             let p = spec

@@ -131,7 +131,15 @@ fn spec_for(a: &SweepArgs, p: &Point) -> anyhow::Result<Spec> {
         new_tokens: *a.new_tokens,
         lr: *a.lr,
         data: a.data.to_spec(),
-        variant: a.variant.clone(),
+        variant: match &p.plan {
+            // One plan of `--parallel A,B,…`: its flags, without those only another plan takes.
+            Some(plan) => {
+                let mut v = a.variant.clone();
+                v.engine = v.engine.for_plan(plan).0;
+                v
+            }
+            None => a.variant.clone(),
+        },
     }
     .spec()
 }
@@ -177,6 +185,11 @@ fn plan_points(a: &SweepArgs) -> anyhow::Result<Vec<Point>> {
         seqs: plan::parse_axis_usize("--seq", &a.seq, 1)?,
         warmups: plan::parse_axis_usize("--warmup", &a.warmup, 0)?,
         grad_accums: plan::parse_axis_usize("--grad-accum", &a.grad_accum, 1)?,
+        // A comma list of plans is an axis; one plan is every point's, in its flags.
+        plans: match a.variant.engine.parallel.as_deref() {
+            Some(p) if p.contains(',') => plan::parse_axis_str("--parallel", p)?,
+            _ => Vec::new(),
+        },
     };
     Ok(plan::plan(&axes, |m| {
         sizes.get(m).copied().unwrap_or(u64::MAX)

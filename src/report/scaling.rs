@@ -22,26 +22,33 @@ fn mib(b: f64) -> String {
 pub fn render(rows: &[Row]) -> String {
     let mut out = String::new();
     out.push_str(&configurations(rows));
-    // Group ok rows by (model, mode, dtype, grad_accum).
-    let mut groups: BTreeMap<(String, &'static str, &'static str, usize), Vec<&Row>> =
-        BTreeMap::new();
+    // Group ok rows by (model, mode, dtype, grad_accum, plan): each plan its own curves.
+    type Key = (String, &'static str, &'static str, usize, Option<String>);
+    let mut groups: BTreeMap<Key, Vec<&Row>> = BTreeMap::new();
     for r in rows
         .iter()
         .filter(|r| r.status == Status::Ok && r.summary.is_some())
     {
         let s = &r.spec;
         groups
-            .entry((s.model.clone(), s.mode.name(), s.dtype.name(), s.grad_accum))
+            .entry((
+                s.model.clone(),
+                s.mode.name(),
+                s.dtype.name(),
+                s.grad_accum,
+                s.parallel().map(|p| p.flag()),
+            ))
             .or_default()
             .push(r);
     }
-    for ((model, mode, dtype, ga), rs) in &groups {
+    for ((model, mode, dtype, ga, plan), rs) in &groups {
         let ga_txt = if *ga > 1 {
             format!(", grad-accum {ga}")
         } else {
             String::new()
         };
-        let _ = writeln!(out, "\n## {model} · {mode} · {dtype}{ga_txt}\n");
+        let plan_txt = plan.as_ref().map_or(String::new(), |p| format!(" · {p}"));
+        let _ = writeln!(out, "\n## {model} · {mode} · {dtype}{ga_txt}{plan_txt}\n");
         out.push_str(&batch_section(rs));
         out.push_str(&seq_section(rs));
         out.push_str(&warmup_section(rs));

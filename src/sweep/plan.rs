@@ -246,6 +246,10 @@ pub struct Axes {
     pub seqs: Vec<usize>,
     pub warmups: Vec<usize>,
     pub grad_accums: Vec<usize>,
+    /// `--parallel A,B,…` (with `--nproc`): each plan its own points; empty: the one plan, if
+    /// any, every point shares.
+    #[serde(default)]
+    pub plans: Vec<String>,
 }
 
 /// One configuration of the sweep; `index` is its position in the plan.
@@ -258,12 +262,15 @@ pub struct Point {
     pub seq: usize,
     pub warmup: usize,
     pub grad_accum: usize,
+    /// The point's plan when the sweep compares plans (`--parallel A,B,…`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub plan: Option<String>,
     pub index: usize,
 }
 
 /// The Cartesian product of the axes in a stable order, smallest first: models by size
-/// (`model_size` gives the parameter count; ties by name), then modes and dtypes in the user's
-/// order, then seq, batch, grad_accum and warmup ascending (the last varies fastest).
+/// (`model_size` gives the parameter count; ties by name), then modes, dtypes and plans in the
+/// user's order, then seq, batch, grad_accum and warmup ascending (the last varies fastest).
 ///
 /// Axes built by hand are normalised the same way as parsed ones: numbers sorted and deduplicated,
 /// names deduplicated keeping the first. An empty axis gives an empty plan.
@@ -279,11 +286,19 @@ pub fn plan(axes: &Axes, model_size: impl Fn(&str) -> u64) -> Vec<Point> {
     let batches = sorted_unique(&axes.batches);
     let grad_accums = sorted_unique(&axes.grad_accums);
     let warmups = sorted_unique(&axes.warmups);
+    let plans: Vec<Option<&str>> = if axes.plans.is_empty() {
+        vec![None]
+    } else {
+        unique_names(&axes.plans).into_iter().map(Some).collect()
+    };
 
     let mut points = Vec::new();
     for &(_, model) in &models {
         for &mode in &modes {
-            for &dtype in &dtypes {
+            for (&dtype, &plan) in dtypes
+                .iter()
+                .flat_map(|d| plans.iter().map(move |p| (d, p)))
+            {
                 for &seq in &seqs {
                     for &batch in &batches {
                         for &grad_accum in &grad_accums {
@@ -296,6 +311,7 @@ pub fn plan(axes: &Axes, model_size: impl Fn(&str) -> u64) -> Vec<Point> {
                                     seq,
                                     warmup,
                                     grad_accum,
+                                    plan: plan.map(str::to_string),
                                     index: points.len(),
                                 });
                             }
@@ -309,12 +325,14 @@ pub fn plan(axes: &Axes, model_size: impl Fn(&str) -> u64) -> Vec<Point> {
 }
 
 /// True when `b` is strictly larger than `a` on batch or sequence length (≥ on both, > on at least
-/// one) with the same model, dtype and mode: after `a` ran out of memory, `b` will too, so it is
-/// skipped. Warm-up and gradient accumulation are ignored (they do not raise the peak of a step).
+/// one) with the same model, dtype, mode and plan: after `a` ran out of memory, `b` will too, so
+/// it is skipped. Warm-up and gradient accumulation are ignored (they do not raise the peak of a
+/// step); another plan holds memory otherwise, so it is never skipped for this one's.
 pub fn strictly_larger(a: &Point, b: &Point) -> bool {
     a.model == b.model
         && a.dtype == b.dtype
         && a.mode == b.mode
+        && a.plan == b.plan
         && b.batch >= a.batch
         && b.seq >= a.seq
         && (b.batch > a.batch || b.seq > a.seq)

@@ -223,6 +223,7 @@ fn axes() -> Axes {
         seqs: vec![256, 128],
         warmups: vec![0, 2],
         grad_accums: vec![1],
+        plans: vec![],
     }
 }
 
@@ -270,6 +271,7 @@ fn plan_breaks_size_ties_by_name_and_grad_accum_varies_before_warmup() {
         seqs: vec![64],
         warmups: vec![1, 0],
         grad_accums: vec![2, 1],
+        plans: vec![],
     };
     let got: Vec<(String, usize, usize)> = plan(&a, sizes)
         .into_iter()
@@ -307,6 +309,7 @@ fn point(model: &str, mode: &str, dtype: &str, batch: usize, seq: usize) -> Poin
         seq,
         warmup: 0,
         grad_accum: 1,
+        plan: None,
         index: 0,
     }
 }
@@ -353,6 +356,7 @@ fn skipping_after_an_oom_in_a_planned_sweep() {
         seqs: parse_axis_usize("--seq", "128-256*2", 1).unwrap(),
         warmups: vec![1],
         grad_accums: vec![1],
+        plans: vec![],
     };
     let pts = plan(&a, |_| 1);
     let oom = pts.iter().find(|q| q.batch == 4 && q.seq == 128).unwrap();
@@ -374,6 +378,7 @@ fn skip_only_strictly_larger_on_the_same_model_dtype_mode() {
         seq,
         warmup: 0,
         grad_accum: 1,
+        plan: None,
         index: 0,
     };
     let ooms = vec![p(8, 128)];
@@ -383,4 +388,34 @@ fn skip_only_strictly_larger_on_the_same_model_dtype_mode() {
     );
     assert_eq!(skip_reason(&ooms, &p(8, 128)), None, "equal is not larger");
     assert_eq!(skip_reason(&ooms, &p(16, 64)), None);
+}
+
+#[test]
+fn each_plan_has_its_points_and_an_oom_skips_only_its_own() {
+    let a = Axes {
+        models: vec!["m".into()],
+        modes: vec!["train".into()],
+        dtypes: vec!["f32".into()],
+        batches: vec![1, 2],
+        seqs: vec![64],
+        warmups: vec![0],
+        grad_accums: vec![1],
+        plans: vec!["fsdp".into(), "pp:2".into(), "fsdp".into()],
+    };
+    let pts = plan(&a, |_| 1);
+    let got: Vec<(Option<&str>, usize)> =
+        pts.iter().map(|q| (q.plan.as_deref(), q.batch)).collect();
+    assert_eq!(
+        got,
+        [
+            (Some("fsdp"), 1),
+            (Some("fsdp"), 2),
+            (Some("pp:2"), 1),
+            (Some("pp:2"), 2)
+        ]
+    );
+    // fsdp out of memory at batch 1: its batch 2 is skipped, the pipeline's batch 2 is not.
+    let ooms = vec![pts[0].clone()];
+    assert!(skip_reason(&ooms, &pts[1]).is_some());
+    assert_eq!(skip_reason(&ooms, &pts[3]), None);
 }

@@ -47,6 +47,10 @@ const WORKLOAD: &[&str] = &[
     "--checkpoint-policy",
     "--fsdp-precision",
     "--reshard-after-forward",
+    // Read by the pipeline's wrap (`pipeline.py`); refused without --parallel pp:P, naming the
+    // flag (tests/parallel.rs) and exercised in test_pipeline.py.
+    "--pp-schedule",
+    "--micro-batches",
 ];
 
 const WEIGHTS: (&str, &[&str], &str) = (

@@ -18,7 +18,9 @@ A data-parallel run (``spec.torch.parallel``: ``--nproc N --parallel ddp|fsdp``)
 rank of a ``torchrun`` job (``src/torch/process.rs`` launches it; the request in the
 ``MEMSCOPE_REQUEST`` environment variable): a gloo (CPU) or NCCL (CUDA) process group, the model
 wrapped in ``DistributedDataParallel`` or FSDP2's ``fully_shard`` (every block, then the root),
-each rank recorded by its own ``Session``. Rank 0 alone speaks the protocol: its step lines, then
+each rank recorded by its own ``Session``; under ``pp:P`` each rank keeps only its stages
+(``pipeline.py``) and a step is PyTorch's schedule over the micro-batches, each chunk's forward
+and backward marked as those phases. Rank 0 alone speaks the protocol: its step lines, then
 ``{"ranks": [Record of rank 0, rank 1, …]}`` gathered over the process group. A rank's
 out-of-memory line names the rank.
 """

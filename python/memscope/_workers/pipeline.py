@@ -17,6 +17,7 @@ import contextlib
 import copy
 
 import torch
+from torch.distributed import pipelining
 
 from .protocol import Refused
 
@@ -170,8 +171,6 @@ def pipeline_wrap(spec, rank, device, dtype, autocast):
     ``spec``'s job: its stages' blocks, PyTorch's stages with the micro-batch's shapes, the
     schedule. ``dtype``: the model's compute dtype (hidden states between stages are f32
     under autocast, whose residual stream stays in the master weights' dtype)."""
-    from torch.distributed import pipelining
-
     pipe, world = spec.torch.pipeline, spec.torch.parallel.world
     n_stages = world * pipe.stages_per_rank
     cfg = spec.config

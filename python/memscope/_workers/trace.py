@@ -6,7 +6,10 @@ sequence (``src/torch/estimate.rs``): live bytes by category at the peak, and on
 reserved bytes replayed through the caching allocator's rules. With ``spec.torch.parallel``
 (``estimate --nproc N --parallel ddp|fsdp``) it runs as rank 0 of N under PyTorch's fake
 process group: FSDP2's ``fully_shard`` on every block and the root, or DDP's gradient buckets
-(``bucket_sizes``, held from the wrap).
+(``bucket_sizes``, held from the wrap). A pipeline (``--parallel pp:P``) differs rank by rank:
+every rank is traced in turn as itself (its stages, the schedule's sends, receives and buffers),
+and the answer is ``{"ranks": [one rank's answer, …]}``, each with its ``pipeline_stages`` and
+``pipeline_in_flight``.
 
 Protocol: the request ``{"spec": …, "expected_params": N}`` on stdin; one JSON object on stdout:
 ``{"traced_on": d, "cuda_capability": [major, minor] or null, "params": n, "param_sizes": […], "buffer_sizes": […], "bucket_sizes": […], "collectives": {kind: {"calls", "bytes"}}, "events": […],

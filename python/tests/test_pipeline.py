@@ -75,78 +75,57 @@ def test_a_model_that_is_not_a_causal_lm_is_refused_naming_the_plan(memscope_bin
     assert "--parallel pp: BertForMaskedLM is not a causal language model" in p.stderr
 
 
-def test_a_rank_out_of_memory_mid_schedule_is_an_oom_row_naming_its_stage(memscope_bin,
-                                                                          tmp_path):
-    rows_path = tmp_path / "rows.jsonl"
-    p = subprocess.run([memscope_bin, "sweep", "--engine", "torch", "--model", "tiny-gpt2",
-                        "--seq", "128", "--warmup", "0", "--steps", "1", "--threads", "1",
-                        "--batch", "2,1024", "--nproc", "2", "--parallel", "pp:2",
-                        "--memory-limit", "400MiB", "--jsonl", str(rows_path)],
-                       capture_output=True, text=True, timeout=600)
-    assert p.returncode == 0, p.stderr
-    rows = [json.loads(line) for line in rows_path.read_text().splitlines()]
-    assert [r["status"] for r in rows] == ["ok", "oom"], rows
-    oom = rows[1]
-    rank = oom["torch_oom"]["rank"]
-    assert oom["torch_oom"]["stages"] == [[rank, 2 * rank, 2 * rank + 2]], oom
-    assert f"on rank {rank} (cpu; stage {rank}: blocks {2 * rank}–{2 * rank + 1})" \
-        in oom["reason"], oom
-    assert not engines_left()
-
-
 def test_plans_side_by_side_name_the_one_with_the_most_head_room(memscope_bin, tmp_path):
     out = tmp_path / "plans.json"
-    p = subprocess.run([memscope_bin, "estimate", "--engine", "torch", "--model", "tiny-llama",
-                        "--mode", "train", "--batch", "8", "--seq", "128", "--nproc", "2",
-                        "--parallel", "ddp,fsdp,pp:2,fsdp+tp:3", "--micro-batches", "4",
-                        "--fits", "200MiB", "--json", str(out)],
+    p = subprocess.run([memscope_bin, "estimate", *PP[:-6], "--nproc", "2",
+                        "--parallel", "ddp,pp:2,fsdp+tp:3", "--micro-batches", "4",
+                        "--fits", "100MiB", "--json", str(out)],
                        capture_output=True, text=True, timeout=600)
     assert p.returncode == 0, p.stderr
     f = json.loads(out.read_text())
     assert f["kind"] == "torch-plans" and f["world"] == 2
     rows = {r["plan"]: r for r in f["rows"]}
-    assert list(rows) == ["ddp", "fsdp", "pp:2", "fsdp+tp:3"]
+    assert list(rows) == ["ddp", "pp:2", "fsdp+tp:3"]
     assert "--nproc 2 ranks do not split into groups of 3" in rows["fsdp+tp:3"]["refused"]
-    for plan in ("ddp", "fsdp", "pp:2"):
-        assert rows[plan]["fits"] is True and rows[plan]["device_total_bytes"] > 0
+    # Each rank of DDP holds the whole model and its batch; a pipeline's rank half the blocks.
+    assert rows["ddp"]["fits"] is False and rows["pp:2"]["fits"] is True, rows
     # A data-parallel job runs each rank's batch, a pipeline the one batch.
-    assert [rows[k]["sequences_per_step"] for k in ("ddp", "fsdp", "pp:2")] == [16, 16, 8]
+    assert [rows[k]["sequences_per_step"] for k in ("ddp", "pp:2")] == [32, 16]
     assert rows["ddp"]["dropped"] == "--micro-batches"
-    # Each row is the same figure a single plan's estimate gives.
-    one = tmp_path / "fsdp.json"
-    q = subprocess.run([memscope_bin, "estimate", "--engine", "torch", "--model", "tiny-llama",
-                        "--mode", "train", "--batch", "8", "--seq", "128", "--nproc", "2",
-                        "--parallel", "fsdp", "--json", str(one)],
-                       capture_output=True, text=True, timeout=300)
-    assert q.returncode == 0, q.stderr
-    assert json.loads(one.read_text())["by_dtype"]["f32"]["peak_bytes"] == \
-        rows["fsdp"]["peak_bytes"]
-    best = min((r for r in rows.values() if r.get("fits")),
-               key=lambda r: r["device_total_bytes"])
-    assert f"Most head-room under --fits 200.0 MiB: {best['plan']}" in p.stdout, p.stdout
+    # Each row is the figure the plan's own estimate gives (1F1B over 4 micro-batches).
+    one, _ = estimate(memscope_bin, tmp_path, "1f1b")
+    assert one["peak_bytes"] == rows["pp:2"]["peak_bytes"]
+    assert "Most head-room under --fits 100.0 MiB: pp:2" in p.stdout, p.stdout
     # The file is a comparison, which report refuses by name rather than misreading.
     r = subprocess.run([memscope_bin, "report", str(out), "-o", str(tmp_path / "p.html")],
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 2 and "a comparison of plans" in r.stderr
 
 
-def test_a_sweep_over_plans_runs_each_plan_s_ranks_under_torchrun(memscope_bin, tmp_path):
+def test_a_sweep_over_plans_runs_each_under_torchrun_and_an_oom_names_the_stage(memscope_bin,
+                                                                             tmp_path):
     rows_path = tmp_path / "rows.jsonl"
-    p = subprocess.run([memscope_bin, "sweep", "--engine", "torch", "--model", "tiny-llama",
-                        "--mode", "train", "--seq", "128", "--batch", "4", "--warmup", "1",
-                        "--steps", "2", "--threads", "1", "--nproc", "2",
-                        "--parallel", "ddp,pp:2", "--micro-batches", "2",
+    p = subprocess.run([memscope_bin, "sweep", "--engine", "torch", "--model", "tiny-gpt2",
+                        "--seq", "128", "--warmup", "0", "--steps", "1", "--threads", "1",
+                        "--batch", "2,1024", "--nproc", "2", "--parallel", "ddp,pp:2",
+                        "--micro-batches", "2", "--memory-limit", "400MiB",
                         "--jsonl", str(rows_path)], capture_output=True, text=True, timeout=600)
     assert p.returncode == 0, p.stderr
     rows = [json.loads(line) for line in rows_path.read_text().splitlines()]
-    assert [r["status"] for r in rows] == ["ok", "ok"], rows
-    torch_run = [r["spec"]["torch"] for r in rows]
-    assert [t["parallel"]["plan"] for t in torch_run] == ["ddp", "pp"]
-    # --micro-batches is the pipeline's alone: DDP's point runs without it.
-    assert "pipeline" not in torch_run[0]
-    assert torch_run[1]["pipeline"] == {"schedule": "1f1b", "micro_batches": 2,
-                                        "stages_per_rank": 1}
-    assert all(len(r["summary"]["ranks"]) == 2 for r in rows)
-    assert "## tiny-llama · train · f32 · ddp" in p.stdout
-    assert "## tiny-llama · train · f32 · pp:2" in p.stdout
+    got = [(r["spec"]["torch"]["parallel"]["plan"], r["spec"]["batch"], r["status"])
+           for r in rows]
+    assert got == [("ddp", 2, "ok"), ("ddp", 1024, "oom"), ("pp", 2, "ok"), ("pp", 1024, "oom")]
+    # --micro-batches is the pipeline's alone: DDP's points run without it.
+    assert "pipeline" not in rows[0]["spec"]["torch"]
+    assert rows[2]["spec"]["torch"]["pipeline"] == {"schedule": "1f1b", "micro_batches": 2,
+                                                    "stages_per_rank": 1}
+    assert all(len(rows[i]["summary"]["ranks"]) == 2 for i in (0, 2))
+    # The pipeline's rank out of memory mid-schedule is named with its stage.
+    oom = rows[3]
+    rank = oom["torch_oom"]["rank"]
+    assert oom["torch_oom"]["stages"] == [[rank, 2 * rank, 2 * rank + 2]], oom
+    assert f"on rank {rank} (cpu; stage {rank}: blocks {2 * rank}–{2 * rank + 1})" \
+        in oom["reason"], oom
+    assert "## tiny-gpt2 · train · f32 · ddp" in p.stdout
+    assert "## tiny-gpt2 · train · f32 · pp:2" in p.stdout
     assert not engines_left()

@@ -75,6 +75,14 @@ pub fn pipeline_ranks(f: &TorchEstimateFile) -> String {
                 pipe.micro_batches,
                 100.0 * idle
             );
+            if let Some(step) = e.predicted_ms.get("step") {
+                let _ = writeln!(
+                    out,
+                    "With the bubble, and stages that take equal time: a step of about {:.2} ms ({step:.2} ms × {:.2}); the communication between stages not included.",
+                    step * (1.0 + idle),
+                    1.0 + idle
+                );
+            }
         }
     }
     out

@@ -66,7 +66,7 @@ fn a_pipeline_that_cannot_run_is_named_by_its_flag() {
     fails_with(
         &pp(&["--parallel", "pp:2", "--nproc", "4"]),
         &[
-            "--parallel pp:2: a pipeline of 2 stages' ranks is the whole job here",
+            "--parallel pp:2: the pipeline's 2 ranks are the whole job",
             "use --nproc 2",
         ],
     );

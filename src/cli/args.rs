@@ -280,7 +280,7 @@ impl EngineArgs {
                 plan_text = self.parallel.as_deref().unwrap_or_default()
             ),
             ParallelPlan::Pp if tp != world => bail!(
-                "--parallel pp:{tp}: a pipeline of {tp} stages' ranks is the whole job here (pipelines combined with data or tensor parallelism are not built); use --nproc {tp}"
+                "--parallel pp:{tp}: the pipeline's {tp} ranks are the whole job (pipelines combined with data or tensor parallelism are not built); use --nproc {tp}"
             ),
             ParallelPlan::FsdpTp if world % tp != 0 => bail!(
                 "--parallel fsdp+tp:{tp}: --nproc {world} ranks do not split into groups of {tp}; use a --nproc that {tp} divides"

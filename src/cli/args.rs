@@ -192,6 +192,13 @@ impl EngineArgs {
         }
     }
 
+    /// `--device cuda` or `cuda:N`.
+    pub fn on_cuda(&self) -> bool {
+        self.device
+            .as_deref()
+            .is_some_and(|d| d.starts_with("cuda"))
+    }
+
     /// These flags for one plan of a list (`--parallel A,B,…`): `plan` as its `--parallel`,
     /// and the flags only another plan takes (a pipeline's schedule, FSDP2's policies) left
     /// out, named in the list returned.

@@ -215,12 +215,7 @@ fn torch_estimate(
     }
     // A CUDA rank of a job holds memory outside PyTorch's allocator: lines of their own, and
     // the replay capped at what the budget leaves beside them.
-    let cuda = workload
-        .variant
-        .engine
-        .device
-        .as_deref()
-        .is_some_and(|d| d.starts_with("cuda"));
+    let cuda = workload.variant.engine.on_cuda();
     let outside = match parallel {
         Some(p) if cuda => crate::analysis::outside_allocator::cuda_rank(&p),
         _ => Vec::new(),

@@ -22,12 +22,7 @@ pub fn run(
     if list.iter().any(|p| p.is_empty()) {
         bail!("--parallel {plans}: an empty plan in the list; give plans separated by commas, as in fsdp,fsdp+tp:2,pp:4");
     }
-    let cuda = workload
-        .variant
-        .engine
-        .device
-        .as_deref()
-        .is_some_and(|d| d.starts_with("cuda"));
+    let cuda = workload.variant.engine.on_cuda();
     let mut rows = Vec::with_capacity(list.len());
     for plan in list {
         let mut w = workload.clone();
@@ -49,14 +44,7 @@ pub fn run(
                     Vec::new()
                 };
                 let outside: u64 = outside.iter().map(|l| l.bytes).sum();
-                let fullest = e
-                    .pipeline_ranks
-                    .iter()
-                    .find(|r| {
-                        r.peak_bytes == e.peak_bytes
-                            && r.reserved_peak_bytes == e.reserved_peak_bytes
-                    })
-                    .map_or(0, |r| r.rank);
+                let fullest = e.fullest_rank().unwrap_or(0);
                 let total = e.judged_reserved_bytes() + outside;
                 PlanRow {
                     plan: plan.to_string(),

@@ -209,7 +209,27 @@ pub struct OutsideLine {
     pub source: String,
 }
 
+impl PipelineRank {
+    /// What `--fits` judges of the rank: its reserved peak on CUDA, its allocated one on the
+    /// CPU.
+    pub fn judged_bytes(&self) -> u64 {
+        self.reserved_peak_bytes.unwrap_or(self.peak_bytes)
+    }
+
+    /// The fullest of `ranks` (the lowest rank on a tie), by `judged_bytes`.
+    pub fn fullest(ranks: &[PipelineRank]) -> Option<&PipelineRank> {
+        ranks
+            .iter()
+            .max_by_key(|r| (r.judged_bytes(), std::cmp::Reverse(r.rank)))
+    }
+}
+
 impl TorchEstimate {
+    /// A pipeline's rank whose figures these are (its fullest); None for any other job.
+    pub fn fullest_rank(&self) -> Option<usize> {
+        PipelineRank::fullest(&self.pipeline_ranks).map(|r| r.rank)
+    }
+
     /// What the device must hold: the reserved peak (CUDA; the allocated one on the CPU), with
     /// DDP's bucket rebuild, and the memory outside the allocator.
     pub fn device_total_bytes(&self) -> u64 {

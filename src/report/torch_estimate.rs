@@ -162,12 +162,8 @@ fn fits_lines(f: &TorchEstimateFile) -> String {
             };
             // A pipeline's figures are its fullest rank's: named.
             let whose = e
-                .pipeline_ranks
-                .iter()
-                .find(|r| {
-                    r.peak_bytes == e.peak_bytes && r.reserved_peak_bytes == e.reserved_peak_bytes
-                })
-                .map_or(String::new(), |r| format!(", rank {}, the fullest", r.rank));
+                .fullest_rank()
+                .map_or(String::new(), |r| format!(", rank {r}, the fullest"));
             let _ = writeln!(
                 out,
                 "--fits {} ({dtype}{whose}): {verdict}",

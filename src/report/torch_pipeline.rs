@@ -31,11 +31,10 @@ pub fn pipeline_ranks(f: &TorchEstimateFile) -> String {
             header.push("reserved peak");
         }
         t.set_header(header);
-        let judged = |r: &PipelineRank| r.reserved_peak_bytes.unwrap_or(r.peak_bytes);
-        let fullest = e.pipeline_ranks.iter().map(judged).max().unwrap_or(0);
+        let fullest = e.fullest_rank();
         for r in &e.pipeline_ranks {
             let cat = |c: &str| bytes(r.categories.get(c).copied().unwrap_or(0) as f64);
-            let mark = if judged(r) == fullest {
+            let mark = if Some(r.rank) == fullest {
                 " (fullest)"
             } else {
                 ""

@@ -171,11 +171,8 @@ fn pipeline_from_trace(
             collectives: e.collectives.clone(),
         })
         .collect();
-    let fullest = each
-        .iter()
-        .enumerate()
-        .max_by_key(|(i, (e, _))| (e.judged_reserved_bytes(), std::cmp::Reverse(*i)))
-        .map(|(i, _)| i)
+    let fullest = PipelineRank::fullest(&ranks)
+        .map(|r| r.rank)
         .context("the torch trace gave no rank of the pipeline")?;
     let (mut e, ops) = each.swap_remove(fullest);
     e.pipeline_ranks = ranks;

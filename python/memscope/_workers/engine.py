@@ -349,19 +349,17 @@ class Engine:
         losses = []
         accum = self.spec.grad_accum
         if isinstance(self.forward, Pipeline):
+            # PyTorch's schedule runs the micro-batches' forwards and backwards itself.
             losses = self.forward.run(draw(), phase)
-            with phase("optimizer"):
-                self.optimizer.step()
-                self.optimizer.zero_grad(set_to_none=True)
-            return losses
-        for _ in range(accum):
-            ids = draw()
-            with phase("forward"), self.autocast():
-                loss = self.forward(input_ids=ids, labels=ids).loss / accum
-            with phase("backward"):
-                loss.backward()
-            losses.append(loss.detach())
-            del loss
+        else:
+            for _ in range(accum):
+                ids = draw()
+                with phase("forward"), self.autocast():
+                    loss = self.forward(input_ids=ids, labels=ids).loss / accum
+                with phase("backward"):
+                    loss.backward()
+                losses.append(loss.detach())
+                del loss
         with phase("optimizer"):
             self.optimizer.step()
             self.optimizer.zero_grad(set_to_none=True)

@@ -446,6 +446,30 @@ pub fn rate(v: f64) -> String {
     }
 }
 
+/// Parses a count for `flag` (tokens, steps): a positive number, optionally with a decimal
+/// suffix K (10³), M (10⁶), B or G (10⁹), T (10¹²) as training runs are spoken of (`300B`,
+/// `15T`, `2.5e9`); errors start with the flag and the text.
+pub fn parse_count(flag: &str, text: &str) -> anyhow::Result<f64> {
+    let t = text.trim();
+    let (num, scale) = match t.char_indices().last() {
+        Some((i, c)) if c.is_ascii_alphabetic() && !t.ends_with(['e', 'E']) => {
+            let scale = match c.to_ascii_uppercase() {
+                'K' => 1e3,
+                'M' => 1e6,
+                'B' | 'G' => 1e9,
+                'T' => 1e12,
+                _ => bail!("{flag} {text}: unknown suffix \"{c}\"; use K, M, B (or G) or T, e.g. 300B or 15T"),
+            };
+            (&t[..i], scale)
+        }
+        _ => (t, 1.0),
+    };
+    match num.trim().parse::<f64>() {
+        Ok(v) if v.is_finite() && v > 0.0 && (v * scale).is_finite() => Ok(v * scale),
+        _ => bail!("{flag} {text}: not a positive count; give a number such as 300B, 15T or 2.5e9"),
+    }
+}
+
 /// Parses a byte count for `flag` (the grammar of [`size_in_bytes`]): a whole number of bytes
 /// from 1 B to 16 EiB, rounded to the byte; errors start with the flag and the text.
 pub fn parse_bytes(flag: &str, text: &str) -> anyhow::Result<u64> {
@@ -605,6 +629,14 @@ mod tests {
 
     #[test]
     fn bytes_units() {
+        assert_eq!(parse_count("--c", "300B").unwrap(), 3e11);
+        assert_eq!(parse_count("--c", "15t").unwrap(), 15e12);
+        assert_eq!(parse_count("--c", "2.5e9").unwrap(), 2.5e9);
+        assert_eq!(parse_count("--c", "1000").unwrap(), 1000.0);
+        for bad in ["", "-5", "0", "1X", "T", "nan", "1e999"] {
+            let e = parse_count("--run-tokens", bad).unwrap_err().to_string();
+            assert!(e.starts_with("--run-tokens"), "{bad}: {e}");
+        }
         assert_eq!(parse_bytes("--m", "512").unwrap(), 512);
         assert_eq!(parse_bytes("--m", "1KB").unwrap(), 1000);
         assert_eq!(parse_bytes("--m", "1KiB").unwrap(), 1024);

@@ -169,7 +169,15 @@ fn commands() -> Vec<Command> {
         Command {
             name: "estimate",
             // --threads picks the roofs the predicted step time reads.
-            honoured: with(&["--fits", "--json", "--nproc", "--parallel", "--link"]),
+            honoured: with(&[
+                "--fits",
+                "--json",
+                "--nproc",
+                "--parallel",
+                "--link",
+                "--profile",
+                "--run-tokens",
+            ]),
             refused: &[
                 FUSION_NONE,
                 (

@@ -6,7 +6,7 @@ estimator (``_workers/trace.py``) and a user's own workload (``predict.py``) tra
 reserved bytes through the caching allocator's rules).
 
 ``traced(...)`` runs a workload's steps under the trace and returns the answer's common fields:
-``params``, ``param_sizes``, ``buffer_sizes``, ``side_streams``, ``events``, ``peak``, ``ends``,
+``torch`` (PyTorch's version), ``params``, ``param_sizes``, ``buffer_sizes``, ``side_streams``, ``events``, ``peak``, ``ends``,
 ``steps`` and ``ops`` (the last step's dispatched ops by signature:
 ``[phase, op, [[shape, dtype] read…], [[shape, dtype] written…], [bool args…], calls]``), where an
 event ``n ≥ 0`` allocates n bytes as the next block id and ``-(id+1)`` frees block ``id``.
@@ -264,7 +264,8 @@ def traced(torch, fake, model, run, traced_on, *, counter=None, cache=None, micr
             tr.end_phase()
     finally:
         torch.UntypedStorage.resize_ = resize
-    return {"params": sum(p.numel() for p in params), "param_sizes": sizes(params),
+    return {"torch": torch.__version__,
+            "params": sum(p.numel() for p in params), "param_sizes": sizes(params),
             "buffer_sizes": sizes(model.buffers()), "side_streams": tr.side,
             "events": tr.events, "peak": tr.at_peak or {}, "ends": tr.ends, "steps": 1,
             "ops": [[ph, op, [list(i) for i in ins], [list(o) for o in outs], list(fl), n]

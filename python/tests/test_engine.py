@@ -207,6 +207,33 @@ def test_peaks_on_torch_measures_the_roofs_and_the_estimate_predicts_time_from_t
                         "--batch", "1", "--seq", "64", "--threads", "1"],
                        capture_output=True, text=True, env=env, timeout=300)
     assert "memscope peaks --engine torch --device cpu --threads 1" in p.stdout, p.stdout
+    # The peaks file is a profile: the same prediction from it, at any thread count (said so),
+    # with tokens a second, MFU and a run's hours from the predicted step.
+    est1 = tmp_path / "est1.json"
+    p = subprocess.run([memscope_bin, "estimate", "--engine", "torch", "--model", "tiny-gpt2",
+                        "--batch", "1", "--seq", "64", "--threads", "1", "--profile", str(out),
+                        "--run-tokens", "64K", "--json", str(est1)],
+                       capture_output=True, text=True, env=env, timeout=300)
+    assert p.returncode == 0, p.stderr
+    assert "measured at 2 threads, this estimate is for --threads 1" in p.stdout, p.stdout
+    e1 = json.loads(est1.read_text())["by_dtype"]["f32"]
+    assert e1["predicted_ms"] == predicted
+    t = e1["throughput"]
+    assert t["tokens_per_step"] == 64
+    assert abs(t["tokens_per_s"] - 64 / (predicted["step"] / 1e3)) < 1e-6 * t["tokens_per_s"]
+    assert t["job_tokens_per_s"] == [t["tokens_per_s"]] * 2
+    roofs = json.loads(out.read_text())
+    best = max(m["gflops"]["best"] for m in roofs["matmul"] if m["name"] == "f32")
+    flops = json.loads(est1.read_text())["by_dtype"]["f32"]["flops"]["total"]
+    assert abs(t["mfu"] - flops / (predicted["step"] / 1e3) / (best * 1e9)) < 1e-9
+    # 64,000 tokens are 1,000 steps.
+    assert abs(t["run_hours"][0] - 1000 * predicted["step"] / 3.6e6) < 1e-9
+    assert "--run-tokens 64,000:" in p.stdout and "MFU" in p.stdout, p.stdout
+    # A profile of another device kind is refused, naming both.
+    p = subprocess.run([memscope_bin, "estimate", "--engine", "torch", "--model", "tiny-gpt2",
+                        "--device", "cuda", "--profile", str(out)],
+                       capture_output=True, text=True, env=env, timeout=300)
+    assert p.returncode == 2 and "was measured on cpu" in p.stderr, p.stderr
     p = subprocess.run([memscope_bin, "peaks", "--engine", "torch", "--device", "cuda"],
                        capture_output=True, text=True, env=env, timeout=120)
     assert p.returncode == 2 and "--device cuda" in p.stderr and "no CUDA GPU" in p.stderr

@@ -23,6 +23,7 @@ pub mod roofline;
 pub mod scaling;
 pub mod stats;
 pub mod targets;
+pub mod throughput;
 pub mod timing;
 pub mod torch_roofline;
 pub mod torch_time;

@@ -120,6 +120,19 @@ fn matmul_rate(p: &TorchPeaks, dtype: &str, mkn: (f64, f64, f64)) -> f64 {
         .map_or(1.0, |r| r.gflops.best)
 }
 
+/// The best square-product rate `peaks` measured for `dtype` (f32's where it timed none of that
+/// dtype), GFLOP/s: the ceiling MFU is taken against.
+pub fn peak_gflops(p: &TorchPeaks, dtype: &str) -> f64 {
+    let best = |name: &str| {
+        p.matmul
+            .iter()
+            .filter(|r| r.name == name)
+            .map(|r| r.gflops.best)
+            .fold(None, |m: Option<f64>, v| Some(m.map_or(v, |m| m.max(v))))
+    };
+    best(dtype).or_else(|| best("f32")).unwrap_or(1.0)
+}
+
 /// Predicts a step of `ops` on the device `peaks` measured.
 pub fn predict(ops: &[TracedOp], peaks: &TorchPeaks) -> Prediction {
     let bw = peaks.triad_gbs.best * 1e9;

@@ -46,6 +46,12 @@ pub struct EstimateArgs {
     /// With --parallel: the link between ranks as bandwidth and latency, GB/s,µs (100,5): the collectives' time per step by the ring and tree formulas [--engine torch]
     #[arg(long, value_name = "GB/s,µs")]
     pub link: Option<String>,
+    /// The device's roofs for the predicted step time: a file `peaks --engine torch --json FILE` wrote (on that device), or a profile memscope ships, by name; default: the roofs `peaks --engine torch` cached on this machine [--engine torch]
+    #[arg(long, value_name = "FILE|NAME")]
+    pub profile: Option<String>,
+    /// Tokens the whole run trains on (300B, 15T, 2.5e9): the hours it takes at the predicted rate [--engine torch]
+    #[arg(long, value_name = "TOKENS")]
+    pub run_tokens: Option<String>,
     /// Rows in the hotspot tables
     #[arg(long, default_value_t = 10)]
     pub top: usize,
@@ -143,8 +149,14 @@ pub fn run(a: EstimateArgs) -> anyhow::Result<ExitCode> {
                 a.dtype
             );
         }
-        if let Some(l) = &a.link {
-            bail!("--link {l}: a comparison of plans judges memory; give --link to one plan's estimate");
+        for (flag, given) in [
+            ("--link", &a.link),
+            ("--profile", &a.profile),
+            ("--run-tokens", &a.run_tokens),
+        ] {
+            if let Some(v) = given {
+                bail!("{flag} {v}: a comparison of plans judges memory; give {flag} to one plan's estimate");
+            }
         }
         return super::estimate_plans::run(&workload, list, budget, a.json.as_deref());
     }
@@ -152,6 +164,11 @@ pub fn run(a: EstimateArgs) -> anyhow::Result<ExitCode> {
     if let crate::spec::EngineRef::Torch(t) = spec.engine() {
         let parallel = t.parallel;
         return torch_estimate(&a, &workload, &dts, budget, parallel);
+    }
+    for (flag, given) in [("--profile", &a.profile), ("--run-tokens", &a.run_tokens)] {
+        if let Some(v) = given {
+            bail!("{flag} {v}: the predicted step time is the torch engine's; add --engine torch");
+        }
     }
     let reqs: Vec<Request> = dts
         .iter()
@@ -255,6 +272,16 @@ fn torch_estimate(
         Some(m) => Some(format!("the link {}", m.describe())),
         None => a.link.as_ref().map(|t| format!("--link {t}")),
     };
+    let profile = a
+        .profile
+        .as_deref()
+        .map(crate::torch::profile::load)
+        .transpose()?;
+    let run_tokens = a
+        .run_tokens
+        .as_deref()
+        .map(|t| crate::units::parse_count("--run-tokens", t))
+        .transpose()?;
     let mut by_dtype = std::collections::BTreeMap::new();
     let mut spec = None;
     let mut times = Vec::new();
@@ -272,10 +299,19 @@ fn torch_estimate(
         let (mut e, ops) = crate::torch::estimate::estimate_with_ops(&s)?;
         e.outside_allocator = outside.clone();
         e.flops = crate::analysis::aten_cost::flops_by_phase(&ops);
-        let mut said = predicted_time(&mut e, &ops, *a.threads, dtype.name());
-        if let Some(p) = parallel {
-            said += &report::torch_estimate::communication(&mut e, p, link, link_text.as_deref());
-        }
+        let said = time_lines(
+            &mut e,
+            &ops,
+            &s,
+            &Timing {
+                profile: profile.as_ref(),
+                threads: *a.threads,
+                parallel,
+                link,
+                link_text: link_text.as_deref(),
+                run_tokens,
+            },
+        )?;
         times.push(said);
         by_dtype.insert(dtype.name().to_string(), e);
         spec.get_or_insert(s);
@@ -311,29 +347,103 @@ fn torch_estimate(
     })
 }
 
-/// The step time predicted from the traced ops and the roofs `peaks --engine torch` cached for
-/// this device and thread count (`--threads`, default all cores): the report's text, and the
-/// phases' ms in the estimate; without cached roofs, the command that measures them.
+/// What the predicted time of one estimate reads beside its trace.
+struct Timing<'a> {
+    profile: Option<&'a crate::torch::profile::Profile>,
+    threads: Option<usize>,
+    parallel: Option<Parallel>,
+    link: Option<crate::analysis::collective_time::Link>,
+    link_text: Option<&'a str>,
+    run_tokens: Option<f64>,
+}
+
+/// One dtype's predicted step (or why there is none), its collectives' time over the link, and
+/// the throughput both give: the report's text; the figures go into `e`.
+fn time_lines(
+    e: &mut crate::record::torch_estimate::TorchEstimate,
+    ops: &[crate::torch::estimate::TracedOp],
+    s: &crate::spec::Spec,
+    t: &Timing,
+) -> anyhow::Result<String> {
+    let dtype = s.dtype.name();
+    let peaks = roofs(t.profile, &e.device, t.threads, dtype)?;
+    let mut said = match &peaks {
+        Ok(p) => predicted_time(e, ops, p, t.profile, t.threads, dtype),
+        Err(why) => why.clone(),
+    };
+    if let Some(p) = t.parallel {
+        said += &report::torch_estimate::communication(e, p, t.link, t.link_text);
+    }
+    if let Ok(p) = &peaks {
+        let job = crate::analysis::throughput::Job {
+            mode: s.mode,
+            batch: s.batch,
+            seq: s.seq,
+            grad_accum: s.grad_accum,
+            new_tokens: s.new_tokens,
+            parallel: t.parallel,
+        };
+        let comm = e.communication_ms.get("total").copied().unwrap_or(0.0);
+        e.throughput = crate::analysis::throughput::throughput(
+            &job,
+            &e.predicted_ms,
+            &e.flops,
+            comm,
+            crate::analysis::torch_time::peak_gflops(p, dtype),
+            t.run_tokens,
+        );
+        if let Some(th) = &e.throughput {
+            said += &report::torch_time::render_throughput(th, &job, comm > 0.0);
+        }
+    }
+    Ok(said)
+}
+
+/// The roofs the predicted step time reads: `--profile`'s (refused for another device kind or
+/// without the dtype's products), else the ones `peaks --engine torch` cached for this device
+/// and thread count (`--threads`, default all cores); `Ok(Err(text))` says why there are none.
+fn roofs(
+    profile: Option<&crate::torch::profile::Profile>,
+    device: &str,
+    threads: Option<usize>,
+    dtype: &str,
+) -> anyhow::Result<Result<crate::torch::peaks::TorchPeaks, String>> {
+    if let Some(p) = profile {
+        p.check_for(device, dtype)?;
+        return Ok(Ok(p.peaks.clone()));
+    }
+    let threads = threads.unwrap_or_else(crate::measure::threads::all_cores);
+    Ok(match crate::torch::peaks::cached(device, threads) {
+        Some(p) => Ok(p),
+        None => Err(match crate::torch::peaks::cache_problem(device, threads) {
+            Some(why) => format!(
+                "No predicted step time: {why}; `memscope peaks --engine torch --device {device} --threads {threads} --refresh` measures them again.",
+            ),
+            None => format!(
+                "No predicted step time: no roofs measured for {device} at {threads} threads; `memscope peaks --engine torch --device {device} --threads {threads}` measures them once (seconds), then this estimate predicts the step's time (or give a device's profile with --profile).",
+            ),
+        }),
+    })
+}
+
+/// The step time predicted from the traced ops and `peaks`' roofs: the report's text, and the
+/// phases' ms in the estimate; a profile's differences from this estimate stated first.
 fn predicted_time(
     e: &mut crate::record::torch_estimate::TorchEstimate,
     ops: &[crate::torch::estimate::TracedOp],
+    peaks: &crate::torch::peaks::TorchPeaks,
+    profile: Option<&crate::torch::profile::Profile>,
     threads: Option<usize>,
     dtype: &str,
 ) -> String {
-    let threads = threads.unwrap_or_else(crate::measure::threads::all_cores);
-    let Some(peaks) = crate::torch::peaks::cached(&e.device, threads) else {
-        if let Some(why) = crate::torch::peaks::cache_problem(&e.device, threads) {
-            return format!(
-                "No predicted step time: {why}; `memscope peaks --engine torch --device {} --threads {threads} --refresh` measures them again.",
-                e.device
-            );
-        }
-        return format!(
-            "No predicted step time: no roofs measured for {} at {threads} threads; `memscope peaks --engine torch --device {} --threads {threads}` measures them once (seconds), then this estimate predicts the step's time.",
-            e.device, e.device
-        );
-    };
-    let p = crate::analysis::torch_time::predict(ops, &peaks);
+    let p = crate::analysis::torch_time::predict(ops, peaks);
     e.predicted_ms = p.ms_by_phase();
-    report::torch_time::render(&p, &peaks, dtype)
+    let mut out = String::new();
+    if let Some(prof) = profile {
+        let threads = threads.unwrap_or(prof.peaks.threads);
+        for d in prof.differences(&e.torch, threads) {
+            out += &format!("Profile {}: {d}.\n", prof.source);
+        }
+    }
+    out + &report::torch_time::render(&p, peaks, dtype)
 }

@@ -127,6 +127,9 @@ pub struct TorchEstimate {
     /// Whose kernels the trace dispatched to: the device, or `cpu` for a CUDA estimate made
     /// without a GPU (the same modules and saved tensors, CPU's SDPA and autocast op lists).
     pub traced_on: String,
+    /// PyTorch's version the trace ran on; empty in files written before it was noted.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub torch: String,
     /// The predicted time of one step by phase, and `step`, in ms (`analysis::torch_time`, from
     /// the traced ops and `peaks --engine torch`'s roofs); empty when no roofs were measured.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
@@ -158,6 +161,33 @@ pub struct TorchEstimate {
     /// traced as that rank; the figures above are the fullest rank's (`rank` names it).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub pipeline_ranks: Vec<PipelineRank>,
+    /// Tokens per second, MFU and `--run-tokens`' hours from the predicted step
+    /// (`analysis::throughput`); absent without a predicted step.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub throughput: Option<Throughput>,
+}
+
+/// What a predicted step gives a planner: tokens a second for a rank and the job, MFU, hours.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Throughput {
+    /// Tokens one rank (one data-parallel replica) processes a step: batch × seq × grad-accum
+    /// in training, batch × seq in inference, batch × new tokens in a generation.
+    pub tokens_per_step: f64,
+    /// Those over the predicted step (a generation's: over its decode), one rank.
+    pub tokens_per_s: f64,
+    /// The job's: every replica's tokens over the step with its collectives, (hidden behind
+    /// compute, after it); both the one rank's figure without `--parallel` or a link.
+    pub job_tokens_per_s: (f64, f64),
+    /// The step's traced FLOPs (recomputation included) over its predicted time and
+    /// `peak_gflops`: model FLOPs utilisation against a measured ceiling.
+    pub mfu: f64,
+    /// The best matmul rate of the step's dtype the roofs hold, GFLOP/s.
+    pub peak_gflops: f64,
+    /// `--run-tokens`: the run's tokens, and the hours it takes at the job's two rates.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_tokens: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_hours: Option<(f64, f64)>,
 }
 
 /// One rank of a pipeline job: which stages and blocks it holds, and its own estimate.

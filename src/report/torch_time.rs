@@ -1,7 +1,9 @@
 //! The predicted step time of `estimate --engine torch`: by phase, and by op kind with what
 //! bounds it (compute, memory, or the per-op overhead).
 
+use crate::analysis::throughput::Job;
 use crate::analysis::torch_time::Prediction;
+use crate::record::torch_estimate::Throughput;
 use crate::report::table::Table;
 use crate::report::terminal::render_table;
 use crate::torch::peaks::TorchPeaks;
@@ -62,5 +64,60 @@ pub fn render(p: &Prediction, peaks: &TorchPeaks, dtype: &str) -> String {
     out.push_str(
         "A prediction, not a measurement: run `bench --engine torch` for the measured phases.\n",
     );
+    out
+}
+
+/// Tokens a second for one rank and the job, MFU, and `--run-tokens`' hours.
+pub fn render_throughput(t: &Throughput, job: &Job, with_collectives: bool) -> String {
+    let rate = |v: f64| crate::units::thousands(v.round() as u64);
+    let what = match job.mode {
+        crate::spec::Mode::Generate => "decoded tokens",
+        _ => "tokens",
+    };
+    let mut out = format!(
+        "\nThroughput, predicted: {} {what}/s a rank ({} {what} a step); MFU {:.1}% (the step's traced FLOPs against the {} its dtype's products reached in `peaks`, a measured ceiling, not a datasheet's)",
+        rate(t.tokens_per_s),
+        rate(t.tokens_per_step),
+        t.mfu * 100.0,
+        if t.peak_gflops >= 1e3 {
+            format!("{:.1} TFLOP/s", t.peak_gflops / 1e3)
+        } else {
+            format!("{:.1} GFLOP/s", t.peak_gflops)
+        }
+    );
+    let (fast, slow) = t.job_tokens_per_s;
+    if job.parallel.is_some() {
+        if with_collectives {
+            out += &format!(
+                "; the job {}–{} {what}/s (its collectives hidden behind compute, or after it)",
+                rate(slow),
+                rate(fast)
+            );
+        } else {
+            out += &format!(
+                "; the job {} {what}/s with its collectives' time left out (give --link, or measure it with `peaks --engine torch --collectives`)",
+                rate(fast)
+            );
+        }
+    }
+    out += ".\n";
+    if let (Some(n), Some((lo, hi))) = (t.run_tokens, t.run_hours) {
+        let h = |v: f64| {
+            if v >= 48.0 {
+                format!("{:.1} days", v / 24.0)
+            } else {
+                format!("{v:.1} h")
+            }
+        };
+        let span = if (hi - lo).abs() <= 1e-9 * hi.max(1.0) {
+            h(lo)
+        } else {
+            format!("{} to {}", h(lo), h(hi))
+        };
+        out += &format!(
+            "--run-tokens {}: {span} at that rate, steps only (no evaluation, checkpoints or restarts).\n",
+            crate::units::thousands(n.round() as u64)
+        );
+    }
     out
 }

@@ -20,6 +20,9 @@ pub(crate) struct Trace {
     /// The device whose kernels the trace dispatched to: the asked one, or `cpu` for a CUDA
     /// estimate on a machine without a GPU.
     traced_on: String,
+    /// PyTorch's version the trace ran on (absent from traces written before it was given).
+    #[serde(default)]
+    torch: String,
     /// The GPU's compute capability when one was there to ask (sets cuBLAS's workspace size).
     #[serde(default)]
     cuda_capability: Option<(u32, u32)>,
@@ -394,6 +397,7 @@ fn replay(t: &Trace, device: &str, limit: Option<u64>, workspaces: &[u64]) -> To
         out_of_memory: oom,
         events: t.events.len(),
         traced_on: t.traced_on.clone(),
+        torch: t.torch.clone(),
         predicted_ms: BTreeMap::new(),
         outside_allocator: Vec::new(),
         collectives: t.collectives.clone(),
@@ -410,6 +414,7 @@ fn replay(t: &Trace, device: &str, limit: Option<u64>, workspaces: &[u64]) -> To
                     .sum::<u64>(),
         }),
         pipeline_ranks: Vec::new(),
+        throughput: None,
     }
 }
 

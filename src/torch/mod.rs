@@ -11,6 +11,8 @@
 //!   replayed: the allocated peak by category, and on CUDA the reserved peak through
 //!   `caching_allocator.rs`, PyTorch's CUDA caching allocator's rules.
 //! - `peaks.rs`: `peaks --engine torch`, the device's roofs as PyTorch reaches them, cached.
+//! - `profile.rs`: a device profile, the roofs `peaks --engine torch --json` wrote, read by
+//!   `estimate --profile` (a file, or one memscope ships by name) and checked against the estimate.
 //! - `link.rs`: `peaks --engine torch --collectives`, the link between ranks as PyTorch's
 //!   all-reduce reaches it under torchrun, cached.
 //! - `optime.rs`: `roofline` and `profile --engine torch`, the workload run with every ATen op
@@ -33,6 +35,7 @@ pub mod oneshot;
 pub mod optime;
 pub mod peaks;
 pub mod process;
+pub mod profile;
 pub mod python;
 pub mod torchrun_report;
 pub mod watchdog;

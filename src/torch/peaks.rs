@@ -63,16 +63,45 @@ impl TorchPeaks {
     }
 
     fn plausible(&self) -> bool {
-        self.matmul.iter().all(|s| s.gflops.plausible())
-            && !self.matmul.is_empty()
-            && self.model_shapes.iter().all(|s| s.gflops.plausible())
-            && self.copy_gbs.plausible()
-            && self.triad_gbs.plausible()
-            && self.small_ops_per_s.plausible()
-            && self.view_ops_per_s.as_ref().is_some_and(Rate::plausible)
-            && self.gemv_gbs.as_ref().is_some_and(Rate::plausible)
-            && self.fill_gbs.as_ref().is_some_and(Rate::plausible)
-            && self.fresh_fill_gbs.as_ref().is_some_and(Rate::plausible)
+        self.implausible_field().is_none()
+    }
+
+    /// The first field whose rate is missing or not plausible (each must lie between 1e-6 and
+    /// 1e12, its median finite and not negative), by its name in the file: `matmul[2]`,
+    /// `triad_gbs`, …; None when every rate is.
+    pub fn implausible_field(&self) -> Option<String> {
+        if self.matmul.is_empty() {
+            return Some("matmul (no rows)".into());
+        }
+        let rows = |name: &str, v: &[ShapeRate]| {
+            v.iter()
+                .position(|s| !s.gflops.plausible())
+                .map(|i| format!("{name}[{i}].gflops"))
+        };
+        let optional = [
+            ("view_ops_per_s", &self.view_ops_per_s),
+            ("gemv_gbs", &self.gemv_gbs),
+            ("fill_gbs", &self.fill_gbs),
+            ("fresh_fill_gbs", &self.fresh_fill_gbs),
+        ];
+        rows("matmul", &self.matmul)
+            .or_else(|| rows("model_shapes", &self.model_shapes))
+            .or_else(|| {
+                [
+                    ("copy_gbs", &self.copy_gbs),
+                    ("triad_gbs", &self.triad_gbs),
+                    ("small_ops_per_s", &self.small_ops_per_s),
+                ]
+                .into_iter()
+                .find(|(_, r)| !r.plausible())
+                .map(|(n, _)| n.to_string())
+            })
+            .or_else(|| {
+                optional
+                    .into_iter()
+                    .find(|(_, r)| !r.as_ref().is_some_and(Rate::plausible))
+                    .map(|(n, _)| n.to_string())
+            })
     }
 
     /// Seconds per byte the first write of a fresh allocation costs beyond writing memory
@@ -159,9 +188,10 @@ fn read_cache(device: &str, threads: usize) -> Result<Option<TorchPeaks>, String
         Ok(text) => match serde_json::from_str::<TorchPeaks>(&text) {
             Err(e) => format!("not a peaks file ({e})"),
             Ok(p) if p.fingerprint != fp => "measured on another machine or set-up".into(),
-            Ok(p) if !p.plausible() => {
-                "its rates are not plausible (each must lie between 1e-6 and 1e12)".into()
-            }
+            Ok(p) if !p.plausible() => format!(
+                "its rates are not plausible ({}; each must lie between 1e-6 and 1e12)",
+                p.implausible_field().unwrap_or_default()
+            ),
             Ok(p) => return Ok(Some(p)),
         },
     };

@@ -61,11 +61,12 @@ def main():
         w = WORKLOADS[name]
         with tempfile.TemporaryDirectory() as d:
             est, rec = Path(d) / "est.json", Path(d) / "run.json"
-            # The roofs with this workload's own product shapes (rows = batch × sequence).
+            # The roofs measured afresh beside the run, with this workload's own product shapes
+            # (rows = batch × sequence).
             shape = [x for i, x in enumerate(w) if w[i - 1] in ("--model", "--batch")
                      or x in ("--model", "--batch")]
             rows = w[w.index("--seq") + 1] if "--seq" in w else w[w.index("--prompt-len") + 1]
-            run([ms, "peaks", *common, *shape, "--seq", rows, "-q"])
+            run([ms, "peaks", *common, *shape, "--seq", rows, "--refresh", "-q"])
             run([ms, "estimate", *common, *w, "--json", str(est)])
             run([ms, "bench", *common, *w, "--warmup", "1", "--steps", str(a.steps),
                  "--json", str(rec), "-q"])

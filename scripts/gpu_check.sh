@@ -58,6 +58,8 @@ fi
 
 if want 4; then
 echo "== 4. the device's roofs as PyTorch reaches them"
+# $OUT/peaks.json is the card's profile: `estimate --profile FILE` predicts from it without the
+# GPU; shipped with memscope as profiles/NAME.json (and a line in src/torch/profile.rs).
 MEMSCOPE_CACHE_DIR="$OUT/peaks-cache" timeout 45 "$BIN" peaks --engine torch --device cuda \
   --model gpt2-small --batch 4 --seq 256 --json "$OUT/peaks.json" | tee "$OUT/peaks.txt"
 fi

@@ -1,6 +1,6 @@
 //! A PyTorch step's time predicted before it runs: every op the torch trace dispatched, costed
 //! by `aten_cost`, timed against the device's roofs as `peaks --engine torch` measured them —
-//! max(FLOPs / the matmul rate for its shape and dtype, bytes / triad bandwidth, or a
+//! max(FLOPs / the matmul rate for its shape and dtype (its median), bytes / triad bandwidth, or a
 //! matrix-vector product's for a product of a few rows) plus the fixed cost of one op (a view's
 //! for views), plus on the CPU the page faults of an output large enough that glibc maps it
 //! afresh (at the measured cost of writing fresh pages over mapped ones) — and summed by phase
@@ -89,8 +89,10 @@ impl Prediction {
     }
 }
 
-/// The best rate among `rows` of `dtype` (else f32) at the size nearest (m·k·n)^(1/3), or the
-/// model's own shape where `peaks` timed it; GFLOP/s.
+/// The median rate of `dtype`'s (else f32's) square product at the size nearest (m·k·n)^(1/3),
+/// or of the model's own shape where `peaks` timed it (on the CPU over operands rotating out of
+/// cache, as a step meets them); GFLOP/s. The median, as a step's many calls reach it typically;
+/// the best is the ceiling MFU is taken against.
 fn matmul_rate(p: &TorchPeaks, dtype: &str, mkn: (f64, f64, f64)) -> f64 {
     let (m, k, n) = mkn;
     if dtype == "f32" {
@@ -100,7 +102,7 @@ fn matmul_rate(p: &TorchPeaks, dtype: &str, mkn: (f64, f64, f64)) -> f64 {
             .iter()
             .find(|s| (s.m as f64, s.k as f64, s.n as f64) == (m, k, n))
         {
-            return s.gflops.best;
+            return s.gflops.median;
         }
     }
     let size = (m * k * n).max(1.0).cbrt();
@@ -117,7 +119,7 @@ fn matmul_rate(p: &TorchPeaks, dtype: &str, mkn: (f64, f64, f64)) -> f64 {
             let d = |r: &ShapeRate| (r.m as f64 / size).ln().abs();
             d(a).total_cmp(&d(b))
         })
-        .map_or(1.0, |r| r.gflops.best)
+        .map_or(1.0, |r| r.gflops.median)
 }
 
 /// The best square-product rate `peaks` measured for `dtype` (f32's where it timed none of that

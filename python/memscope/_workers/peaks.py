@@ -1,6 +1,7 @@
 """``memscope peaks --engine torch``: the device's roofs as PyTorch reaches them — matmul per dtype
 over a range of square sizes and on the model's own linear shapes (``F.linear``, as transformers
-runs them, and the two products of its backward), memory bandwidth (copy and triad over arrays
+runs them, and the two products of its backward; on the CPU over operands rotating through more
+memory than the caches hold, as a step meets them), memory bandwidth (copy and triad over arrays
 far larger than the caches, bytes read plus written; a matrix-vector product's, reading a 64 MiB
 weight; writing an array already in memory and one just allocated, whose pages fault in on the
 CPU), and the fixed cost of one small op (dispatch on the CPU; launch and dispatch on CUDA)
@@ -25,6 +26,9 @@ SLOW_RUN_S = 1.0
 BUDGET_S = 0.4
 MIN_REPS, MAX_REPS = 3, 50
 SMALL_OP_CALLS = 2000
+# The model's products are timed over operands rotating through this much memory (at most
+# MAX_COPIES copies), more than a CPU's last-level cache holds, as a step meets them.
+ROTATE_BYTES, MAX_COPIES = 256 << 20, 64
 GEMV_N = 4096
 
 
@@ -94,19 +98,44 @@ def measure(request):
             torch.backends.cuda.matmul.allow_tf32 = previous
     shapes = []
     for name_, m, k, n in request.shapes or []:
-        x = torch.randn(m, k, device=device)   # (m, k): batch × seq rows
-        w = torch.randn(n, k, device=device)   # (n, k): nn.Linear's weight
-        dy = torch.randn(m, n, device=device)  # (m, n): the output's gradient
+        # A step meets each product's operands out of cache (the model's other layers ran in
+        # between): on the CPU the calls rotate through copies filling ROTATE_BYTES.
+        copies = 1 if device.type == "cuda" else max(1, min(
+            MAX_COPIES, ROTATE_BYTES // (4 * (m * k + n * k + m * n))))
+        xs = [torch.randn(m, k, device=device) for _ in range(copies)]   # (m, k): rows
+        ws = [torch.randn(n, k, device=device) for _ in range(copies)]   # (n, k): the weight
+        dys = [torch.randn(m, n, device=device) for _ in range(copies)]  # (m, n): its gradient
+        turn = [0]
+
+        def operands():
+            turn[0] = (turn[0] + 1) % copies
+            return xs[turn[0]], ws[turn[0]], dys[turn[0]]
+
+        def linear():
+            x, w, _ = operands()
+            return torch.nn.functional.linear(x, w)
+
+        def dx():
+            _, w, dy = operands()
+            return torch.mm(dy, w)
+
+        def dw():
+            x, _, dy = operands()
+            return torch.mm(dy.t(), x)
+
+        def dw_conv1d():
+            x, _, dy = operands()
+            return torch.mm(x.t(), dy)
         # The forward, and the two products its backward runs as autograd lays them out:
         # dx = dy · W (m, n)·(n, k); dW = dyᵀ · x (n, m)·(m, k), or xᵀ · dy (k, m)·(m, n) for
         # GPT-2's Conv1D, whose weight is stored (k, n).
         for label, (mm, kk, nn), fn in (
-                (name_, (m, k, n), lambda: torch.nn.functional.linear(x, w)),
-                (f"{name_} dx", (m, n, k), lambda: torch.mm(dy, w)),
-                (f"{name_} dW", (n, m, k), lambda: torch.mm(dy.t(), x)),
-                (f"{name_} dW (Conv1D)", (k, m, n), lambda: torch.mm(x.t(), dy))):
+                (name_, (m, k, n), linear),
+                (f"{name_} dx", (m, n, k), dx),
+                (f"{name_} dW", (n, m, k), dw),
+                (f"{name_} dW (Conv1D)", (k, m, n), dw_conv1d)):
             shapes.append({"name": label, "m": mm, "k": kk, "n": nn, "secs": timed(fn)})
-        del x, w, dy
+        del xs, ws, dys
     # A matrix-vector product over a weight far larger than the caches (a decode step's
     # products): the bandwidth a product with one row reaches, reading its weight once.
     wv = torch.randn(GEMV_N, GEMV_N, device=device)  # (n, k): 64 MiB of f32

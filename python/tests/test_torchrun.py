@@ -332,3 +332,23 @@ def test_the_link_measured_by_peaks_collectives_times_the_estimate_s_collectives
         * 1e3
     assert abs(predicted["communication_ms"]["all_reduce"] - ms) < 1e-6 * max(ms, 1), \
         (predicted["communication_ms"], ms)
+    # FSDP2's all-gather and reduce-scatter are timed on their own (gloo runs them at other
+    # speeds than its all-reduce), and an FSDP2 estimate times them on their own fits.
+    for kind in ("all_gather", "reduce_scatter"):
+        assert [s["bytes"] for s in link[kind]] == [8, 64 << 20], link[kind]
+        assert all(s["calls"] >= 5 and s["median_s"] > 0 for s in link[kind])
+    assert "All-gather" in p.stdout and "Reduce-scatter" in p.stdout, p.stdout
+    est = tmp_path / "fsdp.json"
+    e = subprocess.run([memscope_bin, "estimate", "--engine", "torch", "--model", "tiny-gpt2",
+                        "--batch", "2", "--seq", "32", "--nproc", "2", "--parallel", "fsdp",
+                        "--json", str(est)], capture_output=True, text=True, timeout=300, env=env)
+    assert e.returncode == 0, e.stderr
+    predicted = load(est)["by_dtype"]["f32"]
+    small, large = link["all_gather"]
+    # (N−1)/N · B/β + (N−1) · α per call, β and α through the smallest and largest medians.
+    per_byte = (large["median_s"] - small["median_s"]) / (0.5 * (large["bytes"] - small["bytes"]))
+    latency = max(0.0, small["median_s"] - 0.5 * small["bytes"] * per_byte)
+    c = predicted["collectives"]["all_gather"]
+    ms = (0.5 * c["bytes"] * per_byte + c["calls"] * latency) * 1e3
+    assert abs(predicted["communication_ms"]["all_gather"] - ms) < 1e-6 * max(ms, 1), \
+        (predicted["communication_ms"], ms)

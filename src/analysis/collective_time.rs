@@ -62,6 +62,12 @@ impl Link {
     /// call took no longer than its latency.
     pub fn fit_all_reduce(world: usize, sizes: &[(u64, f64)]) -> Option<Link> {
         let n = world.max(2) as f64;
+        Link::fit_ring(sizes, 2.0 * (n - 1.0) / n, 2.0 * (n - 1.0))
+    }
+
+    /// The same for a ring collective whose call of B bytes carries `share` · B per rank over
+    /// `hops` latencies (an all-gather's or reduce-scatter's (N−1)/N and N−1).
+    pub fn fit_ring(sizes: &[(u64, f64)], share: f64, hops: f64) -> Option<Link> {
         let (small, large) = (
             sizes.iter().min_by_key(|s| s.0)?,
             sizes.iter().max_by_key(|s| s.0)?,
@@ -69,8 +75,6 @@ impl Link {
         if small.0 == large.0 {
             return None;
         }
-        let share = 2.0 * (n - 1.0) / n;
-        let hops = 2.0 * (n - 1.0);
         // Two equations, t = share · B / β + hops · α, at the smallest and largest size.
         let per_byte = (large.1 - small.1) / (share * (large.0 - small.0) as f64);
         let latency = (small.1 - share * small.0 as f64 * per_byte) / hops;
@@ -94,6 +98,52 @@ impl Link {
     }
 }
 
+/// The link per collective kind: the all-reduce's, and FSDP2's all-gather's and
+/// reduce-scatter's where `peaks --collectives` measured them apart (a backend may run them at
+/// another speed: gloo's all-gather is not its all-reduce); a kind without its own takes the
+/// all-reduce's.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Links {
+    pub all_reduce: Link,
+    pub all_gather: Option<Link>,
+    pub reduce_scatter: Option<Link>,
+}
+
+impl Links {
+    /// One link for every kind (`--link`).
+    pub fn uniform(link: Link) -> Links {
+        Links {
+            all_reduce: link,
+            all_gather: None,
+            reduce_scatter: None,
+        }
+    }
+
+    /// The links `peaks --collectives` measured, each fitted to its own calls (None when the
+    /// all-reduce's do not fit).
+    pub fn of_measured(p: &crate::torch::link::LinkPeaks) -> Option<Links> {
+        let n = p.world.max(2) as f64;
+        let ring = |v: &[crate::torch::link::LinkSize]| {
+            let medians: Vec<(u64, f64)> = v.iter().map(|s| (s.bytes, s.median_s)).collect();
+            Link::fit_ring(&medians, (n - 1.0) / n, n - 1.0)
+        };
+        Some(Links {
+            all_reduce: Link::of_measured(p)?,
+            all_gather: ring(&p.all_gather),
+            reduce_scatter: ring(&p.reduce_scatter),
+        })
+    }
+
+    fn for_kind(&self, kind: &str) -> Link {
+        match kind {
+            "all_gather" => self.all_gather,
+            "reduce_scatter" => self.reduce_scatter,
+            _ => None,
+        }
+        .unwrap_or(self.all_reduce)
+    }
+}
+
 /// One kind's time in a step, seconds, and the formula used.
 #[derive(Clone, Debug, PartialEq)]
 pub struct KindTime {
@@ -102,12 +152,13 @@ pub struct KindTime {
     pub formula: &'static str,
 }
 
-/// Each kind's time over `link`, over the ranks of its group (`world` when the count does not
+/// Each kind's time over its link, over the ranks of its group (`world` when the count does not
 /// say).
-pub fn step_times(c: &StepCollectives, world: usize, link: Link) -> Vec<KindTime> {
-    let (bw, a) = (link.bytes_per_s, link.latency_s);
+pub fn step_times(c: &StepCollectives, world: usize, links: &Links) -> Vec<KindTime> {
     c.iter()
         .map(|(kind, k)| {
+            let link = links.for_kind(kind);
+            let (bw, a) = (link.bytes_per_s, link.latency_s);
             let group = k.group_or(world);
             let n = group.max(1) as f64;
             let log2n = n.log2().ceil();
@@ -163,7 +214,7 @@ mod tests {
                 group: None,
             },
         );
-        let t = step_times(&c, 4, link);
+        let t = step_times(&c, 4, &Links::uniform(link));
         // 3/4 · 4 GB / 100 GB/s + 3 · 5 µs · 4 calls.
         assert!((t[0].seconds - (0.03 + 60e-6)).abs() < 1e-12, "{t:?}");
         // Ring: 2 · 3/4 · 1 GB / 100 GB/s + 2 · 3 · 5 µs = 15.03 ms; tree 20.02 ms.
@@ -171,11 +222,13 @@ mod tests {
         assert_eq!(t[1].formula, "ring");
         assert!(Link::parse("fast").is_err());
         assert!(Link::parse("0,5").is_err());
-        assert!(step_times(&c, 1, link).iter().all(|k| k.seconds == 0.0));
+        assert!(step_times(&c, 1, &Links::uniform(link))
+            .iter()
+            .all(|k| k.seconds == 0.0));
         // A tensor-parallel all-reduce over 2 of the job's 4 ranks: 2 · 1/2 · 1 GB / 100 GB/s
         // + 2 · 1 · 5 µs.
         c.get_mut("all_reduce").unwrap().group = Some(2);
-        let t = step_times(&c, 4, link);
+        let t = step_times(&c, 4, &Links::uniform(link));
         assert!((t[1].seconds - (0.01 + 10e-6)).abs() < 1e-12, "{t:?}");
     }
 
@@ -190,5 +243,23 @@ mod tests {
         assert!((fit.bytes_per_s / 5e9 - 1.0).abs() < 1e-9, "{fit:?}");
         assert!((fit.latency_s / 40e-6 - 1.0).abs() < 1e-9, "{fit:?}");
         assert!(Link::fit_all_reduce(2, &sizes[..1]).is_none());
+        // An all-gather's own link, used for its kind only.
+        let gather = Link::parse("1,100").unwrap();
+        let calls: Vec<(u64, f64)> = [8u64, 64 << 20]
+            .iter()
+            .map(|&b| (b, 0.5 * b as f64 / 1e9 + 100e-6))
+            .collect();
+        let fit = Link::fit_ring(&calls, 0.5, 1.0).unwrap();
+        assert!(
+            (fit.bytes_per_s / gather.bytes_per_s - 1.0).abs() < 1e-9,
+            "{fit:?}"
+        );
+        let links = Links {
+            all_reduce: link,
+            all_gather: Some(fit),
+            reduce_scatter: None,
+        };
+        assert_eq!(links.for_kind("all_gather"), fit);
+        assert_eq!(links.for_kind("reduce_scatter"), link);
     }
 }

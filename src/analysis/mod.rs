@@ -16,6 +16,7 @@ pub mod least_squares;
 pub mod op_cost;
 pub mod op_profile;
 pub mod outside_allocator;
+pub mod overlap;
 pub mod profile_tree;
 pub mod ranks;
 pub mod record_series;

@@ -44,14 +44,22 @@ impl Job {
     }
 }
 
+/// The collectives' ms a step: in all, and the part the step waits for (`analysis::overlap`);
+/// both 0 without a link.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Communication {
+    pub total_ms: f64,
+    pub exposed_ms: f64,
+}
+
 /// Throughput from the predicted ms by phase (`step` the whole step), the step's FLOPs by phase,
-/// the collectives' ms a step (0 without a link), the dtype's measured matmul peak in GFLOP/s,
-/// and the tokens of a run (`--run-tokens`). None without a predicted step.
+/// the collectives' time, the dtype's measured matmul peak in GFLOP/s, and the tokens of a run
+/// (`--run-tokens`). None without a predicted step.
 pub fn throughput(
     job: &Job,
     predicted_ms: &BTreeMap<String, f64>,
     flops: &BTreeMap<String, u64>,
-    communication_ms: f64,
+    comm: Communication,
     peak_gflops: f64,
     run_tokens: Option<f64>,
 ) -> Option<Throughput> {
@@ -67,22 +75,25 @@ pub fn throughput(
         return None;
     }
     let s = ms / 1e3;
-    let comm = communication_ms.max(0.0) / 1e3;
+    let (total, exposed) = (comm.total_ms.max(0.0) / 1e3, comm.exposed_ms.max(0.0) / 1e3);
     let replicas = job.replicas() as f64;
     // Fastest: the collectives hidden behind compute; slowest: after it.
-    let job_rate = (
-        replicas * tokens / s.max(comm),
-        replicas * tokens / (s + comm),
+    let bounds = (
+        replicas * tokens / s.max(total),
+        replicas * tokens / (s + total),
     );
-    let hours = run_tokens.map(|n| (n / job_rate.0 / 3600.0, n / job_rate.1 / 3600.0));
+    let job_rate = replicas * tokens / (s + exposed);
+    let hours = |rate: f64| run_tokens.map(|n| n / rate / 3600.0);
     Some(Throughput {
         tokens_per_step: tokens,
         tokens_per_s: tokens / s,
         job_tokens_per_s: job_rate,
+        job_tokens_per_s_bounds: bounds,
         mfu: flop as f64 / s / (peak_gflops * 1e9),
         peak_gflops,
         run_tokens,
-        run_hours: hours,
+        run_hours: hours(job_rate),
+        run_hours_bounds: hours(bounds.0).zip(hours(bounds.1)),
     })
 }
 
@@ -113,17 +124,19 @@ mod tests {
             &job(Mode::Train, None),
             &map(&[("step", 100.0)]),
             &flops,
-            0.0,
+            Communication::default(),
             200.0,
             Some(1.8432e7),
         )
         .unwrap();
         assert_eq!(t.tokens_per_step, 512.0);
         assert!((t.tokens_per_s - 5120.0).abs() < 1e-9);
-        assert_eq!(t.job_tokens_per_s, (5120.0, 5120.0));
+        assert_eq!(t.job_tokens_per_s, 5120.0);
+        assert_eq!(t.job_tokens_per_s_bounds, (5120.0, 5120.0));
         assert!((t.mfu - 0.5).abs() < 1e-12);
         // 1.8432e7 tokens at 5,120 a second: one hour.
-        let (lo, hi) = t.run_hours.unwrap();
+        assert!((t.run_hours.unwrap() - 1.0).abs() < 1e-9);
+        let (lo, hi) = t.run_hours_bounds.unwrap();
         assert!((lo - 1.0).abs() < 1e-9 && (hi - 1.0).abs() < 1e-9);
     }
 
@@ -137,39 +150,45 @@ mod tests {
         };
         let flops = BTreeMap::from([("total".to_string(), 1u64)]);
         let step = map(&[("step", 100.0)]);
-        // 8 FSDP ranks, 50 ms of collectives: 8 replicas at 100 ms (hidden) or 150 ms (not).
+        // 8 FSDP ranks, 50 ms of collectives of which 10 exposed: 8 replicas at 110 ms, and
+        // at 100 ms (hidden) or 150 ms (not).
+        let comm = Communication {
+            total_ms: 50.0,
+            exposed_ms: 10.0,
+        };
         let t = throughput(
             &job(Mode::Train, Some(p(ParallelPlan::Fsdp, 8, 1))),
             &step,
             &flops,
-            50.0,
+            comm,
             1.0,
             None,
         )
         .unwrap();
-        assert!((t.job_tokens_per_s.0 - 8.0 * 5120.0).abs() < 1e-6);
-        assert!((t.job_tokens_per_s.1 - 8.0 * 512.0 / 0.15).abs() < 1e-6);
+        assert!((t.job_tokens_per_s - 8.0 * 512.0 / 0.11).abs() < 1e-6);
+        assert!((t.job_tokens_per_s_bounds.0 - 8.0 * 5120.0).abs() < 1e-6);
+        assert!((t.job_tokens_per_s_bounds.1 - 8.0 * 512.0 / 0.15).abs() < 1e-6);
         // fsdp+tp:4 over 8: two replicas; a pipeline: one.
         let tp = throughput(
             &job(Mode::Train, Some(p(ParallelPlan::FsdpTp, 8, 4))),
             &step,
             &flops,
-            0.0,
+            Communication::default(),
             1.0,
             None,
         )
         .unwrap();
-        assert!((tp.job_tokens_per_s.0 - 2.0 * 5120.0).abs() < 1e-6);
+        assert!((tp.job_tokens_per_s - 2.0 * 5120.0).abs() < 1e-6);
         let pp = throughput(
             &job(Mode::Train, Some(p(ParallelPlan::Pp, 4, 1))),
             &step,
             &flops,
-            0.0,
+            Communication::default(),
             1.0,
             None,
         )
         .unwrap();
-        assert!((pp.job_tokens_per_s.0 - 5120.0).abs() < 1e-6);
+        assert!((pp.job_tokens_per_s - 5120.0).abs() < 1e-6);
     }
 
     #[test]
@@ -182,7 +201,7 @@ mod tests {
             &job(Mode::Generate, None),
             &map(&[("prefill", 50.0), ("decode", 200.0), ("step", 250.0)]),
             &flops,
-            0.0,
+            Communication::default(),
             100.0,
             None,
         )
@@ -194,7 +213,7 @@ mod tests {
             &job(Mode::Train, None),
             &BTreeMap::new(),
             &flops,
-            0.0,
+            Communication::default(),
             1.0,
             None
         )

@@ -265,9 +265,11 @@ fn torch_estimate(
         }
         _ => None,
     };
-    let link = given.or(measured
-        .as_ref()
-        .and_then(crate::analysis::collective_time::Link::of_measured));
+    let link = given
+        .map(crate::analysis::collective_time::Links::uniform)
+        .or(measured
+            .as_ref()
+            .and_then(crate::analysis::collective_time::Links::of_measured));
     let link_text = match &measured {
         Some(m) => Some(format!("the link {}", m.describe())),
         None => a.link.as_ref().map(|t| format!("--link {t}")),
@@ -352,7 +354,7 @@ struct Timing<'a> {
     profile: Option<&'a crate::torch::profile::Profile>,
     threads: Option<usize>,
     parallel: Option<Parallel>,
-    link: Option<crate::analysis::collective_time::Link>,
+    link: Option<crate::analysis::collective_time::Links>,
     link_text: Option<&'a str>,
     run_tokens: Option<f64>,
 }
@@ -372,7 +374,11 @@ fn time_lines(
         Err(why) => why.clone(),
     };
     if let Some(p) = t.parallel {
-        said += &report::torch_estimate::communication(e, p, t.link, t.link_text);
+        // CPU ranks whose threads (all cores each unless --threads says) fill this machine.
+        let cores = crate::measure::threads::all_cores();
+        let per_rank = t.threads.unwrap_or(cores);
+        let cores_full = e.device == "cpu" && p.world / p.nodes.max(1) * per_rank >= cores;
+        said += &report::torch_estimate::communication(e, p, t.link, t.link_text, cores_full);
     }
     if let Ok(p) = &peaks {
         let job = crate::analysis::throughput::Job {
@@ -383,7 +389,11 @@ fn time_lines(
             new_tokens: s.new_tokens,
             parallel: t.parallel,
         };
-        let comm = e.communication_ms.get("total").copied().unwrap_or(0.0);
+        let ms = |k: &str| e.communication_ms.get(k).copied().unwrap_or(0.0);
+        let comm = crate::analysis::throughput::Communication {
+            total_ms: ms("total"),
+            exposed_ms: ms("exposed"),
+        };
         e.throughput = crate::analysis::throughput::throughput(
             &job,
             &e.predicted_ms,
@@ -393,7 +403,7 @@ fn time_lines(
             t.run_tokens,
         );
         if let Some(th) = &e.throughput {
-            said += &report::torch_time::render_throughput(th, &job, comm > 0.0);
+            said += &report::torch_time::render_throughput(th, &job, comm.total_ms > 0.0);
         }
     }
     Ok(said)

@@ -175,19 +175,24 @@ pub struct Throughput {
     pub tokens_per_step: f64,
     /// Those over the predicted step (a generation's: over its decode), one rank.
     pub tokens_per_s: f64,
-    /// The job's: every replica's tokens over the step with its collectives, (hidden behind
-    /// compute, after it); both the one rank's figure without `--parallel` or a link.
-    pub job_tokens_per_s: (f64, f64),
+    /// The job's: every replica's tokens over the step with the communication it waits for
+    /// (`analysis::overlap`); the one rank's figure without `--parallel` or a link.
+    pub job_tokens_per_s: f64,
+    /// The same with the collectives hidden entirely behind compute, and with none hidden.
+    pub job_tokens_per_s_bounds: (f64, f64),
     /// The step's traced FLOPs (recomputation included) over its predicted time and
     /// `peak_gflops`: model FLOPs utilisation against a measured ceiling.
     pub mfu: f64,
     /// The best matmul rate of the step's dtype the roofs hold, GFLOP/s.
     pub peak_gflops: f64,
-    /// `--run-tokens`: the run's tokens, and the hours it takes at the job's two rates.
+    /// `--run-tokens`: the run's tokens, and the hours it takes at the job's rate and at its
+    /// two bounds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub run_tokens: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub run_hours: Option<(f64, f64)>,
+    pub run_hours: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_hours_bounds: Option<(f64, f64)>,
 }
 
 /// One rank of a pipeline job: which stages and blocks it holds, and its own estimate.

@@ -231,5 +231,45 @@ pub fn render_link(p: &crate::torch::link::LinkPeaks, source: &str) -> String {
         "\nThe link, fitted to the smallest and largest medians by the ring all-reduce's time 2(N−1)/N · B/β + 2(N−1) · α: β = {:.3} GB/s, α = {:.1} µs. `estimate --engine torch --nproc N --parallel PLAN` uses it when no --link is given (as --link {:.3},{:.1}).",
         p.gb_per_s, p.latency_us, p.gb_per_s, p.latency_us
     );
+    let Some(links) = crate::analysis::collective_time::Links::of_measured(p) else {
+        return out;
+    };
+    for (kind, sizes, fit) in [
+        (
+            "All-gather (all_gather_into_tensor)",
+            &p.all_gather,
+            links.all_gather,
+        ),
+        (
+            "Reduce-scatter (reduce_scatter_tensor)",
+            &p.reduce_scatter,
+            links.reduce_scatter,
+        ),
+    ] {
+        let Some(fit) = fit else { continue };
+        let rows = sizes
+            .iter()
+            .map(|s| {
+                vec![
+                    crate::units::bytes(s.bytes as f64),
+                    s.calls.to_string(),
+                    format!("{:.1}", s.median_s * 1e6),
+                    format!("{:.1}–{:.1}", s.min_s * 1e6, s.max_s * 1e6),
+                    format!(
+                        "{:.3}",
+                        (n - 1.0) / n * s.bytes as f64 / s.median_s.max(1e-12) / 1e9
+                    ),
+                ]
+            })
+            .collect();
+        out.push('\n');
+        out += &render_table(&Table {
+            title: format!("{kind}, FSDP2's, f32; size is the whole tensor, each rank holding 1/N of it; fitted to (N−1)/N · B/β + (N−1) · α: β = {:.3} GB/s, α = {:.1} µs, which `estimate` takes for this kind", fit.bytes_per_s / 1e9, fit.latency_s * 1e6),
+            header: ["size", "calls", "median µs", "spread (min–max) µs", "bus GB/s (median)"]
+                .map(String::from)
+                .to_vec(),
+            rows,
+        });
+    }
     out
 }

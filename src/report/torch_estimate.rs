@@ -278,8 +278,9 @@ pub fn all_fit(f: &TorchEstimateFile) -> bool {
 pub fn communication(
     e: &mut crate::record::torch_estimate::TorchEstimate,
     p: crate::spec::Parallel,
-    link: Option<crate::analysis::collective_time::Link>,
+    link: Option<crate::analysis::collective_time::Links>,
     link_text: Option<&str>,
+    cores_full: bool,
 ) -> String {
     use crate::analysis::collective_time::step_times;
     if e.collectives.is_empty() {
@@ -305,7 +306,7 @@ pub fn communication(
         out += "\nTheir time: give the link between ranks with --link GB/s,µs (100,5 for 100 GB/s and 5 µs), or measure this machine's once with `memscope peaks --engine torch --collectives`.\n";
         return out;
     };
-    let times = step_times(&e.collectives, p.world, link);
+    let times = step_times(&e.collectives, p.world, &link);
     let total_ms: f64 = times.iter().map(|t| t.seconds * 1e3).sum();
     let each: Vec<String> = times
         .iter()
@@ -317,18 +318,31 @@ pub fn communication(
         total_ms,
         each.join(", ")
     );
+    let mut exposed_ms = None;
     if let Some(step) = e.predicted_ms.get("step").copied() {
+        let phase_s = e
+            .predicted_ms
+            .iter()
+            .map(|(k, v)| (k.clone(), v / 1e3))
+            .collect();
+        let (exposed, placed) =
+            crate::analysis::overlap::exposed(p.plan, &e.collectives, &times, &phase_s, cores_full);
+        let exposed = exposed * 1e3;
         out += &format!(
-            " With the predicted compute step of {step:.2} ms: {:.2} ms if nothing overlaps (compute + communication), {:.2} ms if communication hides entirely behind compute (the larger of the two); FSDP2 and DDP overlap part of it, so a measured step falls between.",
+            " Placed beside the predicted compute ({}): {exposed:.2} ms of it exposed, a predicted step of {:.2} ms (bounds: {:.2} ms if it all hid behind compute, {:.2} ms if none did).",
+            placed.join("; "),
+            step + exposed,
+            step.max(total_ms),
             step + total_ms,
-            step.max(total_ms)
         );
+        exposed_ms = Some(exposed);
     }
     out += "\n";
     e.communication_ms = times
         .iter()
         .map(|t| (t.kind.clone(), t.seconds * 1e3))
         .chain([("total".to_string(), total_ms)])
+        .chain(exposed_ms.map(|x| ("exposed".to_string(), x)))
         .collect();
     e.link = link_text.map(str::to_string);
     out

@@ -85,23 +85,24 @@ pub fn render_throughput(t: &Throughput, job: &Job, with_collectives: bool) -> S
             format!("{:.1} GFLOP/s", t.peak_gflops)
         }
     );
-    let (fast, slow) = t.job_tokens_per_s;
+    let (fast, slow) = t.job_tokens_per_s_bounds;
     if job.parallel.is_some() {
         if with_collectives {
             out += &format!(
-                "; the job {}–{} {what}/s (its collectives hidden behind compute, or after it)",
+                "; the job {} {what}/s with the communication it waits for (bounds {}–{}: its collectives after compute, or hidden behind it)",
+                rate(t.job_tokens_per_s),
                 rate(slow),
                 rate(fast)
             );
         } else {
             out += &format!(
                 "; the job {} {what}/s with its collectives' time left out (give --link, or measure it with `peaks --engine torch --collectives`)",
-                rate(fast)
+                rate(t.job_tokens_per_s)
             );
         }
     }
     out += ".\n";
-    if let (Some(n), Some((lo, hi))) = (t.run_tokens, t.run_hours) {
+    if let (Some(n), Some(at)) = (t.run_tokens, t.run_hours) {
         let h = |v: f64| {
             if v >= 48.0 {
                 format!("{:.1} days", v / 24.0)
@@ -109,14 +110,16 @@ pub fn render_throughput(t: &Throughput, job: &Job, with_collectives: bool) -> S
                 format!("{v:.1} h")
             }
         };
-        let span = if (hi - lo).abs() <= 1e-9 * hi.max(1.0) {
-            h(lo)
-        } else {
-            format!("{} to {}", h(lo), h(hi))
+        let bounds = match t.run_hours_bounds {
+            Some((lo, hi)) if (hi - lo).abs() > 1e-9 * hi.max(1.0) => {
+                format!(" (bounds {} to {})", h(lo), h(hi))
+            }
+            _ => String::new(),
         };
         out += &format!(
-            "--run-tokens {}: {span} at that rate, steps only (no evaluation, checkpoints or restarts).\n",
-            crate::units::thousands(n.round() as u64)
+            "--run-tokens {}: {}{bounds} at that rate, steps only (no evaluation, checkpoints or restarts).\n",
+            crate::units::thousands(n.round() as u64),
+            h(at)
         );
     }
     out

@@ -1,5 +1,5 @@
 //! `peaks --engine torch --collectives`: the link between this machine's ranks, measured by
-//! PyTorch's own all-reduce under torchrun (gloo on the CPU, NCCL on CUDA; timed by
+//! PyTorch's own all-reduce (and FSDP2's all-gather and reduce-scatter) under torchrun (gloo on the CPU, NCCL on CUDA; timed by
 //! `python/memscope/_workers/link.py`, seconds only); its latency and bandwidth are the ring formula's
 //! fitted to them (`analysis::collective_time::Link::of_measured`; `peaks` writes the fit in).
 //! Cached per machine and device; `estimate --parallel` takes it when no `--link` is given.
@@ -28,6 +28,13 @@ pub struct LinkPeaks {
     pub torch: String,
     /// Each size's all-reduce: its bytes and the seconds of each call (rank 0's clock).
     pub sizes: Vec<LinkSize>,
+    /// FSDP2's collectives at the smallest and largest size (bytes: the whole tensor, the
+    /// gathered output or the unreduced input), timed the same way; absent in files written
+    /// before they were measured.
+    #[serde(default)]
+    pub all_gather: Vec<LinkSize>,
+    #[serde(default)]
+    pub reduce_scatter: Vec<LinkSize>,
     /// The ring formula's bandwidth, GB/s (10⁹ B/s), fitted to the medians: written for the
     /// reader of the file (`Link::of_measured` fits them again from `sizes`); 0 until fitted.
     pub gb_per_s: f64,
@@ -72,6 +79,10 @@ pub(crate) struct Measured {
     world: usize,
     torch: String,
     sizes: Vec<MeasuredSize>,
+    #[serde(default)]
+    all_gather: Vec<MeasuredSize>,
+    #[serde(default)]
+    reduce_scatter: Vec<MeasuredSize>,
 }
 
 #[derive(Deserialize, schemars::JsonSchema)]
@@ -84,8 +95,23 @@ impl LinkPeaks {
     /// How `estimate` names it: `0.86 GB/s, 227.7 µs, measured by `peaks --collectives` (gloo,
     /// 2 ranks on this machine)`.
     pub fn describe(&self) -> String {
+        let mut fsdp = String::new();
+        if let Some(l) = crate::analysis::collective_time::Links::of_measured(self) {
+            for (kind, k) in [
+                ("all-gather", l.all_gather),
+                ("reduce-scatter", l.reduce_scatter),
+            ] {
+                if let Some(k) = k {
+                    fsdp += &format!(
+                        "; {kind} {:.2} GB/s, {:.1} µs",
+                        k.bytes_per_s / 1e9,
+                        k.latency_s * 1e6
+                    );
+                }
+            }
+        }
         format!(
-            "{:.2} GB/s, {:.1} µs, measured by `peaks --collectives` ({}, {} ranks on this machine)",
+            "{:.2} GB/s, {:.1} µs{fsdp}, measured by `peaks --collectives` ({}, {} ranks on this machine)",
             self.gb_per_s, self.latency_us, self.backend, self.world
         )
     }
@@ -149,11 +175,11 @@ pub fn measure(device: &str, world: usize) -> anyhow::Result<LinkPeaks> {
     let text = answer_from(&args, &request, &env, what)?;
     let m: Measured =
         serde_json::from_str(text.trim()).with_context(|| format!("{what}'s output"))?;
-    let sizes: Vec<LinkSize> = m
-        .sizes
-        .iter()
-        .map(|s| LinkSize::from_secs(s.bytes, &s.secs))
-        .collect();
+    let sizes = |v: &[MeasuredSize]| -> Vec<LinkSize> {
+        v.iter()
+            .map(|s| LinkSize::from_secs(s.bytes, &s.secs))
+            .collect()
+    };
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
@@ -168,7 +194,9 @@ pub fn measure(device: &str, world: usize) -> anyhow::Result<LinkPeaks> {
         backend: m.backend,
         world: m.world,
         torch: m.torch,
-        sizes,
+        sizes: sizes(&m.sizes),
+        all_gather: sizes(&m.all_gather),
+        reduce_scatter: sizes(&m.reduce_scatter),
         gb_per_s: 0.0,
         latency_us: 0.0,
         measured_at: now,

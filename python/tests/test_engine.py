@@ -174,6 +174,12 @@ def test_peaks_on_torch_measures_the_roofs_and_the_estimate_predicts_time_from_t
     assert 0 < r["triad_gbs"]["median"] <= r["triad_gbs"]["best"] < 1e4
     # One small op costs between 50 ns and 1 ms of dispatch.
     assert 1e3 < r["small_ops_per_s"]["best"] < 2e7, r["small_ops_per_s"]
+    # The host's cost per op, from the model's own step at the smallest widths: each phase's
+    # between a bare op's and 10 ms.
+    assert r["host_model"] == "tiny-gpt2"
+    assert set(r["host_us_per_op"]) == {"forward", "backward", "optimizer", "forward_no_grad"}
+    bare_us = 1e6 / r["small_ops_per_s"]["best"]
+    assert all(0.5 * bare_us < us < 1e4 for us in r["host_us_per_op"].values()), r
     # The second call reads the cache: the same figures, no Python started.
     again = subprocess.run([memscope_bin, *args, "--json", str(tmp_path / "again.json")],
                            capture_output=True, text=True, env=env, timeout=60)
@@ -187,6 +193,7 @@ def test_peaks_on_torch_measures_the_roofs_and_the_estimate_predicts_time_from_t
                        capture_output=True, text=True, env=env, timeout=300)
     assert p.returncode == 0, p.stderr
     assert "Predicted step time, f32" in p.stdout and "matmul" in p.stdout, p.stdout
+    assert "the host's µs per op of tiny-gpt2's own step" in p.stdout, p.stdout
     predicted = json.loads(est.read_text())["by_dtype"]["f32"]["predicted_ms"]
     assert set(predicted) == {"forward", "backward", "optimizer", "step"}, predicted
     assert 0 < predicted["forward"] < predicted["step"] < 60_000, predicted

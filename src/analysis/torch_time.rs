@@ -6,6 +6,8 @@
 //! afresh (at the measured cost of writing fresh pages over mapped ones) — and summed by phase
 //! and by kind. On CUDA the host dispatches while the device runs, so a phase takes the longer of
 //! the two: its ops' fixed costs (the host's) summed, or their roof times (the device's) summed.
+//! An op's fixed cost is its phase's host cost per op where `peaks` measured the model's own step
+//! at the smallest widths (Python, module calls, dispatch, autograd, launches), else one bare op's.
 //! Nothing is fitted per model or per workload: the roofs are the only measured inputs.
 
 use super::aten_cost::{cost, Kind};
@@ -151,6 +153,17 @@ pub fn predict(ops: &[TracedOp], peaks: &TorchPeaks) -> Prediction {
         0.0
     };
     let gpu = peaks.device.starts_with("cuda");
+    // The host's cost per op of the phase, measured on the model's own step: a forward without
+    // a backward after it (inference, prefill, decode) runs under no_grad.
+    let no_grad = !ops.iter().any(|o| o.phase == "backward");
+    let host = |phase: &str| {
+        let key = match phase {
+            "forward" if !no_grad => "forward",
+            "forward" | "prefill" | "decode" => "forward_no_grad",
+            other => other,
+        };
+        peaks.host_us_per_op.get(key).map(|us| us * 1e-6)
+    };
     let mut by_phase: BTreeMap<String, f64> = BTreeMap::new();
     // CUDA: (host, device) seconds per phase.
     let mut sides: BTreeMap<String, (f64, f64)> = BTreeMap::new();
@@ -172,7 +185,7 @@ pub fn predict(ops: &[TracedOp], peaks: &TorchPeaks) -> Prediction {
             };
         // On the CPU, the page faults of a large fresh output: on top, as the op waits on them.
         let faults = fault * fresh_bytes(op, c.kind);
-        let fixed = if c.kind == Kind::View { view } else { fixed };
+        let fixed = host(&op.phase).unwrap_or(if c.kind == Kind::View { view } else { fixed });
         let t = compute.max(memory) + fixed + faults;
         if gpu {
             let s = sides.entry(op.phase.clone()).or_default();
@@ -264,6 +277,8 @@ mod tests {
             gemv_gbs: None,
             fill_gbs: None,
             fresh_fill_gbs: None,
+            host_us_per_op: BTreeMap::new(),
+            host_model: String::new(),
             measured_at: 0,
         }
     }
@@ -303,6 +318,26 @@ mod tests {
         assert_eq!(p.by_kind[0].bound(), "compute");
         let view = p.by_kind.iter().find(|k| k.kind == Kind::View).unwrap();
         assert_eq!((view.bound(), view.calls), ("overhead", 10.0));
+    }
+
+    #[test]
+    fn the_model_s_own_host_cost_per_op_replaces_the_bare_op_s() {
+        // 20 µs an op in a training forward, 5 without grad: a view pays its phase's too.
+        let mut peaks = test_peaks();
+        peaks.host_us_per_op = BTreeMap::from([
+            ("forward".to_string(), 20.0),
+            ("forward_no_grad".to_string(), 5.0),
+        ]);
+        let view = |phase: &str| op(phase, "aten.view.default", &[&[4]], &[&[4]], 10.0);
+        let close = |a: f64, b: f64| (a - b).abs() < 1e-12;
+        let train = predict(&[view("forward"), view("backward")], &peaks);
+        assert!(close(train.by_phase["forward"], 10.0 * 20e-6), "{train:?}");
+        // No host figure for backward: the bare view's.
+        assert!(close(train.by_phase["backward"], 10.0 * 1e-7), "{train:?}");
+        let infer = predict(&[view("forward")], &peaks);
+        assert!(close(infer.by_phase["forward"], 10.0 * 5e-6), "{infer:?}");
+        let decode = predict(&[view("decode")], &peaks);
+        assert!(close(decode.by_phase["decode"], 10.0 * 5e-6), "{decode:?}");
     }
 
     #[test]

@@ -80,7 +80,7 @@ pub fn run(a: PeaksArgs) -> anyhow::Result<ExitCode> {
     let shapes = peaks::linear_shapes(&cfg);
     let rows = *a.batch * *a.seq;
     if let Some(torch) = a.engine.torch_run()? {
-        return torch_peaks(&a, &torch.device, threads, rows, &shapes);
+        return torch_peaks(&a, &torch.device, threads, rows, &shapes, &cfg);
     }
     set_threads(threads);
     let path = peaks::cache_path(&peaks::fingerprint(threads));
@@ -115,6 +115,7 @@ fn torch_peaks(
     threads: usize,
     rows: usize,
     shapes: &[(String, usize, usize)],
+    cfg: &crate::model::config::ModelConfig,
 ) -> anyhow::Result<ExitCode> {
     use crate::torch::peaks;
     if a.model.weights.is_some() {
@@ -126,11 +127,12 @@ fn torch_peaks(
         .collect();
     // Each shape's forward entry (its backward's products follow it in the file).
     let same_shapes = |p: &peaks::TorchPeaks| {
-        shapes.iter().all(|(n, m, k, o)| {
-            p.model_shapes
-                .iter()
-                .any(|s| &s.name == n && (s.m, s.k, s.n) == (*m, *k, *o))
-        })
+        p.host_model == cfg.name
+            && shapes.iter().all(|(n, m, k, o)| {
+                p.model_shapes
+                    .iter()
+                    .any(|s| &s.name == n && (s.m, s.k, s.n) == (*m, *k, *o))
+            })
     };
     let cached = peaks::cached(device, threads).filter(|p| !a.refresh && same_shapes(p));
     let (p, source) = match cached {
@@ -144,7 +146,7 @@ fn torch_peaks(
         }
         None => {
             let _lock = measure_lock(&peaks::fingerprint(device, threads))?;
-            let p = peaks::measure(device, threads, &shapes)?;
+            let p = peaks::measure(device, threads, &shapes, Some(cfg))?;
             let source = save_peaks(&p.fingerprint, &serde_json::to_string_pretty(&p)?);
             (p, source)
         }

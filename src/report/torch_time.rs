@@ -30,9 +30,23 @@ pub fn render(p: &Prediction, peaks: &TorchPeaks, dtype: &str) -> String {
         })
         .collect();
     let (op_us, _) = peaks.small_op_us();
+    let fixed = if peaks.host_us_per_op.is_empty() {
+        format!("{op_us:.2} µs (one bare op's)")
+    } else {
+        let each: Vec<String> = peaks
+            .host_us_per_op
+            .iter()
+            .map(|(phase, us)| format!("{phase} {us:.1}"))
+            .collect();
+        format!(
+            "the host's µs per op of {}'s own step at the smallest widths ({})",
+            peaks.host_model,
+            each.join(", ")
+        )
+    };
     let mut out = render_table(&Table {
         title: format!(
-            "Predicted step time, {dtype}: {} ms ({}); every traced op at max(FLOPs / matmul rate, bytes / {:.1} GB/s) + {op_us:.2} µs, from `peaks --engine torch` on {} ({}, {} threads)",
+            "Predicted step time, {dtype}: {} ms ({}); every traced op at max(FLOPs / matmul rate, bytes / {:.1} GB/s) + {fixed}, from `peaks --engine torch` on {} ({}, {} threads)",
             ms(p.step_s),
             phases.join(", "),
             peaks.triad_gbs.best,
@@ -57,8 +71,13 @@ pub fn render(p: &Prediction, peaks: &TorchPeaks, dtype: &str) -> String {
     }
     if !p.host_bound.is_empty() {
         out.push_str(&format!(
-            "Host-bound: {} (the device waits on the host; a model's own Python between the ops costs more than the bare op `peaks` times, so this is a lower bound).\n",
-            p.host_bound.join(", ")
+            "Host-bound: {} (the device waits on the host{}).\n",
+            p.host_bound.join(", "),
+            if peaks.host_us_per_op.is_empty() {
+                "; a model's own Python between the ops costs more than the bare op `peaks` timed without --model, so this is a lower bound"
+            } else {
+                ", at the cost per op the model's own step took on this host"
+            }
         ));
     }
     out.push_str(

@@ -9,6 +9,7 @@ use crate::export::cache_path;
 use crate::record::rates::{Rate, ShapeRate};
 use anyhow::Context;
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 
 /// What `peaks --engine torch` measured, as cached and as `--json` writes it.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -48,6 +49,14 @@ pub struct TorchPeaks {
     pub fill_gbs: Option<Rate>,
     #[serde(default)]
     pub fresh_fill_gbs: Option<Rate>,
+    /// The host's cost per op by phase (`forward`, `backward`, `optimizer`, `forward_no_grad`),
+    /// µs: the model's own step at the smallest widths (`memscope._workers.host`), its median
+    /// phase time over the ops the phase dispatched. Empty in files written before.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub host_us_per_op: BTreeMap<String, f64>,
+    /// The model whose step `host_us_per_op` was measured on.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub host_model: String,
     /// Unix time of the measurement, seconds.
     pub measured_at: u64,
 }
@@ -102,6 +111,12 @@ impl TorchPeaks {
                     .find(|(_, r)| !r.as_ref().is_some_and(Rate::plausible))
                     .map(|(n, _)| n.to_string())
             })
+            .or_else(|| {
+                self.host_us_per_op
+                    .iter()
+                    .find(|(_, us)| !(us.is_finite() && (1e-6..=1e6).contains(*us)))
+                    .map(|(phase, _)| format!("host_us_per_op.{phase}"))
+            })
     }
 
     /// Seconds per byte the first write of a fresh allocation costs beyond writing memory
@@ -149,6 +164,22 @@ pub(crate) struct Measured {
     view_op_secs: Vec<f64>,
     gemv_bytes: u64,
     gemv_secs: Vec<f64>,
+    /// The model's own step at the smallest widths: the host's time by phase.
+    #[serde(default)]
+    host: Option<HostMeasured>,
+}
+
+/// `memscope._workers.host`'s figures: the model, and each phase's ops and seconds a step.
+#[derive(Deserialize, schemars::JsonSchema)]
+pub(crate) struct HostMeasured {
+    model: String,
+    phases: BTreeMap<String, HostPhase>,
+}
+
+#[derive(Deserialize, schemars::JsonSchema)]
+pub(crate) struct HostPhase {
+    ops: u64,
+    secs: Vec<f64>,
 }
 
 /// The cache key: this CPU, its cores, the device asked for (and which GPUs the process sees),
@@ -210,6 +241,8 @@ pub(crate) struct PeaksRequest<'a> {
     threads: usize,
     /// The model's products to time as well: (name, rows, in, out).
     shapes: Vec<(String, usize, usize, usize)>,
+    /// The model whose own step, at the smallest widths, gives the host's cost per op.
+    model: Option<&'a crate::model::config::ModelConfig>,
 }
 
 /// Measures the roofs on `device` (`cpu`, `cuda`, `cuda:N`) with `threads` CPU threads, timing
@@ -218,11 +251,13 @@ pub fn measure(
     device: &str,
     threads: usize,
     shapes: &[(String, usize, usize, usize)],
+    model: Option<&crate::model::config::ModelConfig>,
 ) -> anyhow::Result<TorchPeaks> {
     let request = serde_json::to_string(&PeaksRequest {
         device,
         threads,
         shapes: shapes.to_vec(),
+        model,
     })?;
     let text = answer(
         "memscope._workers.peaks",
@@ -265,6 +300,17 @@ pub fn measure(
         gemv_gbs: Some(gb(m.gemv_bytes as f64, &m.gemv_secs)),
         fill_gbs: Some(gb(bytes, &m.fill_secs)),
         fresh_fill_gbs: Some(gb(bytes, &m.fresh_fill_secs)),
+        host_us_per_op: m.host.as_ref().map_or_else(BTreeMap::new, |h| {
+            h.phases
+                .iter()
+                .filter(|(_, p)| p.ops > 0 && !p.secs.is_empty())
+                .map(|(phase, p)| {
+                    let median = crate::quantile::upper_median(&p.secs).unwrap_or(0.0);
+                    (phase.clone(), median / p.ops as f64 * 1e6)
+                })
+                .collect()
+        }),
+        host_model: m.host.map(|h| h.model).unwrap_or_default(),
         measured_at: now,
     })
 }

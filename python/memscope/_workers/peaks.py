@@ -5,19 +5,22 @@ memory than the caches hold, as a step meets them), memory bandwidth (copy and t
 far larger than the caches, bytes read plus written; a matrix-vector product's, reading a 64 MiB
 weight; writing an array already in memory and one just allocated, whose pages fault in on the
 CPU), and the fixed cost of one small op (dispatch on the CPU; launch and dispatch on CUDA)
-and of one view (dispatch only). Only seconds are measured here: memscope turns them into rates
+and of one view (dispatch only); with a model, the host's cost per op of that model's own step
+at the smallest widths (``host.py``). Only seconds are measured here: memscope turns them into rates
 (``src/torch/peaks.rs``).
 
-Protocol: the request ``{"device": d, "threads": n, "shapes": [[name, m, k, n], …]}`` on stdin;
+Protocol: the request ``{"device": d, "threads": n, "shapes": [[name, m, k, n], …], "model":
+ModelConfig or null}`` on stdin;
 a ``started`` line, then one JSON object: ``{"device", "device_name", "torch", "threads",
 "matmul": [{"dtype", "m", "k", "n", "secs": […]}], "shapes": [{"name", "m", "k", "n", "secs"}],
 "array_bytes", "copy_secs", "triad_secs", "fill_secs", "fresh_fill_secs", "small_op_calls", "small_op_secs", "view_op_secs",
-"gemv_bytes", "gemv_secs"}``.
+"gemv_bytes", "gemv_secs", "host": {"model", "phases": {phase: {"ops", "secs"}}} or null}``.
 """
 
 import sys
 import time
 
+from .host import host_costs
 from .protocol import Refused, answer_once
 
 # Sizes double; the next is left out when its run would take longer than this (8× the last).
@@ -166,7 +169,16 @@ def measure(request):
         for _ in range(SMALL_OP_CALLS):
             y.view(-1)
     view_secs = timed(view_ops)
-    return {"device": str(device), "device_name": name, "torch": torch.__version__,
+    host = None
+    if request.model is not None:
+        import transformers
+        try:
+            host = host_costs(torch, transformers, device, request.model)
+        except Exception as e:  # a config transformers cannot build this small: said, not fatal
+            print(f"memscope peaks: the host's cost per op was not measured on "
+                  f"{request.model.name} at its smallest widths ({type(e).__name__}: {e}); "
+                  "the predicted step charges each op one bare op's cost", file=sys.stderr)
+    return {"device": str(device), "device_name": name, "torch": torch.__version__, "host": host,
             "threads": torch.get_num_threads(), "matmul": matmul, "shapes": shapes,
             "array_bytes": elems * 4, "copy_secs": copy_secs, "triad_secs": triad_secs,
             "fill_secs": fill_secs, "fresh_fill_secs": fresh_secs,

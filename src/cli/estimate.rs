@@ -271,7 +271,11 @@ fn torch_estimate(
             .as_ref()
             .and_then(crate::analysis::collective_time::Links::of_measured));
     let link_text = match &measured {
-        Some(m) => Some(format!("the link {}", m.describe())),
+        Some(m) => Some(format!(
+            "the link {}{}",
+            m.describe(),
+            link.map(|l| l.others()).unwrap_or_default()
+        )),
         None => a.link.as_ref().map(|t| format!("--link {t}")),
     };
     let profile = a

@@ -176,6 +176,24 @@ pub fn render_torch(p: &TorchPeaks, source: &str) -> String {
          {median:.2} µs median over {} loops",
         p.small_ops_per_s.reps
     );
+    if !p.host_us_per_op.is_empty() {
+        let each: Vec<String> = p
+            .host_us_per_op
+            .iter()
+            .map(|(phase, us)| format!("{phase} {us:.2} µs"))
+            .collect();
+        let _ = writeln!(
+            out,
+            "The host's cost per op of {}'s own step at the smallest widths (its layers, heads and ops kept; Python, module calls, dispatch, autograd{}), median step over the ops each phase dispatched: {}; the predicted step charges each op its phase's",
+            p.host_model,
+            if p.device.starts_with("cuda") {
+                ", launches"
+            } else {
+                ""
+            },
+            each.join(", ")
+        );
+    }
     out
 }
 

@@ -95,23 +95,8 @@ impl LinkPeaks {
     /// How `estimate` names it: `0.86 GB/s, 227.7 µs, measured by `peaks --collectives` (gloo,
     /// 2 ranks on this machine)`.
     pub fn describe(&self) -> String {
-        let mut fsdp = String::new();
-        if let Some(l) = crate::analysis::collective_time::Links::of_measured(self) {
-            for (kind, k) in [
-                ("all-gather", l.all_gather),
-                ("reduce-scatter", l.reduce_scatter),
-            ] {
-                if let Some(k) = k {
-                    fsdp += &format!(
-                        "; {kind} {:.2} GB/s, {:.1} µs",
-                        k.bytes_per_s / 1e9,
-                        k.latency_s * 1e6
-                    );
-                }
-            }
-        }
         format!(
-            "{:.2} GB/s, {:.1} µs{fsdp}, measured by `peaks --collectives` ({}, {} ranks on this machine)",
+            "{:.2} GB/s, {:.1} µs, measured by `peaks --collectives` ({}, {} ranks on this machine)",
             self.gb_per_s, self.latency_us, self.backend, self.world
         )
     }

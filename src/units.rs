@@ -452,7 +452,7 @@ pub fn rate(v: f64) -> String {
 pub fn parse_count(flag: &str, text: &str) -> anyhow::Result<f64> {
     let t = text.trim();
     let (num, scale) = match t.char_indices().last() {
-        Some((i, c)) if c.is_ascii_alphabetic() && !t.ends_with(['e', 'E']) => {
+        Some((i, c)) if c.is_ascii_alphabetic() && t[..i].trim().parse::<f64>().is_ok() => {
             let scale = match c.to_ascii_uppercase() {
                 'K' => 1e3,
                 'M' => 1e6,
@@ -633,7 +633,11 @@ mod tests {
         assert_eq!(parse_count("--c", "15t").unwrap(), 15e12);
         assert_eq!(parse_count("--c", "2.5e9").unwrap(), 2.5e9);
         assert_eq!(parse_count("--c", "1000").unwrap(), 1000.0);
-        for bad in ["", "-5", "0", "1X", "T", "nan", "1e999"] {
+        let e = parse_count("--c", "lots").unwrap_err().to_string();
+        assert!(e.contains("not a positive count"), "{e}");
+        let e = parse_count("--c", "5Q").unwrap_err().to_string();
+        assert!(e.contains("unknown suffix"), "{e}");
+        for bad in ["", "-5", "0", "1X", "T", "nan", "1e999", "lots"] {
             let e = parse_count("--run-tokens", bad).unwrap_err().to_string();
             assert!(e.starts_with("--run-tokens"), "{bad}: {e}");
         }

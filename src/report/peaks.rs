@@ -197,6 +197,30 @@ pub fn render_torch(p: &TorchPeaks, source: &str) -> String {
     out
 }
 
+/// The columns every collective's measured calls fill.
+const MEASURED: [&str; 5] = [
+    "size",
+    "calls",
+    "median µs",
+    "spread (min–max) µs",
+    "bus GB/s (median)",
+];
+
+/// One size's calls: its bytes, calls, median and spread, and the bus bandwidth its median
+/// gives when each rank carries `share` of the bytes.
+fn measured_cells(s: &crate::torch::link::LinkSize, share: f64) -> Vec<String> {
+    vec![
+        crate::units::bytes(s.bytes as f64),
+        s.calls.to_string(),
+        format!("{:.1}", s.median_s * 1e6),
+        format!("{:.1}–{:.1}", s.min_s * 1e6, s.max_s * 1e6),
+        format!(
+            "{:.3}",
+            share * s.bytes as f64 / s.median_s.max(1e-12) / 1e9
+        ),
+    ]
+}
+
 /// `peaks --engine torch --collectives`: each size's all-reduce, measured beside the ring
 /// formula fitted to it, and the fit.
 pub fn render_link(p: &crate::torch::link::LinkPeaks, source: &str) -> String {
@@ -215,33 +239,22 @@ pub fn render_link(p: &crate::torch::link::LinkPeaks, source: &str) -> String {
         .iter()
         .map(|s| {
             let model = link.ring_all_reduce_s(p.world, s.bytes);
-            vec![
-                crate::units::bytes(s.bytes as f64),
-                s.calls.to_string(),
-                format!("{:.1}", s.median_s * 1e6),
-                format!("{:.1}–{:.1}", s.min_s * 1e6, s.max_s * 1e6),
-                format!(
-                    "{:.3}",
-                    2.0 * (n - 1.0) / n * s.bytes as f64 / s.median_s.max(1e-12) / 1e9
-                ),
-                format!("{:.1}", model * 1e6),
-                format!("{:+.1}%", 100.0 * (model / s.median_s.max(1e-12) - 1.0)),
-            ]
+            let mut row = measured_cells(s, 2.0 * (n - 1.0) / n);
+            row.push(format!("{:.1}", model * 1e6));
+            row.push(format!(
+                "{:+.1}%",
+                100.0 * (model / s.median_s.max(1e-12) - 1.0)
+            ));
+            row
         })
         .collect();
     out += &render_table(&Table {
         title: "All-reduce (torch.distributed.all_reduce, f32, in place), each call timed on rank 0 between barriers".into(),
-        header: [
-            "size",
-            "calls",
-            "median µs",
-            "spread (min–max) µs",
-            "bus GB/s (median)",
-            "ring formula µs",
-            "formula vs median",
-        ]
-        .map(String::from)
-        .to_vec(),
+        header: MEASURED
+            .iter()
+            .chain(&["ring formula µs", "formula vs median"])
+            .map(|h| h.to_string())
+            .collect(),
         rows,
     });
     let _ = writeln!(
@@ -267,25 +280,12 @@ pub fn render_link(p: &crate::torch::link::LinkPeaks, source: &str) -> String {
         let Some(fit) = fit else { continue };
         let rows = sizes
             .iter()
-            .map(|s| {
-                vec![
-                    crate::units::bytes(s.bytes as f64),
-                    s.calls.to_string(),
-                    format!("{:.1}", s.median_s * 1e6),
-                    format!("{:.1}–{:.1}", s.min_s * 1e6, s.max_s * 1e6),
-                    format!(
-                        "{:.3}",
-                        (n - 1.0) / n * s.bytes as f64 / s.median_s.max(1e-12) / 1e9
-                    ),
-                ]
-            })
+            .map(|s| measured_cells(s, (n - 1.0) / n))
             .collect();
         out.push('\n');
         out += &render_table(&Table {
             title: format!("{kind}, FSDP2's, f32; size is the whole tensor, each rank holding 1/N of it; fitted to (N−1)/N · B/β + (N−1) · α: β = {:.3} GB/s, α = {:.1} µs, which `estimate` takes for this kind", fit.bytes_per_s / 1e9, fit.latency_s * 1e6),
-            header: ["size", "calls", "median µs", "spread (min–max) µs", "bus GB/s (median)"]
-                .map(String::from)
-                .to_vec(),
+            header: MEASURED.map(String::from).to_vec(),
             rows,
         });
     }

@@ -22,6 +22,9 @@ def counter_limit(bytes: int) -> None:
     """Holds the counted heap to ``bytes`` (a malloc past it fails); ValueError unless the
     counting malloc is active."""
 
+def counter_refusals() -> tuple[int, int]:
+    """(allocations the heap limit refused, bytes the first of them asked for)."""
+
 def phase_timings(samples: list[tuple[str, list[float]]]) -> tuple[str, list[str]]:
     """memscope's statistics of each phase's samples (ms): (JSON of the timings, warnings)."""
 

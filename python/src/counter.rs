@@ -34,6 +34,11 @@ static ACTIVE: AtomicBool = AtomicBool::new(false);
 /// Bytes live the process may reach (0: no limit): a parallel run's CPU rank held to
 /// `--memory-limit`, as a device's memory holds a GPU rank.
 static LIMIT: AtomicI64 = AtomicI64::new(0);
+/// Allocations the limit refused, and the size the first of them asked for: a C++ library's
+/// allocation (gloo's buffers on its own thread) fails as `std::bad_alloc`, not as PyTorch's
+/// out-of-memory error, and the rank still ran out of memory.
+static REFUSALS: AtomicU64 = AtomicU64::new(0);
+static FIRST_REFUSED: AtomicU64 = AtomicU64::new(0);
 
 const ENOMEM: i32 = 12;
 
@@ -44,6 +49,9 @@ unsafe fn refused(size: usize) -> bool {
     let limit = LIMIT.load(Relaxed);
     if limit > 0 && LIVE.load(Relaxed).saturating_add(size as i64) > limit {
         *__errno_location() = ENOMEM;
+        if REFUSALS.fetch_add(1, Relaxed) == 0 {
+            FIRST_REFUSED.store(size as u64, Relaxed);
+        }
         return true;
     }
     false
@@ -184,6 +192,11 @@ pub fn read() -> (i64, i64, i64, u64, u64) {
         ALLOCS.load(Relaxed),
         ALLOC_BYTES.load(Relaxed),
     )
+}
+
+/// (allocations the limit refused, bytes the first of them asked for).
+pub fn refusals() -> (u64, u64) {
+    (REFUSALS.load(Relaxed), FIRST_REFUSED.load(Relaxed))
 }
 
 /// Holds the bytes live to `bytes` from now on (0: no limit); an allocation past it fails.

@@ -47,6 +47,13 @@ fn counter_limit(bytes: i64) -> PyResult<()> {
     Ok(())
 }
 
+/// (allocations the heap limit refused, bytes the first of them asked for): (0, 0) while no
+/// allocation met the limit.
+#[pyfunction]
+fn counter_refusals() -> (u64, u64) {
+    counter::refusals()
+}
+
 /// Per-phase statistics of raw samples (milliseconds): (JSON of phase → the Record's timing
 /// entry, noise warnings).
 #[pyfunction]
@@ -268,6 +275,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
         wrap_pyfunction!(counter_read, m)?,
         wrap_pyfunction!(counter_reset_peak, m)?,
         wrap_pyfunction!(counter_limit, m)?,
+        wrap_pyfunction!(counter_refusals, m)?,
         wrap_pyfunction!(phase_timings, m)?,
         wrap_pyfunction!(leak_verdict, m)?,
         wrap_pyfunction!(finish_record, m)?,

@@ -25,3 +25,13 @@ def test_counts_tensor_storages_peaks_and_reallocs(tmp_path):
 def test_without_the_preload_nothing_is_counted():
     assert not _native.counter_active()
     assert _native.counter_read()[0] == 0
+
+
+def test_a_heap_limit_refuses_past_it_and_counts_what_it_refused(tmp_path):
+    # The torch engine reads the count when a rank fails: an allocation PyTorch did not make
+    # (gloo's buffers) refused under --memory-limit is out of memory all the same.
+    out = json.loads(run_script("refusal.py", tmp_path).stdout.strip().splitlines()[-1])
+    assert out["before"] == [0, 0], out
+    assert out["refused"], out
+    count, first = out["after"]
+    assert count >= 1 and 256 * 2**20 <= first <= 256 * 2**20 + 4096, out

@@ -214,7 +214,8 @@ def test_a_rank_out_of_memory_is_an_oom_row_naming_it_and_no_rank_outlives_it(me
                         str(rows_path)], capture_output=True, text=True, timeout=600)
     assert p.returncode == 0, p.stderr
     rows = [json.loads(line) for line in rows_path.read_text().splitlines()]
-    assert [r["status"] for r in rows] == ["ok", "oom", "skipped"], rows
+    assert [r["status"] for r in rows] == ["ok", "oom", "skipped"], \
+        [(r["status"], r["reason"], r["last_stderr"]) for r in rows]
     ok, oom = rows[0], rows[1]
     ranks = ok["summary"]["ranks"]
     assert len(ranks) == 2 and sum(f["worst"] for f in ranks) == 1

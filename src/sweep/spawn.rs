@@ -352,7 +352,10 @@ impl StderrCapture {
                 let telling = KEY_PATTERNS.iter().any(|p| line.contains(p));
                 if telling || after_panic {
                     let mut k = key.lock().unwrap_or_else(|p| p.into_inner());
-                    if k.len() < KEY_LINES {
+                    // Out-of-memory lines are kept past the others' cap: a job's other ranks
+                    // can say more telling lines first.
+                    let oom = line.contains(crate::record::torch_oom::PREFIX);
+                    if k.len() < KEY_LINES || (oom && k.len() < 2 * KEY_LINES) {
                         k.push(line.clone());
                     }
                 }

@@ -94,11 +94,12 @@ pub fn spawn(
             if !line.starts_with("error: ") {
                 eprintln!("{line}");
             }
-            let is_key = line.starts_with("error: ")
-                || line
-                    .trim()
-                    .starts_with(crate::record::torch_oom::PREFIX.trim_end());
-            if is_key && key.len() < KEEP {
+            let oom = line
+                .trim()
+                .starts_with(crate::record::torch_oom::PREFIX.trim_end());
+            // Out-of-memory lines are kept past the refusals' cap: a job's other ranks can say
+            // more first.
+            if (line.starts_with("error: ") && key.len() < KEEP) || (oom && key.len() < 2 * KEEP) {
                 key.push(line.clone());
             }
             if kept.len() == KEEP {

@@ -495,10 +495,16 @@ def main():
             print(f"error: {failed}", file=sys.stderr)
             return 2
         cause = _oom_cause(torch, e)
-        if cause is None:
+        refused = _limit_refused()
+        if cause is None and (refused is None or not isinstance(e, Exception)):
             raise
-        e = cause
+        if cause is not None:
+            e = cause
         facts = engine.oom_facts(e) if engine is not None else {"device": "unknown"}
+        if cause is None:
+            # The limit refused an allocation PyTorch's allocator did not make (gloo's buffers,
+            # a C++ library's `new`): out of memory all the same, with the size it asked for.
+            facts.setdefault("requested_bytes", refused)
         print(OOM_PREFIX + json.dumps(_contract.check("oom_facts", facts)), file=sys.stderr)
         print(f"out of memory: {str(e).splitlines()[0] if str(e) else type(e).__name__}",
               file=sys.stderr)
@@ -508,6 +514,15 @@ def main():
         if dist.is_available() and dist.is_initialized():
             dist.destroy_process_group()
     return 0
+
+
+def _limit_refused():
+    """The bytes the first allocation refused by ``--memory-limit``'s heap limit asked for, or
+    None when the rank ran without one or no allocation met it."""
+    if not _native.counter_active():
+        return None
+    count, first = _native.counter_refusals()
+    return first if count else None
 
 
 def _hold_heap(limit):

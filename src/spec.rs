@@ -356,6 +356,12 @@ impl Parallel {
         self.world / self.nodes.max(1)
     }
 
+    /// Ranks that share one batch's work, each a part of its products: the pipeline's `P`
+    /// stages, the tensor-parallel group's `T`, else 1.
+    pub fn sharing_a_batch(&self) -> usize {
+        self.world / self.data_groups().max(1)
+    }
+
     /// Groups of ranks that each run their own batch: every rank under data parallelism,
     /// `world / T` under `tp:T` and `fsdp+tp:T`, one for a pipeline.
     pub fn data_groups(&self) -> usize {

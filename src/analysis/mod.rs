@@ -17,6 +17,7 @@ pub mod op_cost;
 pub mod op_profile;
 pub mod outside_allocator;
 pub mod overlap;
+pub mod pipeline_time;
 pub mod profile_tree;
 pub mod ranks;
 pub mod record_series;

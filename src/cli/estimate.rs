@@ -302,12 +302,17 @@ fn torch_estimate(
                 t.gpu_memory_limit_bytes = budget.map(|b| b.saturating_sub(outside_bytes));
             }
         }
-        let (mut e, ops) = crate::torch::estimate::estimate_with_ops(&s)?;
+        let crate::torch::estimate::Traced {
+            estimate: mut e,
+            ops,
+            pipeline,
+        } = crate::torch::estimate::estimate_with_ops(&s)?;
         e.outside_allocator = outside.clone();
         e.flops = crate::analysis::aten_cost::flops_by_phase(&ops);
         let said = time_lines(
             &mut e,
             &ops,
+            &pipeline,
             &s,
             &Timing {
                 profile: profile.as_ref(),
@@ -368,6 +373,7 @@ struct Timing<'a> {
 fn time_lines(
     e: &mut crate::record::torch_estimate::TorchEstimate,
     ops: &[crate::torch::estimate::TracedOp],
+    pipeline: &[crate::torch::estimate::RankWork],
     s: &crate::spec::Spec,
     t: &Timing,
 ) -> anyhow::Result<String> {
@@ -377,6 +383,12 @@ fn time_lines(
         Ok(p) => predicted_time(e, ops, p, t.profile, t.threads, dtype),
         Err(why) => why.clone(),
     };
+    if let (Ok(p), false) = (&peaks, pipeline.is_empty()) {
+        let transfer_ms = crate::analysis::pipeline_time::transfer_ms(s, t.link.as_ref());
+        let play = crate::analysis::pipeline_time::predict(pipeline, p, transfer_ms)?;
+        e.predicted_ms.insert("step".into(), play.step_ms);
+        e.pipeline_play = Some(play);
+    }
     if let Some(p) = t.parallel {
         // CPU ranks whose threads (all cores each unless --threads says) fill this machine.
         let cores = crate::measure::threads::all_cores();

@@ -18,6 +18,7 @@ pub mod leak;
 pub mod nonfinite;
 pub mod op_profile;
 pub mod optimize;
+pub mod pipeline_play;
 pub mod ranks;
 pub mod rates;
 pub mod roofline;

@@ -102,7 +102,8 @@ pub struct DataInfo {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Compute {
     /// Matrix-multiply FLOPs of one step (2·m·k·n per product, as `memscope estimate` counts
-    /// them; generate: the prefill plus every decoded token).
+    /// them; generate: the prefill plus every decoded token). A job's: one rank's share (a
+    /// pipeline's stages and a tensor-parallel group split one batch's products).
     pub matmul_flops_per_step: u64,
     /// Those FLOPs over the median step time.
     pub achieved_gflops: Option<f64>,

@@ -161,6 +161,10 @@ pub struct TorchEstimate {
     /// traced as that rank; the figures above are the fullest rank's (`rank` names it).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub pipeline_ranks: Vec<PipelineRank>,
+    /// `--parallel pp:P` with roofs: every rank's predicted phases played out along its
+    /// schedule's action list; `predicted_ms.step` is its step.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pipeline_play: Option<crate::record::pipeline_play::PipelinePlay>,
     /// Tokens per second, MFU and `--run-tokens`' hours from the predicted step
     /// (`analysis::throughput`); absent without a predicted step.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -162,8 +162,10 @@ pub fn compute_line(r: &Record) -> Option<String> {
         ),
         _ => format!("; run `{peaks}` once to see it against this machine's matmul peak"),
     };
+    // A job's figures are one rank's: its share of the products, against one rank's peak.
+    let rank = if r.ranks.is_some() { " a rank" } else { "" };
     Some(format!(
-        "Compute: {:.3e} matmul FLOPs per step, {a:.1} GFLOP/s achieved (median step){range}{peak}",
+        "Compute: {:.3e} matmul FLOPs per step{rank}, {a:.1} GFLOP/s achieved (median step){range}{peak}",
         c.matmul_flops_per_step as f64
     ))
 }

@@ -2,6 +2,7 @@
 //! stages and blocks each rank holds, its parameters, gradients, optimizer state, activations
 //! and peak; the fullest named.
 
+use crate::record::pipeline_play::PipelinePlay;
 use crate::record::torch_estimate::{PipelineRank, TorchEstimateFile};
 use crate::units::bytes;
 use comfy_table::{presets::UTF8_FULL_CONDENSED, CellAlignment, Table};
@@ -66,23 +67,67 @@ pub fn pipeline_ranks(f: &TorchEstimateFile) -> String {
         if let (Some(p), Some(pipe)) = (&f.parallel, &f.pipeline) {
             // GPipe's, 1F1B's and interleaved 1F1B's idle share with even stages.
             let idle = (p.world - 1) as f64 / (pipe.stages_per_rank * pipe.micro_batches) as f64;
-            let _ = writeln!(
-                out,
-                "The predicted step time below is the fullest rank's own ops; these schedules also leave each rank idle for (P − 1) / (V × M) = {} / ({} × {}) = {:.0}% of its work (the bubble), which it does not include.",
+            let formula = format!(
+                "(P − 1) / (V × M) = {} / ({} × {}) = {:.0}%",
                 p.world - 1,
                 pipe.stages_per_rank,
                 pipe.micro_batches,
                 100.0 * idle
             );
-            if let Some(step) = e.predicted_ms.get("step") {
-                let _ = writeln!(
-                    out,
-                    "With the bubble, and stages that take equal time: a step of about {:.2} ms ({step:.2} ms × {:.2}); the communication between stages not included.",
-                    step * (1.0 + idle),
-                    1.0 + idle
-                );
+            match &e.pipeline_play {
+                Some(play) => out += &played(play, &formula),
+                None => {
+                    let _ = writeln!(
+                        out,
+                        "These schedules leave each rank idle for {formula} of its work with stages that take equal time (the bubble); with the device's roofs measured, the step is played out along each rank's schedule."
+                    );
+                }
             }
         }
+    }
+    out
+}
+
+/// The step played out along the ranks' schedules: the step, each rank's busy and idle time,
+/// the hand-overs between ranks; `formula`: the bubble as equal stages would leave it.
+fn played(play: &PipelinePlay, formula: &str) -> String {
+    let mut out = format!(
+        "The step played out along every rank's schedule (PyTorch's action list; each action its rank's predicted phase time over that phase's actions): {:.2} ms, the job's predicted step (the table of op kinds below is the fullest rank's own ops).\n",
+        play.step_ms
+    );
+    for r in &play.ranks {
+        let share = if r.end_ms > 0.0 {
+            100.0 * r.idle_ms / r.end_ms
+        } else {
+            0.0
+        };
+        let _ = writeln!(
+            out,
+            "  rank {}: {:.2} ms of actions, idle {:.2} ms ({share:.0}% of its schedule's {:.2} ms), then {:.2} ms after it (the optimizer); its step {:.2} ms",
+            r.rank,
+            r.busy_ms,
+            r.idle_ms,
+            r.end_ms,
+            r.step_ms - r.end_ms,
+            r.step_ms
+        );
+    }
+    let _ = writeln!(
+        out,
+        "Equal stages would leave each rank idle {formula} of its work."
+    );
+    if play.transfer_ms > 0.0 {
+        let _ = writeln!(
+            out,
+            "{} hand-overs between ranks at {:.3} ms each (a micro-batch's hidden states or their gradient, over the link's fitted bandwidth and latency).",
+            play.transfers, play.transfer_ms
+        );
+    } else {
+        let _ = writeln!(
+            out,
+            "The {} hand-overs between ranks are not timed: no link (give --link GB/s,µs, or run `memscope peaks --engine torch --collectives` once).",
+            play.transfers
+        );
     }
     out
 }

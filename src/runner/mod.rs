@@ -146,13 +146,20 @@ fn run_torch(
 }
 
 /// Matmul FLOPs per step (the estimator's count) over the step times, and the fraction of this
-/// machine's cached matmul peak (`memscope peaks`) when there is one.
+/// machine's cached matmul peak (`memscope peaks`) when there is one. A rank's share where ranks
+/// share a batch (a pipeline's stages, a tensor-parallel group), as its traced products are:
+/// one rank's work against one rank's peak.
 fn compute(spec: &Spec, timing: &std::collections::BTreeMap<String, PhaseTiming>) -> Compute {
     let req = crate::estimate::Request::for_spec(spec);
     let Ok(e) = crate::estimate::estimate(&req) else {
         return Compute::default();
     };
-    compute_with(e.flops.total, spec, timing)
+    let sharing = spec
+        .torch
+        .as_ref()
+        .and_then(|t| t.parallel)
+        .map_or(1, |p| p.sharing_a_batch().max(1));
+    compute_with(e.flops.total / sharing as u64, spec, timing)
 }
 
 /// [`compute`] with `flops` matmul FLOPs per step.
@@ -201,14 +208,31 @@ fn compute_with(
 /// one, as a rank's Record measures it) (None if it cannot be made; the run is unaffected).
 fn torch_estimated(spec: &Spec) -> Option<(EstimatedMemory, u64, Vec<u64>)> {
     // The torch estimator traces the same workload; a failure costs the run nothing.
-    let (e, ops) = crate::torch::estimate::estimate_with_ops(spec).ok()?;
+    let crate::torch::estimate::Traced {
+        estimate: e,
+        ops,
+        pipeline,
+    } = crate::torch::estimate::estimate_with_ops(spec).ok()?;
     let products = crate::analysis::aten_cost::product_flops(&ops);
     let each: Vec<u64> = e.pipeline_ranks.iter().map(|r| r.peak_bytes).collect();
     // Beside the measured times, where the device's roofs are cached (never measured here:
     // that would load the machine the run measures).
-    let mut predicted_ms = crate::torch::peaks::cached(&e.device, spec.threads)
-        .map(|p| crate::analysis::torch_time::predict(&ops, &p).ms_by_phase())
+    let peaks = crate::torch::peaks::cached(&e.device, spec.threads);
+    let mut predicted_ms = peaks
+        .as_ref()
+        .map(|p| crate::analysis::torch_time::predict(&ops, p).ms_by_phase())
         .unwrap_or_default();
+    // A pipeline's step: every rank's phases played out along its schedule, hand-overs over
+    // the link `peaks --collectives` measured here, if it did.
+    if let (Some(p), false) = (&peaks, pipeline.is_empty()) {
+        let link = crate::torch::link::cached(&e.device)
+            .as_ref()
+            .and_then(crate::analysis::collective_time::Links::of_measured);
+        let transfer_ms = crate::analysis::pipeline_time::transfer_ms(spec, link.as_ref());
+        if let Ok(play) = crate::analysis::pipeline_time::predict(&pipeline, p, transfer_ms) {
+            predicted_ms.insert("step".into(), play.step_ms);
+        }
+    }
     // A step's decode phases summed, as one decode step: the Record times one run of it.
     if let Some(d) = predicted_ms.get_mut("decode") {
         *d /= spec.new_tokens.max(1) as f64;

@@ -59,6 +59,10 @@ pub(crate) struct Trace {
     /// its stages, by the schedule's own action list.
     #[serde(default)]
     pipeline_in_flight: usize,
+    /// `--parallel pp:P`: this rank's schedule, PyTorch's `pipeline_order[rank]`, as (kind: F,
+    /// B, I, W; stage; micro-batch).
+    #[serde(default)]
+    pipeline_actions: Vec<(String, usize, usize)>,
 }
 
 /// What the trace prints for a pipeline job: every rank's trace, rank by rank.
@@ -117,13 +121,30 @@ pub(crate) struct TracePeak {
     collective_buffers: u64,
 }
 
+/// A pipeline rank's work, for the step's time: the ops it dispatched a step and its schedule.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RankWork {
+    pub ops: Vec<TracedOp>,
+    pub actions: Vec<crate::analysis::pipeline_time::Action>,
+}
+
+/// An estimate with what its step's time is predicted from.
+#[derive(Clone, Debug)]
+pub struct Traced {
+    pub estimate: TorchEstimate,
+    /// The ops one step dispatched (a pipeline's fullest rank's).
+    pub ops: Vec<TracedOp>,
+    /// A pipeline's ranks in order; empty for any other job.
+    pub pipeline: Vec<RankWork>,
+}
+
 /// Traces `spec` (which has `torch`) and replays it.
 pub fn estimate(spec: &Spec) -> anyhow::Result<TorchEstimate> {
-    Ok(estimate_with_ops(spec)?.0)
+    Ok(estimate_with_ops(spec)?.estimate)
 }
 
 /// The same, with the ops a step dispatched (for the predicted step time).
-pub fn estimate_with_ops(spec: &Spec) -> anyhow::Result<(TorchEstimate, Vec<TracedOp>)> {
+pub fn estimate_with_ops(spec: &Spec) -> anyhow::Result<Traced> {
     let Some(target) = &spec.torch else {
         bail!("internal: torch::estimate needs a Spec with --engine torch");
     };
@@ -141,7 +162,12 @@ pub fn estimate_with_ops(spec: &Spec) -> anyhow::Result<(TorchEstimate, Vec<Trac
     {
         return pipeline_from_trace(&text, &target.device, train, limit);
     }
-    from_trace(&text, &target.device, train, limit)
+    let (estimate, ops) = from_trace(&text, &target.device, train, limit)?;
+    Ok(Traced {
+        estimate,
+        ops,
+        pipeline: Vec::new(),
+    })
 }
 
 /// A pipeline job's traces replayed rank by rank: the fullest rank's estimate (the reserved
@@ -151,7 +177,7 @@ fn pipeline_from_trace(
     device: &str,
     train: bool,
     limit: Option<u64>,
-) -> anyhow::Result<(TorchEstimate, Vec<TracedOp>)> {
+) -> anyhow::Result<Traced> {
     let all: PipelineTrace = serde_json::from_str(text.trim())
         .context("the torch trace's output (a pipeline's ranks)")?;
     let mut each = Vec::with_capacity(all.ranks.len());
@@ -177,9 +203,31 @@ fn pipeline_from_trace(
     let fullest = PipelineRank::fullest(&ranks)
         .map(|r| r.rank)
         .context("the torch trace gave no rank of the pipeline")?;
-    let (mut e, ops) = each.swap_remove(fullest);
-    e.pipeline_ranks = ranks;
-    Ok((e, ops))
+    let pipeline = each
+        .iter()
+        .zip(&all.ranks)
+        .map(|((_, ops), t)| RankWork {
+            ops: ops.clone(),
+            actions: t
+                .pipeline_actions
+                .iter()
+                .filter_map(|(kind, stage, micro)| {
+                    Some(crate::analysis::pipeline_time::Action {
+                        kind: crate::analysis::pipeline_time::Kind::of_letter(kind)?,
+                        stage: *stage,
+                        micro: *micro,
+                    })
+                })
+                .collect(),
+        })
+        .collect();
+    let (mut estimate, ops) = each.swap_remove(fullest);
+    estimate.pipeline_ranks = ranks;
+    Ok(Traced {
+        estimate,
+        ops,
+        pipeline,
+    })
 }
 
 /// A trace's answer (its JSON text: the torch engine's, or a user's own workload traced by
@@ -414,6 +462,7 @@ fn replay(t: &Trace, device: &str, limit: Option<u64>, workspaces: &[u64]) -> To
                     .sum::<u64>(),
         }),
         pipeline_ranks: Vec::new(),
+        pipeline_play: None,
         throughput: None,
     }
 }

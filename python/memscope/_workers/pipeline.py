@@ -115,11 +115,13 @@ class Pipeline(torch.nn.Module):
     marked as those phases), returning the last stage's losses, each over the micro-batches'
     number (none on other ranks)."""
 
-    def __init__(self, stages, schedule, has_first, has_last, bounds, most_in_flight):
+    def __init__(self, stages, schedule, has_first, has_last, bounds, order):
         super().__init__()
         # The most micro-batches whose forward has run and backward not yet, over this rank's
-        # stages, by the schedule's own action list.
-        self.most_in_flight = most_in_flight
+        # stages, by the schedule's own action list (``order``: its ``pipeline_order[rank]``).
+        self.most_in_flight = in_flight(order)
+        # The same list as [kind, stage, micro-batch]: what the step's time plays out.
+        self.actions = action_list(order)
         self.stages = torch.nn.ModuleList([s.submod for s in stages])
         self.pipe_stages, self.schedule = stages, schedule
         self.has_first, self.has_last = has_first, has_last
@@ -164,6 +166,23 @@ def in_flight(actions):
             held -= 1
         most = max(most, held)
     return most
+
+
+def action_list(actions):
+    """A rank's schedule (``pipeline_order[rank]``) as ``[kind, stage, micro-batch]`` rows:
+    ``F`` forward, ``B`` whole backward, ``I``/``W`` a backward's input and weight halves; the
+    schedule's idle slots (``None``) left out. Every schedule runs a stage's forwards, and its
+    backwards, in micro-batch order, so each is numbered by its place among its stage's actions
+    of its kind: PyTorch 2.15's list for ``Schedule1F1B`` numbers the last rank's forwards from 1
+    (its steps run them from 0; only the list is off)."""
+    rows, seen = [], {}
+    for a in actions:
+        kind = getattr(getattr(a, "computation_type", None), "value", None)
+        if kind in ("F", "B", "I", "W"):
+            key = (kind, int(a.stage_index))
+            rows.append([kind, key[1], seen.get(key, 0)])
+            seen[key] = seen.get(key, 0) + 1
+    return rows
 
 
 def pipeline_wrap(spec, rank, device, dtype, autocast):
@@ -216,5 +235,5 @@ def pipeline_wrap(spec, rank, device, dtype, autocast):
                        loss_fn=loss)
         return Pipeline(stages, schedule, 0 in mine, n_stages - 1 in mine,
                         [(s, *bounds[s]) for s in mine],
-                        in_flight(schedule.pipeline_order.get(rank, [])))
+                        schedule.pipeline_order.get(rank, []))
     return wrap

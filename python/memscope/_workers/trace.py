@@ -119,7 +119,8 @@ def _one_rank(torch, request, traced_on, rank, micro_batches):
     pipe = {}
     if isinstance(eng.model, Pipeline):
         pipe = {"pipeline_stages": list(eng.model.bounds),
-                "pipeline_in_flight": eng.model.most_in_flight}
+                "pipeline_in_flight": eng.model.most_in_flight,
+                "pipeline_actions": eng.model.actions}
     return {"traced_on": traced_on, "cuda_capability": cap, "bucket_sizes": buckets,
             "collectives": collectives, **pipe, **answer}
 

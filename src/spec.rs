@@ -175,7 +175,7 @@ pub struct TorchRun {
 
 /// A pipeline-parallel job's schedule: which of PyTorch's schedule classes runs it, over how
 /// many micro-batches, with how many stages on each rank.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Pipeline {
     pub schedule: PipelineSchedule,
     /// The batch is split into this many equal micro-batches (`--micro-batches`).
@@ -183,6 +183,10 @@ pub struct Pipeline {
     /// Stages each rank holds: 1, or V of `interleaved-1f1b:V` (rank r holds stages r, r + P,
     /// …, as PyTorch's interleaved schedules place them).
     pub stages_per_rank: usize,
+    /// `--pp-split B0,B1,…`: the blocks of each stage in order; absent: as even as they divide
+    /// (the earlier stages one more where they do not).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub split: Option<Vec<usize>>,
 }
 
 /// `--pp-schedule`: PyTorch's schedule classes by the names torchtitan's configs give them.
@@ -214,6 +218,14 @@ impl Pipeline {
                 format!("interleaved-1f1b:{}", self.stages_per_rank)
             }
         }
+    }
+
+    /// `--pp-split 3,1`: the blocks of each stage, every one at least 1.
+    pub fn parse_split(text: &str) -> Result<Vec<usize>, SpecError> {
+        text.split(',')
+            .map(|b| b.trim().parse::<usize>().ok().filter(|&b| b >= 1))
+            .collect::<Option<Vec<usize>>>()
+            .ok_or_else(|| SpecError::BadPipelineSplit(text.to_string()))
     }
 
     /// `--pp-schedule gpipe|1f1b|interleaved-1f1b[:V]` (V stages a rank, 2 if not given):
@@ -499,6 +511,8 @@ pub enum SpecError {
     BadReshard(String),
     #[error("--pp-schedule {0}: use gpipe, 1f1b or interleaved-1f1b[:V] (V ≥ 2 stages a rank, 2 if not given), PyTorch's ScheduleGPipe, Schedule1F1B and ScheduleInterleaved1F1B")]
     BadPipelineSchedule(String),
+    #[error("--pp-split {0}: give the blocks of each stage in order as whole numbers of at least 1, as 3,1 (the first stage blocks 0–2, the second block 3)")]
+    BadPipelineSplit(String),
     #[error("{flag}: {why}")]
     PipelinePlan { flag: String, why: String },
     #[error("--reshard-after-forward {flag}: {why}")]
@@ -776,7 +790,7 @@ impl Spec {
             .parallel
             .filter(|p| p.plan == ParallelPlan::Pp)
             .map(|p| p.world);
-        let (pipe, world) = match (t.pipeline, world) {
+        let (pipe, world) = match (&t.pipeline, world) {
             (None, None) => return Ok(()),
             (Some(p), None) => {
                 return err(
@@ -813,6 +827,36 @@ impl Spec {
             );
         }
         let stages = pipe.stages(world);
+        if let Some(split) = &pipe.split {
+            let flag = format!(
+                "--pp-split {}",
+                split
+                    .iter()
+                    .map(|b| b.to_string())
+                    .collect::<Vec<_>>()
+                    .join(",")
+            );
+            if split.len() != stages {
+                return err(
+                    flag,
+                    format!(
+                        "{} stages given; the job has {stages} ({world} ranks × {} a rank): give one number a stage",
+                        split.len(),
+                        pipe.stages_per_rank
+                    ),
+                );
+            }
+            let sum: usize = split.iter().sum();
+            if sum != config.n_layers {
+                return err(
+                    flag,
+                    format!(
+                        "the stages hold {sum} blocks; {} has {}: give numbers that sum to {}",
+                        config.name, config.n_layers, config.n_layers
+                    ),
+                );
+            }
+        }
         if stages > config.n_layers {
             return err(
                 plan,

@@ -129,6 +129,26 @@ fn a_pipeline_that_cannot_run_is_named_by_its_flag() {
         &["--micro-batches 2: micro-batches are a pipeline's; add --nproc P --parallel pp:P (for gradient accumulation use --grad-accum)"],
     );
     fails_with(
+        &pp(&["--parallel", "pp:2", "--nproc", "2", "--pp-split", "3,1,1"]),
+        &["--pp-split 3,1,1: 3 stages given; the job has 2 (2 ranks × 1 a rank): give one number a stage"],
+    );
+    fails_with(
+        &pp(&["--parallel", "pp:2", "--nproc", "2", "--pp-split", "2,1"]),
+        &["--pp-split 2,1: the stages hold 3 blocks; tiny-gpt2 has 4: give numbers that sum to 4"],
+    );
+    fails_with(
+        &pp(&["--parallel", "pp:2", "--nproc", "2", "--pp-split", "4,0"]),
+        &["--pp-split 4,0: give the blocks of each stage in order as whole numbers of at least 1"],
+    );
+    fails_with(
+        &pp(&["--pp-split", "3,1"]),
+        &["--pp-split 3,1: a split is a pipeline's stages; add --nproc P --parallel pp:P"],
+    );
+    fails_with(
+        &["estimate", "--model", "tiny-gpt2", "--pp-split", "3,1"],
+        &["--pp-split 3,1: it is a PyTorch feature; add --engine torch"],
+    );
+    fails_with(
         &["estimate", "--model", "tiny-gpt2", "--micro-batches", "2"],
         &["--micro-batches 2: a pipeline's micro-batches are PyTorch's; add --engine torch"],
     );

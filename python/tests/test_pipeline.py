@@ -23,15 +23,21 @@ def estimate(memscope_bin, tmp_path, schedule, *extra):
     return json.loads(out.read_text())["by_dtype"]["f32"], p.stdout
 
 
-@pytest.mark.parametrize("schedule", ["gpipe", "1f1b"])
+@pytest.mark.parametrize("schedule,split", [("gpipe", None), ("1f1b", None), ("1f1b", "3,1")])
 def test_each_rank_s_measured_peak_is_within_2_percent_of_its_own_stages_prediction(
-        memscope_bin, tmp_path, schedule):
+        memscope_bin, tmp_path, schedule, split):
     out = tmp_path / "run.json"
-    p = subprocess.run([memscope_bin, "bench", *PP, "--pp-schedule", schedule, "--warmup", "1",
-                        "--steps", "2", "--threads", "1", "--json", str(out)],
+    uneven = ["--pp-split", split] if split else []
+    p = subprocess.run([memscope_bin, "bench", *PP, "--pp-schedule", schedule, *uneven,
+                        "--warmup", "1", "--steps", "2", "--threads", "1", "--json", str(out)],
                        capture_output=True, text=True, timeout=600)
     assert p.returncode == 0, p.stderr
-    ranks = json.loads(out.read_text())["ranks"]
+    record = json.loads(out.read_text())
+    ranks = record["ranks"]
+    if split:
+        # Three blocks on the first stage, one on the last: the first stage's rank the fuller.
+        assert record["spec"]["torch"]["pipeline"]["split"] == [3, 1], record["spec"]["torch"]
+        assert ranks[0]["peak_bytes"] > ranks[1]["peak_bytes"], ranks
     assert [r["rank"] for r in ranks] == [0, 1]
     for r in ranks:
         err = (r["predicted_peak_bytes"] - r["peak_bytes"]) / r["peak_bytes"]

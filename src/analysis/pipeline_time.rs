@@ -11,43 +11,9 @@
 //! forward time over its `F`s, its backward time over its `B`s (an `I` or a `W` half of one).
 //! Stages of one rank (interleaved schedules) share that average.
 
-use crate::record::pipeline_play::{PipelinePlay, RankPlay};
+use crate::record::pipeline_play::{Action, Kind, PipelinePlay, RankPlay};
 use anyhow::bail;
 use std::collections::HashMap;
-
-/// What an action runs.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Kind {
-    /// A stage's forward of one micro-batch.
-    Forward,
-    /// A stage's whole backward of one micro-batch.
-    Backward,
-    /// Its backward for the input's gradient only (zero-bubble schedules).
-    Input,
-    /// Its backward for the weights' gradients only, after `Input`.
-    Weight,
-}
-
-impl Kind {
-    /// PyTorch's letter for it (`_ComputationType`'s value): F, B, I, W.
-    pub fn of_letter(letter: &str) -> Option<Kind> {
-        Some(match letter {
-            "F" => Kind::Forward,
-            "B" => Kind::Backward,
-            "I" => Kind::Input,
-            "W" => Kind::Weight,
-            _ => return None,
-        })
-    }
-}
-
-/// One action of a rank's schedule.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Action {
-    pub kind: Kind,
-    pub stage: usize,
-    pub micro: usize,
-}
 
 /// One rank's predicted time, ms: its forward and backward phases over the whole step (every
 /// micro-batch of every stage it holds), and what it runs after them (`after_ms`: the

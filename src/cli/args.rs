@@ -136,6 +136,9 @@ pub struct EngineArgs {
     /// With --parallel pp:P: micro-batches the batch is split into (they must divide --batch) [default: the job's stages] [--engine torch]
     #[arg(long, value_name = "M")]
     pub micro_batches: Option<usize>,
+    /// With --parallel pp:P: the blocks of each stage in order, as 3,1 (they sum to the model's blocks; one number a stage) [default: as even as they divide, the earlier stages one more] [--engine torch]
+    #[arg(long, value_name = "B0,B1,…")]
+    pub pp_split: Option<String>,
 }
 
 impl EngineArgs {
@@ -173,6 +176,7 @@ impl EngineArgs {
                     ("--fsdp-precision", &self.fsdp_precision),
                     ("--reshard-after-forward", &self.reshard_after_forward),
                     ("--pp-schedule", &self.pp_schedule),
+                    ("--pp-split", &self.pp_split),
                 ] {
                     if let Some(v) = v {
                         bail!("{flag} {v}: it is a PyTorch feature; add --engine torch");
@@ -213,6 +217,9 @@ impl EngineArgs {
             if e.micro_batches.take().is_some() {
                 dropped.push("--micro-batches");
             }
+            if e.pp_split.take().is_some() {
+                dropped.push("--pp-split");
+            }
         }
         if !plan.starts_with("fsdp") {
             if e.fsdp_precision.take().is_some() {
@@ -231,6 +238,9 @@ impl EngineArgs {
     fn pipeline(&self) -> anyhow::Result<Option<Pipeline>> {
         let pp = self.parallel()?.filter(|p| p.plan == ParallelPlan::Pp);
         if pp.is_none() && self.pp_schedule.is_none() && self.micro_batches.is_none() {
+            if let Some(split) = &self.pp_split {
+                bail!("--pp-split {split}: a split is a pipeline's stages; add --nproc P --parallel pp:P");
+            }
             return Ok(None);
         }
         if pp.is_none() && self.pp_schedule.is_none() {
@@ -246,6 +256,11 @@ impl EngineArgs {
             schedule,
             micro_batches: self.micro_batches.unwrap_or(world * stages_per_rank),
             stages_per_rank,
+            split: self
+                .pp_split
+                .as_deref()
+                .map(Pipeline::parse_split)
+                .transpose()?,
         }))
     }
 

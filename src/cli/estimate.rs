@@ -337,7 +337,7 @@ fn torch_estimate(
         by_dtype,
         budget_bytes: budget,
         parallel,
-        pipeline: spec.torch.as_ref().and_then(|t| t.pipeline),
+        pipeline: spec.torch.as_ref().and_then(|t| t.pipeline.clone()),
         built: spec.arch().built().cloned(),
     };
     out!("{}", report::torch_estimate::render(&file))?;

@@ -22,6 +22,7 @@ use std::process::ExitCode;
 #[command(mut_arg("reshard_after_forward", |a| a.hide(true)))]
 #[command(mut_arg("pp_schedule", |a| a.hide(true)))]
 #[command(mut_arg("micro_batches", |a| a.hide(true)))]
+#[command(mut_arg("pp_split", |a| a.hide(true)))]
 pub struct PeaksArgs {
     #[command(flatten)]
     pub threads: Threads,
@@ -60,6 +61,7 @@ pub fn run(a: PeaksArgs) -> anyhow::Result<ExitCode> {
         ("--fsdp-precision", &a.engine.fsdp_precision),
         ("--reshard-after-forward", &a.engine.reshard_after_forward),
         ("--pp-schedule", &a.engine.pp_schedule),
+        ("--pp-split", &a.engine.pp_split),
         (
             "--micro-batches",
             &a.engine.micro_batches.map(|m| m.to_string()),

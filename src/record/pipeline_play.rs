@@ -1,7 +1,42 @@
-//! A pipeline's step played out from its schedule's action list (`analysis::pipeline_time`):
-//! the step, each transfer between ranks, and each rank's busy and idle time, ms.
+//! A pipeline's schedule as its actions (what the torch trace reads from PyTorch's
+//! `pipeline_order`), and its step played out from them (`analysis::pipeline_time`): the step,
+//! each transfer between ranks, and each rank's busy and idle time, ms.
 
 use serde::{Deserialize, Serialize};
+
+/// What an action runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Kind {
+    /// A stage's forward of one micro-batch.
+    Forward,
+    /// A stage's whole backward of one micro-batch.
+    Backward,
+    /// Its backward for the input's gradient only (zero-bubble schedules).
+    Input,
+    /// Its backward for the weights' gradients only, after `Input`.
+    Weight,
+}
+
+impl Kind {
+    /// PyTorch's letter for it (`_ComputationType`'s value): F, B, I, W.
+    pub fn of_letter(letter: &str) -> Option<Kind> {
+        Some(match letter {
+            "F" => Kind::Forward,
+            "B" => Kind::Backward,
+            "I" => Kind::Input,
+            "W" => Kind::Weight,
+            _ => return None,
+        })
+    }
+}
+
+/// One action of a rank's schedule.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Action {
+    pub kind: Kind,
+    pub stage: usize,
+    pub micro: usize,
+}
 
 /// One rank's share of the played-out step, ms.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]

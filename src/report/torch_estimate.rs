@@ -182,10 +182,14 @@ fn plan_line(f: &TorchEstimateFile) -> String {
     };
     if let (ParallelPlan::Pp, Some(pipe)) = (p.plan, &f.pipeline) {
         return format!(
-            "A pipeline of {} ranks ({} stages, {} a rank), PyTorch's {} schedule over {} micro-batches of {}; each rank traced as itself under a fake process group. The figures below are the fullest rank's, every rank's in the table after them. Activations and gradients cross between stages point to point: their buffers are counted, their time is not.\n\n",
+            "A pipeline of {} ranks ({} stages, {} a rank{}), PyTorch's {} schedule over {} micro-batches of {}; each rank traced as itself under a fake process group. The figures below are the fullest rank's, every rank's in the table after them. Activations and gradients cross between stages point to point: their buffers are counted, and their time over the link where one is known.\n\n",
             p.world,
             pipe.stages(p.world),
             pipe.stages_per_rank,
+            pipe.split.as_ref().map_or(String::new(), |s| format!(
+                "; blocks a stage {} (--pp-split)",
+                s.iter().map(|b| b.to_string()).collect::<Vec<_>>().join(", ")
+            )),
             pipe.schedule_flag(),
             pipe.micro_batches,
             f.batch / pipe.micro_batches.max(1)

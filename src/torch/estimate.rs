@@ -125,7 +125,7 @@ pub(crate) struct TracePeak {
 #[derive(Clone, Debug, PartialEq)]
 pub struct RankWork {
     pub ops: Vec<TracedOp>,
-    pub actions: Vec<crate::analysis::pipeline_time::Action>,
+    pub actions: Vec<crate::record::pipeline_play::Action>,
 }
 
 /// An estimate with what its step's time is predicted from.
@@ -212,8 +212,8 @@ fn pipeline_from_trace(
                 .pipeline_actions
                 .iter()
                 .filter_map(|(kind, stage, micro)| {
-                    Some(crate::analysis::pipeline_time::Action {
-                        kind: crate::analysis::pipeline_time::Kind::of_letter(kind)?,
+                    Some(crate::record::pipeline_play::Action {
+                        kind: crate::record::pipeline_play::Kind::of_letter(kind)?,
                         stage: *stage,
                         micro: *micro,
                     })

@@ -25,15 +25,17 @@ SCHEDULES = {"gpipe": "ScheduleGPipe", "1f1b": "Schedule1F1B",
              "interleaved-1f1b": "ScheduleInterleaved1F1B"}
 
 
-def stage_blocks(n_layers, stages):
-    """``[first, end)`` of each stage's blocks: ``n_layers // stages`` each, the first
-    ``n_layers % stages`` stages one more."""
-    each, extra = divmod(n_layers, stages)
+def stage_blocks(n_layers, stages, split=None):
+    """``[first, end)`` of each stage's blocks: ``split``'s numbers in order where given (the
+    Spec's check makes them one a stage, summing to ``n_layers``), else ``n_layers // stages``
+    each, the first ``n_layers % stages`` stages one more."""
+    if split is None:
+        each, extra = divmod(n_layers, stages)
+        split = [each + (1 if s < extra else 0) for s in range(stages)]
     bounds, lo = [], 0
-    for s in range(stages):
-        hi = lo + each + (1 if s < extra else 0)
-        bounds.append((lo, hi))
-        lo = hi
+    for n in split:
+        bounds.append((lo, lo + n))
+        lo += n
     return bounds
 
 
@@ -193,7 +195,8 @@ def pipeline_wrap(spec, rank, device, dtype, autocast):
     pipe, world = spec.torch.pipeline, spec.torch.parallel.world
     n_stages = world * pipe.stages_per_rank
     cfg = spec.config
-    bounds = stage_blocks(cfg.n_layers, n_stages)
+    bounds = stage_blocks(cfg.n_layers, n_stages,
+                          list(pipe.split) if pipe.split is not None else None)
     mine = list(range(rank, n_stages, world))
     micro = spec.batch // pipe.micro_batches
     seq = spec.seq

@@ -51,10 +51,14 @@ def test_each_rank_s_measured_peak_is_within_2_percent_of_its_own_stages_predict
     assert not engines_left()
 
 
-def test_the_schedule_s_action_list_orders_the_stages_peaks(memscope_bin, tmp_path):
-    gpipe, _ = estimate(memscope_bin, tmp_path, "gpipe")
-    one, text = estimate(memscope_bin, tmp_path, "1f1b")
-    inter, _ = estimate(memscope_bin, tmp_path, "interleaved-1f1b")
+def test_the_schedule_s_action_list_orders_the_stages_peaks_and_plays_out_the_step(memscope_bin,
+                                                                                   tmp_path):
+    # The roofs of the profile shipped for a 2-core EPYC (no measurement on this machine) and a
+    # given link: the step is played out along each rank's schedule too.
+    prof = ["--profile", "epyc-zen5-2t", "--link", "1,100"]
+    gpipe, _ = estimate(memscope_bin, tmp_path, "gpipe", *prof)
+    one, text = estimate(memscope_bin, tmp_path, "1f1b", *prof)
+    inter, _ = estimate(memscope_bin, tmp_path, "interleaved-1f1b", *prof)
     flight = {name: [r["in_flight"] for r in e["pipeline_ranks"]]
               for name, e in [("gpipe", gpipe), ("1f1b", one), ("interleaved", inter)]}
     # GPipe holds every micro-batch; 1F1B P - r of them; interleaved 1F1B more, of stages half
@@ -73,16 +77,15 @@ def test_the_schedule_s_action_list_orders_the_stages_peaks(memscope_bin, tmp_pa
     assert one["peak_bytes"] == fullest["peak_bytes"]
     assert f"{fullest['rank']} (fullest)" in text
     assert "PyTorch's 1f1b schedule over 4 micro-batches of 4" in text
+    played_out(gpipe, one, inter, text)
 
 
-def test_the_step_is_played_out_along_each_rank_s_schedule(memscope_bin, tmp_path):
-    # The roofs of the profile shipped for a 2-core EPYC: no measurement on this machine.
-    prof = ["--profile", "epyc-zen5-2t", "--link", "1,100"]
-    plays = {}
-    for schedule in ("gpipe", "1f1b", "interleaved-1f1b"):
-        e, text = estimate(memscope_bin, tmp_path, schedule, *prof)
-        play = e["pipeline_play"]
-        plays[schedule] = play
+def played_out(gpipe, one, inter, text):
+    """Each schedule's step played out along its ranks' action lists."""
+    plays = {"gpipe": gpipe["pipeline_play"], "1f1b": one["pipeline_play"],
+             "interleaved-1f1b": inter["pipeline_play"]}
+    for schedule, e in [("gpipe", gpipe), ("1f1b", one), ("interleaved-1f1b", inter)]:
+        play = plays[schedule]
         assert e["predicted_ms"]["step"] == play["step_ms"], e["predicted_ms"]
         assert [r["rank"] for r in play["ranks"]] == [0, 1]
         for r in play["ranks"]:
@@ -95,7 +98,7 @@ def test_the_step_is_played_out_along_each_rank_s_schedule(memscope_bin, tmp_pat
         crossings = 3 if schedule == "interleaved-1f1b" else 1
         assert play["transfers"] == 2 * 4 * crossings, play
         assert abs(play["transfer_ms"] - (0.1 + 4 * 256 * 128 * 4 / 1e6)) < 1e-9, play
-        assert "The step played out along every rank's schedule" in text, text
+    assert "The step played out along every rank's schedule" in text, text
     # With equal work, GPipe and 1F1B take the same step; the interleaved schedule's stages are
     # half as deep, so its ranks wait less.
     idle = {k: sum(r["idle_ms"] for r in v["ranks"]) / sum(r["end_ms"] for r in v["ranks"])

@@ -295,7 +295,7 @@ def test_a_rank_hung_in_a_collective_is_a_timeout_row(memscope_bin, tmp_path):
     rows_path = tmp_path / "rows.jsonl"
     env = dict(os.environ, MEMSCOPE_TEST_HANG_RANK="1")
     p = subprocess.run([memscope_bin, "sweep", *TINY, "--batch", "1", "--nproc", "2",
-                        "--parallel", "ddp", "--timeout", "30s", "--jsonl", str(rows_path)],
+                        "--parallel", "ddp", "--timeout", "15s", "--jsonl", str(rows_path)],
                        capture_output=True, text=True, timeout=300, env=env)
     assert p.returncode == 0, p.stderr
     rows = [json.loads(line) for line in rows_path.read_text().splitlines()]

@@ -141,6 +141,23 @@ fn a_pipeline_that_cannot_run_is_named_by_its_flag() {
         &["--pp-split 4,0: give the blocks of each stage in order as whole numbers of at least 1"],
     );
     fails_with(
+        &pp(&["--parallel", "pp:2", "--nproc", "2", "--micro-batches", "2,x"]),
+        &["--micro-batches 2,x: give a whole number of micro-batches, or a comma list of them to `estimate` (4,8,16)"],
+    );
+    let mut bench = pp(&[
+        "--parallel",
+        "pp:2",
+        "--nproc",
+        "2",
+        "--micro-batches",
+        "2,4",
+    ]);
+    bench[0] = "bench";
+    fails_with(
+        &bench,
+        &["--micro-batches 2,4: a list sets a pipeline's micro-batch counts side by side in `estimate --engine torch --parallel pp:P`; give one count here"],
+    );
+    fails_with(
         &pp(&["--pp-split", "3,1"]),
         &["--pp-split 3,1: a split is a pipeline's stages; add --nproc P --parallel pp:P"],
     );

@@ -119,24 +119,30 @@ def test_a_model_that_is_not_a_causal_lm_is_refused_naming_the_plan(memscope_bin
 def test_plans_side_by_side_name_the_one_with_the_most_head_room(memscope_bin, tmp_path):
     out = tmp_path / "plans.json"
     p = subprocess.run([memscope_bin, "estimate", *PP[:-6], "--nproc", "2",
-                        "--parallel", "ddp,pp:2,fsdp+tp:3", "--micro-batches", "4",
+                        "--parallel", "ddp,pp:2,fsdp+tp:3", "--micro-batches", "4,16",
                         "--fits", "100MiB", "--json", str(out)],
                        capture_output=True, text=True, timeout=600)
     assert p.returncode == 0, p.stderr
     f = json.loads(out.read_text())
     assert f["kind"] == "torch-plans" and f["world"] == 2
     rows = {r["plan"]: r for r in f["rows"]}
-    assert list(rows) == ["ddp", "pp:2", "fsdp+tp:3"]
+    four, sixteen = "pp:2 × 4 micro-batches", "pp:2 × 16 micro-batches"
+    # The pipeline at each count of the list; the other plans once.
+    assert list(rows) == ["ddp", four, sixteen, "fsdp+tp:3"], list(rows)
     assert "--nproc 2 ranks do not split into groups of 3" in rows["fsdp+tp:3"]["refused"]
     # Each rank of DDP holds the whole model and its batch; a pipeline's rank half the blocks.
-    assert rows["ddp"]["fits"] is False and rows["pp:2"]["fits"] is True, rows
+    assert rows["ddp"]["fits"] is False and rows[four]["fits"] is True, rows
     # A data-parallel job runs each rank's batch, a pipeline the one batch.
-    assert [rows[k]["sequences_per_step"] for k in ("ddp", "pp:2")] == [32, 16]
+    assert [rows[k]["sequences_per_step"] for k in ("ddp", four)] == [32, 16]
     assert rows["ddp"]["dropped"] == "--micro-batches"
+    # Smaller micro-batches: 1F1B holds as many in flight, each smaller; the bubble shrinks.
+    assert rows[sixteen]["peak_bytes"] < rows[four]["peak_bytes"], rows
+    assert (rows[four]["bubble"], rows[sixteen]["bubble"]) == (0.25, 0.0625), rows
+    assert "bubble" not in rows["ddp"]
     # Each row is the figure the plan's own estimate gives (1F1B over 4 micro-batches).
     one, _ = estimate(memscope_bin, tmp_path, "1f1b")
-    assert one["peak_bytes"] == rows["pp:2"]["peak_bytes"]
-    assert "Most head-room under --fits 100.0 MiB: pp:2" in p.stdout, p.stdout
+    assert one["peak_bytes"] == rows[four]["peak_bytes"]
+    assert f"Most head-room under --fits 100.0 MiB: {sixteen}" in p.stdout, p.stdout
     # The file is a comparison, which report refuses by name rather than misreading.
     r = subprocess.run([memscope_bin, "report", str(out), "-o", str(tmp_path / "p.html")],
                        capture_output=True, text=True, timeout=60)

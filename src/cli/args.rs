@@ -13,8 +13,8 @@ use crate::model::variant::{Attention, Fusion, Precision, Variant};
 use crate::record::Record;
 use crate::report::{self, Export};
 use crate::spec::{
-    parse_device, CheckpointPolicy, Engine, FsdpPrecision, Parallel, ParallelPlan, Pipeline,
-    PipelineSchedule, Reshard, SpecError, TorchRun,
+    parse_device, CheckpointPolicy, Engine, FsdpPrecision, Parallel, ParallelPlan, Reshard,
+    SpecError, TorchRun,
 };
 use crate::spec::{BinDtype, DataSpec};
 use crate::spec::{Dtype, Mode, Spec};
@@ -133,9 +133,9 @@ pub struct EngineArgs {
     /// With --parallel pp:P: PyTorch's pipeline schedule, gpipe, 1f1b or interleaved-1f1b[:V] (V stages a rank, 2 if not given) [default: 1f1b] [--engine torch]
     #[arg(long, value_name = "SCHEDULE")]
     pub pp_schedule: Option<String>,
-    /// With --parallel pp:P: micro-batches the batch is split into (they must divide --batch) [default: the job's stages] [--engine torch]
+    /// With --parallel pp:P: micro-batches the batch is split into (they must divide --batch); `estimate` takes a comma list (4,8,16) and sets the counts side by side [default: the job's stages] [--engine torch]
     #[arg(long, value_name = "M")]
-    pub micro_batches: Option<usize>,
+    pub micro_batches: Option<String>,
     /// With --parallel pp:P: the blocks of each stage in order, as 3,1 (they sum to the model's blocks; one number a stage) [default: as even as they divide, the earlier stages one more] [--engine torch]
     #[arg(long, value_name = "B0,B1,…")]
     pub pp_split: Option<String>,
@@ -182,7 +182,7 @@ impl EngineArgs {
                         bail!("{flag} {v}: it is a PyTorch feature; add --engine torch");
                     }
                 }
-                if let Some(m) = self.micro_batches {
+                if let Some(m) = &self.micro_batches {
                     bail!("--micro-batches {m}: a pipeline's micro-batches are PyTorch's; add --engine torch --nproc P --parallel pp:P");
                 }
                 if let Some(p) = self.parallel()? {
@@ -232,41 +232,9 @@ impl EngineArgs {
         (e, dropped)
     }
 
-    /// `--pp-schedule` and `--micro-batches` as a pipeline job's schedule (1F1B over as many
-    /// micro-batches as the job has stages unless given); either without `--parallel pp:P`
-    /// is left to the Spec's validation, which names it.
-    fn pipeline(&self) -> anyhow::Result<Option<Pipeline>> {
-        let pp = self.parallel()?.filter(|p| p.plan == ParallelPlan::Pp);
-        if pp.is_none() && self.pp_schedule.is_none() && self.micro_batches.is_none() {
-            if let Some(split) = &self.pp_split {
-                bail!("--pp-split {split}: a split is a pipeline's stages; add --nproc P --parallel pp:P");
-            }
-            return Ok(None);
-        }
-        if pp.is_none() && self.pp_schedule.is_none() {
-            let m = self.micro_batches.unwrap_or_default();
-            bail!("--micro-batches {m}: micro-batches are a pipeline's; add --nproc P --parallel pp:P (for gradient accumulation use --grad-accum)");
-        }
-        let (schedule, stages_per_rank) = match self.pp_schedule.as_deref() {
-            Some(text) => Pipeline::parse_schedule(text)?,
-            None => (PipelineSchedule::OneFOneB, 1),
-        };
-        let world = pp.map_or(1, |p| p.world);
-        Ok(Some(Pipeline {
-            schedule,
-            micro_batches: self.micro_batches.unwrap_or(world * stages_per_rank),
-            stages_per_rank,
-            split: self
-                .pp_split
-                .as_deref()
-                .map(Pipeline::parse_split)
-                .transpose()?,
-        }))
-    }
-
     /// `--parallel PLAN --nproc N` as the job; every combination memscope cannot run refused,
     /// naming the flag.
-    fn parallel(&self) -> anyhow::Result<Option<Parallel>> {
+    pub(super) fn parallel(&self) -> anyhow::Result<Option<Parallel>> {
         let (plan, world) = match (self.parallel.as_deref(), self.nproc) {
             (None, None) => return Ok(None),
             (None, Some(n)) => bail!(

@@ -132,12 +132,18 @@ pub fn run(a: EstimateArgs) -> anyhow::Result<ExitCode> {
         data: None,
         variant: a.variant.clone(),
     };
+    let micro_list = a
+        .variant
+        .engine
+        .micro_batches
+        .as_deref()
+        .is_some_and(|m| m.contains(','));
     if let Some(list) = a
         .variant
         .engine
         .parallel
         .as_deref()
-        .filter(|p| p.contains(','))
+        .filter(|p| p.contains(',') || micro_list)
     {
         // Plans side by side: one dtype, the same job.
         if a.variant.engine.engine != crate::spec::Engine::Torch {

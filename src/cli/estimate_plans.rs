@@ -1,5 +1,5 @@
-//! `estimate --engine torch --nproc N --parallel A,B,…`: one job's plans side by side for a
-//! fixed world size, each traced (every rank of a pipeline, one rank otherwise) and judged
+//! `estimate --engine torch --nproc N --parallel A,B,…` (and a pipeline's `--micro-batches
+//! 4,8,16`): one job's plans side by side for a fixed world size, a pipeline's at each count, each traced (every rank of a pipeline, one rank otherwise) and judged
 //! against `--fits`: which fit, which leaves the most head-room. A plan the job cannot take is a
 //! row saying why, not the end of the comparison.
 
@@ -23,21 +23,46 @@ pub fn run(
         bail!("--parallel {plans}: an empty plan in the list; give plans separated by commas, as in fsdp,fsdp+tp:2,pp:4");
     }
     let cuda = workload.variant.engine.on_cuda();
-    let mut rows = Vec::with_capacity(list.len());
+    // A pipeline's plans once for each --micro-batches count of a list; the others once.
+    let counts = workload.variant.engine.micro_batch_counts()?;
+    let mut each = Vec::new();
     for plan in list {
+        match counts.as_deref() {
+            Some(c) if plan.starts_with("pp:") && c.len() > 1 => {
+                each.extend(c.iter().map(|m| (plan, Some(*m))));
+            }
+            _ => each.push((plan, None)),
+        }
+    }
+    let mut rows = Vec::with_capacity(each.len());
+    for (plan, micro) in each {
         let mut w = workload.clone();
-        let (engine, dropped) = w.variant.engine.for_plan(plan);
+        let (mut engine, dropped) = w.variant.engine.for_plan(plan);
+        if let Some(m) = micro {
+            engine.micro_batches = Some(m.to_string());
+        }
         w.variant.engine = engine;
+        let label = match micro {
+            Some(m) => format!("{plan} × {m} micro-batches"),
+            None => plan.to_string(),
+        };
         let started = Instant::now();
         let outcome = w.validated().and_then(|spec| {
             let p = spec
                 .parallel()
                 .context("internal: a plan without its job")?;
-            Ok((crate::torch::estimate::estimate(&spec)?, p))
+            let bubble = spec
+                .torch
+                .as_ref()
+                .and_then(|t| t.pipeline.as_ref())
+                .map(|pipe| {
+                    (p.world - 1) as f64 / (pipe.stages_per_rank * pipe.micro_batches).max(1) as f64
+                });
+            Ok((crate::torch::estimate::estimate(&spec)?, p, bubble))
         });
         let seconds = started.elapsed().as_secs_f64();
         rows.push(match outcome {
-            Ok((e, p)) => {
+            Ok((e, p, bubble)) => {
                 let outside = if cuda {
                     crate::analysis::outside_allocator::cuda_rank(&p)
                 } else {
@@ -47,7 +72,7 @@ pub fn run(
                 let fullest = e.fullest_rank().unwrap_or(0);
                 let total = e.judged_reserved_bytes() + outside;
                 PlanRow {
-                    plan: plan.to_string(),
+                    plan: label,
                     sequences_per_step: Some(sequences(&p, workload.batch)),
                     fullest_rank: Some(fullest),
                     peak_bytes: Some(e.peak_bytes),
@@ -56,11 +81,12 @@ pub fn run(
                     fits: budget.map(|b| total <= b),
                     dropped: dropped.join(", "),
                     refused: None,
+                    bubble,
                     seconds,
                 }
             }
             Err(why) => PlanRow {
-                plan: plan.to_string(),
+                plan: label,
                 sequences_per_step: None,
                 fullest_rank: None,
                 peak_bytes: None,
@@ -69,6 +95,7 @@ pub fn run(
                 fits: None,
                 dropped: dropped.join(", "),
                 refused: Some(format!("{why:#}")),
+                bubble: None,
                 seconds,
             },
         });

@@ -15,6 +15,7 @@ mod leak;
 mod models;
 mod optimize;
 mod peaks;
+mod pipeline_args;
 mod profile;
 mod report;
 mod roofline;

@@ -62,10 +62,7 @@ pub fn run(a: PeaksArgs) -> anyhow::Result<ExitCode> {
         ("--reshard-after-forward", &a.engine.reshard_after_forward),
         ("--pp-schedule", &a.engine.pp_schedule),
         ("--pp-split", &a.engine.pp_split),
-        (
-            "--micro-batches",
-            &a.engine.micro_batches.map(|m| m.to_string()),
-        ),
+        ("--micro-batches", &a.engine.micro_batches),
     ] {
         if let Some(v) = v {
             bail!("{flag} {v}: peaks measures the machine's roofs, not a training step; give it to bench, estimate, sweep or fit");

@@ -93,6 +93,10 @@ pub struct PlanRow {
     /// Why the job cannot take this plan (the error a single estimate would give).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub refused: Option<String>,
+    /// A pipeline's idle share with stages of equal time, (P − 1) / (V × M): what more
+    /// micro-batches buy beside the memory they take.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bubble: Option<f64>,
     /// Wall time of this plan's prediction, seconds.
     pub seconds: f64,
 }

@@ -29,6 +29,10 @@ pub fn render(f: &TorchPlansFile) -> String {
     if f.budget_bytes.is_some() {
         header.extend(["head-room", "fits"]);
     }
+    let pipelines = f.rows.iter().any(|r| r.bubble.is_some());
+    if pipelines {
+        header.push("bubble");
+    }
     header.push("took");
     t.set_header(header);
     for r in &f.rows {
@@ -54,6 +58,12 @@ pub fn render(f: &TorchPlansFile) -> String {
                 _ => "no".into(),
             });
         }
+        if pipelines {
+            row.push(
+                r.bubble
+                    .map_or("—".into(), |b| format!("{:.0}%", 100.0 * b)),
+            );
+        }
         row.push(format!("{:.1} s", r.seconds));
         t.add_row(row);
     }
@@ -72,6 +82,12 @@ pub fn render(f: &TorchPlansFile) -> String {
         out,
         "Each row is its plan's fullest rank (a pipeline's every rank traced; the others' ranks are alike), judged by {what}. Sequences a step: the whole job's, as each plan spends --batch (a data-parallel group's batch; a pipeline's whole batch)."
     );
+    if pipelines {
+        let _ = writeln!(
+            out,
+            "Bubble: a pipeline's idle share of its work with stages of equal time, (P − 1) / (V × M); more micro-batches shrink it and each one's activations, and hold more of them in flight under GPipe."
+        );
+    }
     for r in &f.rows {
         if !r.dropped.is_empty() {
             let _ = writeln!(

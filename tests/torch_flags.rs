@@ -51,6 +51,7 @@ const WORKLOAD: &[&str] = &[
     // flag (tests/parallel.rs) and exercised in test_pipeline.py.
     "--pp-schedule",
     "--micro-batches",
+    "--pp-split",
 ];
 
 const WEIGHTS: (&str, &[&str], &str) = (

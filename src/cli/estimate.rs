@@ -391,9 +391,16 @@ fn time_lines(
     };
     if let (Ok(p), false) = (&peaks, pipeline.is_empty()) {
         let transfer_ms = crate::analysis::pipeline_time::transfer_ms(s, t.link.as_ref());
-        let play = crate::analysis::pipeline_time::predict(pipeline, p, transfer_ms)?;
-        e.predicted_ms.insert("step".into(), play.step_ms);
-        e.pipeline_play = Some(play);
+        match crate::analysis::pipeline_time::predict(pipeline, p, transfer_ms) {
+            Ok(play) => {
+                e.predicted_ms.insert("step".into(), play.step_ms);
+                e.pipeline_play = Some(play);
+            }
+            // The memory estimate stands; the step's time is said to be the fullest rank's.
+            Err(why) => {
+                said += &format!("\nNo played-out step ({why:#}): the predicted step above is the fullest rank's own ops, without the pipeline's bubble.\n");
+            }
+        }
     }
     if let Some(p) = t.parallel {
         // CPU ranks whose threads (all cores each unless --threads says) fill this machine.

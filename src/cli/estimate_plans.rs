@@ -1,5 +1,6 @@
 //! `estimate --engine torch --nproc N --parallel A,B,…` (and a pipeline's `--micro-batches
-//! 4,8,16`): one job's plans side by side for a fixed world size, a pipeline's at each count, each traced (every rank of a pipeline, one rank otherwise) and judged
+//! 4,8,16`): one job's plans side by side for a fixed world size, a pipeline's at each count,
+//! each traced (every rank of a pipeline, one rank otherwise) and judged
 //! against `--fits`: which fit, which leaves the most head-room. A plan the job cannot take is a
 //! row saying why, not the end of the comparison.
 

@@ -846,6 +846,12 @@ impl Spec {
                     ),
                 );
             }
+            if split.contains(&0) {
+                return err(
+                    flag,
+                    "a stage holds at least one block: give numbers of at least 1".into(),
+                );
+            }
             let sum: usize = split.iter().sum();
             if sum != config.n_layers {
                 return err(

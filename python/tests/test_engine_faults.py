@@ -69,9 +69,10 @@ def test_an_interpreter_that_never_answers_is_bounded(memscope_bin, tmp_path):
     assert "MEMSCOPE_ENGINE_START_TIMEOUT=soon" in bad.stderr, bad.stderr
 
 
-def start_leak(memscope_bin, tmp_path):
+def start_leak(memscope_bin, tmp_path, settle=25):
     """`leak --engine torch` on gpt2-small (a step takes a fraction of a second on 2 cores, so
-    400 steps take minutes), once its engine has finished a few steps."""
+    400 steps take minutes), ``settle`` seconds after its engine started: by default once it has
+    finished a few steps."""
     rec = tmp_path / "leak.json"
     proc = subprocess.Popen(
         [memscope_bin, "leak", "--engine", "torch", "--model", "gpt2-small", "--batch", "1",
@@ -82,8 +83,8 @@ def start_leak(memscope_bin, tmp_path):
         time.sleep(0.2)
     engine = children(proc.pid)
     assert engine, "the torch engine did not start"
-    # Model built, primed and a few steps measured.
-    time.sleep(25)
+    # By default: model built, primed and a few steps measured.
+    time.sleep(settle)
     assert proc.poll() is None, proc.communicate()
     return proc, rec, engine[0]
 
@@ -104,7 +105,8 @@ def test_leak_stops_on_sigterm_within_seconds_and_keeps_what_it_measured(memscop
 
 
 def test_the_engine_dies_with_memscope_even_by_sigkill(memscope_bin, tmp_path):
-    proc, _, engine = start_leak(memscope_bin, tmp_path)
+    # Its death signal is set before the engine's Python starts: any moment after will do.
+    proc, _, engine = start_leak(memscope_bin, tmp_path, settle=3)
     proc.kill()
     proc.wait(timeout=30)
     deadline = time.monotonic() + 5

@@ -209,6 +209,12 @@ impl Pipeline {
         world * self.stages_per_rank
     }
 
+    /// The share of its work each rank idles with stages of equal time (the bubble of GPipe,
+    /// 1F1B and interleaved 1F1B): (P − 1) / (V × M).
+    pub fn bubble(&self, world: usize) -> f64 {
+        world.saturating_sub(1) as f64 / (self.stages_per_rank * self.micro_batches).max(1) as f64
+    }
+
     /// As `--pp-schedule` takes it.
     pub fn schedule_flag(&self) -> String {
         match self.schedule {

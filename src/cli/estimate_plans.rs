@@ -56,9 +56,7 @@ pub fn run(
                 .torch
                 .as_ref()
                 .and_then(|t| t.pipeline.as_ref())
-                .map(|pipe| {
-                    (p.world - 1) as f64 / (pipe.stages_per_rank * pipe.micro_batches).max(1) as f64
-                });
+                .map(|pipe| pipe.bubble(p.world));
             Ok((crate::torch::estimate::estimate(&spec)?, p, bubble))
         });
         let seconds = started.elapsed().as_secs_f64();

@@ -65,8 +65,7 @@ pub fn pipeline_ranks(f: &TorchEstimateFile) -> String {
             "\nEvery rank of the pipeline ({dtype}), each traced as that rank: the first stage holds the embedding, the last the final norm, the head and the loss; a rank's activations are those its schedule keeps for the micro-batches in flight (the most at once, over its stages, counted from the schedule's own action list).\n{t}"
         );
         if let (Some(p), Some(pipe)) = (&f.parallel, &f.pipeline) {
-            // GPipe's, 1F1B's and interleaved 1F1B's idle share with even stages.
-            let idle = (p.world - 1) as f64 / (pipe.stages_per_rank * pipe.micro_batches) as f64;
+            let idle = pipe.bubble(p.world);
             let formula = format!(
                 "(P − 1) / (V × M) = {} / ({} × {}) = {:.0}%",
                 p.world - 1,

@@ -57,10 +57,15 @@ pub fn side_by_side(records: &[&Record]) -> Option<(Vec<RankFigures>, usize)> {
 }
 
 /// Rank `i`'s Record at `records[i]` → the worst rank's Record with `ranks` set; None when
-/// there are none.
+/// there are none. A pipeline's loss is its last stage's: where the worst rank computed none,
+/// the losses are the first rank's that did.
 pub fn worst_rank(records: Vec<Record>) -> Option<Record> {
     let (figs, worst) = side_by_side(&records.iter().collect::<Vec<_>>())?;
+    let loss = records.iter().find(|r| !r.loss.is_empty()).map(|r| r.loss.clone());
     let mut r = records.into_iter().nth(worst)?;
+    if r.loss.is_empty() {
+        r.loss = loss.unwrap_or_default();
+    }
     r.ranks = Some(figs);
     Some(r)
 }
@@ -90,5 +95,16 @@ mod tests {
             vec![10, 30, 30, 20]
         );
         assert!(worst_rank(vec![]).is_none());
+    }
+
+    #[test]
+    fn a_pipeline_s_loss_is_its_last_stage_s_where_the_worst_rank_has_none() {
+        let mut first = record(30);
+        first.loss.clear();
+        let mut last = record(10);
+        last.loss = vec![2.5, 2.0];
+        let r = worst_rank(vec![first, last]).unwrap();
+        assert_eq!(r.memory.heap_peak_bytes, 30);
+        assert_eq!(r.loss, vec![2.5, 2.0]);
     }
 }

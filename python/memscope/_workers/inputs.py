@@ -17,6 +17,9 @@ def tokens(np, spec, vocab):
     if plan is not None and plan.tp > 1:
         # A tensor-parallel group's ranks work on one batch: the group is the data rank.
         rank, world = rank // plan.tp, world // plan.tp
+    if plan is not None and plan.plan == "pp":
+        # A pipeline's ranks work on one batch: the first stage's ids are the last's labels.
+        rank, world = 0, 1
     # Every data rank its own batches, as a DistributedSampler gives them.
     rng = np.random.default_rng(spec.seed + rank)
     data = spec.data

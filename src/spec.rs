@@ -180,8 +180,9 @@ pub struct Pipeline {
     pub schedule: PipelineSchedule,
     /// The batch is split into this many equal micro-batches (`--micro-batches`).
     pub micro_batches: usize,
-    /// Stages each rank holds: 1, or V of `interleaved-1f1b:V` (rank r holds stages r, r + P,
-    /// …, as PyTorch's interleaved schedules place them).
+    /// Stages each rank holds: 1, V of `interleaved-1f1b:V` or `interleaved-zero-bubble:V`
+    /// (rank r holds stages r, r + P, …, as PyTorch's interleaved schedules place them), 2 of
+    /// `zbv-zero-bubble` (stages r and 2P − 1 − r).
     pub stages_per_rank: usize,
     /// `--pp-split B0,B1,…`: the blocks of each stage in order; absent: as even as they divide
     /// (the earlier stages one more where they do not).
@@ -201,6 +202,14 @@ pub enum PipelineSchedule {
     /// `ScheduleInterleaved1F1B`: 1F1B over several stages a rank (smaller bubble).
     #[serde(rename = "interleaved-1f1b")]
     Interleaved1F1B,
+    /// `ScheduleInterleavedZeroBubble` (ZB1P): interleaved 1F1B whose backwards are split into
+    /// the input's gradient (`I`) and the weights' (`W`), the weights' filling the bubble.
+    #[serde(rename = "interleaved-zero-bubble")]
+    InterleavedZeroBubble,
+    /// `ScheduleZBVZeroBubble`: two stages a rank placed in a V (rank r holds stages r and
+    /// 2P − 1 − r), backwards split as zero-bubble's.
+    #[serde(rename = "zbv-zero-bubble")]
+    ZbvZeroBubble,
 }
 
 impl Pipeline {
@@ -209,10 +218,12 @@ impl Pipeline {
         world * self.stages_per_rank
     }
 
-    /// The share of its work each rank idles with stages of equal time (the bubble of GPipe,
-    /// 1F1B and interleaved 1F1B): (P − 1) / (V × M).
-    pub fn bubble(&self, world: usize) -> f64 {
-        world.saturating_sub(1) as f64 / (self.stages_per_rank * self.micro_batches).max(1) as f64
+    /// Whether its backwards run as two halves, the input's gradient and the weights'.
+    pub fn splits_backward(&self) -> bool {
+        matches!(
+            self.schedule,
+            PipelineSchedule::InterleavedZeroBubble | PipelineSchedule::ZbvZeroBubble
+        )
     }
 
     /// As `--pp-schedule` takes it.
@@ -223,6 +234,10 @@ impl Pipeline {
             PipelineSchedule::Interleaved1F1B => {
                 format!("interleaved-1f1b:{}", self.stages_per_rank)
             }
+            PipelineSchedule::InterleavedZeroBubble => {
+                format!("interleaved-zero-bubble:{}", self.stages_per_rank)
+            }
+            PipelineSchedule::ZbvZeroBubble => "zbv-zero-bubble".into(),
         }
     }
 
@@ -234,18 +249,25 @@ impl Pipeline {
             .ok_or_else(|| SpecError::BadPipelineSplit(text.to_string()))
     }
 
-    /// `--pp-schedule gpipe|1f1b|interleaved-1f1b[:V]` (V stages a rank, 2 if not given):
-    /// (schedule, stages per rank).
+    /// `--pp-schedule gpipe|1f1b|interleaved-1f1b[:V]|interleaved-zero-bubble[:V]|zbv-zero-bubble`
+    /// (V stages a rank, 2 if not given): (schedule, stages per rank).
     pub fn parse_schedule(text: &str) -> Result<(PipelineSchedule, usize), SpecError> {
         let bad = || SpecError::BadPipelineSchedule(text.to_string());
-        match text.split_once(':') {
-            None if text == "gpipe" => Ok((PipelineSchedule::GPipe, 1)),
-            None if text == "1f1b" => Ok((PipelineSchedule::OneFOneB, 1)),
-            None if text == "interleaved-1f1b" => Ok((PipelineSchedule::Interleaved1F1B, 2)),
-            Some(("interleaved-1f1b", v)) => match v.parse::<usize>() {
-                Ok(v) if v >= 2 => Ok((PipelineSchedule::Interleaved1F1B, v)),
-                _ => Err(bad()),
+        let (name, v) = match text.split_once(':') {
+            None => (text, None),
+            Some((name, v)) => match v.parse::<usize>() {
+                Ok(v) if v >= 2 => (name, Some(v)),
+                _ => return Err(bad()),
             },
+        };
+        match (name, v) {
+            ("gpipe", None) => Ok((PipelineSchedule::GPipe, 1)),
+            ("1f1b", None) => Ok((PipelineSchedule::OneFOneB, 1)),
+            ("zbv-zero-bubble", None) => Ok((PipelineSchedule::ZbvZeroBubble, 2)),
+            ("interleaved-1f1b", v) => Ok((PipelineSchedule::Interleaved1F1B, v.unwrap_or(2))),
+            ("interleaved-zero-bubble", v) => {
+                Ok((PipelineSchedule::InterleavedZeroBubble, v.unwrap_or(2)))
+            }
             _ => Err(bad()),
         }
     }
@@ -515,7 +537,7 @@ pub enum SpecError {
     FsdpPrecisionAndAutocast(String),
     #[error("--reshard-after-forward {0}: use true (FSDP2's default), false (keep each block's gathered parameters from forward to backward) or N ≥ 2 (reshard over N ranks)")]
     BadReshard(String),
-    #[error("--pp-schedule {0}: use gpipe, 1f1b or interleaved-1f1b[:V] (V ≥ 2 stages a rank, 2 if not given), PyTorch's ScheduleGPipe, Schedule1F1B and ScheduleInterleaved1F1B")]
+    #[error("--pp-schedule {0}: use gpipe, 1f1b, interleaved-1f1b[:V], interleaved-zero-bubble[:V] (V ≥ 2 stages a rank, 2 if not given) or zbv-zero-bubble (2 stages a rank), PyTorch's ScheduleGPipe, Schedule1F1B, ScheduleInterleaved1F1B, ScheduleInterleavedZeroBubble and ScheduleZBVZeroBubble")]
     BadPipelineSchedule(String),
     #[error("--pp-split {0}: give the blocks of each stage in order as whole numbers of at least 1, as 3,1 (the first stage blocks 0–2, the second block 3)")]
     BadPipelineSplit(String),
@@ -878,12 +900,17 @@ impl Spec {
                 ),
             );
         }
-        // PyTorch's interleaved 1F1B runs the micro-batches in max(1, M / P) equal rounds.
+        // PyTorch's interleaved schedules run the micro-batches in max(1, M / P) equal rounds.
         let rounds = (m / world).max(1);
-        if pipe.schedule == PipelineSchedule::Interleaved1F1B && m % rounds != 0 {
+        let interleaved = match pipe.schedule {
+            PipelineSchedule::Interleaved1F1B => Some("interleaved 1F1B"),
+            PipelineSchedule::InterleavedZeroBubble => Some("interleaved zero-bubble schedule"),
+            _ => None,
+        };
+        if let (Some(name), true) = (interleaved, m % rounds != 0) {
             return err(
                 format!("--micro-batches {m}"),
-                format!("PyTorch's interleaved 1F1B runs its micro-batches in {rounds} equal rounds (one per {world} ranks' worth); use a multiple of {world}, or fewer than {}", 2 * world),
+                format!("PyTorch's {name} runs its micro-batches in {rounds} equal rounds (one per {world} ranks' worth); use a multiple of {world}, or fewer than {}", 2 * world),
             );
         }
         Ok(())

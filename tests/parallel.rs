@@ -103,7 +103,7 @@ fn a_pipeline_that_cannot_run_is_named_by_its_flag() {
             "--pp-schedule",
             "zero-bubble",
         ]),
-        &["--pp-schedule zero-bubble: use gpipe, 1f1b or interleaved-1f1b[:V]"],
+        &["--pp-schedule zero-bubble: use gpipe, 1f1b, interleaved-1f1b[:V], interleaved-zero-bubble[:V]"],
     );
     fails_with(
         &pp(&[
@@ -114,7 +114,7 @@ fn a_pipeline_that_cannot_run_is_named_by_its_flag() {
             "--pp-schedule",
             "interleaved-1f1b:1",
         ]),
-        &["--pp-schedule interleaved-1f1b:1: use gpipe, 1f1b or interleaved-1f1b[:V] (V ≥ 2"],
+        &["--pp-schedule interleaved-1f1b:1: use gpipe, 1f1b, interleaved-1f1b[:V], interleaved-zero-bubble[:V] (V ≥ 2"],
     );
     fails_with(
         &pp(&["--parallel", "pp:2", "--nproc", "2", "--grad-accum", "2"]),
@@ -188,6 +188,18 @@ fn interleaved_rounds_must_divide_the_micro_batches() {
     fails_with(
         &uneven,
         &["--micro-batches 5: PyTorch's interleaved 1F1B runs its micro-batches in 2 equal rounds"],
+    );
+    let last = uneven.len() - 3;
+    uneven[last] = "interleaved-zero-bubble";
+    fails_with(
+        &uneven,
+        &["--micro-batches 5: PyTorch's interleaved zero-bubble schedule runs its micro-batches in 2 equal rounds"],
+    );
+    // ZBV holds exactly two stages a rank.
+    uneven[last] = "zbv-zero-bubble:3";
+    fails_with(
+        &uneven,
+        &["--pp-schedule zbv-zero-bubble:3: use gpipe, 1f1b, interleaved-1f1b[:V], interleaved-zero-bubble[:V] (V ≥ 2 stages a rank, 2 if not given) or zbv-zero-bubble (2 stages a rank)"],
     );
 }
 

@@ -112,5 +112,9 @@ def test_a_cuda_rank_s_memory_outside_the_allocator_is_its_own_lines_and_fits_ju
     assert "--fits 2.00 GiB (f32): fits:" in text, text
     # The single process's estimate has no such lines (--fits caps the allocator, as a sweep's
     # --memory-limit does).
-    alone, _ = estimate(memscope_bin, tmp_path, "--device", "cuda")
+    alone, text = estimate(memscope_bin, tmp_path, "--device", "cuda")
     assert "outside_allocator" not in alone
+    # Without a GPU's roofs, the way to a predicted step is a card's profile; no thread count.
+    assert "No predicted step time: no roofs measured for cuda on this machine; give a card's " \
+        "profile with --profile FILE" in text, text
+    assert "--threads" not in text.split("No predicted step time")[1].split("\n")[0], text

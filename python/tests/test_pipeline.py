@@ -23,9 +23,21 @@ def estimate(memscope_bin, tmp_path, schedule, *extra):
     return json.loads(out.read_text())["by_dtype"]["f32"], p.stdout
 
 
-@pytest.mark.parametrize("schedule,split", [("gpipe", None), ("1f1b", None), ("1f1b", "3,1")])
+@pytest.fixture(scope="module")
+def one_process_losses(memscope_bin, tmp_path_factory):
+    """The losses of the same model, batch and steps in one process, unsplit."""
+    out = tmp_path_factory.mktemp("one") / "run.json"
+    p = subprocess.run([memscope_bin, "bench", *PP[:-6], "--warmup", "1", "--steps", "2",
+                        "--threads", "1", "--json", str(out)],
+                       capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr
+    return json.loads(out.read_text())["loss"]
+
+
+@pytest.mark.parametrize("schedule,split", [("gpipe", None), ("1f1b", None), ("1f1b", "3,1"),
+                                            ("zbv-zero-bubble", None)])
 def test_each_rank_s_measured_peak_is_within_2_percent_of_its_own_stages_prediction(
-        memscope_bin, tmp_path, schedule, split):
+        memscope_bin, tmp_path, schedule, split, one_process_losses):
     out = tmp_path / "run.json"
     uneven = ["--pp-split", split] if split else []
     p = subprocess.run([memscope_bin, "bench", *PP, "--pp-schedule", schedule, *uneven,
@@ -48,6 +60,13 @@ def test_each_rank_s_measured_peak_is_within_2_percent_of_its_own_stages_predict
     assert "this rank's stages of" in p.stdout
     # Each stage runs its part of the batch's products: a rank's share against a rank's peak.
     assert "matmul FLOPs per step a rank" in p.stdout, p.stdout
+    # Every stage's gradients are the whole model's: the losses step for step are one
+    # process's (the last stage's labels are the first stage's ids; each earlier stage gets
+    # its gradient back from the next; a zero-bubble weight half runs). Micro-batches sum in
+    # another order: equal to float rounding.
+    assert len(record["loss"]) == len(one_process_losses) == 3, record["loss"]
+    assert record["loss"] == pytest.approx(one_process_losses, rel=1e-5), \
+        (record["loss"], one_process_losses)
     assert not engines_left()
 
 
@@ -106,6 +125,29 @@ def played_out(gpipe, one, inter, text):
     assert abs(plays["gpipe"]["step_ms"] - plays["1f1b"]["step_ms"]) \
         < 0.05 * plays["1f1b"]["step_ms"], plays
     assert idle["interleaved-1f1b"] < idle["1f1b"], idle
+
+
+def test_zero_bubble_schedules_fill_the_bubble_with_weight_backwards(memscope_bin, tmp_path):
+    prof = ["--profile", "epyc-zen5-2t"]
+    inter, _ = estimate(memscope_bin, tmp_path, "interleaved-1f1b", *prof)
+    zb, _ = estimate(memscope_bin, tmp_path, "interleaved-zero-bubble", *prof)
+    zbv, text = estimate(memscope_bin, tmp_path, "zbv-zero-bubble", *prof)
+    # ZBV's V: rank 0 holds the first and the last stage, rank 1 the two middle ones.
+    assert [[s[0] for s in r["stages"]] for r in zbv["pipeline_ranks"]] == [[0, 3], [1, 2]]
+    assert [[s[0] for s in r["stages"]] for r in zb["pipeline_ranks"]] == [[0, 2], [1, 3]]
+    # The schedules' own bubbles, from their action lists with equal stages: interleaved 1F1B's
+    # (P − 1) / (V × M) = 1 / 8; the weight halves fill part of it.
+    assert inter["pipeline_bubble"] == 0.125, inter["pipeline_bubble"]
+    assert zb["pipeline_bubble"] < inter["pipeline_bubble"], zb["pipeline_bubble"]
+    assert zbv["pipeline_bubble"] < inter["pipeline_bubble"], zbv["pipeline_bubble"]
+    # A micro-batch's activations stay until its weight half has run.
+    assert all(r["in_flight"] >= 1 for r in zbv["pipeline_ranks"])
+    for e in (zb, zbv):
+        play = e["pipeline_play"]
+        assert e["predicted_ms"]["step"] == play["step_ms"]
+        assert all(r["busy_ms"] > 0 for r in play["ranks"]), play
+    assert "PyTorch's zbv-zero-bubble schedule over 4 micro-batches" in text, text
+    assert "its weight backwards fill waits" in text, text
 
 
 def test_a_model_that_is_not_a_causal_lm_is_refused_naming_the_plan(memscope_bin):

@@ -180,6 +180,34 @@ pub fn transfer_ms(spec: &crate::spec::Spec, link: Option<&super::collective_tim
     })
 }
 
+/// The schedule's own bubble: its action lists played out with every stage's forward, input
+/// backward and weight backward of equal time (a whole backward two of them) and no transfer
+/// time; the most any rank idles (the step's end less its busy time) over its busy time.
+/// (P − 1) / (V × M) for GPipe, 1F1B and interleaved 1F1B; less where weight backwards fill it.
+pub fn equal_stages_bubble(actions: &[Vec<Action>]) -> anyhow::Result<f64> {
+    let times: Vec<RankTime> = actions
+        .iter()
+        .map(|list| {
+            let count = |k: Kind| list.iter().filter(|a| a.kind == k).count() as f64;
+            RankTime {
+                forward_ms: count(Kind::Forward),
+                backward_ms: 2.0 * count(Kind::Backward)
+                    + count(Kind::Input)
+                    + count(Kind::Weight),
+                after_ms: 0.0,
+            }
+        })
+        .collect();
+    let play = play(actions, &times, 0.0)?;
+    let end = play.ranks.iter().map(|r| r.end_ms).fold(0.0, f64::max);
+    Ok(play
+        .ranks
+        .iter()
+        .filter(|r| r.busy_ms > 0.0)
+        .map(|r| (end - r.busy_ms) / r.busy_ms)
+        .fold(0.0, f64::max))
+}
+
 /// Each rank's phases predicted from its own ops against `peaks`' roofs, and its schedule
 /// played out; `transfer_ms` per hand-over between ranks.
 pub fn predict(
@@ -281,6 +309,34 @@ mod tests {
         let e = play(&a, &even(2, 1.0, 1.0), 0.0).unwrap_err().to_string();
         assert!(e.contains("rank 0") || e.contains("rank 1"), "{e}");
         assert!(e.contains("does not play out"), "{e}");
+    }
+
+    #[test]
+    fn the_equal_stages_bubble_of_one_f_one_b_is_p_less_one_over_m() {
+        let a = vec![
+            list("F0.0 F0.1 B0.0 F0.2 B0.1 F0.3 B0.2 B0.3"),
+            list("F1.0 B1.0 F1.1 B1.1 F1.2 B1.2 F1.3 B1.3"),
+        ];
+        // (P − 1) / (V × M) = 1 / 4.
+        assert_eq!(equal_stages_bubble(&a).unwrap(), 0.25);
+    }
+
+    #[test]
+    fn weight_backwards_filling_the_wait_shrink_the_bubble() {
+        // 2 micro-batches: each rank defers its weight halves until its input halves have
+        // run, so the last stage hands the first its input gradients sooner.
+        let split = vec![
+            list("F0.0 F0.1 I0.0 I0.1 W0.0 W0.1"),
+            list("F1.0 I1.0 F1.1 I1.1 W1.0 W1.1"),
+        ];
+        let whole = vec![list("F0.0 F0.1 B0.0 B0.1"), list("F1.0 B1.0 F1.1 B1.1")];
+        let (z, b) = (
+            equal_stages_bubble(&split).unwrap(),
+            equal_stages_bubble(&whole).unwrap(),
+        );
+        // 1F1B: (P − 1) / M = 1 / 2; split: rank 0 ends at 8 with 6 busy.
+        assert_eq!(b, 0.5);
+        assert_eq!(z, 2.0 / 6.0);
     }
 
     #[test]

@@ -130,7 +130,7 @@ pub struct EngineArgs {
     /// With --parallel fsdp: FSDP2's reshard_after_forward on every block: true (its default), false (keep each block's gathered parameters from forward to backward: one all-gather fewer, more memory) or N (reshard over N ranks) [--engine torch]
     #[arg(long, value_name = "true|false|N")]
     pub reshard_after_forward: Option<String>,
-    /// With --parallel pp:P: PyTorch's pipeline schedule, gpipe, 1f1b or interleaved-1f1b[:V] (V stages a rank, 2 if not given) [default: 1f1b] [--engine torch]
+    /// With --parallel pp:P: PyTorch's pipeline schedule, gpipe, 1f1b, interleaved-1f1b[:V], interleaved-zero-bubble[:V] (V stages a rank, 2 if not given) or zbv-zero-bubble (2 stages a rank in a V) [default: 1f1b] [--engine torch]
     #[arg(long, value_name = "SCHEDULE")]
     pub pp_schedule: Option<String>,
     /// With --parallel pp:P: micro-batches the batch is split into (they must divide --batch); `estimate` takes a comma list (4,8,16) and sets the counts side by side [default: the job's stages] [--engine torch]

@@ -384,6 +384,10 @@ fn time_lines(
     t: &Timing,
 ) -> anyhow::Result<String> {
     let dtype = s.dtype.name();
+    if !pipeline.is_empty() {
+        let actions: Vec<_> = pipeline.iter().map(|w| w.actions.clone()).collect();
+        e.pipeline_bubble = crate::analysis::pipeline_time::equal_stages_bubble(&actions).ok();
+    }
     let peaks = roofs(t.profile, &e.device, t.threads, dtype)?;
     let mut said = match &peaks {
         Ok(p) => predicted_time(e, ops, p, t.profile, t.threads, dtype),
@@ -451,15 +455,31 @@ fn roofs(
         p.check_for(device, dtype)?;
         return Ok(Ok(p.peaks.clone()));
     }
+    let given = threads;
     let threads = threads.unwrap_or_else(crate::measure::threads::all_cores);
+    // A GPU's roofs are the card's: the thread count only keys the cache, named where given.
+    let cpu = !device.starts_with("cuda");
+    let flag = match (cpu, given) {
+        (true, _) => format!(" --threads {threads}"),
+        (false, Some(t)) => format!(" --threads {t}"),
+        (false, None) => String::new(),
+    };
+    let at = if cpu {
+        format!(" at {threads} threads")
+    } else {
+        " on this machine".into()
+    };
     Ok(match crate::torch::peaks::cached(device, threads) {
         Some(p) => Ok(p),
         None => Err(match crate::torch::peaks::cache_problem(device, threads) {
             Some(why) => format!(
-                "No predicted step time: {why}; `memscope peaks --engine torch --device {device} --threads {threads} --refresh` measures them again.",
+                "No predicted step time: {why}; `memscope peaks --engine torch --device {device}{flag} --refresh` measures them again.",
+            ),
+            None if cpu => format!(
+                "No predicted step time: no roofs measured for {device}{at}; `memscope peaks --engine torch --device {device}{flag}` measures them once (seconds), then this estimate predicts the step's time (or give a device's profile with --profile).",
             ),
             None => format!(
-                "No predicted step time: no roofs measured for {device} at {threads} threads; `memscope peaks --engine torch --device {device} --threads {threads}` measures them once (seconds), then this estimate predicts the step's time (or give a device's profile with --profile).",
+                "No predicted step time: no roofs measured for {device}{at}; give a card's profile with --profile FILE (`memscope peaks --engine torch --device cuda --json FILE` writes one on the machine with the card), or run that peaks command here if this machine has the GPU.",
             ),
         }),
     })

@@ -52,12 +52,12 @@ pub fn run(
             let p = spec
                 .parallel()
                 .context("internal: a plan without its job")?;
-            let bubble = spec
-                .torch
-                .as_ref()
-                .and_then(|t| t.pipeline.as_ref())
-                .map(|pipe| pipe.bubble(p.world));
-            Ok((crate::torch::estimate::estimate(&spec)?, p, bubble))
+            let traced = crate::torch::estimate::estimate_with_ops(&spec)?;
+            let actions: Vec<_> = traced.pipeline.iter().map(|w| w.actions.clone()).collect();
+            let bubble = (!actions.is_empty())
+                .then(|| crate::analysis::pipeline_time::equal_stages_bubble(&actions))
+                .transpose()?;
+            Ok((traced.estimate, p, bubble))
         });
         let seconds = started.elapsed().as_secs_f64();
         rows.push(match outcome {

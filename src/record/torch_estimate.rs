@@ -165,6 +165,11 @@ pub struct TorchEstimate {
     /// traced as that rank; the figures above are the fullest rank's (`rank` names it).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub pipeline_ranks: Vec<PipelineRank>,
+    /// `--parallel pp:P`: the schedule's own bubble, its action lists played out with every
+    /// stage's actions of equal time (`analysis::pipeline_time::equal_stages_bubble`): the most
+    /// a rank idles over its busy time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pipeline_bubble: Option<f64>,
     /// `--parallel pp:P` with roofs: every rank's predicted phases played out along its
     /// schedule's action list; `predicted_ms.step` is its step.
     #[serde(default, skip_serializing_if = "Option::is_none")]

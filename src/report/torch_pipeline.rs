@@ -64,21 +64,22 @@ pub fn pipeline_ranks(f: &TorchEstimateFile) -> String {
             out,
             "\nEvery rank of the pipeline ({dtype}), each traced as that rank: the first stage holds the embedding, the last the final norm, the head and the loss; a rank's activations are those its schedule keeps for the micro-batches in flight (the most at once, over its stages, counted from the schedule's own action list).\n{t}"
         );
-        if let (Some(p), Some(pipe)) = (&f.parallel, &f.pipeline) {
-            let idle = pipe.bubble(p.world);
+        if let (Some(pipe), Some(idle)) = (&f.pipeline, e.pipeline_bubble) {
             let formula = format!(
-                "(P − 1) / (V × M) = {} / ({} × {}) = {:.0}%",
-                p.world - 1,
-                pipe.stages_per_rank,
-                pipe.micro_batches,
-                100.0 * idle
+                "{:.0}% of its work (the schedule's own action lists played out with every stage's forward, input backward and weight backward of equal time{})",
+                100.0 * idle,
+                if pipe.splits_backward() {
+                    "; its weight backwards fill waits that 1F1B's (P − 1) / (V × M) would leave"
+                } else {
+                    ": (P − 1) / (V × M)"
+                }
             );
             match &e.pipeline_play {
                 Some(play) => out += &played(play, &formula),
                 None => {
                     let _ = writeln!(
                         out,
-                        "These schedules leave each rank idle for {formula} of its work with stages that take equal time (the bubble); with the device's roofs measured, the step is played out along each rank's schedule."
+                        "With stages of equal time, the rank that waits most waits {formula} (the bubble); with the device's roofs measured, the step is played out along each rank's schedule."
                     );
                 }
             }
@@ -113,7 +114,7 @@ fn played(play: &PipelinePlay, formula: &str) -> String {
     }
     let _ = writeln!(
         out,
-        "Equal stages would leave each rank idle {formula} of its work."
+        "With stages of equal time, the rank that waits most would wait {formula}."
     );
     if play.transfer_ms > 0.0 {
         let _ = writeln!(

@@ -462,6 +462,7 @@ fn replay(t: &Trace, device: &str, limit: Option<u64>, workspaces: &[u64]) -> To
                     .sum::<u64>(),
         }),
         pipeline_ranks: Vec::new(),
+        pipeline_bubble: None,
         pipeline_play: None,
         throughput: None,
     }

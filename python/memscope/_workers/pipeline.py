@@ -2,10 +2,12 @@
 a transformers causal LM's blocks split in order into the job's stages (as many blocks each as
 they divide into, the earlier stages one more where they do not), the token embedding on the
 first stage, the final norm and the LM head on the last; rank r holds stage r (and r + P, … under
-an interleaved schedule, as PyTorch places them). Each stage is a ``PipelineStage`` given its
+an interleaved schedule, as PyTorch places them; stages r and 2P − 1 − r under ZBV's V). Each stage is a ``PipelineStage`` given its
 micro-batch's shapes up front (no shape exchange before the first step, so the trace runs it
 under the fake process group as the ranks run it), and the batch runs through the named
-schedule class: ``ScheduleGPipe``, ``Schedule1F1B`` or ``ScheduleInterleaved1F1B``.
+schedule class: ``ScheduleGPipe``, ``Schedule1F1B``, ``ScheduleInterleaved1F1B``, or the
+zero-bubble ``ScheduleInterleavedZeroBubble`` and ``ScheduleZBVZeroBubble``, which run each
+backward as two halves (the input's gradient, then the weights').
 
 A stage runs transformers' own base model over its blocks: the first from the token ids, the
 others from the hidden states they receive (``inputs_embeds``), so each stage computes its own
@@ -22,7 +24,17 @@ from torch.distributed import pipelining
 from .protocol import Refused
 
 SCHEDULES = {"gpipe": "ScheduleGPipe", "1f1b": "Schedule1F1B",
-             "interleaved-1f1b": "ScheduleInterleaved1F1B"}
+             "interleaved-1f1b": "ScheduleInterleaved1F1B",
+             "interleaved-zero-bubble": "ScheduleInterleavedZeroBubble",
+             "zbv-zero-bubble": "ScheduleZBVZeroBubble"}
+
+
+def rank_stages(schedule, rank, world, n_stages):
+    """The stages rank ``rank`` holds, as PyTorch's schedule places them: a loop (r, r + P, …)
+    or, under ZBV, a V (r and 2P − 1 − r)."""
+    if schedule == "zbv-zero-bubble":
+        return [rank, n_stages - 1 - rank]
+    return list(range(rank, n_stages, world))
 
 
 def stage_blocks(n_layers, stages, split=None):
@@ -132,6 +144,8 @@ class Pipeline(torch.nn.Module):
         for s in stages:
             s.forward_one_chunk = self._marked("forward", s.forward_one_chunk)
             s.backward_one_chunk = self._marked("backward", s.backward_one_chunk)
+            # A zero-bubble schedule's weight half of a backward.
+            s.backward_weight_one_chunk = self._marked("backward", s.backward_weight_one_chunk)
 
     def _marked(self, name, fn):
         def marked(*args, **kwargs):
@@ -157,14 +171,15 @@ class Pipeline(torch.nn.Module):
 
 def in_flight(actions):
     """The most micro-batches a rank holds activations for at once, by its schedule's action
-    list (``pipeline_order[rank]``: a forward holds one until its backward, whole or of the
-    input, lets it go), summed over the rank's stages."""
+    list (``pipeline_order[rank]``: a forward holds one until its backward lets it go, a whole
+    backward or a zero-bubble schedule's weight half, which needs the inputs its input half
+    kept), summed over the rank's stages."""
     held = most = 0
     for a in actions:
         kind = getattr(getattr(a, "computation_type", None), "value", None)
         if kind == "F":
             held += 1
-        elif kind in ("B", "I"):
+        elif kind in ("B", "W"):
             held -= 1
         most = max(most, held)
     return most
@@ -197,7 +212,7 @@ def pipeline_wrap(spec, rank, device, dtype, autocast):
     cfg = spec.config
     bounds = stage_blocks(cfg.n_layers, n_stages,
                           list(pipe.split) if pipe.split is not None else None)
-    mine = list(range(rank, n_stages, world))
+    mine = rank_stages(pipe.schedule, rank, world, n_stages)
     micro = spec.batch // pipe.micro_batches
     seq = spec.seq
     mixed = spec.variant.precision == "mixed"
@@ -219,6 +234,14 @@ def pipeline_wrap(spec, rank, device, dtype, autocast):
                     torch.empty(micro, seq, cfg.d_model, dtype=hidden_dtype)
                 y = torch.empty(micro, seq, vocab, dtype=dtype) if last else \
                     torch.empty(micro, seq, cfg.d_model, dtype=hidden_dtype)
+                # Hidden states between stages carry gradients: PyTorch takes a given shape's
+                # requires_grad as the activation's, and a received input that does not
+                # require one gives no gradient to send back (the earlier stages' weights then
+                # get zeros, and a zero-bubble schedule's weight halves nothing).
+                if not first:
+                    x.requires_grad_(True)
+                if not last:
+                    y.requires_grad_(True)
                 dy = None if last else torch.empty_like(y)
                 dx = None if first else torch.empty_like(x)
             stages.append(pipelining.PipelineStage(

@@ -900,6 +900,12 @@ impl Spec {
                 ),
             );
         }
+        if pipe.splits_backward() && t.checkpoint_policy == Some(CheckpointPolicy::Ops) {
+            return err(
+                format!("--pp-schedule {}", pipe.schedule_flag()),
+                "a zero-bubble schedule runs each backward in two halves, and PyTorch's selective checkpointing (--checkpoint-policy ops) allows one backward over a checkpointed region; use --checkpoint alone or --checkpoint-policy every:N, or --pp-schedule 1f1b|interleaved-1f1b".into(),
+            );
+        }
         // PyTorch's interleaved schedules run the micro-batches in max(1, M / P) equal rounds.
         let rounds = (m / world).max(1);
         let interleaved = match pipe.schedule {

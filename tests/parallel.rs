@@ -195,6 +195,25 @@ fn interleaved_rounds_must_divide_the_micro_batches() {
         &uneven,
         &["--micro-batches 5: PyTorch's interleaved zero-bubble schedule runs its micro-batches in 2 equal rounds"],
     );
+    // PyTorch's selective checkpointing allows one backward over a region; zero-bubble runs two.
+    fails_with(
+        &with(&[
+            "--batch",
+            "8",
+            "--seq",
+            "64",
+            "--nproc",
+            "2",
+            "--parallel",
+            "pp:2",
+            "--pp-schedule",
+            "zbv-zero-bubble",
+            "--checkpoint",
+            "--checkpoint-policy",
+            "ops",
+        ]),
+        &["--pp-schedule zbv-zero-bubble: a zero-bubble schedule runs each backward in two halves, and PyTorch's selective checkpointing (--checkpoint-policy ops) allows one backward"],
+    );
     // ZBV holds exactly two stages a rank.
     uneven[last] = "zbv-zero-bubble:3";
     fails_with(

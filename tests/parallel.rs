@@ -506,3 +506,31 @@ fn a_comparison_of_plans_is_one_dtype_on_pytorch_without_a_link() {
         &["--parallel fsdp,,pp:2: an empty plan in the list"],
     );
 }
+
+#[test]
+fn fit_searches_a_list_of_plans_only_by_prediction() {
+    let fit = |extra: &[&'static str]| -> Vec<&'static str> {
+        let mut a = vec!["fit", "--model", "tiny-gpt2", "--memory-limit", "1GiB"];
+        a.extend_from_slice(extra);
+        a
+    };
+    fails_with(
+        &fit(&[
+            "--engine",
+            "torch",
+            "--nproc",
+            "2",
+            "--parallel",
+            "ddp,fsdp",
+        ]),
+        &["--parallel ddp,fsdp: fit runs one plan's sizes; add --predict"],
+    );
+    fails_with(
+        &fit(&["--predict"]),
+        &["--predict: the torch estimator's trace predicts each size; add --engine torch"],
+    );
+    fails_with(
+        &fit(&["--engine", "torch", "--predict", "--timeout", "30s"]),
+        &["--timeout 30s: --predict runs nothing"],
+    );
+}

@@ -152,6 +152,7 @@ fn commands() -> Vec<Command> {
                 "--json",
                 "--nproc",
                 "--parallel",
+                "--predict",
             ]),
             refused: &[WEIGHTS, FUSION_NONE],
         },

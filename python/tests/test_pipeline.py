@@ -218,3 +218,39 @@ def test_a_sweep_over_plans_runs_each_under_torchrun_and_an_oom_names_the_stage(
     assert "## tiny-gpt2 · train · f32 · ddp" in p.stdout
     assert "## tiny-gpt2 · train · f32 · pp:2" in p.stdout
     assert not engines_left()
+
+
+def test_fit_predict_finds_each_plan_s_largest_batch_and_the_next_one_is_over(memscope_bin,
+                                                                            tmp_path):
+    out = tmp_path / "fit.json"
+    budget = 45 * 2**20
+    p = subprocess.run([memscope_bin, "fit", "--predict", "--engine", "torch", "--model",
+                        "tiny-gpt2", "--seq", "64", "--nproc", "2", "--parallel", "ddp,pp:2",
+                        "--memory-limit", "45MiB", "--max", "8", "--json", str(out)],
+                       capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr
+    f = json.loads(out.read_text())
+    assert f["kind"] == "torch-plans" and f["vary"] == "batch", f
+    ddp, pp = f["rows"]
+    assert (ddp["plan"], pp["plan"]) == ("ddp", "pp:2")
+    # DDP: the largest batch fits, the next one is over; a few traces, not one a size.
+    size, over = ddp["largest"]["size"], ddp["largest"]["first_over"]
+    assert 0 < size < 8 and over == size + 1, ddp
+    assert ddp["largest"]["tries"] <= 5, ddp
+    assert ddp["device_total_bytes"] <= budget and ddp["sequences_per_step"] == 2 * size
+    # The pipeline (2 micro-batches, one a stage) grows in whole micro-batches, to --max.
+    assert pp["largest"] == {"size": 8, "tries": 3}, pp
+    assert pp["bubble"] == 0.5 and pp["device_total_bytes"] <= budget, pp
+    # The size after the largest, estimated on its own, is over the budget.
+    e = subprocess.run([memscope_bin, "estimate", "--engine", "torch", "--model", "tiny-gpt2",
+                        "--seq", "64", "--batch", str(over), "--nproc", "2", "--parallel",
+                        "ddp", "--json", str(tmp_path / "over.json")],
+                       capture_output=True, text=True, timeout=300)
+    assert e.returncode == 0, e.stderr
+    assert json.loads((tmp_path / "over.json").read_text())["by_dtype"]["f32"]["peak_bytes"] \
+        > budget
+    # The plan named runs the most sequences (of one length) a step within the budget.
+    best = max(f["rows"], key=lambda r: r["sequences_per_step"])
+    assert (f"Most tokens a step within 45.0 MiB: {best['plan']} (batch "
+            f"{best['largest']['size']}, {best['sequences_per_step']} sequences a step)") \
+        in p.stdout, p.stdout

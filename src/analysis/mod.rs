@@ -9,6 +9,7 @@ pub mod collective_time;
 pub mod compare;
 pub mod complete;
 pub mod diff;
+pub mod largest_fit;
 pub mod leak;
 pub mod leak_rules;
 pub mod leak_text;

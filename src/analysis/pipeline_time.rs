@@ -191,9 +191,7 @@ pub fn equal_stages_bubble(actions: &[Vec<Action>]) -> anyhow::Result<f64> {
             let count = |k: Kind| list.iter().filter(|a| a.kind == k).count() as f64;
             RankTime {
                 forward_ms: count(Kind::Forward),
-                backward_ms: 2.0 * count(Kind::Backward)
-                    + count(Kind::Input)
-                    + count(Kind::Weight),
+                backward_ms: 2.0 * count(Kind::Backward) + count(Kind::Input) + count(Kind::Weight),
                 after_ms: 0.0,
             }
         })

@@ -61,7 +61,10 @@ pub fn side_by_side(records: &[&Record]) -> Option<(Vec<RankFigures>, usize)> {
 /// the losses are the first rank's that did.
 pub fn worst_rank(records: Vec<Record>) -> Option<Record> {
     let (figs, worst) = side_by_side(&records.iter().collect::<Vec<_>>())?;
-    let loss = records.iter().find(|r| !r.loss.is_empty()).map(|r| r.loss.clone());
+    let loss = records
+        .iter()
+        .find(|r| !r.loss.is_empty())
+        .map(|r| r.loss.clone());
     let mut r = records.into_iter().nth(worst)?;
     if r.loss.is_empty() {
         r.loss = loss.unwrap_or_default();

@@ -58,6 +58,9 @@ pub struct FitArgs {
     /// Largest size tried when nothing runs out of memory (default: 65536 for batch, the model's context for seq)
     #[arg(long)]
     pub max: Option<usize>,
+    /// Predict each size instead of running it: the torch estimator's trace at each size tried, judged by what the device must hold (CUDA: reserved peak + CUDA context and NCCL; CPU: allocated peak), one row per plan of --parallel A,B,… [--engine torch]
+    #[arg(long)]
+    pub predict: bool,
     #[command(flatten)]
     pub json: JsonOut,
     #[command(flatten)]
@@ -71,11 +74,16 @@ pub fn run(a: FitArgs) -> anyhow::Result<ExitCode> {
         &[("--json", a.json.as_deref())],
         &super::args::run_inputs(a.model.config.as_deref(), a.model.weights.as_deref(), None),
     )?;
-    let limit = crate::sweep::limits::parse_memory_limit(
-        a.memory_limit
-            .as_deref()
-            .expect("clap requires fit's --memory-limit"),
-    )?;
+    let text = a
+        .memory_limit
+        .as_deref()
+        .expect("clap requires fit's --memory-limit");
+    // A run's limit holds a process; a prediction's budget is the device's or the heap's.
+    let limit = if a.predict {
+        crate::units::parse_bytes("--memory-limit", text)?
+    } else {
+        crate::sweep::limits::parse_memory_limit(text)?
+    };
     let timeout = a
         .timeout
         .as_deref()
@@ -84,7 +92,7 @@ pub fn run(a: FitArgs) -> anyhow::Result<ExitCode> {
     let (name, config) = resolve_model(&a.model)?;
     let context_len = config.max_seq_len;
     // fit has no --prompt-len: for generate, --seq is the prompt; name the flag it has.
-    let base = Workload {
+    let workload = Workload {
         model: name,
         config,
         config_path: a.model.config.clone(),
@@ -103,15 +111,7 @@ pub fn run(a: FitArgs) -> anyhow::Result<ExitCode> {
         lr: *a.lr,
         data: None,
         variant: a.variant.clone(),
-    }
-    .validated()
-    .map_err(|e| {
-        anyhow::anyhow!(
-            "{}",
-            e.to_string()
-                .replace("--prompt-len", "--seq (the prompt length)")
-        )
-    })?;
+    };
     // The longest sequence the model takes (generate: leaving room for --new-tokens).
     let context = match *a.mode {
         Mode::Generate => context_len.saturating_sub(*a.new_tokens),
@@ -124,6 +124,16 @@ pub fn run(a: FitArgs) -> anyhow::Result<ExitCode> {
     if cap == 0 {
         bail!("--max must be at least 1");
     }
+    if let Some(code) = predicted(&a, &workload, cap, limit)? {
+        return Ok(code);
+    }
+    let base = workload.validated().map_err(|e| {
+        anyhow::anyhow!(
+            "{}",
+            e.to_string()
+                .replace("--prompt-len", "--seq (the prompt length)")
+        )
+    })?;
     // Said only when the search stopped at the context, not at a smaller --max.
     let context_cap = a.vary == Vary::Seq && cap == context;
     if let Some(total) = crate::measure::procfs::mem_total_bytes().filter(|&t| limit > t) {
@@ -201,6 +211,38 @@ pub fn run(a: FitArgs) -> anyhow::Result<ExitCode> {
             .with_context(|| format!("--json {}", p.display()))?;
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `--predict`: every plan's largest size by prediction (the exit code); None: the sizes are
+/// run. A list of plans is searched only by prediction, and a run's `--timeout` is refused
+/// with it.
+fn predicted(
+    a: &FitArgs,
+    workload: &Workload,
+    cap: usize,
+    limit: u64,
+) -> anyhow::Result<Option<ExitCode>> {
+    if let (true, Some(t)) = (a.predict, a.timeout.as_deref()) {
+        bail!("--timeout {t}: --predict runs nothing (each size is traced, not run); drop --timeout, or drop --predict to run each size");
+    }
+    if let (false, Some(p)) = (a.predict, a.variant.engine.parallel.as_deref()) {
+        if p.contains(',') {
+            bail!("--parallel {p}: fit runs one plan's sizes; add --predict (and --engine torch) to search every plan of the list by prediction, or give one plan");
+        }
+    }
+    if !a.predict {
+        return Ok(None);
+    }
+    super::fit_plans::run(
+        workload,
+        &super::fit_plans::Predict {
+            vary: a.vary,
+            cap,
+            limit,
+            json: a.json.as_deref(),
+        },
+    )
+    .map(Some)
 }
 
 /// Stopped by SIGINT/SIGTERM: the trials that finished, said on stderr and written to `--json`

@@ -10,6 +10,7 @@ mod diff;
 mod estimate;
 mod estimate_plans;
 mod fit;
+mod fit_plans;
 mod flags;
 mod leak;
 mod models;

@@ -52,7 +52,23 @@ pub struct TorchPlansFile {
     /// `--fits`: the budget a rank's device total is judged against, bytes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub budget_bytes: Option<u64>,
+    /// `fit --predict`: the size searched, `batch` or `seq` (each row's `largest`); absent for
+    /// a comparison at the given sizes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vary: Option<String>,
     pub rows: Vec<PlanRow>,
+}
+
+/// `fit --predict`: the largest size a plan is predicted to fit, found by tracing sizes.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct LargestFit {
+    /// The largest `--batch` (or `--seq`) whose prediction fits; 0: not even the smallest.
+    pub size: usize,
+    /// The smallest size traced that does not fit; absent when every size up to `--max` fits.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first_over: Option<usize>,
+    /// Sizes traced.
+    pub tries: usize,
 }
 
 impl TorchPlansFile {
@@ -93,10 +109,15 @@ pub struct PlanRow {
     /// Why the job cannot take this plan (the error a single estimate would give).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub refused: Option<String>,
-    /// A pipeline's idle share with stages of equal time, (P − 1) / (V × M): what more
-    /// micro-batches buy beside the memory they take.
+    /// A pipeline's idle share with stages of equal time, from its schedule's action lists
+    /// (`analysis::pipeline_time::equal_stages_bubble`): what more micro-batches buy beside
+    /// the memory they take.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bubble: Option<f64>,
+    /// `fit --predict`: the largest size that fits; the figures above are at that size (at
+    /// the smallest when none fits).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub largest: Option<LargestFit>,
     /// Wall time of this plan's prediction, seconds.
     pub seconds: f64,
 }

@@ -97,6 +97,8 @@ def test_the_schedule_s_action_list_orders_the_stages_peaks_and_plays_out_the_st
     assert f"{fullest['rank']} (fullest)" in text
     assert "PyTorch's 1f1b schedule over 4 micro-batches of 4" in text
     played_out(gpipe, one, inter, text)
+    # Zero-bubble schedules fill the bubble with weight backwards.
+    zero_bubble(memscope_bin, tmp_path, inter)
 
 
 def played_out(gpipe, one, inter, text):
@@ -127,9 +129,9 @@ def played_out(gpipe, one, inter, text):
     assert idle["interleaved-1f1b"] < idle["1f1b"], idle
 
 
-def test_zero_bubble_schedules_fill_the_bubble_with_weight_backwards(memscope_bin, tmp_path):
+def zero_bubble(memscope_bin, tmp_path, inter):
+    """The zero-bubble schedules beside interleaved 1F1B (``inter``, its estimate)."""
     prof = ["--profile", "epyc-zen5-2t"]
-    inter, _ = estimate(memscope_bin, tmp_path, "interleaved-1f1b", *prof)
     zb, _ = estimate(memscope_bin, tmp_path, "interleaved-zero-bubble", *prof)
     zbv, text = estimate(memscope_bin, tmp_path, "zbv-zero-bubble", *prof)
     # ZBV's V: rank 0 holds the first and the last stage, rank 1 the two middle ones.

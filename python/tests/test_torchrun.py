@@ -180,17 +180,17 @@ def test_a_killed_rank_is_named_with_its_signal(memscope_bin):
 def test_a_stopped_rank_ends_at_bench_s_timeout(memscope_bin):
     # Rank 1 stopped (SIGSTOP) mid-run holds rank 0 in its next all-reduce: --timeout asks the
     # job to stop, and a job that cannot is killed after the grace, saying why.
-    p = subprocess.Popen([memscope_bin, "bench", *LONG, "--timeout", "15s",
+    p = subprocess.Popen([memscope_bin, "bench", *LONG, "--timeout", "10s",
                           "--quiet"],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     t0 = time.monotonic()
     pid = rank_pid(1)
-    time.sleep(5)
+    time.sleep(3)
     os.kill(pid, signal.SIGSTOP)
     _, err = p.communicate(timeout=300)
     assert p.returncode != 0
-    assert "asked to stop (--timeout 15s)" in err and "SIGSTOP" in err, err[-2000:]
-    assert time.monotonic() - t0 < 15 + 20 + 60  # the timeout, the grace, the start
+    assert "asked to stop (--timeout 10s)" in err and "SIGSTOP" in err, err[-2000:]
+    assert time.monotonic() - t0 < 10 + 20 + 60  # the timeout, the grace, the start
     assert not engines_left()
 
 

@@ -155,7 +155,7 @@ fn a_pipeline_that_cannot_run_is_named_by_its_flag() {
     bench[0] = "bench";
     fails_with(
         &bench,
-        &["--micro-batches 2,4: a list sets a pipeline's micro-batch counts side by side in `estimate --engine torch --parallel pp:P`; give one count here"],
+        &["--micro-batches 2,4: a list sets a pipeline's micro-batch counts side by side in `estimate --engine torch --parallel pp:P` and `fit --predict`; give one count here"],
     );
     fails_with(
         &pp(&["--pp-split", "3,1"]),

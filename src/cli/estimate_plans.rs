@@ -31,6 +31,22 @@ pub fn run(
             Err(why) => refused_row(label, dropped, &why, seconds),
         });
     }
+    // A plan fits where its device total is within --fits, or is not refused without one.
+    said(workload, budget, None, rows, json, |r| {
+        r.fits.unwrap_or(r.refused.is_none())
+    })
+}
+
+/// The comparison's rows as the `torch-plans` file (`vary`: `fit --predict`'s size), printed
+/// and written to `json`; exit 0 when some row `fits`, else 1.
+pub(super) fn said(
+    workload: &Workload,
+    budget: Option<u64>,
+    vary: Option<&str>,
+    rows: Vec<PlanRow>,
+    json: Option<&std::path::Path>,
+    fits: impl Fn(&PlanRow) -> bool,
+) -> anyhow::Result<ExitCode> {
     let file = TorchPlansFile {
         kind: TorchPlansFile::KIND.into(),
         model: workload.model.clone(),
@@ -45,7 +61,7 @@ pub fn run(
             .clone()
             .unwrap_or_else(|| "cpu".into()),
         budget_bytes: budget,
-        vary: None,
+        vary: vary.map(str::to_string),
         rows,
     };
     out!("{}", crate::report::torch_plans::render(&file))?;
@@ -53,11 +69,7 @@ pub fn run(
         write_atomic(path, &file.to_json()?)
             .with_context(|| format!("--json {}", path.display()))?;
     }
-    let any_fits = file
-        .rows
-        .iter()
-        .any(|r| r.fits.unwrap_or(r.refused.is_none()));
-    Ok(if any_fits {
+    Ok(if file.rows.iter().any(fits) {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(1)

@@ -6,10 +6,8 @@
 //! of plans, each row at its largest size.
 
 use super::args::Workload;
-use super::estimate_plans::{each_plan, judged, plan_workload, refused_row};
-use crate::export::write_atomic;
-use crate::out;
-use crate::record::torch_estimate::{LargestFit, TorchPlansFile};
+use super::estimate_plans::{each_plan, judged, plan_workload, refused_row, said};
+use crate::record::torch_estimate::LargestFit;
 use crate::sweep::largest::Vary;
 use anyhow::{bail, Context};
 use std::process::ExitCode;
@@ -81,35 +79,13 @@ pub fn run(workload: &Workload, how: &Predict) -> anyhow::Result<ExitCode> {
             Err(why) => refused_row(label, dropped, &why, seconds),
         });
     }
-    let file = TorchPlansFile {
-        kind: TorchPlansFile::KIND.into(),
-        model: workload.model.clone(),
-        mode: workload.mode.name().into(),
-        batch: workload.batch,
-        seq: workload.seq,
-        world: workload.variant.engine.nproc.unwrap_or(1),
-        device: workload
-            .variant
-            .engine
-            .device
-            .clone()
-            .unwrap_or_else(|| "cpu".into()),
-        budget_bytes: Some(how.limit),
-        vary: Some(how.vary.name().into()),
+    // A plan fits where even its smallest size does.
+    said(
+        workload,
+        Some(how.limit),
+        Some(how.vary.name()),
         rows,
-    };
-    out!("{}", crate::report::torch_plans::render(&file))?;
-    if let Some(path) = how.json {
-        write_atomic(path, &file.to_json()?)
-            .with_context(|| format!("--json {}", path.display()))?;
-    }
-    let any_fits = file
-        .rows
-        .iter()
-        .any(|r| r.largest.as_ref().is_some_and(|l| l.size > 0));
-    Ok(if any_fits {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::from(1)
-    })
+        how.json,
+        |r| r.largest.as_ref().is_some_and(|l| l.size > 0),
+    )
 }

@@ -622,7 +622,7 @@ fn no_function_over_150_lines_without_a_reason() {
     );
 }
 
-/// The crates of `package`'s normal dependency tree (`cargo tree`, offline) that belong to the
+/// The crates of `package`'s normal dependency tree (`cargo tree`) that belong to the
 /// engine: candle's and gemm's.
 fn engine_crates(package: &str) -> Vec<String> {
     let tree = cargo_tree(&["-p", package, "-e", "normal"]);
@@ -823,10 +823,12 @@ fn features_built(edges: &str) -> String {
     cargo_tree(&["-p", "memscope", "-e", edges, "--format", "{p} [{f}]"])
 }
 
-/// `cargo tree --offline --prefix none ARGS`'s output (it fails the test when cargo does).
+/// `cargo tree --locked --prefix none ARGS`'s output (it fails the test when cargo does). Not
+/// `--offline`: on a fresh machine `cargo test` has fetched only the root package's crates, and
+/// the tree of python/'s needs its own (pyo3's) fetched once.
 fn cargo_tree(args: &[&str]) -> String {
     let out = std::process::Command::new(env!("CARGO"))
-        .args(["tree", "--offline", "--prefix", "none"])
+        .args(["tree", "--locked", "--prefix", "none"])
         .args(args)
         .current_dir(env!("CARGO_MANIFEST_DIR"))
         .output()

@@ -21,6 +21,7 @@ pub mod measure;
 pub mod model;
 #[cfg(feature = "engine")]
 pub mod progress;
+pub mod process_tree;
 pub mod quantile;
 pub mod record;
 #[cfg(feature = "engine")]

@@ -5,7 +5,6 @@ pub mod batches;
 pub mod clock;
 pub mod peaks;
 pub mod phases;
-pub mod process_tree;
 pub mod procfs;
 pub mod threads;
 pub mod workload;

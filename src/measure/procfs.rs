@@ -30,7 +30,7 @@ pub fn pss_bytes(pid: Option<i32>) -> Option<u64> {
 /// None when `pid` itself cannot be read.
 pub fn tree_pss_bytes(pid: i32) -> Option<u64> {
     let own = pss_bytes(Some(pid))?;
-    let below: u64 = crate::measure::process_tree::descendants(pid as u32)
+    let below: u64 = crate::process_tree::descendants(pid as u32)
         .into_iter()
         .filter(|&c| c != pid as u32)
         .filter_map(|c| pss_bytes(Some(c as i32)))

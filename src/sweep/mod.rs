@@ -8,7 +8,6 @@ pub mod limits;
 pub mod local;
 pub mod plan;
 pub mod progress;
-pub mod reap;
 pub mod rows;
 pub mod scratch;
 pub mod slurm;

@@ -68,7 +68,7 @@ struct Watch {
     interrupted: bool,
     cgroup_oom_kills: u64,
     /// The processes below the worker (torchrun's ranks run in sessions of their own).
-    tree: super::reap::Tree,
+    tree: crate::process_tree::reap::Tree,
 }
 
 /// The result of one worker run: the row, or `None` when the run was interrupted (the caller
@@ -453,7 +453,7 @@ impl Running<'_> {
 }
 
 /// `sig` to the worker's group and to every process noted below it (noted again first).
-fn kill_tree(pgid: u32, tree: &mut super::reap::Tree, sig: i32) {
+fn kill_tree(pgid: u32, tree: &mut crate::process_tree::reap::Tree, sig: i32) {
     tree.note(pgid, true);
     kill_group(pgid, sig);
     tree.signal(sig);

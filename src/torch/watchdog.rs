@@ -4,7 +4,9 @@
 //! so; and a stop asked of memscope (`leak`'s SIGINT/SIGTERM, `bench --timeout`) is passed on to
 //! it as SIGINT, so the engine ends the step under way and writes what it measured. A process
 //! still running [`STOP_GRACE`] after that (a rank stopped, or blocked in a collective whose
-//! peer is, never sees it) is killed.
+//! peer is, never sees it) is killed, with every process seen below it: torchrun's ranks run in
+//! sessions of their own, and one stopped before it armed its parent-death signal outlives
+//! torchrun, holding the output memscope reads.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -52,29 +54,36 @@ impl Watchdog {
         let k = killed_after_stop.clone();
         let thread = std::thread::spawn(move || {
             let t0 = Instant::now();
+            let mut tree = crate::process_tree::reap::Tree::default();
+            // SIGKILL to the process and every process noted below it.
+            let kill_all = |tree: &mut crate::process_tree::reap::Tree| {
+                tree.note(pid, true);
+                // SAFETY: kill(2) on the child's pid; the child is not reaped before
+                // `finish` has joined this thread, so the pid is still the child's.
+                unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) };
+                tree.signal(libc::SIGKILL);
+            };
             let mut forwarded: Option<Instant> = None;
             while !d.load(Ordering::SeqCst) {
                 std::thread::sleep(Duration::from_millis(20));
                 if d.load(Ordering::SeqCst) {
                     return;
                 }
+                tree.note(pid, false);
                 if !h.load(Ordering::SeqCst) && t0.elapsed() > limit {
                     t.store(true, Ordering::SeqCst);
-                    // SAFETY: kill(2) on the child's pid; the child is not reaped before
-                    // `finish` has joined this thread, so the pid is still the child's.
-                    unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) };
+                    kill_all(&mut tree);
                     return;
                 }
                 match forwarded {
                     None if stop() => {
                         forwarded = Some(Instant::now());
-                        // SAFETY: as above.
+                        // SAFETY: as in `kill_all`.
                         unsafe { libc::kill(pid as libc::pid_t, libc::SIGINT) };
                     }
                     Some(at) if at.elapsed() > STOP_GRACE => {
                         k.store(true, Ordering::SeqCst);
-                        // SAFETY: as above. A torchrun job's ranks die with torchrun.
-                        unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) };
+                        kill_all(&mut tree);
                         return;
                     }
                     _ => {}

@@ -5,7 +5,7 @@
 use crate::watch::child::{self, OomCounters};
 
 use crate::export::JsonlStream;
-use crate::measure::process_tree::descendants;
+use crate::process_tree::descendants;
 use crate::record::watch::ChildExit;
 use crate::record::watch::GpuStatus;
 use crate::record::watch::TreeSample;

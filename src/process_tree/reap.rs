@@ -1,10 +1,12 @@
-//! No process of a worker's tree outlives the worker's row. torchrun starts its ranks in
-//! sessions of their own, so a signal to the worker's process group does not reach them: the
-//! tree below the worker is noted while it lives (every second, and at each kill), every noted
-//! process is signalled beside the group, and once the worker has exited the sweep waits until
-//! each noted process is gone (or a zombie: its memory freed, only its exit status left).
+//! No process of a tree memscope started outlives it (a sweep's worker, the torch engine's
+//! torchrun). torchrun starts its ranks in sessions of their own, so a signal to the root's
+//! process group does not reach them, and a rank stopped before it armed its parent-death signal
+//! outlives torchrun: the tree below the root is noted while it lives (every second, and at each
+//! kill), every noted process is signalled beside the root, and once the root has exited the
+//! caller waits until each noted process is gone (or a zombie: its memory freed, only its exit
+//! status left).
 
-use crate::measure::process_tree::descendants;
+use super::descendants;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 

@@ -2,6 +2,8 @@
 //! starts): the root and every descendant alive now, found through
 //! `/proc/PID/task/TID/children` (a full `/proc` scan where that file is missing).
 
+pub mod reap;
+
 use std::collections::{BTreeSet, HashMap};
 
 /// The root and its live descendants, root first, then in discovery order.

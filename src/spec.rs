@@ -167,6 +167,12 @@ pub struct TorchRun {
     /// (kept resharded over N ranks).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reshard_after_forward: Option<Reshard>,
+    /// `--fsdp-offload` (with `--parallel fsdp`): FSDP2's `CPUOffloadPolicy` — the sharded
+    /// parameters, their gradients and the optimizer's state kept in host memory (pinned on
+    /// CUDA), each block's parameters copied to the device for its all-gather, the optimizer
+    /// stepping on the host.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub fsdp_offload: bool,
     /// With `--parallel pp:P`: the schedule and its micro-batches (`--pp-schedule`,
     /// `--micro-batches`); absent otherwise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -535,6 +541,8 @@ pub enum SpecError {
     FsdpPrecisionNeedsFsdp(String),
     #[error("--fsdp-precision {0} with --precision mixed: choose one way to compute in half precision (FSDP2's policy, or autocast)")]
     FsdpPrecisionAndAutocast(String),
+    #[error("--fsdp-offload: FSDP2's CPU offload applies to a sharded job; add --nproc N --parallel fsdp (or fsdp+tp:T)")]
+    OffloadNeedsFsdp,
     #[error("--reshard-after-forward {0}: use true (FSDP2's default), false (keep each block's gathered parameters from forward to backward) or N ≥ 2 (reshard over N ranks)")]
     BadReshard(String),
     #[error("--pp-schedule {0}: use gpipe, 1f1b, interleaved-1f1b[:V], interleaved-zero-bubble[:V] (V ≥ 2 stages a rank, 2 if not given) or zbv-zero-bubble (2 stages a rank), PyTorch's ScheduleGPipe, Schedule1F1B, ScheduleInterleaved1F1B, ScheduleInterleavedZeroBubble and ScheduleZBVZeroBubble")]
@@ -950,6 +958,14 @@ impl Spec {
                 return Err(SpecError::FsdpPrecisionAndAutocast(fp.flag()));
             }
         }
+        if t.fsdp_offload {
+            let sharded = t
+                .parallel
+                .is_some_and(|p| matches!(p.plan, ParallelPlan::Fsdp | ParallelPlan::FsdpTp));
+            if !sharded {
+                return Err(SpecError::OffloadNeedsFsdp);
+            }
+        }
         if let Some(r) = t.reshard_after_forward {
             let why = match t.parallel {
                 Some(p) if matches!(p.plan, ParallelPlan::Fsdp | ParallelPlan::FsdpTp) => {
@@ -1091,6 +1107,7 @@ mod tests {
             checkpoint_policy: None,
             fsdp_precision: None,
             reshard_after_forward: None,
+            fsdp_offload: false,
             pipeline: None,
         }
         .is_cuda());
@@ -1116,6 +1133,7 @@ mod tests {
             checkpoint_policy: None,
             fsdp_precision: None,
             reshard_after_forward: None,
+            fsdp_offload: false,
             pipeline: None,
         });
         assert_eq!(s.validate(), Ok(()));

@@ -47,6 +47,7 @@ const WORKLOAD: &[&str] = &[
     "--checkpoint-policy",
     "--fsdp-precision",
     "--reshard-after-forward",
+    "--fsdp-offload",
     // Read by the pipeline's wrap (`pipeline.py`); refused without --parallel pp:P, naming the
     // flag (tests/parallel.rs) and exercised in test_pipeline.py.
     "--pp-schedule",

@@ -68,31 +68,36 @@ def shardable_blocks(model):
     return blocks
 
 
-def fully_shard_blocks(torch, world, device_type, precision=None, reshard=None):
+def fully_shard_blocks(torch, world, device_type, precision=None, reshard=None, offload=False):
     """FSDP2 as its users apply it: a function that puts ``fully_shard`` on every block of a
     model, then on the root, over ``world`` ranks of ``device_type`` (the trace's wrap; the
     measuring scripts apply the same); ``precision``: ``(param_dtype, reduce_dtype)`` names
     (``bf16``, ``f32``) for FSDP2's ``MixedPrecisionPolicy``, or None; ``reshard``: FSDP2's
-    ``reshard_after_forward`` (True, False or a number of ranks), None for its default."""
+    ``reshard_after_forward`` (True, False or a number of ranks), None for its default;
+    ``offload``: FSDP2's CPU offload (``shard_blocks``)."""
     from torch.distributed.device_mesh import init_device_mesh
 
     # Made before the trace's FakeTensorMode: the mesh's ranks are a real tensor.
     return shard_blocks(torch, init_device_mesh(device_type, (world,)), "fsdp", precision,
-                        reshard)
+                        reshard, offload)
 
 
 # The Spec's dtype names (`--dtype`, `--fsdp-precision`) as torch's attribute names.
 DTYPES = {"f32": "float32", "bf16": "bfloat16", "f16": "float16"}
 
 
-def shard_blocks(torch, mesh, flag, precision=None, reshard=None):
+def shard_blocks(torch, mesh, flag, precision=None, reshard=None, offload=False):
     """``fully_shard`` on every block of a model, then on the root, over ``mesh``, with FSDP2's
     ``MixedPrecisionPolicy`` of ``precision`` (``(param, reduce)`` dtype names) and its
     ``reshard_after_forward`` of ``reshard`` when given (FSDP2 keeps the root's gathered after
-    forward whatever it is told: backward needs them first)."""
-    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+    forward whatever it is told: backward needs them first); ``offload``: its
+    ``CPUOffloadPolicy``, the shards in host memory, pinned when the mesh is CUDA's (pinning needs
+    a GPU)."""
+    from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
 
     kw = {}
+    if offload:
+        kw["offload_policy"] = CPUOffloadPolicy(pin_memory=mesh.device_type == "cuda")
     if precision is not None:
         param, reduce = (getattr(torch, DTYPES[d]) for d in precision)
         kw["mp_policy"] = MixedPrecisionPolicy(param_dtype=param, reduce_dtype=reduce)

@@ -38,6 +38,7 @@ class Tracer:
         self.at_peak = None   # snapshot at the peak
         self.next_id = 0
         self.on_peak = None   # callable -> dict of extra figures at a new peak
+        self.on_backward_end = None  # callable, as a backward phase ends
         self.held = set()     # storages allocated before the trace (parameters, buffers)
         self.ends = []        # each phase run's end: its live bytes, by phase, gradients
         self.ended = True     # the open phase's end is noted (none is open before the first)
@@ -45,6 +46,12 @@ class Tracer:
         self.micro_ops = {}   # the same, of the last micro-batch's forward and backward
         self.stream = 0       # the stream allocations are made on: 0 the compute stream
         self.side = []        # [block id, stream] of each block made on another stream
+        # FSDP2's CPU offload of a CUDA job (``offload``: None, "device" or "emulated", as
+        # trace.py's ``_offload`` says): [block id, pinned] of each block in host memory, and
+        # [block id, [bytes of each host copy]] of each device block copied to the host at once.
+        self.offload = None
+        self.host = []
+        self.copied = []
 
     def set_phase(self, name):
         if not self.ended:
@@ -65,6 +72,8 @@ class Tracer:
         if self.ended:
             return
         self.ended = True
+        if self.phases[self.phase] == "backward" and self.on_backward_end is not None:
+            self.on_backward_end()
         self.ends.append({"phase": self.phases[self.phase], "live": self.cur,
                           "by_phase": {self.phases[k]: v for k, v in self.by_phase.items()
                                        if v > 0},
@@ -82,17 +91,42 @@ class Tracer:
         e = self.live.get(key)
         if e is None:
             if block is None:
-                block = self._allocate(st.nbytes())
+                block = self._allocate(st.nbytes(), on_host=self._on_host(t))
             block[3] += 1
             e = self.live[key] = [block, 0]
         e[1] += 1
         weakref.finalize(t, self._release, key)
 
-    def _allocate(self, n):
-        """n bytes allocated as the next block."""
+    def _on_host(self, t):
+        """Whether ``t``'s new storage is in host memory under FSDP2's CPU offload: on a GPU, a
+        CPU tensor; traced on the CPU, what the optimizer makes (it steps the host's shards)."""
+        if self.offload == "device":
+            return t.device.type == "cpu"
+        return self.offload == "emulated" and self.phases[self.phase] == "optimizer"
+
+    def copied_to_host(self, tensors):
+        """Under an emulated offload (a CUDA job traced on the CPU), ``tensors`` (FSDP2's sharded
+        gradients, views of its reduce-scatter's output) are what the device copies to the host
+        as it makes them, each to its own host tensor: their blocks noted once, with each copy's
+        bytes."""
+        if self.offload != "emulated":
+            return
+        marked = {b for b, _ in self.copied}
+        by_block = {}
+        for t in tensors:
+            e = self.live.get(t.untyped_storage()._cdata)
+            if e is not None and e[0][0] not in marked:
+                by_block.setdefault(e[0][0], []).append(t.numel() * t.element_size())
+        self.copied.extend([b, sizes] for b, sizes in by_block.items())
+
+    def _allocate(self, n, on_host=False):
+        """n bytes allocated as the next block (``on_host``: in host memory, under offload)."""
         b = [self.next_id, n, self.phase, 0]
         if self.stream:
             self.side.append([self.next_id, self.stream])
+        if on_host:
+            # A gradient's copy (made in backward) is pinned; the optimizer's state is not.
+            self.host.append([self.next_id, self.phases[self.phase] == "backward"])
         self.next_id += 1
         self.events.append(n)
         self.cur += n
@@ -218,14 +252,17 @@ def sizes(tensors):
 
 
 def traced(torch, fake, model, run, traced_on, *, counter=None, cache=None, micro_batches=1,
-           traced_micro=1):
+           traced_micro=1, offload=None):
     """Runs ``run(tracer)`` — a workload's steps on ``model`` (built under ``fake``), each phase
     opened with ``tracer.set_phase(name)`` and closed with ``tracer.end_phase()`` — under the
     trace, on ``traced_on``'s kernels. ``counter``: the collectives' counter (a data-parallel
     job's), entered for the run; ``cache()``: the KV cache's tensors while a generation runs.
-    The ops are scaled from ``traced_micro`` traced micro-batches to ``micro_batches``. Returns
-    the answer's common fields (the module's docstring)."""
+    The ops are scaled from ``traced_micro`` traced micro-batches to ``micro_batches``;
+    ``offload``: FSDP2's CPU offload of a CUDA job (``Tracer.offload``). Returns the answer's
+    common fields (the module's docstring), and under offload ``params_on_host``,
+    ``host_blocks`` and ``copied_to_host``."""
     tr = Tracer(torch)
+    tr.offload = offload
     name_dtypes(torch)
     params = list(model.parameters())
     tr.held = {local(t).untyped_storage()._cdata for t in params + list(model.buffers())}
@@ -248,6 +285,8 @@ def traced(torch, fake, model, run, traced_on, *, counter=None, cache=None, micr
                 "gathered_parameters": sum(sizes(gathered)),
                 "collective_buffers": sum(sizes(buffers))}
     tr.on_peak = figures
+    tr.on_backward_end = lambda: tr.copied_to_host(
+        [local(p.grad) for p in params if p.grad is not None])
     # FSDP2 frees a gathered parameter by resizing its storage to nothing, and gathers it again
     # into the same storage: each resize is an allocation or a free.
     resize = torch.UntypedStorage.resize_
@@ -267,6 +306,8 @@ def traced(torch, fake, model, run, traced_on, *, counter=None, cache=None, micr
     return {"torch": torch.__version__,
             "params": sum(p.numel() for p in params), "param_sizes": sizes(params),
             "buffer_sizes": sizes(model.buffers()), "side_streams": tr.side,
+            **({"params_on_host": True, "host_blocks": tr.host, "copied_to_host": tr.copied}
+               if offload else {}),
             "events": tr.events, "peak": tr.at_peak or {}, "ends": tr.ends, "steps": 1,
             "ops": [[ph, op, [list(i) for i in ins], [list(o) for o in outs], list(fl), n]
                     for (ph, op, ins, outs, fl), n in

@@ -1,9 +1,10 @@
 """The memory policies large jobs run, on the torch engine: selective activation checkpointing
-(`--checkpoint-policy ops`, torchtitan's per-op policy; `every:N` blocks) and FSDP2's own
-mixed-precision policy (`--fsdp-precision bf16,f32`), each measured under the counting allocator
-(FSDP2 under torchrun, gloo) against its trace; and torchtitan's published Llama 3.1 8B FSDP
-rows (8 and 128 H100s, selective checkpointing, bf16 parameters and f32 reduction) predicted
-from this CPU, the reserved peak within 5% of what torchtitan logged."""
+(`--checkpoint-policy ops`, torchtitan's per-op policy; `every:N` blocks), FSDP2's own
+mixed-precision policy (`--fsdp-precision bf16,f32`) and its CPU offload (`--fsdp-offload`),
+each measured under the counting allocator (FSDP2 under torchrun, gloo) against its trace; a
+CUDA job's offload split between the device and the host; and torchtitan's published Llama 3.1
+8B FSDP rows (8 and 128 H100s, selective checkpointing, bf16 parameters and f32 reduction)
+predicted from this CPU, the reserved peak within 5% of what torchtitan logged."""
 
 import json
 import subprocess
@@ -74,6 +75,52 @@ def test_fsdp2_kept_gathered_after_forward_is_measured_within_2_percent(memscope
     assert r["collectives"]["all_gather"]["calls"] == 5  # 4 blocks and the root
 
 
+def test_fsdp2_cpu_offload_is_measured_per_rank_within_2_percent(memscope_bin, tmp_path):
+    # On the CPU the host is the device: the offloaded shards are where they were, and the
+    # estimate (traced as the ranks run) must still land on the measured rank.
+    r = bench(memscope_bin, tmp_path, "--model", "tiny-llama", "--batch", 4, "--seq", 256,
+              "--nproc", 2, "--parallel", "fsdp", "--fsdp-offload")
+    assert r["spec"]["torch"]["fsdp_offload"] is True
+    assert abs(error(r)) < 0.02, (r["memory"]["estimate"]["peak_bytes"],
+                                  r["memory"]["heap_peak_bytes"])
+
+
+def offload_estimate(memscope_bin, tmp_path, *flags):
+    out = tmp_path / "offload.json"
+    if out.exists():
+        out.unlink()
+    p = subprocess.run([memscope_bin, "estimate", "--engine", "torch", "--device", "cuda",
+                        "--model", "tiny-llama", "--batch", "4", "--seq", "256", "--nproc", "2",
+                        "--parallel", "fsdp", "--json", str(out), *flags],
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    return json.loads(out.read_text())["by_dtype"]["f32"], p.stdout
+
+
+def test_fsdp2_cpu_offload_on_cuda_moves_shards_gradients_and_state_to_the_host(memscope_bin,
+                                                                                 tmp_path):
+    kept, _ = offload_estimate(memscope_bin, tmp_path)
+    moved, text = offload_estimate(memscope_bin, tmp_path, "--fsdp-offload")
+    assert "host" not in kept
+    h, c = moved["host"], kept["categories"]
+    # The device holds none of the shards, their gradients or the optimizer's state.
+    for k in ("parameters", "gradients", "optimizer_state"):
+        assert moved["categories"][k] == 0, k
+    # The host holds them: the shards and gradients pinned, each rounded up to a power of two
+    # (so at least their bytes, under twice); the optimizer's state pageable, exactly its bytes
+    # (AdamW's two moments and step counters, the device's figure without offload).
+    assert c["parameters"] <= h["parameters_bytes"] < 2 * c["parameters"]
+    assert c["gradients"] <= h["gradients_bytes"] < 2 * c["gradients"]
+    assert h["pinned_bytes"] == h["parameters_bytes"] + h["gradients_bytes"]
+    assert h["pageable_peak_bytes"] >= c["optimizer_state"]
+    assert h["peak_bytes"] >= h["pinned_bytes"] + c["optimizer_state"]
+    # The device's peak falls by at least the shards (its rest is the same activations and
+    # gathered blocks); the reserved one with it.
+    assert moved["peak_bytes"] <= kept["peak_bytes"] - c["parameters"]
+    assert moved["reserved_peak_bytes"] < kept["reserved_peak_bytes"]
+    assert "Host memory under FSDP2's CPU offload (f32)" in text
+
+
 @pytest.mark.parametrize("ranks, published_gib", [(8, 82.4), (128, 67.0)])
 def test_torchtitan_s_published_llama_3_1_8b_rows_are_predicted_within_5_percent(
         memscope_bin, tmp_path, ranks, published_gib):
@@ -105,6 +152,9 @@ def test_torchtitan_s_published_llama_3_1_8b_rows_are_predicted_within_5_percent
     (["--nproc", "2", "--parallel", "ddp", "--fsdp-precision", "bf16,f32"],
      "applies to a sharded job"),
     (["--reshard-after-forward", "false"], "--reshard-after-forward false: FSDP2's choice"),
+    (["--fsdp-offload"], "--fsdp-offload: FSDP2's CPU offload applies to a sharded job"),
+    (["--nproc", "2", "--parallel", "ddp", "--fsdp-offload"],
+     "--fsdp-offload: FSDP2's CPU offload applies to a sharded job"),
     (["--nproc", "4", "--parallel", "fsdp", "--reshard-after-forward", "3"],
      "3 ranks must divide the 4 FSDP2 shards over and be fewer"),
     (["--nproc", "4", "--parallel", "fsdp", "--reshard-after-forward", "maybe"],

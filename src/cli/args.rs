@@ -130,6 +130,9 @@ pub struct EngineArgs {
     /// With --parallel fsdp: FSDP2's reshard_after_forward on every block: true (its default), false (keep each block's gathered parameters from forward to backward: one all-gather fewer, more memory) or N (reshard over N ranks) [--engine torch]
     #[arg(long, value_name = "true|false|N")]
     pub reshard_after_forward: Option<String>,
+    /// With --parallel fsdp: FSDP2's CPU offload (CPUOffloadPolicy): sharded parameters, gradients and optimizer state in host memory (pinned on CUDA), the optimizer stepping on the host; estimate gives the host's bytes beside the device's [--engine torch]
+    #[arg(long)]
+    pub fsdp_offload: bool,
     /// With --parallel pp:P: PyTorch's pipeline schedule, gpipe, 1f1b, interleaved-1f1b[:V], interleaved-zero-bubble[:V] (V stages a rank, 2 if not given) or zbv-zero-bubble (2 stages a rank in a V) [default: 1f1b] [--engine torch]
     #[arg(long, value_name = "SCHEDULE")]
     pub pp_schedule: Option<String>,
@@ -167,6 +170,7 @@ impl EngineArgs {
                     .as_deref()
                     .map(Reshard::parse)
                     .transpose()?,
+                fsdp_offload: self.fsdp_offload,
                 pipeline: self.pipeline()?,
             })),
             Engine::Candle if device != "cpu" => Err(SpecError::DeviceNeedsTorch(device).into()),
@@ -181,6 +185,9 @@ impl EngineArgs {
                     if let Some(v) = v {
                         bail!("{flag} {v}: it is a PyTorch feature; add --engine torch");
                     }
+                }
+                if self.fsdp_offload {
+                    bail!("--fsdp-offload: it is a PyTorch feature; add --engine torch --nproc N --parallel fsdp");
                 }
                 if let Some(m) = &self.micro_batches {
                     bail!("--micro-batches {m}: a pipeline's micro-batches are PyTorch's; add --engine torch --nproc P --parallel pp:P");
@@ -227,6 +234,9 @@ impl EngineArgs {
             }
             if e.reshard_after_forward.take().is_some() {
                 dropped.push("--reshard-after-forward");
+            }
+            if std::mem::take(&mut e.fsdp_offload) {
+                dropped.push("--fsdp-offload");
             }
         }
         (e, dropped)

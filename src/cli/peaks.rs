@@ -20,6 +20,7 @@ use std::process::ExitCode;
 #[command(mut_arg("checkpoint_policy", |a| a.hide(true)))]
 #[command(mut_arg("fsdp_precision", |a| a.hide(true)))]
 #[command(mut_arg("reshard_after_forward", |a| a.hide(true)))]
+#[command(mut_arg("fsdp_offload", |a| a.hide(true)))]
 #[command(mut_arg("pp_schedule", |a| a.hide(true)))]
 #[command(mut_arg("micro_batches", |a| a.hide(true)))]
 #[command(mut_arg("pp_split", |a| a.hide(true)))]
@@ -67,6 +68,9 @@ pub fn run(a: PeaksArgs) -> anyhow::Result<ExitCode> {
         if let Some(v) = v {
             bail!("{flag} {v}: peaks measures the machine's roofs, not a training step; give it to bench, estimate, sweep or fit");
         }
+    }
+    if a.engine.fsdp_offload {
+        bail!("--fsdp-offload: peaks measures the machine's roofs, not a training step; give it to bench, estimate, sweep or fit");
     }
     use crate::measure::peaks;
     let threads = a.threads.unwrap_or_else(all_cores);

@@ -199,6 +199,29 @@ pub struct TorchEstimate {
     /// (`analysis::throughput`); absent without a predicted step.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub throughput: Option<Throughput>,
+    /// `--fsdp-offload` on CUDA: the rank's host memory (the figures above are the device's
+    /// alone).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<HostMemory>,
+}
+
+/// A CUDA rank's host memory under FSDP2's CPU offload (`torch::estimate::offload`): its
+/// parameters' shards and its gradients' copies pinned (PyTorch's pinned host allocator rounds
+/// each allocation up to a power of two and keeps freed blocks for reuse), the optimizer's
+/// state pageable.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct HostMemory {
+    /// The most the rank holds at once: pinned blocks held (freed ones kept by the allocator)
+    /// plus pageable bytes live.
+    pub peak_bytes: u64,
+    /// Pinned memory the host allocator holds at the end, rounded as it rounds.
+    pub pinned_bytes: u64,
+    /// Of it, the parameters' shards.
+    pub parameters_bytes: u64,
+    /// The most the gradients' pinned copies hold at once.
+    pub gradients_bytes: u64,
+    /// Pageable bytes at their most: the optimizer's state and its step's temporaries.
+    pub pageable_peak_bytes: u64,
 }
 
 /// What a predicted step gives a planner: tokens a second for a rank and the job, MFU, hours.

@@ -144,6 +144,7 @@ pub fn render(f: &TorchEstimateFile) -> String {
     out += &super::torch_pipeline::pipeline_ranks(f);
     out += &ddp_rebuild(f);
     out += &outside_allocator(f);
+    out += &host_lines(f);
     out += &fits_lines(f);
     out
 }
@@ -170,6 +171,29 @@ fn fits_lines(f: &TorchEstimateFile) -> String {
                 bytes(b as f64)
             );
         }
+    }
+    out
+}
+
+/// `--fsdp-offload` on CUDA: each dtype's host memory beside the device's figures; empty
+/// without offload.
+fn host_lines(f: &TorchEstimateFile) -> String {
+    let mut out = String::new();
+    for (dtype, e) in &f.by_dtype {
+        let Some(h) = &e.host else { continue };
+        let b = |v: u64| bytes(v as f64);
+        // Every rank on a node holds its own: a node of the whole job's ranks.
+        let world = f.parallel.map_or(1, |p| p.world);
+        let _ = writeln!(
+            out,
+            "\nHost memory under FSDP2's CPU offload ({dtype}): {} at most a rank ({world} ranks on one node: {}) — the parameters' shards {} and the gradients' copies {} pinned ({} pinned held: PyTorch's pinned host allocator rounds each block up to a power of two and keeps it), the optimizer's state and its step {} pageable. The device's figures above leave these out. The optimizer steps on the host's cores: a predicted step time times it on the device's roofs.",
+            b(h.peak_bytes),
+            b(h.peak_bytes * world as u64),
+            b(h.parameters_bytes),
+            b(h.gradients_bytes),
+            b(h.pinned_bytes),
+            b(h.pageable_peak_bytes)
+        );
     }
     out
 }

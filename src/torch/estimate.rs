@@ -13,8 +13,10 @@ use anyhow::{bail, Context};
 use serde::Deserialize;
 use std::collections::BTreeMap;
 
+mod offload;
+
 /// What the trace prints.
-#[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[derive(Clone, Debug, Deserialize, schemars::JsonSchema)]
 #[schemars(rename = "TraceAnswer")]
 pub(crate) struct Trace {
     /// The device whose kernels the trace dispatched to: the asked one, or `cpu` for a CUDA
@@ -43,6 +45,16 @@ pub(crate) struct Trace {
     /// (FSDP2's reduce-scatter and all-gather streams), numbered as the trace met them.
     #[serde(default)]
     side_streams: Vec<(usize, u32)>,
+    /// `--fsdp-offload` on CUDA: the parameters' shards are in host memory (pinned), and these
+    /// blocks too: (block id, pinned) — the optimizer's state, pageable (`offload.rs`).
+    #[serde(default)]
+    params_on_host: bool,
+    #[serde(default)]
+    host_blocks: Vec<(usize, bool)>,
+    /// (block id, bytes of each host copy) of each device block copied to pinned host memory
+    /// as it is made (FSDP2's reduce-scatter output: the gradients' shards), then freed.
+    #[serde(default)]
+    copied_to_host: Vec<(usize, Vec<u64>)>,
     peak: TracePeak,
     /// Each phase run's end, in order.
     #[serde(default)]
@@ -95,7 +107,7 @@ pub struct TracedOp {
 }
 
 /// The live bytes when the traced peak was reached, or when a phase run ended.
-#[derive(Debug, Default, Deserialize, schemars::JsonSchema)]
+#[derive(Clone, Debug, Default, Deserialize, schemars::JsonSchema)]
 pub(crate) struct TracePeak {
     #[serde(default)]
     phase: String,
@@ -272,7 +284,15 @@ fn replayed(
     } else {
         Vec::new()
     };
-    (replay(t, device, limit, &workspaces), ops)
+    // FSDP2's CPU offload: the device replays what stays on it; the host's bytes beside.
+    let estimate = match t.on_device() {
+        Some((on_device, host)) => TorchEstimate {
+            host: Some(host),
+            ..replay(&on_device, device, limit, &workspaces)
+        },
+        None => replay(t, device, limit, &workspaces),
+    };
+    (estimate, ops)
 }
 
 /// The workspace PyTorch gives each cuBLAS handle (one per thread and stream), allocated through
@@ -465,6 +485,7 @@ fn replay(t: &Trace, device: &str, limit: Option<u64>, workspaces: &[u64]) -> To
         pipeline_bubble: None,
         pipeline_play: None,
         throughput: None,
+        host: None,
     }
 }
 

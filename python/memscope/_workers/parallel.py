@@ -58,7 +58,7 @@ def join_job(torch, spec):
         return stages_wrap(torch, spec, rank, torch.device(device_type, torch.cuda.current_device())
                            if cuda else torch.device("cpu"))
     return sharding_wrap(torch, plan, device_type, spec.torch.fsdp_precision,
-                         spec.torch.reshard_after_forward)
+                         spec.torch.reshard_after_forward, spec.torch.fsdp_offload)
 
 
 # transformers' names for its tensor-parallel styles (a config's ``base_model_tp_plan``) that
@@ -99,16 +99,17 @@ def stages_wrap(torch, spec, rank, device):
     return pipeline_wrap(spec, rank, device, dtype, autocast)
 
 
-def sharding_wrap(torch, parallel, device_type, precision=None, reshard=None):
+def sharding_wrap(torch, parallel, device_type, precision=None, reshard=None, offload=False):
     """The wrap a sharded plan puts on the model (the trace's, and each measured rank's):
     ``fsdp``: ``fully_shard`` on every block, then the root; ``tp``: transformers' plan applied
     by PyTorch's ``parallelize_module`` over the ranks; ``fsdp+tp``: that within each group of
     ``tp`` ranks, then FSDP2 across the groups (a 2-D mesh: ``dp`` × ``tp``). ``precision``:
     ``--fsdp-precision`` (its ``param`` and ``reduce`` dtypes), FSDP2's mixed-precision policy;
-    ``reshard``: ``--reshard-after-forward`` (True, False or ranks)."""
+    ``reshard``: ``--reshard-after-forward`` (True, False or ranks); ``offload``:
+    ``--fsdp-offload``, FSDP2's CPU offload."""
     mp = (precision.param, precision.reduce) if precision is not None else None
     if parallel.plan == "fsdp":
-        return fully_shard_blocks(torch, parallel.world, device_type, mp, reshard)
+        return fully_shard_blocks(torch, parallel.world, device_type, mp, reshard, offload)
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor.parallel import parallelize_module
     flag = f"{parallel.plan}:{parallel.tp}"
@@ -119,7 +120,8 @@ def sharding_wrap(torch, parallel, device_type, precision=None, reshard=None):
     else:
         mesh = init_device_mesh(device_type, (parallel.world // parallel.tp, parallel.tp),
                                 mesh_dim_names=("dp", "tp"))
-        tp_mesh, fsdp = mesh["tp"], shard_blocks(torch, mesh["dp"], flag, mp, reshard)
+        tp_mesh, fsdp = mesh["tp"], shard_blocks(torch, mesh["dp"], flag, mp, reshard,
+                                                  offload)
 
     def wrap(model):
         parallelize_module(model, tp_mesh, tp_plan(torch, model, flag))

@@ -54,6 +54,7 @@ def trace(request):
         # and SDPA log-sum-exp); memscope replays the sequence under CUDA's allocator rules.
         traced_on = "cpu"
         request = request.replace(spec=spec.replace(torch=spec.torch.replace(device="cpu")))
+    offload = _offload(spec, traced_on)
     parallel = spec.torch.parallel
     if parallel is not None and parallel.plan == "pp":
         # Every rank holds other stages: each traced in turn, as that rank of the job.
@@ -61,11 +62,12 @@ def trace(request):
                  for rank in range(parallel.world)]
         return _contract.check("pipeline_trace_answer", {"ranks": ranks})
     return _contract.check("trace_answer",
-                           _one_rank(torch, request, traced_on, 0, micro_batches))
+                           _one_rank(torch, request, traced_on, 0, micro_batches, offload))
 
 
-def _one_rank(torch, request, traced_on, rank, micro_batches):
-    """Rank ``rank``'s trace (rank 0 of a job whose ranks are alike)."""
+def _one_rank(torch, request, traced_on, rank, micro_batches, offload=None):
+    """Rank ``rank``'s trace (rank 0 of a job whose ranks are alike); ``offload``: ``_offload``'s
+    answer."""
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     spec = request.spec
@@ -85,7 +87,8 @@ def _one_rank(torch, request, traced_on, rank, micro_batches):
     elif parallel is not None and parallel.plan != "ddp":
         eng.wrap = plans.sharding_wrap(torch, parallel, eng.device.type,
                                        spec.torch.fsdp_precision,
-                                       spec.torch.reshard_after_forward)
+                                       spec.torch.reshard_after_forward,
+                                       spec.torch.fsdp_offload)
     with fake:
         eng.build()
     buckets = planned_ddp_buckets(torch, eng.model) if parallel is not None and \
@@ -106,7 +109,8 @@ def _one_rank(torch, request, traced_on, rank, micro_batches):
                                                     on_step=counter.take),
                         traced_on, counter=counter,
                         cache=lambda: cache_tensors(eng.past, torch),
-                        micro_batches=micro_batches, traced_micro=spec.grad_accum)
+                        micro_batches=micro_batches, traced_micro=spec.grad_accum,
+                        offload=offload)
     collectives = counter.take() if parallel is not None else {}
     if buckets:
         # DDP all-reduces every bucket once a step (its reducer runs them in C++); from its
@@ -123,6 +127,17 @@ def _one_rank(torch, request, traced_on, rank, micro_batches):
                 "pipeline_actions": eng.model.actions}
     return {"traced_on": traced_on, "cuda_capability": cap, "bucket_sizes": buckets,
             "collectives": collectives, **pipe, **answer}
+
+
+def _offload(spec, traced_on):
+    """How the trace tells FSDP2's offloaded storages from the device's (``_tracer.Tracer``):
+    None without ``--fsdp-offload`` or for a CPU job (the host is its device); ``"device"`` on a
+    GPU, where they are the CPU's tensors; ``"emulated"`` for a CUDA job traced on the CPU, where
+    every tensor is the CPU's. ``spec``: the job's, before a trace without a GPU runs as the
+    CPU."""
+    if not spec.torch.fsdp_offload or not spec.torch.device.startswith("cuda"):
+        return None
+    return "device" if traced_on.startswith("cuda") else "emulated"
 
 
 def main():

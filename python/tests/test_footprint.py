@@ -116,5 +116,11 @@ with memscope.Session(m, opt, record='run.json', warmup=0) as ms:
     params = sum(4 * n for n in (32 * 32, 32))
     lives = [s["heap_live_bytes"] for s in r["memory"]["series"]]
     assert min(lives) >= params, lives
-    # The 16 MiB tensor, less what the loop itself held above its parameters at that moment.
-    assert any(re.search(r"freed 1[56]\.\d MiB", w) for w in r["warnings"]), r["warnings"]
+    # The 16 MiB tensor, less what the loop itself held above its parameters at that moment
+    # (a BLAS's first-use buffers: under 1 MiB on an AMD EPYC, 4 MiB on an Intel Xeon), which
+    # the drop cannot be told apart from.
+    said = [re.search(r"freed [\d.]+ MiB \((\d+) B\)", w) for w in r["warnings"]]
+    freed = [int(m.group(1)) for m in said if m]
+    assert len(freed) == 1, r["warnings"]
+    expected = 16 * 2**20 - (lives[1] - params)
+    assert abs(freed[0] - expected) < 64 * 1024, (freed, expected, lives)

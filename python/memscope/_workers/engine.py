@@ -167,7 +167,10 @@ class Engine:
         sequence, dtype and variant), then everything it made dropped: what PyTorch and its
         libraries set up on first use (modules loaded lazily, kernels' one-time set-up, the
         workspace BLAS keeps after its first products of these shapes) is in place before the
-        run's baseline is read, so it is not counted as the run's."""
+        run's baseline is read, so it is not counted as the run's. A mixture of experts is
+        warmed up whole, on the run's seeded weights and first batch: each expert's products
+        take the rows routed to it, so only the run's routing gives the run's shapes (a BLAS
+        sets up a buffer for each thread a product of enough rows spreads over)."""
         cfg = self.cfg.replace(n_layers=1, name="prime")
         full = (self.cfg, self.expected, self.spec, self.variant, self.wrap, self.dtype)
         self.wrap = None  # one process's step: no collective in the warm-up
@@ -191,12 +194,20 @@ class Engine:
             attention = "eager" if self.variant.attention == "naive" else "sdpa"
             with torch.device("meta"):
                 model = self.hf.build(torch, self.transformers, cfg, attention)
+            moe = models.experts_of(getattr(model, "config", None)) is not None
+            if moe:
+                cfg = self.cfg = full[0]
+                with torch.device("meta"):
+                    model = self.hf.build(torch, self.transformers, cfg, attention)
             self.expected = sum(p.numel() for p in model.parameters())
             del model
             self.build()
             self.phase = _no_phase
-            ids = torch.randint(0, cfg.vocab_size, (spec.batch, spec.seq),
-                                device=self.device)
+            if moe:
+                ids = torch.from_numpy(tokens(self.np, spec, cfg.vocab_size)()).to(self.device)
+            else:
+                ids = torch.randint(0, cfg.vocab_size, (spec.batch, spec.seq),
+                                    device=self.device)
             {"train": self.train_step, "infer": self.infer_step,
              "generate": self.generate_step}[self.mode](lambda: ids)
         finally:
@@ -309,9 +320,10 @@ class Engine:
                 f"{base / 2**20:.1f} MiB ({base} B) the "
                 "interpreter and PyTorch's libraries held before are left out, as CUDA's "
                 "allocated bytes leave out the CUDA context; of them, "
-                f"{(base - before) / 2**20:.1f} MiB stayed after a one-layer warm-up step of "
-                "this model's widths and shapes (libraries' first-use set-up, such as the "
-                "workspace BLAS keeps for its products)")
+                f"{(base - before) / 2**20:.1f} MiB stayed after a warm-up step of this "
+                "model's widths and shapes (one layer; a mixture of experts whole, on the run's "
+                "first batch) (libraries' first-use set-up, such as the workspace BLAS keeps "
+                "for its products)")
         if self.optimizer is not None:
             record["warnings"].append(f"torch engine: AdamW {self.optimizer_impl}")
         line = {"record": record}

@@ -182,13 +182,13 @@ fn host_lines(f: &TorchEstimateFile) -> String {
     for (dtype, e) in &f.by_dtype {
         let Some(h) = &e.host else { continue };
         let b = |v: u64| bytes(v as f64);
-        // Every rank on a node holds its own: a node of the whole job's ranks.
-        let world = f.parallel.map_or(1, |p| p.world);
+        // Every rank on a node holds its own: the job's ranks, up to a node of 8 GPUs.
+        let on_node = f.parallel.map_or(1, |p| p.world.min(8));
         let _ = writeln!(
             out,
-            "\nHost memory under FSDP2's CPU offload ({dtype}): {} at most a rank ({world} ranks on one node: {}) — the parameters' shards {} and the gradients' copies {} pinned ({} pinned held: PyTorch's pinned host allocator rounds each block up to a power of two and keeps it), the optimizer's state and its step {} pageable. The device's figures above leave these out. The optimizer steps on the host's cores: a predicted step time times it on the device's roofs.",
+            "\nHost memory under FSDP2's CPU offload ({dtype}): {} at most a rank ({on_node} ranks on one node: {}) — the parameters' shards {} and the gradients' copies {} pinned ({} pinned held: PyTorch's pinned host allocator rounds each block up to a power of two and keeps it), the optimizer's state and its step {} pageable. The device's figures above leave these out. The optimizer steps on the host's cores: a predicted step time times it on the device's roofs.",
             b(h.peak_bytes),
-            b(h.peak_bytes * world as u64),
+            b(h.peak_bytes * on_node as u64),
             b(h.parameters_bytes),
             b(h.gradients_bytes),
             b(h.pinned_bytes),

@@ -19,9 +19,9 @@ pub mod kernels;
 #[cfg(feature = "engine")]
 pub mod measure;
 pub mod model;
+pub mod process_tree;
 #[cfg(feature = "engine")]
 pub mod progress;
-pub mod process_tree;
 pub mod quantile;
 pub mod record;
 #[cfg(feature = "engine")]

@@ -60,7 +60,11 @@ impl Trace {
         }
         // The trace's figures without what the host holds: the gradients and everything the
         // optimizer made; the peak's live bytes the device's.
-        for p in device.ends.iter_mut().chain(std::iter::once(&mut device.peak)) {
+        for p in device
+            .ends
+            .iter_mut()
+            .chain(std::iter::once(&mut device.peak))
+        {
             p.gradients = 0;
             p.by_phase.remove("optimizer");
         }
@@ -74,7 +78,11 @@ impl Trace {
     /// The host's bytes over the trace: the parameters' shards pinned from the start, the
     /// gradients' copies pinned while their device block lives in the trace, the optimizer's
     /// blocks pageable.
-    fn host_memory(&self, host: &HashMap<usize, bool>, copied: &HashMap<usize, &Vec<u64>>) -> HostMemory {
+    fn host_memory(
+        &self,
+        host: &HashMap<usize, bool>,
+        copied: &HashMap<usize, &Vec<u64>>,
+    ) -> HostMemory {
         let mut pinned = PinnedPool::default();
         for &n in &self.param_sizes {
             pinned.allocate(n);
@@ -147,7 +155,10 @@ impl PinnedPool {
     }
 
     fn held(&self) -> u64 {
-        self.by_size.iter().map(|(size, (_, held))| size * held).sum()
+        self.by_size
+            .iter()
+            .map(|(size, (_, held))| size * held)
+            .sum()
     }
 }
 

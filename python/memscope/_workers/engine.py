@@ -195,12 +195,12 @@ class Engine:
             with torch.device("meta"):
                 model = self.hf.build(torch, self.transformers, cfg, attention)
             moe = models.experts_of(getattr(model, "config", None)) is not None
-            if moe:
-                cfg = self.cfg = full[0]
-                with torch.device("meta"):
-                    model = self.hf.build(torch, self.transformers, cfg, attention)
             self.expected = sum(p.numel() for p in model.parameters())
             del model
+            if moe:
+                # The whole model: the run's own, whose parameters were counted already.
+                cfg = self.cfg = full[0]
+                self.expected = full[1]
             self.build()
             self.phase = _no_phase
             if moe:

@@ -165,12 +165,18 @@ def test_peaks_on_torch_measures_the_roofs_and_the_estimate_predicts_time_from_t
     assert dtypes == {"f32", "bf16"}, dtypes
     for m in r["matmul"] + r["model_shapes"]:
         assert 0 < m["gflops"]["median"] <= m["gflops"]["best"] < 1e5, m
-    # Each linear shape forward (64 rows), and the two products of its backward.
+    # Each linear shape forward (64 rows), and the two products of its backward; then each
+    # forward at one row a sequence, as a decode step runs it.
     names = [s["name"] for s in r["model_shapes"]]
-    assert names[-4:] == ["lm head", "lm head dx", "lm head dW", "lm head dW (Conv1D)"], names
-    head = r["model_shapes"][-4]
+    at = names.index("lm head")
+    assert names[at:at + 4] == ["lm head", "lm head dx", "lm head dW", "lm head dW (Conv1D)"], \
+        names
+    head = r["model_shapes"][at]
     assert (head["m"], head["k"]) == (64, 128), head
-    assert (r["model_shapes"][-2]["k"], r["model_shapes"][-2]["n"]) == (64, 128)
+    assert (r["model_shapes"][at + 2]["k"], r["model_shapes"][at + 2]["n"]) == (64, 128)
+    one_row = r["model_shapes"][-1]
+    assert names[-1] == "lm head, a row a sequence" and one_row["m"] == 1, names
+    assert not any(n.startswith("lm head, a row a sequence d") for n in names), names
     assert 0 < r["triad_gbs"]["median"] <= r["triad_gbs"]["best"] < 1e4
     # One small op costs between 50 ns and 1 ms of dispatch.
     assert 1e3 < r["small_ops_per_s"]["best"] < 2e7, r["small_ops_per_s"]

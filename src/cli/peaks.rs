@@ -124,10 +124,21 @@ fn torch_peaks(
     if a.model.weights.is_some() {
         bail!("--weights: peaks times the model's shapes, not its weights; leave --weights out");
     }
-    let shapes: Vec<(String, usize, usize, usize)> = shapes
+    // The products of a step of batch × seq rows; and under the torch engine, where a
+    // sequence's rows are more than one, of one row a sequence too: a decode step's, which read
+    // their weights at a rate of their own shape (the forward only).
+    let decode_rows = *a.batch;
+    let mut shapes: Vec<(String, usize, usize, usize)> = shapes
         .iter()
         .map(|(n, k, o)| (n.clone(), rows, *k, *o))
         .collect();
+    if decode_rows < rows {
+        let decode: Vec<_> = shapes
+            .iter()
+            .map(|(n, _, k, o)| (format!("{n}, a row a sequence"), decode_rows, *k, *o))
+            .collect();
+        shapes.extend(decode);
+    }
     // Each shape's forward entry (its backward's products follow it in the file).
     let same_shapes = |p: &peaks::TorchPeaks| {
         p.host_model == cfg.name

@@ -1,9 +1,9 @@
 """``memscope peaks --engine torch``: the device's roofs as PyTorch reaches them — matmul per dtype
 over a range of square sizes and on the model's own linear shapes (``F.linear``, as transformers
-runs them, and the two products of its backward; on the CPU over operands rotating through more
-memory than the caches hold, as a step meets them), memory bandwidth (copy and triad over arrays
-far larger than the caches, bytes read plus written; a matrix-vector product's, reading a 64 MiB
-weight; writing an array already in memory and one just allocated, whose pages fault in on the
+runs them, and the two products of its backward; on the CPU over operands rotating through four
+times the memory the last-level cache holds, as a step meets them), memory bandwidth (copy and
+triad over arrays as large, bytes read plus written; a matrix-vector product's, reading 64 MiB
+weights rotating through as much; writing an array already in memory and one just allocated, whose pages fault in on the
 CPU), and the fixed cost of one small op (dispatch on the CPU; launch and dispatch on CUDA)
 and of one view (dispatch only); with a model, the host's cost per op of that model's own step
 at the smallest widths (``host.py``). Only seconds are measured here: memscope turns them into rates
@@ -29,10 +29,33 @@ SLOW_RUN_S = 1.0
 BUDGET_S = 0.4
 MIN_REPS, MAX_REPS = 3, 50
 SMALL_OP_CALLS = 2000
-# The model's products are timed over operands rotating through this much memory (at most
-# MAX_COPIES copies), more than a CPU's last-level cache holds, as a step meets them.
-ROTATE_BYTES, MAX_COPIES = 256 << 20, 64
+# On the CPU, what a step meets out of cache is timed out of cache: the model's products over
+# operands rotating through at least this much memory, the matrix-vector product over as many
+# 64 MiB weights, and the bandwidth over arrays of at least ARRAY_BYTES each — or, where the
+# last-level cache is larger (260 MiB on some Xeons), CACHE_MULTIPLE times that cache.
+ROTATE_BYTES, ARRAY_BYTES, CACHE_MULTIPLE = 256 << 20, 128 << 20, 4
+MAX_COPIES = 1024
 GEMV_N = 4096
+FEW_ROWS = 16  # a product of at most this many rows is a decode step's (src/analysis/torch_time.rs)
+CACHES = "/sys/devices/system/cpu/cpu0/cache"
+
+
+def last_level_cache_bytes():
+    """The largest data or unified cache cpu0 sees (sysfs), in bytes; 0 where sysfs says none."""
+    import os
+    sizes = [0]
+    for index in os.listdir(CACHES) if os.path.isdir(CACHES) else []:
+        try:
+            with open(f"{CACHES}/{index}/type") as f:
+                kind = f.read().strip()
+            with open(f"{CACHES}/{index}/size") as f:
+                size = f.read().strip()
+        except OSError:
+            continue
+        units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+        if kind != "Instruction" and size:
+            sizes.append(int(size[:-1]) * units[size[-1]] if size[-1] in units else int(size))
+    return max(sizes)
 
 
 def _timer(torch, device):
@@ -80,7 +103,8 @@ def measure(request):
         name = ""  # memscope names the CPU (src/environment.rs)
         sizes = [256, 512, 1024, 2048]
         dtypes = [("f32", torch.float32, False), ("bf16", torch.bfloat16, False)]
-        array_bytes = 128 << 20
+        array_bytes = max(ARRAY_BYTES, CACHE_MULTIPLE * last_level_cache_bytes())
+        rotate_bytes = max(ROTATE_BYTES, array_bytes)
     else:
         raise Refused(f"--device {request.device}: use cpu, cuda or cuda:N")
     timed = _timer(torch, device)
@@ -104,10 +128,12 @@ def measure(request):
         # A step meets each product's operands out of cache (the model's other layers ran in
         # between): on the CPU the calls rotate through copies filling ROTATE_BYTES.
         copies = 1 if device.type == "cuda" else max(1, min(
-            MAX_COPIES, ROTATE_BYTES // (4 * (m * k + n * k + m * n))))
-        xs = [torch.randn(m, k, device=device) for _ in range(copies)]   # (m, k): rows
-        ws = [torch.randn(n, k, device=device) for _ in range(copies)]   # (n, k): the weight
-        dys = [torch.randn(m, n, device=device) for _ in range(copies)]  # (m, n): its gradient
+            MAX_COPIES, -(-rotate_bytes // (4 * (m * k + n * k + m * n)))))
+        x0, w0 = torch.randn(m, k, device=device), torch.randn(n, k, device=device)
+        dy0 = torch.randn(m, n, device=device)
+        xs = [x0.clone() for _ in range(copies)]    # (m, k): rows
+        ws = [w0.clone() for _ in range(copies)]    # (n, k): the weight
+        dys = [dy0.clone() for _ in range(copies)]  # (m, n): its gradient
         turn = [0]
 
         def operands():
@@ -132,19 +158,28 @@ def measure(request):
         # The forward, and the two products its backward runs as autograd lays them out:
         # dx = dy · W (m, n)·(n, k); dW = dyᵀ · x (n, m)·(m, k), or xᵀ · dy (k, m)·(m, n) for
         # GPT-2's Conv1D, whose weight is stored (k, n).
-        for label, (mm, kk, nn), fn in (
-                (name_, (m, k, n), linear),
-                (f"{name_} dx", (m, n, k), dx),
-                (f"{name_} dW", (n, m, k), dw),
-                (f"{name_} dW (Conv1D)", (k, m, n), dw_conv1d)):
+        # A product of a few rows is a decode step's (no backward follows it): its forward only.
+        products = (
+            (name_, (m, k, n), linear),
+            (f"{name_} dx", (m, n, k), dx),
+            (f"{name_} dW", (n, m, k), dw),
+            (f"{name_} dW (Conv1D)", (k, m, n), dw_conv1d))
+        for label, (mm, kk, nn), fn in products[:1] if m <= FEW_ROWS else products:
             shapes.append({"name": label, "m": mm, "k": kk, "n": nn, "secs": timed(fn)})
-        del xs, ws, dys
-    # A matrix-vector product over a weight far larger than the caches (a decode step's
-    # products): the bandwidth a product with one row reaches, reading its weight once.
-    wv = torch.randn(GEMV_N, GEMV_N, device=device)  # (n, k): 64 MiB of f32
+        del xs, ws, dys, x0, w0, dy0
+    # A matrix-vector product over weights far larger than the caches (a decode step's
+    # products): the bandwidth a product with one row reaches, reading its weight once, each
+    # call another of the weights filling rotate_bytes.
+    w0 = torch.randn(GEMV_N, GEMV_N, device=device)  # (n, k): 64 MiB of f32
+    wvs = [w0.clone() for _ in range(max(1, rotate_bytes // (GEMV_N * GEMV_N * 4)))]
     xv = torch.randn(1, GEMV_N, device=device)       # (1, k)
-    gemv_secs = timed(lambda: torch.nn.functional.linear(xv, wv))
-    del wv, xv
+    turn = [0]
+
+    def gemv():
+        turn[0] = (turn[0] + 1) % len(wvs)
+        return torch.nn.functional.linear(xv, wvs[turn[0]])
+    gemv_secs = timed(gemv)
+    del w0, wvs, xv
     elems = array_bytes // 4
     a = torch.empty(elems, device=device)
     b = torch.rand(elems, device=device)

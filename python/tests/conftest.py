@@ -56,5 +56,25 @@ def cli(memscope_bin, *args, cwd=None, ok=True):
     return p
 
 
+def own_processes(marker):
+    """The pids of live processes whose command line holds ``marker`` (bytes) and that this test
+    run started: under pytest-xdist (``-n``), those whose environment names this worker, so that
+    one worker's checks and signals never reach another's jobs. Read from /proc."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    tag = f"PYTEST_XDIST_WORKER={worker}".encode() if worker else None
+    pids = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmd = f.read().replace(b"\0", b" ")
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                env = f.read().split(b"\0")
+        except OSError:
+            continue  # gone meanwhile
+        if marker in cmd and (tag is None or tag in env):
+            pids.append(int(pid))
+    return pids
+
+
 def load(path):
     return json.loads(Path(path).read_text())

@@ -9,10 +9,13 @@ use anyhow::{bail, Context};
 
 /// The profiles shipped with memscope, by name: each a `peaks --engine torch --json` file
 /// measured on the machine its name says.
-const SHIPPED: &[(&str, &str)] = &[(
-    "epyc-zen5-2t",
-    include_str!("../../profiles/epyc-zen5-2t.json"),
-)];
+const SHIPPED: &[(&str, &str)] = &[
+    (
+        "epyc-zen5-2t",
+        include_str!("../../profiles/epyc-zen5-2t.json"),
+    ),
+    ("xeon-2t", include_str!("../../profiles/xeon-2t.json")),
+];
 
 /// A profile, and where it came from (the shipped name or the file).
 #[derive(Clone, Debug)]

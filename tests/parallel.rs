@@ -155,7 +155,7 @@ fn a_pipeline_that_cannot_run_is_named_by_its_flag() {
     bench[0] = "bench";
     fails_with(
         &bench,
-        &["--micro-batches 2,4: a list sets a pipeline's micro-batch counts side by side in `estimate --engine torch --parallel pp:P` and `fit --predict`; give one count here"],
+        &["--micro-batches 2,4: a list sets a pipeline's micro-batch counts side by side in `estimate --engine torch --parallel pp:P` and `fit`; give one count here"],
     );
     fails_with(
         &pp(&["--pp-split", "3,1"]),
@@ -497,23 +497,12 @@ fn a_comparison_of_plans_is_one_dtype_on_pytorch_without_a_link() {
 }
 
 #[test]
-fn fit_searches_a_list_of_plans_only_by_prediction() {
+fn fit_s_prediction_needs_the_torch_engine_and_no_timeout() {
     let fit = |extra: &[&'static str]| -> Vec<&'static str> {
         let mut a = vec!["fit", "--model", "tiny-gpt2", "--memory-limit", "1GiB"];
         a.extend_from_slice(extra);
         a
     };
-    fails_with(
-        &fit(&[
-            "--engine",
-            "torch",
-            "--nproc",
-            "2",
-            "--parallel",
-            "ddp,fsdp",
-        ]),
-        &["--parallel ddp,fsdp: fit runs one plan's sizes; add --predict"],
-    );
     fails_with(
         &fit(&["--predict"]),
         &["--predict: the torch estimator's trace predicts each size; add --engine torch"],

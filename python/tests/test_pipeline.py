@@ -257,3 +257,30 @@ def test_fit_predict_finds_each_plan_s_largest_batch_and_the_next_one_is_over(me
     assert (f"Most tokens a step within 45.0 MiB: {best['plan']} (batch "
             f"{best['largest']['size']}, {best['sequences_per_step']} sequences a step)") \
         in p.stdout, p.stdout
+
+
+def test_fit_over_plans_runs_each_plan_s_search_and_a_plan_the_job_cannot_take_is_a_row(
+        memscope_bin, tmp_path):
+    # Each plan's sizes run as `fit` runs one plan's (every trial a torchrun job, each rank held
+    # to the limit); GPT-2 has no tensor-parallel plan in transformers: a row saying so.
+    out = tmp_path / "fit.json"
+    p = subprocess.run([memscope_bin, "fit", "--engine", "torch", "--model", "tiny-gpt2",
+                        "--seq", "32", "--nproc", "2", "--parallel", "ddp,fsdp,tp:2",
+                        "--memory-limit", "2GiB", "--max", "1", "--json", str(out), "-q"],
+                       capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr
+    plans = {x["plan"]: x for x in json.loads(out.read_text())["plans"]}
+    assert list(plans) == ["ddp", "fsdp", "tp:2"], plans
+    for name in ("ddp", "fsdp"):
+        f = plans[name]["fit"]
+        assert f["max_batch"] == 1 and f["first_oom"] is None, f
+        (trial,) = f["trials"]
+        assert trial["status"] == "ok" and len(trial["summary"]["ranks"]) == 2, trial
+    # FSDP2 holds a shard of the parameters, gradients and state on each rank: a lower peak at
+    # the same batch, so it is the plan named.
+    assert plans["fsdp"]["fit"]["heap_peak_bytes"] < plans["ddp"]["fit"]["heap_peak_bytes"]
+    assert "no tensor-parallel plan" in plans["tp:2"]["refused"], plans["tp:2"]
+    assert plans["ddp"]["sequences_per_step"] == plans["fsdp"]["sequences_per_step"] == 2
+    assert "Most tokens a step within 2.00 GiB: fsdp (batch 1, 2 sequences a step; of the plans " \
+        "that run as many, the lowest heap peak)" in p.stdout, p.stdout
+    assert not engines_left()

@@ -212,7 +212,7 @@ pub(super) fn refused_row(
 }
 
 /// Sequences the whole job runs a step: every data-parallel group its own batch, a pipeline one.
-fn sequences(p: &Parallel, batch: usize) -> usize {
+pub(super) fn sequences(p: &Parallel, batch: usize) -> usize {
     match p.plan {
         ParallelPlan::Pp => batch,
         _ => batch * p.data_groups(),

@@ -18,6 +18,7 @@ use std::process::ExitCode;
 #[derive(Args, Debug)]
 #[command(mut_arg("memory_limit", |a| a.help(r#"The memory budget to fit in: 512MiB, 16GiB, …"#).required(true)))]
 #[command(mut_arg("timeout", |a| a.help(r#"Time limit per trial: 90s, 10m, 1h"#)))]
+#[command(mut_arg("parallel", |a| a.help(r#"How the --nproc ranks share the model: ddp, fsdp, tp:T, fsdp+tp:T or pp:P (as bench takes them); a comma list searches each plan's largest size in turn (each size run under torchrun, or predicted with --predict) and names the plan that fits the most [--engine torch]"#)))]
 #[command(mut_arg("batch", |a| a.help(r#"Batch size (fixed when --vary seq)"#).default_value("1")))]
 #[command(mut_arg("seq", |a| a.help(r#"Sequence length (fixed when --vary batch)"#)))]
 #[command(mut_arg("warmup", |a| a.help(r#"Unmeasured steps per trial (train: the second step holds optimizer state and activations)"#).default_value("1")))]
@@ -127,6 +128,9 @@ pub fn run(a: FitArgs) -> anyhow::Result<ExitCode> {
     if let Some(code) = predicted(&a, &workload, cap, limit)? {
         return Ok(code);
     }
+    if let Some(code) = measured_plans(&a, &workload, cap, limit, timeout)? {
+        return Ok(code);
+    }
     let base = workload.validated().map_err(|e| {
         anyhow::anyhow!(
             "{}",
@@ -214,8 +218,7 @@ pub fn run(a: FitArgs) -> anyhow::Result<ExitCode> {
 }
 
 /// `--predict`: every plan's largest size by prediction (the exit code); None: the sizes are
-/// run. A list of plans is searched only by prediction, and a run's `--timeout` is refused
-/// with it.
+/// run. A run's `--timeout` is refused with it.
 fn predicted(
     a: &FitArgs,
     workload: &Workload,
@@ -224,11 +227,6 @@ fn predicted(
 ) -> anyhow::Result<Option<ExitCode>> {
     if let (true, Some(t)) = (a.predict, a.timeout.as_deref()) {
         bail!("--timeout {t}: --predict runs nothing (each size is traced, not run); drop --timeout, or drop --predict to run each size");
-    }
-    if let (false, Some(p)) = (a.predict, a.variant.engine.parallel.as_deref()) {
-        if p.contains(',') {
-            bail!("--parallel {p}: fit runs one plan's sizes; add --predict (and --engine torch) to search every plan of the list by prediction, or give one plan");
-        }
     }
     if !a.predict {
         return Ok(None);
@@ -243,6 +241,32 @@ fn predicted(
         },
     )
     .map(Some)
+}
+
+/// `--parallel A,B,…` without `--predict`: each plan's sizes run (`fit_plans_run.rs`), the
+/// exit code; None for one plan or none.
+fn measured_plans(
+    a: &FitArgs,
+    workload: &Workload,
+    cap: usize,
+    limit: u64,
+    timeout: Option<std::time::Duration>,
+) -> anyhow::Result<Option<ExitCode>> {
+    match a.variant.engine.parallel.as_deref() {
+        Some(p) if p.contains(',') => super::fit_plans_run::run(
+            workload,
+            &super::fit_plans_run::Measure {
+                vary: a.vary,
+                cap,
+                limit,
+                timeout,
+                quiet: *a.quiet,
+                json: a.json.as_deref(),
+            },
+        )
+        .map(Some),
+        _ => Ok(None),
+    }
 }
 
 /// Stopped by SIGINT/SIGTERM: the trials that finished, said on stderr and written to `--json`

@@ -11,6 +11,7 @@ mod estimate;
 mod estimate_plans;
 mod fit;
 mod fit_plans;
+mod fit_plans_run;
 mod flags;
 mod leak;
 mod models;

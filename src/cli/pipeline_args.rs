@@ -34,7 +34,7 @@ impl EngineArgs {
         let counts = self.micro_batch_counts()?;
         if let (Some(text), Some(counts)) = (&self.micro_batches, &counts) {
             if counts.len() > 1 {
-                bail!("--micro-batches {text}: a list sets a pipeline's micro-batch counts side by side in `estimate --engine torch --parallel pp:P` and `fit --predict`; give one count here");
+                bail!("--micro-batches {text}: a list sets a pipeline's micro-batch counts side by side in `estimate --engine torch --parallel pp:P` and `fit`; give one count here");
             }
         }
         if pp.is_none() && self.pp_schedule.is_none() {

@@ -1,8 +1,9 @@
 //! `memscope fit --engine torch --nproc N --parallel A,B,…` (without `--predict`): each plan's
 //! largest batch (or sequence) measured as `fit` measures one plan's — every trial a real job
 //! under torchrun, each rank within `--memory-limit` — then the plans side by side and the one
-//! that fits the largest size named. A plan the job cannot take is a row saying why; SIGINT or
-//! SIGTERM keeps the plans searched and the trials run (`--json`, exit 130).
+//! that runs the most tokens a step within the limit named. A plan the job cannot take is a row
+//! saying why; SIGINT or SIGTERM keeps the plans searched and the trials run (`--json`, exit
+//! 130).
 
 use super::args::Workload;
 use super::estimate_plans::{each_plan, plan_workload, sequences};

@@ -1,10 +1,11 @@
 """``memscope peaks --engine torch``: the device's roofs as PyTorch reaches them — matmul per dtype
 over a range of square sizes and on the model's own linear shapes (``F.linear``, as transformers
-runs them, and the two products of its backward; on the CPU over operands rotating through four
-times the memory the last-level cache holds, as a step meets them), memory bandwidth (copy and
-triad over arrays as large, bytes read plus written; a matrix-vector product's, reading 64 MiB
-weights rotating through as much; writing an array already in memory and one just allocated, whose pages fault in on the
-CPU), and the fixed cost of one small op (dispatch on the CPU; launch and dispatch on CUDA)
+runs them, and the two products of its backward; the forward again at one row a sequence, as
+decode runs it; on the CPU over operands rotating through four times the memory the last-level
+cache holds, as a step meets them), memory bandwidth (copy and triad over arrays as large, bytes
+read plus written; a matrix-vector product's, reading 64 MiB weights rotating through as much;
+writing an array already in memory and one just allocated, whose pages fault in on the CPU),
+and the fixed cost of one small op (dispatch on the CPU; launch and dispatch on CUDA)
 and of one view (dispatch only); with a model, the host's cost per op of that model's own step
 at the smallest widths (``host.py``). Only seconds are measured here: memscope turns them into rates
 (``src/torch/peaks.rs``).
@@ -126,7 +127,7 @@ def measure(request):
     shapes = []
     for name_, m, k, n in request.shapes or []:
         # A step meets each product's operands out of cache (the model's other layers ran in
-        # between): on the CPU the calls rotate through copies filling ROTATE_BYTES.
+        # between): on the CPU the calls rotate through copies filling rotate_bytes.
         copies = 1 if device.type == "cuda" else max(1, min(
             MAX_COPIES, -(-rotate_bytes // (4 * (m * k + n * k + m * n)))))
         x0, w0 = torch.randn(m, k, device=device), torch.randn(n, k, device=device)

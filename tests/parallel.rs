@@ -497,12 +497,16 @@ fn a_comparison_of_plans_is_one_dtype_on_pytorch_without_a_link() {
 }
 
 #[test]
-fn fit_s_prediction_needs_the_torch_engine_and_no_timeout() {
+fn fit_over_plans_and_fit_s_prediction_need_the_torch_engine() {
     let fit = |extra: &[&'static str]| -> Vec<&'static str> {
         let mut a = vec!["fit", "--model", "tiny-gpt2", "--memory-limit", "1GiB"];
         a.extend_from_slice(extra);
         a
     };
+    fails_with(
+        &fit(&["--nproc", "2", "--parallel", "ddp,fsdp"]),
+        &["--parallel ddp,fsdp: a job's plans run on PyTorch under torchrun; add --engine torch"],
+    );
     fails_with(
         &fit(&["--predict"]),
         &["--predict: the torch estimator's trace predicts each size; add --engine torch"],

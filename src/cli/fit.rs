@@ -253,6 +253,9 @@ fn measured_plans(
     timeout: Option<std::time::Duration>,
 ) -> anyhow::Result<Option<ExitCode>> {
     match a.variant.engine.parallel.as_deref() {
+        Some(p) if p.contains(',') && a.variant.engine.engine != crate::spec::Engine::Torch => {
+            bail!("--parallel {p}: a job's plans run on PyTorch under torchrun; add --engine torch")
+        }
         Some(p) if p.contains(',') => super::fit_plans_run::run(
             workload,
             &super::fit_plans_run::Measure {

@@ -47,6 +47,13 @@ struct PlanFit {
 }
 
 impl PlanFit {
+    /// The largest batch (or sequence) that fit; 0 where none did or the plan was refused.
+    fn largest(&self) -> usize {
+        self.fit
+            .as_ref()
+            .map_or(0, |f| f.max_batch.or(f.max_seq).unwrap_or(0))
+    }
+
     fn refused(plan: String, dropped: Vec<&'static str>, why: &anyhow::Error) -> PlanFit {
         PlanFit {
             plan,
@@ -109,11 +116,6 @@ pub fn run(workload: &Workload, how: &Measure) -> anyhow::Result<ExitCode> {
             Err(why) => rows.push(PlanFit::refused(label, dropped, &why)),
         }
     }
-    let largest = |r: &PlanFit| {
-        r.fit
-            .as_ref()
-            .map_or(0, |f| f.max_batch.or(f.max_seq).unwrap_or(0))
-    };
     if let Some((plan, trials)) = &stopped {
         eprintln!(
             "memscope fit: interrupted in plan {plan} after {} finished trials; the plans searched before it{}",
@@ -121,7 +123,7 @@ pub fn run(workload: &Workload, how: &Measure) -> anyhow::Result<ExitCode> {
             if how.json.is_some() { " and its trials are in --json" } else { " are below" }
         );
     }
-    print_table(&rows, how, largest)?;
+    print_table(&rows, how)?;
     if let Some(p) = how.json {
         let v = serde_json::json!({
             "vary": how.vary.name(),
@@ -141,11 +143,7 @@ pub fn run(workload: &Workload, how: &Measure) -> anyhow::Result<ExitCode> {
 /// The plans side by side: each one's largest size, the first that did not fit, the sequences
 /// a step there, the worst rank's heap peak there; and the plan that runs the most tokens a step
 /// within the limit (of plans that run as many, the lowest peak: the most head-room).
-fn print_table(
-    rows: &[PlanFit],
-    how: &Measure,
-    largest: impl Fn(&PlanFit) -> usize,
-) -> anyhow::Result<()> {
+fn print_table(rows: &[PlanFit], how: &Measure) -> anyhow::Result<()> {
     let vary = how.vary.name();
     let limit = fmt_bytes(how.limit as f64);
     outln!("Measured per plan, each rank within --memory-limit {limit}:")?;
@@ -157,7 +155,7 @@ fn print_table(
             (Some(f), _) => outln!(
                 "| {} | {} | {} | {} | {} | {} |",
                 r.plan,
-                largest(r),
+                r.largest(),
                 f.first_oom
                     .map_or_else(|| "none up to --max".to_string(), |h| h.to_string()),
                 r.sequences_per_step.unwrap_or(0),
@@ -179,7 +177,7 @@ fn print_table(
         }
     }
     let tokens = |r: &PlanFit| {
-        if largest(r) > 0 {
+        if r.largest() > 0 {
             r.tokens_per_step.unwrap_or(0)
         } else {
             0
@@ -196,7 +194,7 @@ fn print_table(
         Some(b) => outln!(
             "Most tokens a step within {limit}: {} ({vary} {}, {} sequences a step{}).",
             b.plan,
-            largest(b),
+            b.largest(),
             b.sequences_per_step.unwrap_or(0),
             if tied > 1 {
                 "; of the plans that run as many, the lowest heap peak"

@@ -10,6 +10,18 @@ pub const PREFIX: &str = "memscope-oom ";
 /// Exit code of the engine after an out-of-memory error (not a crash, not a usage error).
 pub const EXIT_OOM: i32 = 3;
 
+/// What a process under a memory limit says when an allocation fails where the engine cannot
+/// report it: a shared object that cannot be mapped, C++'s `bad_alloc` (a rank's gloo thread
+/// or library `new` refused by the heap limit: "terminate called after throwing an instance of
+/// 'std::bad_alloc'", then SIGABRT), Python's MemoryError, the loader's thread-local block.
+pub const ALLOC_FAILURES: [&str; 5] = [
+    "failed to map segment",
+    "std::bad_alloc",
+    "MemoryError",
+    "cannot allocate memory",
+    "thread-local data",
+];
+
 /// PyTorch's figures when an allocation failed.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct OomFacts {

@@ -3,6 +3,7 @@
 //! exit codes, then signals.
 
 use crate::record::sweep_row::Status;
+use crate::record::torch_oom::ALLOC_FAILURES;
 use crate::sweep::limits::GRACE;
 use crate::units::human_duration;
 use std::time::Duration;
@@ -73,19 +74,14 @@ pub fn classify(o: &WorkerExit) -> (Status, Option<String>) {
     // Under a --memory-limit below what the interpreter and PyTorch's libraries need, the
     // engine dies loading them: a shared object that cannot be mapped, C++'s bad_alloc, the
     // loader's thread-local block, Python's MemoryError. That is the limit, not a missing
-    // package: an oom row, so larger configurations are skipped.
+    // package: an oom row, so larger configurations are skipped. The last such line: a job's
+    // is memscope's own error, which names the rank.
     if let Some(lim) = o.memory_limit {
-        const EVIDENCE: [&str; 5] = [
-            "failed to map segment",
-            "std::bad_alloc",
-            "MemoryError",
-            "cannot allocate memory",
-            "thread-local data",
-        ];
         if let Some(line) = o
             .stderr
             .iter()
-            .find(|l| EVIDENCE.iter().any(|e| l.contains(e)))
+            .rev()
+            .find(|l| ALLOC_FAILURES.iter().any(|e| l.contains(e)))
         {
             return (
                 Status::Oom,

@@ -2,6 +2,7 @@
 //! on stdin, its stderr passed on line by line (the last lines kept), and why it failed in one
 //! sentence.
 
+use crate::record::torch_oom::ALLOC_FAILURES;
 use crate::spec::Spec;
 use anyhow::Context;
 use serde::Serialize;
@@ -97,9 +98,12 @@ pub fn spawn(
             let oom = line
                 .trim()
                 .starts_with(crate::record::torch_oom::PREFIX.trim_end());
-            // Out-of-memory lines are kept past the refusals' cap: a job's other ranks can say
-            // more first.
-            if (line.starts_with("error: ") && key.len() < KEEP) || (oom && key.len() < 2 * KEEP) {
+            // Refusals and a library's allocation failure (C++'s bad_alloc, before torchrun's
+            // long report) are kept; out-of-memory lines past their cap, as a job's other ranks
+            // can say more first.
+            let telling =
+                line.starts_with("error: ") || ALLOC_FAILURES.iter().any(|e| line.contains(e));
+            if (telling && key.len() < KEEP) || (oom && key.len() < 2 * KEEP) {
                 key.push(line.clone());
             }
             if kept.len() == KEEP {
@@ -132,11 +136,18 @@ pub fn failure(what: &str, code: Option<i32>, signal: Option<i32>, last: &[Strin
             "--engine torch: `{py}` lacks PyTorch or transformers: `{py} -m pip install torch transformers`"
         );
     }
+    // torchrun's report of a job whose rank died names the rank that failed first.
+    let root = super::torchrun_report::root_cause(last);
+    // A refusal ("error: …", exit 2) says why, unless a rank failed some other way first: the
+    // peers torchrun then stops can say "stopped by SIGTERM before any step finished", which is
+    // not why the job failed.
+    let refused = last.iter().any(|l| l.starts_with("error: "))
+        && root.as_ref().is_none_or(|r| r.exit_code == 2);
     // Its own refusal, the first (a job's ranks each say theirs; torchrun's report follows);
     // else its last line.
     let line = last
         .iter()
-        .find(|l| l.starts_with("error: "))
+        .find(|l| refused && l.starts_with("error: "))
         .or_else(|| last.iter().rev().find(|l| !l.trim().is_empty()))
         .map(|l| l.trim().trim_start_matches("error: ").to_string())
         .unwrap_or_default();
@@ -145,14 +156,17 @@ pub fn failure(what: &str, code: Option<i32>, signal: Option<i32>, last: &[Strin
     } else {
         format!(": {line}")
     };
-    let refused = last.iter().any(|l| l.starts_with("error: "));
-    // A rank of a job that died: torchrun's report names it, and ends in a separator line.
-    if !refused {
-        if let Some(cause) = super::torchrun_report::root_cause(last) {
-            return format!(
-                "{what}'s job failed: {cause} (its output and torchrun's report are above)"
-            );
-        }
+    if let (false, Some(root)) = (refused, root) {
+        // A rank that died where the engine could not report it (C++'s bad_alloc in a gloo
+        // thread under the heap limit): its library's line says why.
+        let alloc = last
+            .iter()
+            .find(|l| ALLOC_FAILURES.iter().any(|e| l.contains(e)))
+            .map_or(String::new(), |l| format!(" after `{}`", l.trim()));
+        return format!(
+            "{what}'s job failed: {}{alloc} (its output and torchrun's report are above)",
+            root.sentence
+        );
     }
     match code {
         Some(2) if !line.is_empty() => line,
@@ -177,4 +191,48 @@ fn killed_by(signal: Option<i32>) -> String {
         return name;
     }
     format!("{name} (signal {sig}{why})")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::failure;
+
+    fn lines(text: &str) -> Vec<String> {
+        text.lines().map(str::to_string).collect()
+    }
+
+    // torchrun's report when rank 0 died first (SIGABRT) and rank 1 was then stopped.
+    const REPORT: &str = "\
+Root Cause (first observed failure):
+[0]:
+  host      : localhost
+  rank      : 0 (local_rank: 0)
+  exitcode  : -6 (pid: 10670)  (SIGABRT)
+=======================================================";
+
+    #[test]
+    fn a_peer_stopped_after_a_rank_died_is_not_the_cause() {
+        let last = lines(&format!(
+            "terminate called after throwing an instance of 'std::bad_alloc'\n\
+             error: stopped by SIGTERM before any step finished\n{REPORT}"
+        ));
+        assert_eq!(
+            failure("the torch engine", Some(1), None, &last),
+            "the torch engine's job failed: rank 0 was killed by SIGABRT (signal 6) after \
+             `terminate called after throwing an instance of 'std::bad_alloc'` (its output and \
+             torchrun's report are above)"
+        );
+    }
+
+    #[test]
+    fn a_refusal_of_the_rank_that_failed_first_is_said() {
+        let report = REPORT.replace("-6 (pid: 10670)  (SIGABRT)", "2 (pid: 10670)");
+        let last = lines(&format!(
+            "error: --parallel pp: GPT2Model keeps no list of blocks\n{report}"
+        ));
+        assert_eq!(
+            failure("the torch engine", Some(1), None, &last),
+            "--parallel pp: GPT2Model keeps no list of blocks"
+        );
+    }
 }

@@ -3,10 +3,18 @@
 //! code, the signal) closed by a line of `=`: that separator, not the rank, would otherwise be
 //! the last line memscope quotes.
 
+/// The first rank of a job that failed, as torchrun's report names it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RootCause {
+    /// `rank 1 was killed by SIGABRT (signal 6)`, `rank 0 on node-7 exited with code 1`.
+    pub sentence: String,
+    /// torchrun's `exitcode`: the rank's exit code, or minus the signal that killed it.
+    pub exit_code: i32,
+}
+
 /// The first failed rank and how it ended, from torchrun's report among `last` (the engine's
-/// last stderr lines): `rank 1 was killed by SIGABRT (signal 6)`, `rank 0 on node-7 exited with
-/// code 1`; `None` when the lines hold no such report.
-pub fn root_cause(last: &[String]) -> Option<String> {
+/// last stderr lines); `None` when the lines hold no such report.
+pub fn root_cause(last: &[String]) -> Option<RootCause> {
     let start = last.iter().position(|l| l.contains("Root Cause"))?;
     let field = |key: &str| {
         last[start..].iter().find_map(|l| {
@@ -33,7 +41,10 @@ pub fn root_cause(last: &[String]) -> Option<String> {
     } else {
         format!("exited with code {code}")
     };
-    Some(format!("rank {rank}{host} {how}"))
+    Some(RootCause {
+        sentence: format!("rank {rank}{host} {how}"),
+        exit_code: code,
+    })
 }
 
 #[cfg(test)]
@@ -71,7 +82,7 @@ Root Cause (first observed failure):
     #[test]
     fn the_root_cause_names_the_first_failed_rank_and_its_signal() {
         assert_eq!(
-            root_cause(&lines(REPORT)).as_deref(),
+            root_cause(&lines(REPORT)).map(|r| r.sentence).as_deref(),
             Some("rank 1 was killed by SIGABRT (signal 6)")
         );
     }
@@ -85,7 +96,7 @@ Root Cause (first observed failure):
                 "host      : node-7\n  rank      : 1",
             );
         assert_eq!(
-            root_cause(&lines(&text)).as_deref(),
+            root_cause(&lines(&text)).map(|r| r.sentence).as_deref(),
             Some("rank 1 on node-7 exited with code 1")
         );
     }

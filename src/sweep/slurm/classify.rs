@@ -7,7 +7,8 @@
 //! - `TIMEOUT` → `timeout`;
 //! - `COMPLETED` → `ok` with a Record, else `crash`;
 //! - `FAILED` → the local rules on the worker's exit code, signal and stderr (panics, clean
-//!   errors, allocation failures), the state and exit code in the reason;
+//!   errors, allocation failures: a rank's C++ `bad_alloc` under `--memory-limit`'s heap limit
+//!   is `oom`, as in a local sweep), the state and exit code in the reason;
 //! - `NODE_FAIL`, `CANCELLED`, `PREEMPTED`, `BOOT_FAIL`, `DEADLINE`, … → `crash` with state and
 //!   exit code.
 
@@ -33,6 +34,9 @@ pub struct TaskEnd<'a> {
     /// `--time` and `--mem` as given.
     pub time: Option<&'a str>,
     pub mem: Option<&'a str>,
+    /// The bytes the task's processes were held to: each CPU rank's heap (`--memory-limit`),
+    /// else `--mem`.
+    pub memory_limit: Option<u64>,
 }
 
 /// `"0:9"` → (exit code 0, signal 9).
@@ -78,7 +82,7 @@ pub fn classify(t: &TaskEnd) -> (Status, Option<String>) {
                 cgroup_oom_kills: 0,
                 timed_out: false,
                 has_record: t.has_record,
-                memory_limit: t.mem.map(|_| 0),
+                memory_limit: t.memory_limit,
                 timeout: None,
             };
             match classify_exit(&outcome) {
@@ -109,6 +113,7 @@ mod tests {
             has_record: false,
             time: Some("1"),
             mem: Some("300M"),
+            memory_limit: Some(300 << 20),
         }
     }
 
@@ -142,5 +147,33 @@ mod tests {
         let (s, r) = classify(&end("FAILED", "0:11", &none));
         assert_eq!(s, Status::Crash);
         assert!(r.unwrap().contains("SIGSEGV"));
+    }
+
+    #[test]
+    fn a_rank_aborted_by_bad_alloc_under_a_heap_limit_is_oom() {
+        // A rank's gloo thread refused by the heap limit: C++ terminates it; memscope in the
+        // task then ends with its own error (exit 2) naming torchrun's root cause.
+        let e = vec![
+            "terminate called after throwing an instance of 'std::bad_alloc'".to_string(),
+            "error: the torch engine's job failed: rank 0 was killed by SIGABRT (signal 6) after \
+             `terminate called after throwing an instance of 'std::bad_alloc'` (its output and \
+             torchrun's report are above)"
+                .to_string(),
+        ];
+        let (s, r) = classify(&end("FAILED", "2:0", &e));
+        assert_eq!(s, Status::Oom);
+        // The reason is memscope's own last line, which names the rank.
+        let r = r.unwrap();
+        assert!(
+            r.starts_with(
+                "Slurm state FAILED, ExitCode 2:0: out of memory under --memory-limit 300.0 MiB: \
+                 the torch engine's job failed: rank 0 was killed by SIGABRT"
+            ),
+            "{r}"
+        );
+        // Without a limit the same lines are the job's own error, not memory.
+        let mut free = end("FAILED", "2:0", &e);
+        free.memory_limit = None;
+        assert_eq!(classify(&free).0, Status::Error);
     }
 }

@@ -3,6 +3,7 @@
 //! node, MaxRSS). The same [`Row`] as a local sweep, plus its `slurm` part.
 
 use crate::record::sweep_row::{Row, RowSummary, SlurmTask, Status};
+use crate::record::torch_oom::ALLOC_FAILURES;
 use crate::record::Record;
 use crate::spec::Spec;
 use crate::sweep::classify::signal_name;
@@ -37,6 +38,7 @@ pub fn finished_row(
         .iter()
         .filter(|l| {
             OOM_EVIDENCE.iter().any(|p| l.contains(p))
+                || ALLOC_FAILURES.iter().any(|p| l.contains(p))
                 || l.contains("panicked at")
                 || l.contains("memory allocation of")
                 || l.starts_with("error: ")
@@ -53,6 +55,7 @@ pub fn finished_row(
         has_record: record.is_some(),
         time: meta.time.as_deref(),
         mem: meta.mem.as_deref(),
+        memory_limit: held_to(spec, meta),
     });
     let (summary, series) = match (&record, status) {
         (Some(r), Status::Ok) => (Some(RowSummary::from_record(r)), r.memory.series.clone()),
@@ -118,6 +121,13 @@ pub fn skipped_row(job: &str, index: usize, spec: &Spec, reason: String) -> Row 
         ..SlurmTask::default()
     });
     row
+}
+
+/// The bytes a task's processes were held to: each CPU rank's heap under `--memory-limit`, else
+/// Slurm's `--mem`.
+fn held_to(spec: &Spec, meta: &PlanMeta) -> Option<u64> {
+    let heap = spec.torch.as_ref().and_then(|t| t.heap_limit_bytes);
+    heap.or_else(|| meta.mem.as_deref().and_then(slurm_mem_bytes))
 }
 
 /// The RSS slurmstepd measured when it killed the task: `… exceeded memory limit (476463104 >

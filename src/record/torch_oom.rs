@@ -53,11 +53,20 @@ pub struct OomFacts {
 
 impl OomFacts {
     /// The facts in the engine's stderr lines, if it reported an out-of-memory error.
+    /// The line may share its text with another process's: a job's ranks write one stderr,
+    /// and a library's line written in pieces can run into it. So the prefix is looked for
+    /// anywhere in a line, the first JSON value after it read, whatever follows; where that
+    /// value is cut off, the next prefix is tried.
     pub fn find(stderr: &[String]) -> Option<OomFacts> {
-        stderr
-            .iter()
-            .find_map(|l| l.trim().strip_prefix(PREFIX.trim_end()))
-            .and_then(|j| serde_json::from_str(j.trim()).ok())
+        let prefix = PREFIX.trim_end();
+        stderr.iter().find_map(|l| {
+            l.match_indices(prefix).find_map(|(at, _)| {
+                serde_json::Deserializer::from_str(&l[at + prefix.len()..])
+                    .into_iter::<OomFacts>()
+                    .next()?
+                    .ok()
+            })
+        })
     }
 
     /// One sentence for a row's reason.
@@ -127,5 +136,19 @@ mod tests {
         );
         assert!(OomFacts::find(&["memscope-oom not json".to_string()]).is_none());
         assert!(OomFacts::find(&[]).is_none());
+    }
+
+    #[test]
+    fn a_line_run_into_another_process_s_is_still_read() {
+        // Two ranks printing at once, each line's text and newline written apart: one rank's
+        // line lands after a piece of the other's, or the other's runs on after its JSON.
+        let cut = r#"memscope-oom {"device":"cpu","rank":1memscope-oom {"device":"cpu","rank":0,"requested_bytes":1024}"#;
+        let run_on = r#"[W] a warning memscope-oom {"device":"cpu","rank":1,"requested_bytes":2048}out of memory: x"#;
+        let f = OomFacts::find(&[cut.to_string()]).unwrap();
+        assert_eq!((f.rank, f.requested_bytes), (Some(0), Some(1024)));
+        let f = OomFacts::find(&[run_on.to_string()]).unwrap();
+        assert_eq!((f.rank, f.requested_bytes), (Some(1), Some(2048)));
+        let first = OomFacts::find(&[r#"memscope-oom {"device":"cpu","rank":1"#.to_string()]);
+        assert_eq!(first, None, "a cut JSON value is not read as facts");
     }
 }

@@ -95,9 +95,8 @@ pub fn spawn(
             if !line.starts_with("error: ") {
                 eprintln!("{line}");
             }
-            let oom = line
-                .trim()
-                .starts_with(crate::record::torch_oom::PREFIX.trim_end());
+            // Anywhere in the line: a job's ranks share one stderr (`OomFacts::find`).
+            let oom = line.contains(crate::record::torch_oom::PREFIX);
             // Refusals and a library's allocation failure (C++'s bad_alloc, before torchrun's
             // long report) are kept; out-of-memory lines past their cap, as a job's other ranks
             // can say more first.

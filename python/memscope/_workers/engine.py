@@ -499,12 +499,12 @@ def main():
             import torch.distributed as dist
             dist.barrier()
     except (Refused, PlanError, _contract.ContractError) as e:
-        print(f"error: {e}", file=sys.stderr)
+        protocol.say(f"error: {e}")
         return 2
     except BaseException as e:  # noqa: BLE001 - out of memory is an outcome, the rest re-raised
         failed = _compile_failure(e)
         if failed is not None:
-            print(f"error: {failed}", file=sys.stderr)
+            protocol.say(f"error: {failed}")
             return 2
         cause = _oom_cause(torch, e)
         refused = _limit_refused()
@@ -517,9 +517,8 @@ def main():
             # The limit refused an allocation PyTorch's allocator did not make (gloo's buffers,
             # a C++ library's `new`): out of memory all the same, with the size it asked for.
             facts.setdefault("requested_bytes", refused)
-        print(OOM_PREFIX + json.dumps(_contract.check("oom_facts", facts)), file=sys.stderr)
-        print(f"out of memory: {str(e).splitlines()[0] if str(e) else type(e).__name__}",
-              file=sys.stderr)
+        protocol.say(OOM_PREFIX + json.dumps(_contract.check("oom_facts", facts)))
+        protocol.say(f"out of memory: {str(e).splitlines()[0] if str(e) else type(e).__name__}")
         return EXIT_OOM
     finally:
         import torch.distributed as dist

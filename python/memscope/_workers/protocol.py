@@ -36,7 +36,7 @@ def open_protocol(what):
         request = json.loads(given) if given is not None else json.load(sys.stdin)
     except ValueError as e:
         where = "in MEMSCOPE_REQUEST" if given is not None else "on stdin"
-        print(f"error: {what} reads a request (JSON) {where}: {e}", file=sys.stderr)
+        say(f"error: {what} reads a request (JSON) {where}: {e}")
         return None
     try:
         import torch
@@ -44,11 +44,10 @@ def open_protocol(what):
     except ImportError as e:
         if any(m in str(e) for m in ("failed to map segment", "cannot allocate memory")):
             # Installed, but not loadable in the memory this process may use.
-            print(f"error: {what} could not load PyTorch's libraries: out of memory ({e})",
-                  file=sys.stderr)
+            say(f"error: {what} could not load PyTorch's libraries: out of memory ({e})")
         else:
-            print(f"error: {what} needs PyTorch and transformers ({e}): "
-                  f"{sys.executable} -m pip install torch transformers", file=sys.stderr)
+            say(f"error: {what} needs PyTorch and transformers ({e}): "
+                f"{sys.executable} -m pip install torch transformers")
         return None
     # The first protocol line: memscope's bound on the start ends here.
     out.write(json.dumps({"started": {"python": sys.version.split()[0],
@@ -72,7 +71,7 @@ def answer_once(what, fn, request=None, answer=None):
         if answer:
             _contract.check(answer, result)
     except (Refused, PlanError, _contract.ContractError) as e:
-        print(f"error: {e}", file=sys.stderr)
+        say(f"error: {e}")
         return 2
     out.write(json.dumps(result, separators=(",", ":")) + "\n")
     out.flush()
@@ -113,6 +112,15 @@ def end_rank(code):
         sys.stderr.flush()
         os._exit(code)
     return code
+
+
+def say(line):
+    """``line`` on stderr in one write: a job's ranks share torchrun's stderr, and ``print``
+    under ``PYTHONUNBUFFERED`` writes a line's text and its newline apart, so another rank's
+    line could land between them and cut the one memscope reads (its out-of-memory facts, its
+    refusal). One write of a line under the pipe's atomic size (4 KiB) is never split."""
+    sys.stderr.flush()
+    os.write(sys.stderr.fileno(), (line + "\n").encode())
 
 
 def in_job():

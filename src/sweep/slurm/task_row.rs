@@ -42,7 +42,7 @@ pub fn finished_row(
                 || l.contains("panicked at")
                 || l.contains("memory allocation of")
                 || l.starts_with("error: ")
-                || l.starts_with(crate::record::torch_oom::PREFIX)
+                || l.contains(crate::record::torch_oom::PREFIX)
         })
         .take(8)
         .map(|s| s.to_string())

@@ -142,7 +142,7 @@ fn a_pipeline_that_cannot_run_is_named_by_its_flag() {
     );
     fails_with(
         &pp(&["--parallel", "pp:2", "--nproc", "2", "--micro-batches", "2,x"]),
-        &["--micro-batches 2,x: give a whole number of micro-batches, or a comma list of them to `estimate` (4,8,16)"],
+        &["--micro-batches 2,x: give a whole number of micro-batches, or a comma list of them to `estimate`, `fit` or `sweep` (4,8,16)"],
     );
     let mut bench = pp(&[
         "--parallel",
@@ -155,7 +155,20 @@ fn a_pipeline_that_cannot_run_is_named_by_its_flag() {
     bench[0] = "bench";
     fails_with(
         &bench,
-        &["--micro-batches 2,4: a list sets a pipeline's micro-batch counts side by side in `estimate --engine torch --parallel pp:P` and `fit`; give one count here"],
+        &["--micro-batches 2,4: a list sets a pipeline's micro-batch counts side by side in `estimate --engine torch --parallel pp:P`, `fit` and `sweep`; give one count here"],
+    );
+    let mut sweep = pp(&[
+        "--parallel",
+        "ddp",
+        "--nproc",
+        "2",
+        "--micro-batches",
+        "2,4",
+    ]);
+    sweep[0] = "sweep";
+    fails_with(
+        &sweep,
+        &["--micro-batches 2,4: micro-batch counts are a pipeline's; add a pipeline plan (--nproc P --parallel pp:P, or pp:P in a list of plans)"],
     );
     fails_with(
         &pp(&["--pp-split", "3,1"]),

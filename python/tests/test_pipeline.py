@@ -4,6 +4,7 @@ as itself under the fake process group (`estimate`) and measured as a real rank 
 stages. The schedules' micro-batches in flight, read from PyTorch's own action lists, order the
 stages' peaks."""
 
+import csv
 import json
 import subprocess
 
@@ -206,7 +207,8 @@ def test_a_sweep_over_plans_runs_each_under_torchrun_and_an_oom_names_the_stage(
     rows = [json.loads(line) for line in rows_path.read_text().splitlines()]
     got = [(r["spec"]["torch"]["parallel"]["plan"], r["spec"]["batch"], r["status"])
            for r in rows]
-    assert got == [("ddp", 2, "ok"), ("ddp", 1024, "oom"), ("pp", 2, "ok"), ("pp", 1024, "oom")]
+    assert got == [("ddp", 2, "ok"), ("ddp", 1024, "oom"), ("pp", 2, "ok"), ("pp", 1024, "oom")], \
+        [(r["status"], r["reason"], r["last_stderr"][-3:]) for r in rows]
     # --micro-batches is the pipeline's alone: DDP's points run without it.
     assert "pipeline" not in rows[0]["spec"]["torch"]
     assert rows[2]["spec"]["torch"]["pipeline"] == {"schedule": "1f1b", "micro_batches": 2,
@@ -220,6 +222,33 @@ def test_a_sweep_over_plans_runs_each_under_torchrun_and_an_oom_names_the_stage(
         in oom["reason"], oom
     assert "## tiny-gpt2 · train · f32 · ddp" in p.stdout
     assert "## tiny-gpt2 · train · f32 · pp:2" in p.stdout
+    assert not engines_left()
+
+
+def test_a_sweep_over_micro_batch_counts_runs_each_count_and_one_that_does_not_divide_is_a_row(
+        memscope_bin, tmp_path):
+    rows_path, csv_path = tmp_path / "rows.jsonl", tmp_path / "rows.csv"
+    p = subprocess.run([memscope_bin, "sweep", "--engine", "torch", "--model", "tiny-gpt2",
+                        "--seq", "32", "--warmup", "0", "--steps", "1", "--threads", "1",
+                        "--batch", "4", "--nproc", "2", "--parallel", "pp:2",
+                        "--micro-batches", "4,3,2", "--jsonl", str(rows_path),
+                        "--csv", str(csv_path)], capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr
+    rows = [json.loads(line) for line in rows_path.read_text().splitlines()]
+    got = [(r["spec"]["torch"].get("pipeline", {}).get("micro_batches"), r["status"])
+           for r in rows]
+    # Each count its own point, smallest first; 3 does not divide batch 4: an error row.
+    assert got == [(2, "ok"), (3, "error"), (4, "ok")], [(r["status"], r["reason"]) for r in rows]
+    assert "--micro-batches" in rows[1]["reason"], rows[1]["reason"]
+    assert all(len(rows[i]["summary"]["ranks"]) == 2 for i in (0, 2))
+    assert rows[0]["spec"]["torch"]["pipeline"]["schedule"] == "1f1b"
+    # The label, the report's curves and the CSV tell the counts apart.
+    assert "tiny-gpt2 train f32 b4 s32 w0 pp:2×2 1f1b mb2" in p.stdout, p.stdout
+    assert "## tiny-gpt2 · train · f32 · pp:2 1f1b mb2" in p.stdout
+    assert "## tiny-gpt2 · train · f32 · pp:2 1f1b mb4" in p.stdout
+    table = list(csv.DictReader(csv_path.read_text().splitlines()))
+    assert [(r["pp_schedule"], r["micro_batches"], r["status"]) for r in table] == \
+        [("1f1b", "2", "ok"), ("1f1b", "3", "error"), ("1f1b", "4", "ok")]
     assert not engines_left()
 
 

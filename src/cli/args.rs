@@ -136,7 +136,7 @@ pub struct EngineArgs {
     /// With --parallel pp:P: PyTorch's pipeline schedule, gpipe, 1f1b, interleaved-1f1b[:V], interleaved-zero-bubble[:V] (V stages a rank, 2 if not given) or zbv-zero-bubble (2 stages a rank in a V) [default: 1f1b] [--engine torch]
     #[arg(long, value_name = "SCHEDULE")]
     pub pp_schedule: Option<String>,
-    /// With --parallel pp:P: micro-batches the batch is split into (they must divide --batch); `estimate` takes a comma list (4,8,16) and sets the counts side by side [default: the job's stages] [--engine torch]
+    /// With --parallel pp:P: micro-batches the batch is split into (they must divide --batch); `estimate`, `fit` and `sweep` take a comma list (4,8,16) and set the counts side by side [default: the job's stages] [--engine torch]
     #[arg(long, value_name = "M")]
     pub micro_batches: Option<String>,
     /// With --parallel pp:P: the blocks of each stage in order, as 3,1 (they sum to the model's blocks; one number a stage) [default: as even as they divide, the earlier stages one more] [--engine torch]

@@ -1,5 +1,5 @@
 //! A pipeline job's flags (`--pp-schedule`, `--micro-batches`, `--pp-split`) read into its
-//! schedule; `estimate` and `fit --predict` take a list of micro-batch counts, set side by side.
+//! schedule; `estimate`, `fit` and `sweep` take a list of micro-batch counts, set side by side.
 
 use super::args::EngineArgs;
 use crate::spec::{ParallelPlan, Pipeline, PipelineSchedule};
@@ -16,7 +16,7 @@ impl EngineArgs {
             .collect::<Option<Vec<usize>>>()
             .map(Some)
             .with_context(|| {
-                format!("--micro-batches {text}: give a whole number of micro-batches, or a comma list of them to `estimate` (4,8,16)")
+                format!("--micro-batches {text}: give a whole number of micro-batches, or a comma list of them to `estimate`, `fit` or `sweep` (4,8,16)")
             })
     }
 
@@ -34,7 +34,7 @@ impl EngineArgs {
         let counts = self.micro_batch_counts()?;
         if let (Some(text), Some(counts)) = (&self.micro_batches, &counts) {
             if counts.len() > 1 {
-                bail!("--micro-batches {text}: a list sets a pipeline's micro-batch counts side by side in `estimate --engine torch --parallel pp:P` and `fit`; give one count here");
+                bail!("--micro-batches {text}: a list sets a pipeline's micro-batch counts side by side in `estimate --engine torch --parallel pp:P`, `fit` and `sweep`; give one count here");
             }
         }
         if pp.is_none() && self.pp_schedule.is_none() {

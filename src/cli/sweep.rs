@@ -131,14 +131,17 @@ fn spec_for(a: &SweepArgs, p: &Point) -> anyhow::Result<Spec> {
         new_tokens: *a.new_tokens,
         lr: *a.lr,
         data: a.data.to_spec(),
-        variant: match &p.plan {
+        variant: {
+            let mut v = a.variant.clone();
             // One plan of `--parallel A,B,…`: its flags, without those only another plan takes.
-            Some(plan) => {
-                let mut v = a.variant.clone();
+            if let Some(plan) = &p.plan {
                 v.engine = v.engine.for_plan(plan).0;
-                v
             }
-            None => a.variant.clone(),
+            // One count of `--micro-batches 2,4,8`.
+            if let Some(m) = p.micro_batches {
+                v.engine.micro_batches = Some(m.to_string());
+            }
+            v
         },
     }
     .spec()
@@ -190,10 +193,34 @@ fn plan_points(a: &SweepArgs) -> anyhow::Result<Vec<Point>> {
             Some(p) if p.contains(',') => plan::parse_axis_str("--parallel", p)?,
             _ => Vec::new(),
         },
+        micro_batches: micro_batch_axis(a)?,
     };
     Ok(plan::plan(&axes, |m| {
         sizes.get(m).copied().unwrap_or(u64::MAX)
     }))
+}
+
+/// `--micro-batches 2,4,8`: a pipeline's counts, each its own points (empty for one count, which
+/// stays in every point's flags). A list needs a pipeline among the plans.
+fn micro_batch_axis(a: &SweepArgs) -> anyhow::Result<Vec<usize>> {
+    let counts = a.variant.engine.micro_batch_counts()?.unwrap_or_default();
+    if counts.len() < 2 {
+        return Ok(Vec::new());
+    }
+    let plans = a.variant.engine.parallel.as_deref().unwrap_or_default();
+    if !plans.split(',').any(|p| p.trim().starts_with("pp:")) {
+        let m = a
+            .variant
+            .engine
+            .micro_batches
+            .as_deref()
+            .unwrap_or_default();
+        anyhow::bail!("--micro-batches {m}: micro-batch counts are a pipeline's; add a pipeline plan (--nproc P --parallel pp:P, or pp:P in a list of plans)");
+    }
+    if let Some(&zero) = counts.iter().find(|&&m| m == 0) {
+        anyhow::bail!("--micro-batches {zero}: a pipeline needs one micro-batch at least");
+    }
+    Ok(counts)
 }
 
 /// Above this many configurations a sweep starts only with --yes or a "y" at the terminal.

@@ -158,7 +158,8 @@ impl Row {
         Ok(serde_json::to_string(self)? + "\n")
     }
 
-    /// `tiny-gpt2 train f32 b4 s128` (+ ` w1` / ` ga2` when not the defaults).
+    /// `tiny-gpt2 train f32 b4 s128 w1` (+ ` ga2` when not 1, the plan and ranks ` pp:2×2`, a
+    /// pipeline's schedule and micro-batches ` 1f1b mb4`).
     pub fn label(&self) -> String {
         label(&self.spec)
     }
@@ -183,7 +184,24 @@ pub fn label(s: &Spec) -> String {
             out.push_str(&format!(" on {} nodes", p.nodes));
         }
     }
+    if let Some(pipe) = pipeline_label(s) {
+        out.push_str(&format!(" {pipe}"));
+    }
     out
+}
+
+/// A pipeline's schedule and micro-batches as a label says them (`1f1b mb4`); `None` for any
+/// other run.
+pub fn pipeline_label(s: &Spec) -> Option<String> {
+    let pipe = s.torch.as_ref()?.pipeline.as_ref()?;
+    Some(format!("{} mb{}", pipe.schedule_flag(), pipe.micro_batches))
+}
+
+/// The plan a row ran, as the report's curves are told apart: `--parallel`'s flag, a pipeline's
+/// schedule and micro-batches after it (`pp:2 1f1b mb4`); `None` for one process.
+pub fn plan_label(s: &Spec) -> Option<String> {
+    let flag = s.parallel()?.flag();
+    Some(pipeline_label(s).map_or(flag.clone(), |pipe| format!("{flag} {pipe}")))
 }
 
 /// Reads a JSONL file of rows; blank lines are skipped, a bad line is an error naming its number.

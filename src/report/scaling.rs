@@ -36,11 +36,15 @@ pub fn render(rows: &[Row]) -> String {
                 s.mode.name(),
                 s.dtype.name(),
                 s.grad_accum,
-                s.parallel().map(|p| p.flag()),
+                // A pipeline's schedule and micro-batches too: each count its own curves.
+                crate::record::sweep_row::plan_label(s),
             ))
             .or_default()
             .push(r);
     }
+    // In the sweep's own order (a pipeline's 2, 4, 16 micro-batches so, not as text sorts them).
+    let mut groups: Vec<(Key, Vec<&Row>)> = groups.into_iter().collect();
+    groups.sort_by_key(|(_, rs)| rs.iter().map(|r| r.index).min());
     for ((model, mode, dtype, ga, plan), rs) in &groups {
         let ga_txt = if *ga > 1 {
             format!(", grad-accum {ga}")

@@ -250,6 +250,11 @@ pub struct Axes {
     /// any, every point shares.
     #[serde(default)]
     pub plans: Vec<String>,
+    /// `--micro-batches 2,4,8` with a pipeline plan: each count its own points (a pipeline's
+    /// only; another plan of `--parallel A,B,…` has one point per size); empty: the count, if
+    /// any, every point shares.
+    #[serde(default)]
+    pub micro_batches: Vec<usize>,
 }
 
 /// One configuration of the sweep; `index` is its position in the plan.
@@ -265,12 +270,16 @@ pub struct Point {
     /// The point's plan when the sweep compares plans (`--parallel A,B,…`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub plan: Option<String>,
+    /// The point's micro-batch count when the sweep compares counts (`--micro-batches 2,4,8`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub micro_batches: Option<usize>,
     pub index: usize,
 }
 
 /// The Cartesian product of the axes in a stable order, smallest first: models by size
 /// (`model_size` gives the parameter count; ties by name), then modes, dtypes and plans in the
-/// user's order, then seq, batch, grad_accum and warmup ascending (the last varies fastest).
+/// user's order, a pipeline's micro-batch counts ascending, then seq, batch, grad_accum and
+/// warmup ascending (the last varies fastest).
 ///
 /// Axes built by hand are normalised the same way as parsed ones: numbers sorted and deduplicated,
 /// names deduplicated keeping the first. An empty axis gives an empty plan.
@@ -292,13 +301,23 @@ pub fn plan(axes: &Axes, model_size: impl Fn(&str) -> u64) -> Vec<Point> {
         unique_names(&axes.plans).into_iter().map(Some).collect()
     };
 
+    let micro_batches = sorted_unique(&axes.micro_batches);
+    // Counts are a pipeline's: a plan of the list that is not one has a single point a size.
+    let counts = |plan: Option<&str>| -> Vec<Option<usize>> {
+        match plan {
+            Some(p) if !p.starts_with("pp:") => vec![None],
+            _ if micro_batches.is_empty() => vec![None],
+            _ => micro_batches.iter().copied().map(Some).collect(),
+        }
+    };
     let mut points = Vec::new();
     for &(_, model) in &models {
         for &mode in &modes {
-            for (&dtype, &plan) in dtypes
-                .iter()
-                .flat_map(|d| plans.iter().map(move |p| (d, p)))
-            {
+            for (&dtype, plan, micro) in dtypes.iter().flat_map(|d| {
+                plans
+                    .iter()
+                    .flat_map(move |&p| counts(p).into_iter().map(move |m| (d, p, m)))
+            }) {
                 for &seq in &seqs {
                     for &batch in &batches {
                         for &grad_accum in &grad_accums {
@@ -312,6 +331,7 @@ pub fn plan(axes: &Axes, model_size: impl Fn(&str) -> u64) -> Vec<Point> {
                                     warmup,
                                     grad_accum,
                                     plan: plan.map(str::to_string),
+                                    micro_batches: micro,
                                     index: points.len(),
                                 });
                             }
@@ -325,14 +345,16 @@ pub fn plan(axes: &Axes, model_size: impl Fn(&str) -> u64) -> Vec<Point> {
 }
 
 /// True when `b` is strictly larger than `a` on batch or sequence length (≥ on both, > on at least
-/// one) with the same model, dtype, mode and plan: after `a` ran out of memory, `b` will too, so
-/// it is skipped. Warm-up and gradient accumulation are ignored (they do not raise the peak of a
-/// step); another plan holds memory otherwise, so it is never skipped for this one's.
+/// one) with the same model, dtype, mode, plan and micro-batch count: after `a` ran out of
+/// memory, `b` will too, so it is skipped. Warm-up and gradient accumulation are ignored (they do
+/// not raise the peak of a step); another plan, or another count of micro-batches (smaller ones,
+/// more of them in flight), holds memory otherwise, so it is never skipped for this one's.
 pub fn strictly_larger(a: &Point, b: &Point) -> bool {
     a.model == b.model
         && a.dtype == b.dtype
         && a.mode == b.mode
         && a.plan == b.plan
+        && a.micro_batches == b.micro_batches
         && b.batch >= a.batch
         && b.seq >= a.seq
         && (b.batch > a.batch || b.seq > a.seq)

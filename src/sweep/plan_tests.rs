@@ -224,6 +224,7 @@ fn axes() -> Axes {
         warmups: vec![0, 2],
         grad_accums: vec![1],
         plans: vec![],
+        micro_batches: vec![],
     }
 }
 
@@ -272,6 +273,7 @@ fn plan_breaks_size_ties_by_name_and_grad_accum_varies_before_warmup() {
         warmups: vec![1, 0],
         grad_accums: vec![2, 1],
         plans: vec![],
+        micro_batches: vec![],
     };
     let got: Vec<(String, usize, usize)> = plan(&a, sizes)
         .into_iter()
@@ -310,6 +312,7 @@ fn point(model: &str, mode: &str, dtype: &str, batch: usize, seq: usize) -> Poin
         warmup: 0,
         grad_accum: 1,
         plan: None,
+        micro_batches: None,
         index: 0,
     }
 }
@@ -357,6 +360,7 @@ fn skipping_after_an_oom_in_a_planned_sweep() {
         warmups: vec![1],
         grad_accums: vec![1],
         plans: vec![],
+        micro_batches: vec![],
     };
     let pts = plan(&a, |_| 1);
     let oom = pts.iter().find(|q| q.batch == 4 && q.seq == 128).unwrap();
@@ -379,6 +383,7 @@ fn skip_only_strictly_larger_on_the_same_model_dtype_mode() {
         warmup: 0,
         grad_accum: 1,
         plan: None,
+        micro_batches: None,
         index: 0,
     };
     let ooms = vec![p(8, 128)];
@@ -401,6 +406,7 @@ fn each_plan_has_its_points_and_an_oom_skips_only_its_own() {
         warmups: vec![0],
         grad_accums: vec![1],
         plans: vec!["fsdp".into(), "pp:2".into(), "fsdp".into()],
+        micro_batches: vec![],
     };
     let pts = plan(&a, |_| 1);
     let got: Vec<(Option<&str>, usize)> =
@@ -418,4 +424,43 @@ fn each_plan_has_its_points_and_an_oom_skips_only_its_own() {
     let ooms = vec![pts[0].clone()];
     assert!(skip_reason(&ooms, &pts[1]).is_some());
     assert_eq!(skip_reason(&ooms, &pts[3]), None);
+}
+
+#[test]
+fn a_pipeline_s_micro_batch_counts_are_points_of_its_own_and_an_oom_skips_only_its_count() {
+    let a = Axes {
+        models: vec!["m".into()],
+        modes: vec!["train".into()],
+        dtypes: vec!["f32".into()],
+        batches: vec![8, 4],
+        seqs: vec![64],
+        warmups: vec![0],
+        grad_accums: vec![1],
+        plans: vec!["ddp".into(), "pp:2".into()],
+        micro_batches: vec![4, 2, 4],
+    };
+    let pts = plan(&a, |_| 1);
+    let got: Vec<(Option<&str>, Option<usize>, usize)> = pts
+        .iter()
+        .map(|q| (q.plan.as_deref(), q.micro_batches, q.batch))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            (Some("ddp"), None, 4),
+            (Some("ddp"), None, 8),
+            (Some("pp:2"), Some(2), 4),
+            (Some("pp:2"), Some(2), 8),
+            (Some("pp:2"), Some(4), 4),
+            (Some("pp:2"), Some(4), 8),
+        ]
+    );
+    // Two micro-batches out of memory at batch 4: its batch 8 is skipped, four's is not.
+    let ooms = vec![pts[2].clone()];
+    assert!(skip_reason(&ooms, &pts[3]).is_some());
+    assert_eq!(skip_reason(&ooms, &pts[5]), None);
+    // Without a list of plans the one plan's counts are the axis.
+    let one = Axes { plans: vec![], ..a };
+    let counts: Vec<Option<usize>> = plan(&one, |_| 1).iter().map(|q| q.micro_batches).collect();
+    assert_eq!(counts, [Some(2), Some(2), Some(4), Some(4)]);
 }

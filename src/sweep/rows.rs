@@ -66,7 +66,7 @@ fn step_samples(r: &Record) -> Vec<f64> {
     }
 }
 
-const CSV_HEADER: [&str; 22] = [
+const CSV_HEADER: [&str; 24] = [
     "index",
     "status",
     "reason",
@@ -89,6 +89,8 @@ const CSV_HEADER: [&str; 22] = [
     "samples_per_s",
     "worst_rank",
     "rank_peak_bytes",
+    "pp_schedule",
+    "micro_batches",
 ];
 
 pub fn to_csv(rows: &[Row]) -> anyhow::Result<String> {
@@ -101,6 +103,7 @@ pub fn to_csv(rows: &[Row]) -> anyhow::Result<String> {
     for r in rows {
         let s = r.summary.as_ref();
         let ranks = s.and_then(|s| s.ranks.as_ref());
+        let pipe = r.spec.torch.as_ref().and_then(|t| t.pipeline.as_ref());
         let mut row = vec![
             r.index.to_string(),
             r.status.name().to_string(),
@@ -133,6 +136,9 @@ pub fn to_csv(rows: &[Row]) -> anyhow::Result<String> {
                     .collect::<Vec<_>>()
                     .join(" ")
             })),
+            // A pipeline: its schedule as --pp-schedule takes it, and its micro-batches.
+            opt(pipe.map(|p| p.schedule_flag())),
+            opt(pipe.map(|p| p.micro_batches.to_string())),
         ];
         row.extend(crate::record::run_columns::run_columns(&r.spec));
         table.push(row);

@@ -61,8 +61,8 @@ pub fn section(sweeps: &[(usize, String, &[Row])]) -> anyhow::Result<String> {
     Ok(html)
 }
 
-/// Lines keyed by (input, mode, dtype, the other axis): (x, heap peak bytes) of ok rows.
-type Lines = BTreeMap<(usize, String, String, usize), Vec<(f64, f64)>>;
+/// Lines keyed by (input, mode, dtype, plan, the other axis): (x, heap peak bytes) of ok rows.
+type Lines = BTreeMap<(usize, String, String, String, usize), Vec<(f64, f64)>>;
 
 fn chart(axis: Axis, sweeps: &[(usize, String, &[Row])]) -> anyhow::Result<String> {
     let mut lines: Lines = BTreeMap::new();
@@ -76,6 +76,8 @@ fn chart(axis: Axis, sweeps: &[(usize, String, &[Row])]) -> anyhow::Result<Strin
                         *i,
                         r.spec.mode.name().to_string(),
                         r.spec.dtype.name().to_string(),
+                        // Each plan (a pipeline's each micro-batch count) its own line.
+                        crate::record::sweep_row::plan_label(&r.spec).unwrap_or_default(),
                         axis.other(r),
                     ))
                     .or_default()
@@ -110,10 +112,19 @@ fn chart(axis: Axis, sweeps: &[(usize, String, &[Row])]) -> anyhow::Result<Strin
             .x_desc(axis.name())
             .y_desc("heap peak, MiB (2^20 bytes)")
             .draw()?;
-        for (k, ((i, mode, dtype, other), pts)) in lines.iter().enumerate() {
+        for (k, ((i, mode, dtype, plan, other), pts)) in lines.iter().enumerate() {
             // Inputs keep their colour; lines within one input vary the marker size and dash.
             let c = color(*i).mix(1.0 - 0.5 * k as f64 / n_lines.max(1) as f64);
-            let label = format!("#{} {mode} {dtype} {}{other}", i + 1, axis.other_name());
+            let plan = if plan.is_empty() {
+                String::new()
+            } else {
+                format!(" {plan}")
+            };
+            let label = format!(
+                "#{} {mode} {dtype}{plan} {}{other}",
+                i + 1,
+                axis.other_name()
+            );
             let mib: Vec<(f64, f64)> = pts.iter().map(|p| (p.0, p.1 / MIB)).collect();
             chart
                 .draw_series(LineSeries::new(mib.clone(), c.stroke_width(2)))?

@@ -62,7 +62,7 @@ pub fn section(sweeps: &[(usize, String, &[Row])]) -> anyhow::Result<String> {
 }
 
 /// Lines keyed by (input, mode, dtype, plan, the other axis): (x, heap peak bytes) of ok rows.
-type Lines = BTreeMap<(usize, String, String, String, usize), Vec<(f64, f64)>>;
+type Lines = BTreeMap<(usize, String, String, Option<String>, usize), Vec<(f64, f64)>>;
 
 fn chart(axis: Axis, sweeps: &[(usize, String, &[Row])]) -> anyhow::Result<String> {
     let mut lines: Lines = BTreeMap::new();
@@ -77,7 +77,7 @@ fn chart(axis: Axis, sweeps: &[(usize, String, &[Row])]) -> anyhow::Result<Strin
                         r.spec.mode.name().to_string(),
                         r.spec.dtype.name().to_string(),
                         // Each plan (a pipeline's each micro-batch count) its own line.
-                        crate::record::sweep_row::plan_label(&r.spec).unwrap_or_default(),
+                        crate::record::sweep_row::plan_label(&r.spec),
                         axis.other(r),
                     ))
                     .or_default()
@@ -115,11 +115,7 @@ fn chart(axis: Axis, sweeps: &[(usize, String, &[Row])]) -> anyhow::Result<Strin
         for (k, ((i, mode, dtype, plan, other), pts)) in lines.iter().enumerate() {
             // Inputs keep their colour; lines within one input vary the marker size and dash.
             let c = color(*i).mix(1.0 - 0.5 * k as f64 / n_lines.max(1) as f64);
-            let plan = if plan.is_empty() {
-                String::new()
-            } else {
-                format!(" {plan}")
-            };
+            let plan = plan.as_ref().map_or(String::new(), |p| format!(" {p}"));
             let label = format!(
                 "#{} {mode} {dtype}{plan} {}{other}",
                 i + 1,
